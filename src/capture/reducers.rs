@@ -1,0 +1,335 @@
+//! Streaming reducers (DESIGN §5): each consumes one hook's tensors as they are produced and keeps
+//! only O(layers·heads·T) numbers, so a long input never needs its T×T patterns in memory.
+
+use std::collections::BinaryHeap;
+use std::cmp::Reverse;
+use std::ops::Range;
+
+use candle_core::Tensor;
+use serde::{Deserialize, Serialize};
+
+use super::hook::HookPoint;
+use super::sink::{with_f32, CaptureSink};
+use crate::error::Result;
+
+/// Per (layer, head): attention mass each key receives (column sums over all queries), plus the
+/// mass on the previous token and on itself, and the mean row entropy on a deterministic sample of
+/// query rows (every `entropy_stride`-th) — entropy costs a logarithm per entry.
+pub struct AttentionStats {
+    n_heads: usize,
+    entropy_stride: usize,
+    /// [layer][head][key] Σ_i A[i, key] over every query row seen.
+    pub col_mass: Vec<Vec<Vec<f64>>>,
+    /// [layer][head] Σ_i A[i, i-1] (rows with i ≥ 1).
+    pub prev_mass: Vec<Vec<f64>>,
+    /// [layer][head] Σ_i A[i, i].
+    pub self_mass: Vec<Vec<f64>>,
+    /// [layer][head] Σ over sampled rows of −Σ_j A ln A, and the number of sampled rows.
+    pub entropy_sum: Vec<Vec<f64>>,
+    pub entropy_rows: Vec<usize>,
+    /// [layer] number of query rows seen.
+    pub rows: Vec<usize>,
+}
+
+impl AttentionStats {
+    pub fn new(n_layers: usize, n_heads: usize, n_positions: usize) -> Self {
+        AttentionStats {
+            n_heads,
+            entropy_stride: n_positions.div_ceil(256).max(1),
+            col_mass: vec![vec![Vec::new(); n_heads]; n_layers],
+            prev_mass: vec![vec![0.0; n_heads]; n_layers],
+            self_mass: vec![vec![0.0; n_heads]; n_layers],
+            entropy_sum: vec![vec![0.0; n_heads]; n_layers],
+            entropy_rows: vec![0; n_layers],
+            rows: vec![0; n_layers],
+        }
+    }
+
+    /// Gu et al.'s α_k = (1/(T−k)) Σ_{i≥k} A[i,k]: mean attention that queries at or after k pay
+    /// to key k (0-indexed; causal masking makes A[i,k] = 0 for i < k).
+    pub fn alpha(&self, layer: usize, head: usize, key: usize) -> f64 {
+        let t = self.rows[layer];
+        match self.col_mass[layer][head].get(key) {
+            Some(&m) if t > key => m / (t - key) as f64,
+            _ => 0.0,
+        }
+    }
+
+    fn add_block(&mut self, layer: usize, rows: Range<usize>, keys: usize, a: &[f32]) {
+        let block = rows.len();
+        let stride = self.entropy_stride;
+        let mut sampled = 0;
+        for h in 0..self.n_heads {
+            let col = &mut self.col_mass[layer][h];
+            if col.len() < keys {
+                col.resize(keys, 0.0);
+            }
+            for r in 0..block {
+                let q = rows.start + r;
+                let row = &a[(h * block + r) * keys..(h * block + r + 1) * keys];
+                let visible = (q + 1).min(keys);
+                for (c, &v) in col.iter_mut().zip(&row[..visible]) {
+                    *c += v as f64;
+                }
+                if q >= 1 && q - 1 < keys {
+                    self.prev_mass[layer][h] += row[q - 1] as f64;
+                }
+                if q < keys {
+                    self.self_mass[layer][h] += row[q] as f64;
+                }
+                if q % stride == 0 {
+                    let e: f64 = row[..visible].iter().filter(|&&v| v > 0.0).map(|&v| -(v as f64) * (v as f64).ln()).sum();
+                    self.entropy_sum[layer][h] += e;
+                    if h == 0 {
+                        sampled += 1;
+                    }
+                }
+            }
+        }
+        self.rows[layer] += block;
+        self.entropy_rows[layer] += sampled;
+    }
+}
+
+impl CaptureSink for AttentionStats {
+    fn wants(&self, hook: &HookPoint) -> bool {
+        matches!(hook, HookPoint::Pattern(_))
+    }
+    fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()> {
+        if let HookPoint::Pattern(l) = *hook {
+            let keys = value.dim(2)?;
+            with_f32(value, |a| self.add_block(l, rows, keys, a))?;
+        }
+        Ok(())
+    }
+}
+
+/// Per (layer, position) L2 norms of the residual stream at resid_pre, resid_mid and resid_post.
+pub struct ResidNorms {
+    pub pre: Vec<Vec<f32>>,
+    pub mid: Vec<Vec<f32>>,
+    pub post: Vec<Vec<f32>>,
+}
+
+impl ResidNorms {
+    pub fn new(n_layers: usize) -> Self {
+        ResidNorms { pre: vec![Vec::new(); n_layers], mid: vec![Vec::new(); n_layers], post: vec![Vec::new(); n_layers] }
+    }
+}
+
+fn row_norms(value: &Tensor) -> Result<Vec<f32>> {
+    let width = value.dims()[1..].iter().product::<usize>().max(1);
+    with_f32(value, |x| x.chunks(width).map(|r| r.iter().map(|v| v * v).sum::<f32>().sqrt()).collect())
+}
+
+impl CaptureSink for ResidNorms {
+    fn wants(&self, hook: &HookPoint) -> bool {
+        matches!(hook, HookPoint::ResidPre(_) | HookPoint::ResidMid(_) | HookPoint::ResidPost(_))
+    }
+    fn record(&mut self, hook: &HookPoint, _rows: Range<usize>, value: &Tensor) -> Result<()> {
+        let norms = row_norms(value)?;
+        match *hook {
+            HookPoint::ResidPre(l) => self.pre[l].extend(norms),
+            HookPoint::ResidMid(l) => self.mid[l].extend(norms),
+            HookPoint::ResidPost(l) => self.post[l].extend(norms),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// One residual-stream element.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Activation {
+    pub pos: usize,
+    pub dim: usize,
+    pub value: f32,
+}
+
+/// Per layer (of resid_post, Sun et al.'s "layer output"): the top-k elements by |h| with their
+/// (position, dim), the median |h|, and the max |h| of each dim.
+pub struct TopActivations {
+    k: usize,
+    pub top: Vec<Vec<Activation>>,
+    /// Median |h| of each recorded tensor; capture records a layer once, so this is the median
+    /// over the whole layer output (several chunks would give the median of chunk medians).
+    pub median_abs: Vec<f32>,
+    pub max_abs_by_dim: Vec<Vec<f32>>,
+}
+
+impl TopActivations {
+    pub fn new(n_layers: usize, k: usize) -> Self {
+        TopActivations { k, top: vec![Vec::new(); n_layers], median_abs: vec![0.0; n_layers], max_abs_by_dim: vec![Vec::new(); n_layers] }
+    }
+}
+
+/// An element ordered by |value| then position, for a bounded min-heap.
+#[derive(PartialEq)]
+struct ByAbs(f32, usize, usize, f32);
+impl Eq for ByAbs {}
+impl PartialOrd for ByAbs {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for ByAbs {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0).then_with(|| other.1.cmp(&self.1)).then_with(|| other.2.cmp(&self.2))
+    }
+}
+
+/// The k largest-|x| elements of a row-major [rows, width] block, largest first.
+pub fn top_k_abs(x: &[f32], width: usize, first_row: usize, k: usize) -> Vec<Activation> {
+    let mut heap: BinaryHeap<Reverse<ByAbs>> = BinaryHeap::with_capacity(k + 1);
+    for (i, &v) in x.iter().enumerate() {
+        let item = ByAbs(v.abs(), first_row + i / width, i % width, v);
+        if heap.len() < k {
+            heap.push(Reverse(item));
+        } else if let Some(Reverse(min)) = heap.peek() {
+            if item > *min {
+                heap.pop();
+                heap.push(Reverse(item));
+            }
+        }
+    }
+    let mut out: Vec<ByAbs> = heap.into_iter().map(|Reverse(b)| b).collect();
+    out.sort_by(|a, b| b.cmp(a));
+    out.into_iter().map(|ByAbs(_, pos, dim, value)| Activation { pos, dim, value }).collect()
+}
+
+/// Median of |x| (mean of the two middle values for an even count).
+pub fn median_abs(x: &[f32]) -> f32 {
+    if x.is_empty() {
+        return 0.0;
+    }
+    let mut v: Vec<f32> = x.iter().map(|a| a.abs()).collect();
+    let mid = v.len() / 2;
+    let (_, &mut upper, _) = v.select_nth_unstable_by(mid, f32::total_cmp);
+    if v.len() % 2 == 1 {
+        upper
+    } else {
+        let lower = v[..mid].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        (lower + upper) / 2.0
+    }
+}
+
+impl CaptureSink for TopActivations {
+    fn wants(&self, hook: &HookPoint) -> bool {
+        matches!(hook, HookPoint::ResidPost(_))
+    }
+    fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()> {
+        let HookPoint::ResidPost(l) = *hook else { return Ok(()) };
+        let width = value.dim(1)?;
+        let k = self.k;
+        let (top, median, by_dim) = with_f32(value, |x| {
+            let mut by_dim = vec![0f32; width];
+            for row in x.chunks(width) {
+                for (m, v) in by_dim.iter_mut().zip(row) {
+                    *m = m.max(v.abs());
+                }
+            }
+            (top_k_abs(x, width, rows.start, k), median_abs(x), by_dim)
+        })?;
+        let merged = &mut self.top[l];
+        merged.extend(top);
+        merged.sort_by(|a, b| b.value.abs().total_cmp(&a.value.abs()).then(a.pos.cmp(&b.pos)));
+        merged.truncate(k);
+        self.median_abs[l] = median;
+        let dims = &mut self.max_abs_by_dim[l];
+        if dims.is_empty() {
+            *dims = by_dim;
+        } else {
+            dims.iter_mut().zip(by_dim).for_each(|(a, b)| *a = a.max(b));
+        }
+        Ok(())
+    }
+}
+
+/// Per (layer, kv head, position) L2 norms of keys (pre-RoPE; rotation preserves the norm) and
+/// values — sink positions tend to have small value norms (the "no-op" evidence).
+pub struct KvNorms {
+    pub key: Vec<Vec<Vec<f32>>>,
+    pub value: Vec<Vec<Vec<f32>>>,
+}
+
+impl KvNorms {
+    pub fn new(n_layers: usize, n_kv_heads: usize) -> Self {
+        KvNorms { key: vec![vec![Vec::new(); n_kv_heads]; n_layers], value: vec![vec![Vec::new(); n_kv_heads]; n_layers] }
+    }
+}
+
+impl CaptureSink for KvNorms {
+    fn wants(&self, hook: &HookPoint) -> bool {
+        matches!(hook, HookPoint::K(_) | HookPoint::V(_))
+    }
+    fn record(&mut self, hook: &HookPoint, _rows: Range<usize>, value: &Tensor) -> Result<()> {
+        let (target, l) = match *hook {
+            HookPoint::K(l) => (&mut self.key, l),
+            HookPoint::V(l) => (&mut self.value, l),
+            _ => return Ok(()),
+        };
+        let (_, heads, d_head) = value.dims3()?;
+        with_f32(value, |x| {
+            for (i, v) in x.chunks(d_head).enumerate() {
+                target[l][i % heads].push(v.iter().map(|a| a * a).sum::<f32>().sqrt());
+            }
+        })?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn alpha_is_mean_attention_from_queries_at_or_after_k() {
+        // One head, T=3, causal pattern rows: [1], [0.5,0.5], [0.2,0.3,0.5].
+        let a = vec![1.0, 0.0, 0.0, 0.5, 0.5, 0.0, 0.2, 0.3, 0.5];
+        let t = Tensor::from_vec(a, (1, 3, 3), &Device::Cpu).unwrap();
+        let mut s = AttentionStats::new(1, 1, 3);
+        s.record(&HookPoint::Pattern(0), 0..3, &t).unwrap();
+        assert!((s.alpha(0, 0, 0) - (1.0 + 0.5 + 0.2) / 3.0).abs() < 1e-7);
+        assert!((s.alpha(0, 0, 1) - (0.5 + 0.3) / 2.0).abs() < 1e-7);
+        assert!((s.alpha(0, 0, 2) - 0.5).abs() < 1e-7);
+        assert!((s.prev_mass[0][0] - (0.5 + 0.3)).abs() < 1e-7);
+        assert!((s.self_mass[0][0] - (1.0 + 0.5 + 0.5)).abs() < 1e-7);
+        let expected_entropy = 0.0 + 2.0 * (0.5f64 * 2f64.ln()) + -(0.2f64 * 0.2f64.ln() + 0.3 * 0.3f64.ln() + 0.5 * 0.5f64.ln());
+        assert!((s.entropy_sum[0][0] - expected_entropy).abs() < 1e-6);
+    }
+
+    #[test]
+    fn blocks_accumulate_like_one_pass() {
+        // Same pattern delivered as two query blocks: rows 0..1 (1 key) and 1..3 (3 keys).
+        let b0 = Tensor::from_vec(vec![1.0f32], (1, 1, 1), &Device::Cpu).unwrap();
+        let b1 = Tensor::from_vec(vec![0.5f32, 0.5, 0.0, 0.2, 0.3, 0.5], (1, 2, 3), &Device::Cpu).unwrap();
+        let mut s = AttentionStats::new(1, 1, 3);
+        s.record(&HookPoint::Pattern(0), 0..1, &b0).unwrap();
+        s.record(&HookPoint::Pattern(0), 1..3, &b1).unwrap();
+        assert!((s.alpha(0, 0, 0) - 1.7 / 3.0).abs() < 1e-7);
+        assert!((s.alpha(0, 0, 1) - 0.4).abs() < 1e-7);
+    }
+
+    #[test]
+    fn top_k_and_median() {
+        let x = [0.5, -300.0, 2.0, 1.0, 150.0, -1.5];
+        let top = top_k_abs(&x, 3, 10, 2);
+        assert_eq!(top, vec![Activation { pos: 10, dim: 1, value: -300.0 }, Activation { pos: 11, dim: 1, value: 150.0 }]);
+        assert_eq!(median_abs(&x), (1.5 + 2.0) / 2.0);
+        assert_eq!(median_abs(&[3.0, -1.0, 2.0]), 2.0);
+    }
+
+    #[test]
+    fn norms_per_row_and_head() {
+        let t = Tensor::from_vec(vec![3.0f32, 4.0, 0.0, 1.0], (2, 2), &Device::Cpu).unwrap();
+        let mut r = ResidNorms::new(1);
+        r.record(&HookPoint::ResidPost(0), 0..2, &t).unwrap();
+        assert_eq!(r.post[0], vec![5.0, 1.0]);
+        // [pos=1, kv_head=2, d_head=2]
+        let v = Tensor::from_vec(vec![3.0f32, 4.0, 6.0, 8.0], (1, 2, 2), &Device::Cpu).unwrap();
+        let mut kv = KvNorms::new(1, 2);
+        kv.record(&HookPoint::V(0), 0..1, &v).unwrap();
+        assert_eq!(kv.value[0], vec![vec![5.0], vec![10.0]]);
+    }
+}

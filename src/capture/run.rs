@@ -1,0 +1,98 @@
+//! One capture: check the memory estimate, run the forward pass once with the standard reducers
+//! (and a full-tensor collector when asked), and score the text's next-token loss in row chunks.
+
+use std::time::Instant;
+
+use super::memory::{self, MemoryEstimate};
+use super::{FanOut, HookFilter, StandardReducers, TensorCollector};
+use crate::error::{Error, Result};
+use crate::model::Llama;
+use crate::report::NllSummary;
+
+/// Rows of logits computed at once when scoring (a full T×vocab matrix can be gigabytes).
+const LOGIT_ROWS: usize = 64;
+
+pub struct CaptureOptions {
+    /// Early key positions that get a per-head α in the summary.
+    pub first_keys: usize,
+    /// Activations kept per layer.
+    pub top_k: usize,
+    /// Hooks whose full tensors are kept.
+    pub save: Option<HookFilter>,
+    /// Refuse when the estimate exceeds this many bytes (default: the system's available memory).
+    pub memory_limit: Option<u64>,
+    /// In-memory size of the loaded weights, for the estimate.
+    pub weight_bytes: u64,
+}
+
+pub struct CaptureOutput {
+    pub reducers: StandardReducers,
+    pub tensors: Option<TensorCollector>,
+    pub nll: NllSummary,
+    pub estimate: MemoryEstimate,
+    pub wall_seconds: f64,
+}
+
+pub fn capture(model: &Llama, ids: &[u32], opts: &CaptureOptions) -> Result<CaptureOutput> {
+    let estimate = memory::estimate(&model.cfg, ids.len(), opts.weight_bytes, opts.save.as_ref());
+    if let Some(limit) = opts.memory_limit.or_else(memory::available_bytes) {
+        if estimate.total > limit {
+            return Err(Error::input(format!(
+                "this capture needs about {} (weights {}, activations {}, reducers {}, saved tensors {}) but only {} is available; select fewer hooks with --hooks, or fewer tokens with --max-tokens",
+                memory::human(estimate.total),
+                memory::human(estimate.weights),
+                memory::human(estimate.activations),
+                memory::human(estimate.reducers),
+                memory::human(estimate.saved_tensors),
+                memory::human(limit)
+            )));
+        }
+    }
+    let start = Instant::now();
+    let mut reducers = StandardReducers::new(&model.cfg, ids.len(), opts.first_keys, opts.top_k);
+    let mut tensors = opts.save.clone().map(|f| TensorCollector::new(f, ids.len()));
+    let hidden = {
+        let mut sinks: Vec<&mut dyn super::CaptureSink> = vec![&mut reducers];
+        if let Some(t) = tensors.as_mut() {
+            sinks.push(t);
+        }
+        model.forward(ids, None, &mut FanOut(sinks))?
+    };
+    let nll = score(model, &hidden, ids)?;
+    Ok(CaptureOutput { reducers, tensors, nll, estimate, wall_seconds: start.elapsed().as_secs_f64() })
+}
+
+/// Mean NLL of tokens 1..T given their prefixes, from final-norm hidden states (T, d).
+pub fn score(model: &Llama, hidden: &candle_core::Tensor, ids: &[u32]) -> Result<NllSummary> {
+    let t = ids.len();
+    let mut total = 0f64;
+    for start in (0..t.saturating_sub(1)).step_by(LOGIT_ROWS) {
+        let rows = LOGIT_ROWS.min(t - 1 - start);
+        let logits = model.logits(&hidden.narrow(0, start, rows)?)?;
+        let v = logits.dim(1)?;
+        super::sink::with_f32(&logits, |x| {
+            for (r, row) in x.chunks(v).enumerate() {
+                total += token_nll(row, ids[start + r + 1] as usize);
+            }
+        })?;
+    }
+    let scored = t.saturating_sub(1);
+    let mean = if scored > 0 { total / scored as f64 } else { 0.0 };
+    Ok(NllSummary { mean_nll: mean, perplexity: mean.exp(), scored })
+}
+
+/// −log softmax(row)[target], computed stably in f64.
+pub fn token_nll(row: &[f32], target: usize) -> f64 {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
+    lse - row[target] as f64
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn nll_of_uniform_row_is_log_vocab() {
+        let row = vec![0.5f32; 8];
+        assert!((super::token_nll(&row, 3) - 8f64.ln()).abs() < 1e-12);
+    }
+}

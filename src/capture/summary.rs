@@ -1,0 +1,177 @@
+//! The reducer bundle `capture` runs on every layer, and the compact summary it produces: per-layer
+//! attention on position 0 and activation extremes, per-head α_k for the first K keys, and the
+//! per-position arrays (saved separately as safetensors).
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::Path;
+
+use candle_core::Tensor;
+use serde::{Deserialize, Serialize};
+
+use super::hook::HookPoint;
+use super::reducers::{Activation, AttentionStats, KvNorms, ResidNorms, TopActivations};
+use super::sink::CaptureSink;
+use crate::error::{Error, Result};
+use crate::model::LlamaConfig;
+
+/// Attention statistics, residual norms, top activations and k/v norms, fed in one pass.
+pub struct StandardReducers {
+    pub attention: AttentionStats,
+    pub resid: ResidNorms,
+    pub top: TopActivations,
+    pub kv: KvNorms,
+    first_keys: usize,
+    n_heads: usize,
+}
+
+impl StandardReducers {
+    /// `first_keys`: how many early key positions get a per-head α in the summary (K);
+    /// `top_k`: activations kept per layer.
+    pub fn new(cfg: &LlamaConfig, n_positions: usize, first_keys: usize, top_k: usize) -> Self {
+        StandardReducers {
+            attention: AttentionStats::new(cfg.n_layers, cfg.n_heads, n_positions),
+            resid: ResidNorms::new(cfg.n_layers),
+            top: TopActivations::new(cfg.n_layers, top_k),
+            kv: KvNorms::new(cfg.n_layers, cfg.n_kv_heads),
+            first_keys,
+            n_heads: cfg.n_heads,
+        }
+    }
+
+    pub fn summarize(&self) -> CaptureSummary {
+        let n_layers = self.attention.rows.len();
+        let mut layers = Vec::with_capacity(n_layers);
+        let mut heads = Vec::new();
+        for l in 0..n_layers {
+            let t = self.attention.rows[l];
+            let alpha0: Vec<f64> = (0..self.n_heads).map(|h| self.attention.alpha(l, h, 0)).collect();
+            let top = &self.top.top[l];
+            let max = top.first().copied();
+            let mean = |v: &[f32]| if v.is_empty() { 0.0 } else { v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64 };
+            layers.push(LayerSummary {
+                layer: l,
+                mean_attention_pos0: alpha0.iter().sum::<f64>() / self.n_heads.max(1) as f64,
+                max_abs: max.map_or(0.0, |a| a.value.abs()),
+                max_abs_pos: max.map(|a| a.pos),
+                max_abs_dim: max.map(|a| a.dim),
+                median_abs: self.top.median_abs[l],
+                top: top.clone(),
+                resid_norm_mean_pre: mean(&self.resid.pre[l]),
+                resid_norm_mean_post: mean(&self.resid.post[l]),
+                resid_norm_pos0_post: self.resid.post[l].first().copied().unwrap_or(0.0),
+            });
+            for h in 0..self.n_heads {
+                let alpha = (0..self.first_keys.min(t)).map(|k| self.attention.alpha(l, h, k)).collect();
+                let rows = t.max(1) as f64;
+                let sampled = self.attention.entropy_rows[l].max(1) as f64;
+                heads.push(HeadSummary {
+                    layer: l,
+                    head: h,
+                    alpha,
+                    prev_token_mass: self.attention.prev_mass[l][h] / (t.saturating_sub(1).max(1)) as f64,
+                    self_mass: self.attention.self_mass[l][h] / rows,
+                    entropy_mean: self.attention.entropy_sum[l][h] / sampled,
+                });
+            }
+        }
+        CaptureSummary { first_keys: self.first_keys, layers, heads }
+    }
+
+    /// Saves the per-position reductions as safetensors (F32), atomically:
+    /// `attn_col_mass` [layer, head, key] (Σ over queries of A[i,key]), `resid_norm_{pre,mid,post}`
+    /// [layer, pos], `key_norm`/`value_norm` [layer, kv_head, pos], `max_abs_by_dim` [layer, d_model].
+    pub fn save_arrays(&self, path: &Path, metadata: BTreeMap<String, String>) -> Result<()> {
+        let mut arrays: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
+        let n_layers = self.attention.rows.len();
+        let keys = self.attention.col_mass.iter().flatten().map(Vec::len).max().unwrap_or(0);
+        let mut col = Vec::with_capacity(n_layers * self.n_heads * keys);
+        for layer in &self.attention.col_mass {
+            for head in layer {
+                col.extend(head.iter().map(|&v| v as f32));
+                col.extend(std::iter::repeat_n(0.0, keys - head.len()));
+            }
+        }
+        arrays.push(("attn_col_mass".into(), vec![n_layers, self.n_heads, keys], col));
+        for (name, rows) in [("resid_norm_pre", &self.resid.pre), ("resid_norm_mid", &self.resid.mid), ("resid_norm_post", &self.resid.post)] {
+            let t = rows.first().map_or(0, Vec::len);
+            arrays.push((name.into(), vec![rows.len(), t], rows.concat()));
+        }
+        for (name, per) in [("key_norm", &self.kv.key), ("value_norm", &self.kv.value)] {
+            let kvh = per.first().map_or(0, Vec::len);
+            let t = per.first().and_then(|h| h.first()).map_or(0, Vec::len);
+            arrays.push((name.into(), vec![per.len(), kvh, t], per.iter().flatten().flatten().copied().collect()));
+        }
+        let d = self.top.max_abs_by_dim.first().map_or(0, Vec::len);
+        arrays.push(("max_abs_by_dim".into(), vec![n_layers, d], self.top.max_abs_by_dim.concat()));
+        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = arrays
+            .into_iter()
+            .map(|(n, s, v)| (n, s, v.iter().flat_map(|x| x.to_le_bytes()).collect()))
+            .collect();
+        let views = bytes
+            .iter()
+            .map(|(n, s, b)| {
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b)
+                    .map(|v| (n.clone(), v))
+                    .map_err(|e| Error::Internal(format!("reduction array {n}: {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let out = safetensors::tensor::serialize(views, Some(metadata.into_iter().collect()))
+            .map_err(|e| Error::Internal(format!("safetensors serialize: {e}")))?;
+        crate::report::write_atomic(path, &out)
+    }
+}
+
+impl CaptureSink for StandardReducers {
+    fn wants(&self, hook: &HookPoint) -> bool {
+        self.attention.wants(hook) || self.resid.wants(hook) || self.top.wants(hook) || self.kv.wants(hook)
+    }
+    fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()> {
+        let sinks: [&mut dyn CaptureSink; 4] = [&mut self.attention, &mut self.resid, &mut self.top, &mut self.kv];
+        for s in sinks {
+            if s.wants(hook) {
+                s.record(hook, rows.clone(), value)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Per-layer facts for the demo table and the JSON summary.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LayerSummary {
+    pub layer: usize,
+    /// Mean over heads of α_0: the average attention a query pays to position 0.
+    pub mean_attention_pos0: f64,
+    /// Largest |h| in the layer output (resid_post), and where.
+    pub max_abs: f32,
+    pub max_abs_pos: Option<usize>,
+    pub max_abs_dim: Option<usize>,
+    pub median_abs: f32,
+    pub top: Vec<Activation>,
+    pub resid_norm_mean_pre: f64,
+    pub resid_norm_mean_post: f64,
+    pub resid_norm_pos0_post: f32,
+}
+
+/// Per-head attention facts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HeadSummary {
+    pub layer: usize,
+    pub head: usize,
+    /// α_k for k = 0..K−1 (Gu et al. 2024): mean attention from queries i ≥ k to key k.
+    pub alpha: Vec<f64>,
+    /// Mean A[i, i−1] over i ≥ 1.
+    pub prev_token_mass: f64,
+    /// Mean A[i, i].
+    pub self_mass: f64,
+    /// Mean row entropy in nats (on a deterministic sample of ≤256 query rows).
+    pub entropy_mean: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CaptureSummary {
+    pub first_keys: usize,
+    pub layers: Vec<LayerSummary>,
+    pub heads: Vec<HeadSummary>,
+}

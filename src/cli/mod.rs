@@ -1,0 +1,68 @@
+//! Command-line surface: clap definitions and one function per subcommand. Thin: every command
+//! is model → capture → report calls into the library.
+
+mod capture;
+mod demo;
+mod generate;
+mod info;
+mod text;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+pub use generate::{generate, generate_text};
+
+use crate::error::Result;
+use crate::model::{LoadOptions, LoadedModel};
+
+#[derive(Parser, Debug)]
+#[command(name = "sinkscope", version, about = "Where a transformer parks its attention, and what breaks when a KV cache throws those positions away")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Capture the default model on a default text and print a per-layer table.
+    Demo(demo::DemoArgs),
+    /// Show a model's architecture, sizes, tokenizer and storage.
+    Info(info::InfoArgs),
+    /// Continue a prompt (greedy unless --temperature is given).
+    Generate(generate::GenerateArgs),
+    /// Run a text through the model with streaming reducers; write a JSON summary (and, with
+    /// --save-tensors, full tensors of the selected hooks).
+    Capture(capture::CaptureArgs),
+}
+
+/// Model selection shared by every command that loads one.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// A .gguf file, a llama2.c .bin (tokenizer beside it), an HF directory, a hub id
+    /// (owner/name, via the HF cache), or an alias: smollm2-135m, stories260k.
+    #[arg(short = 'm', long = "model", default_value = crate::model::source::DEFAULT_MODEL)]
+    pub model: String,
+    /// Keep GGUF weights quantized for matmuls (faster, less memory, not exact). Default:
+    /// dequantize everything to f32 so analysis is exact.
+    #[arg(long)]
+    pub quantized: bool,
+    /// Use this tokenizer.json (or llama2.c tok*.bin) instead of the model's own.
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+}
+
+impl ModelArgs {
+    pub fn load(&self) -> Result<LoadedModel> {
+        crate::model::load(&self.model, &LoadOptions { quantized: self.quantized, tokenizer: self.tokenizer.clone() })
+    }
+}
+
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Demo(a) => demo::run(a),
+        Command::Info(a) => info::run(a),
+        Command::Generate(a) => generate::run(a),
+        Command::Capture(a) => capture::run(a),
+    }
+}

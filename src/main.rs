@@ -1,0 +1,17 @@
+//! The `sinkscope` binary: parse arguments, run the command, map errors to exit codes
+//! (0 ok, 2 input error with one readable line, 1 internal error).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = sinkscope::cli::Cli::parse();
+    match sinkscope::cli::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! HF-layout models: `config.json` → [`LlamaConfig`], and weights from `model.safetensors` or a
+//! sharded `model.safetensors.index.json`, memory-mapped and converted to f32 tensor by tensor.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor};
+use safetensors::{Dtype, SafeTensors};
+use serde_json::Value as Json;
+
+use super::llama::{LlamaConfig, Param};
+use super::rope::RopeLayout;
+use super::source::shard_names;
+use crate::error::{Error, IoContext, Result};
+
+/// The `model_type`s whose weights follow the Llama layout (Qwen2 adds q/k/v biases).
+const SUPPORTED: [&str; 4] = ["llama", "mistral", "qwen2", "smollm"];
+
+pub fn read_config(dir: &Path) -> Result<(LlamaConfig, bool, String)> {
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path).with_file(&path)?;
+    let json: Json = serde_json::from_str(&text).map_err(|e| Error::file(&path, format!("not valid JSON ({e})")))?;
+    let model_type = json.get("model_type").and_then(Json::as_str).unwrap_or("");
+    if !SUPPORTED.contains(&model_type) {
+        return Err(Error::file(
+            &path,
+            format!("unknown architecture model_type '{model_type}'; sinkscope supports Llama-family models ({})", SUPPORTED.join(", ")),
+        ));
+    }
+    let req = |key: &str| -> Result<usize> {
+        json.get(key).and_then(Json::as_u64).map(|v| v as usize).ok_or_else(|| Error::file(&path, format!("missing or non-integer field \"{key}\"; config.json is incomplete")))
+    };
+    if let Some(scaling) = json.get("rope_scaling").filter(|v| !v.is_null()) {
+        let kind = scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(Json::as_str).unwrap_or("?");
+        if kind != "default" {
+            return Err(Error::file(&path, format!("rope_scaling type '{kind}' is not supported yet")));
+        }
+    }
+    let d_model = req("hidden_size")?;
+    let n_heads = req("num_attention_heads")?;
+    let rope_theta = json
+        .get("rope_theta")
+        .or_else(|| json.pointer("/rope_parameters/rope_theta"))
+        .and_then(Json::as_f64)
+        .unwrap_or(10000.0);
+    let cfg = LlamaConfig {
+        n_layers: req("num_hidden_layers")?,
+        n_heads,
+        n_kv_heads: json.get("num_key_value_heads").and_then(Json::as_u64).map_or(n_heads, |v| v as usize),
+        d_model,
+        d_head: json.get("head_dim").and_then(Json::as_u64).map_or(d_model / n_heads.max(1), |v| v as usize),
+        d_ff: req("intermediate_size")?,
+        vocab_size: req("vocab_size")?,
+        context_len: req("max_position_embeddings")?,
+        rope_theta,
+        rope_layout: RopeLayout::HalfSplit,
+        rms_eps: json.get("rms_norm_eps").and_then(Json::as_f64).unwrap_or(1e-6),
+    };
+    let tied = json.get("tie_word_embeddings").and_then(Json::as_bool).unwrap_or(false);
+    Ok((cfg, tied, model_type.to_owned()))
+}
+
+/// Memory-mapped safetensors shards of one model.
+pub struct HfWeights {
+    shards: Vec<(PathBuf, memmap2::Mmap)>,
+    /// tensor name → shard index
+    index: HashMap<String, usize>,
+}
+
+impl HfWeights {
+    pub fn open(dir: &Path) -> Result<Self> {
+        let single = dir.join("model.safetensors");
+        let files = if single.is_file() {
+            vec![single]
+        } else {
+            let index = dir.join("model.safetensors.index.json");
+            if !index.is_file() {
+                return Err(Error::file(dir, "has neither model.safetensors nor model.safetensors.index.json"));
+            }
+            shard_names(&index)?.into_iter().map(|s| dir.join(s)).collect()
+        };
+        let mut shards = Vec::new();
+        let mut index = HashMap::new();
+        for (i, path) in files.into_iter().enumerate() {
+            let file = std::fs::File::open(&path).with_file(&path)?;
+            // SAFETY: read-only map; see GgufFile::open.
+            let mmap = unsafe { memmap2::Mmap::map(&file) }.with_file(&path)?;
+            let st = SafeTensors::deserialize(&mmap).map_err(|e| {
+                Error::file(&path, format!("safetensors header is invalid ({e}); the file is truncated or corrupt — re-download it"))
+            })?;
+            for name in st.names() {
+                index.insert(name.to_owned(), i);
+            }
+            shards.push((path, mmap));
+        }
+        Ok(HfWeights { shards, index })
+    }
+
+    pub fn get(&self, name: &str) -> Result<Option<Tensor>> {
+        let Some(&i) = self.index.get(name) else { return Ok(None) };
+        let (path, mmap) = &self.shards[i];
+        let st = SafeTensors::deserialize(mmap).map_err(|e| Error::file(path, format!("safetensors header is invalid ({e})")))?;
+        let view = st.tensor(name).map_err(|e| Error::file(path, format!("tensor {name}: {e}")))?;
+        let data = view.data();
+        let values: Vec<f32> = match view.dtype() {
+            Dtype::F32 => data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+            Dtype::F16 => data.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+            Dtype::BF16 => data.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+            other => return Err(Error::file(path, format!("tensor {name} has dtype {other:?}; only F32, F16 and BF16 are supported"))),
+        };
+        Ok(Some(Tensor::from_vec(values, view.shape(), &Device::Cpu)?))
+    }
+
+    /// Looks up a weight by its GGUF-style canonical name.
+    pub fn param(&self, canonical: &str, tied: bool) -> Result<Option<Param>> {
+        let Some(name) = hf_name(canonical) else { return Ok(None) };
+        if canonical == "output.weight" && tied {
+            return Ok(None);
+        }
+        Ok(self.get(&name)?.map(Param::Dense))
+    }
+
+    pub fn n_tensors(&self) -> usize {
+        self.index.len()
+    }
+}
+
+/// GGUF-style canonical names (what [`super::llama::Llama::load`] asks for) → HF names.
+fn hf_name(canonical: &str) -> Option<String> {
+    let fixed = match canonical {
+        "token_embd.weight" => Some("model.embed_tokens.weight"),
+        "output_norm.weight" => Some("model.norm.weight"),
+        "output.weight" => Some("lm_head.weight"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(f.to_owned());
+    }
+    let rest = canonical.strip_prefix("blk.")?;
+    let (layer, tail) = rest.split_once('.')?;
+    let mapped = match tail {
+        "attn_norm.weight" => "input_layernorm.weight",
+        "ffn_norm.weight" => "post_attention_layernorm.weight",
+        "attn_q.weight" => "self_attn.q_proj.weight",
+        "attn_k.weight" => "self_attn.k_proj.weight",
+        "attn_v.weight" => "self_attn.v_proj.weight",
+        "attn_q.bias" => "self_attn.q_proj.bias",
+        "attn_k.bias" => "self_attn.k_proj.bias",
+        "attn_v.bias" => "self_attn.v_proj.bias",
+        "attn_output.weight" => "self_attn.o_proj.weight",
+        "ffn_gate.weight" => "mlp.gate_proj.weight",
+        "ffn_up.weight" => "mlp.up_proj.weight",
+        "ffn_down.weight" => "mlp.down_proj.weight",
+        _ => return None,
+    };
+    Some(format!("model.layers.{layer}.{mapped}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_names_map_to_hf() {
+        assert_eq!(hf_name("blk.3.attn_q.weight").as_deref(), Some("model.layers.3.self_attn.q_proj.weight"));
+        assert_eq!(hf_name("token_embd.weight").as_deref(), Some("model.embed_tokens.weight"));
+        assert_eq!(hf_name("blk.0.nope"), None);
+    }
+}

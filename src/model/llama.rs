@@ -1,0 +1,449 @@
+//! The Llama-family forward pass (Llama, Mistral, Qwen2-style, SmolLM, TinyLlama, llama2.c) with
+//! capture hooks: RMSNorm, grouped-query attention computed in query blocks (no layer ever holds a
+//! full T×T pattern), SwiGLU, RoPE in the weights' own layout, tied or untied output.
+
+use std::sync::Arc;
+
+use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::{Device, Module, Tensor};
+use rayon::prelude::*;
+use serde::Serialize;
+
+use super::rope::{Rope, RopeLayout};
+use crate::capture::{CaptureSink, HookPoint};
+use crate::error::{Error, Result};
+
+/// Upper bound on one query block's score matrix, so attention memory is independent of T².
+const ATTENTION_BLOCK_BYTES: usize = 32 << 20;
+
+/// Shape and numerics of a Llama-family model.
+#[derive(Debug, Clone, Serialize)]
+pub struct LlamaConfig {
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub d_model: usize,
+    pub d_head: usize,
+    pub d_ff: usize,
+    pub vocab_size: usize,
+    /// The context length the model was trained for.
+    pub context_len: usize,
+    pub rope_theta: f64,
+    pub rope_layout: RopeLayout,
+    pub rms_eps: f64,
+}
+
+impl LlamaConfig {
+    /// Checks the numbers are usable before any tensor is read.
+    pub fn validate(&self, source: &std::path::Path) -> Result<()> {
+        let bad = |what: String| Error::file(source, format!("model configuration is impossible: {what}"));
+        for (name, v) in [
+            ("layers", self.n_layers),
+            ("heads", self.n_heads),
+            ("kv heads", self.n_kv_heads),
+            ("d_model", self.d_model),
+            ("d_head", self.d_head),
+            ("d_ff", self.d_ff),
+            ("vocab", self.vocab_size),
+        ] {
+            if v == 0 || v > 1 << 24 {
+                return Err(bad(format!("{name} = {v}")));
+            }
+        }
+        if self.n_heads % self.n_kv_heads != 0 {
+            return Err(bad(format!("{} heads are not a multiple of {} kv heads", self.n_heads, self.n_kv_heads)));
+        }
+        if self.d_head % 2 != 0 {
+            return Err(bad(format!("head size {} is odd (RoPE needs pairs)", self.d_head)));
+        }
+        if !(self.rope_theta > 0.0 && self.rms_eps >= 0.0) {
+            return Err(bad(format!("rope theta {} / rms eps {}", self.rope_theta, self.rms_eps)));
+        }
+        Ok(())
+    }
+}
+
+/// A weight as a loader hands it over: plain f32, or still quantized (for `--quantized`).
+pub enum Param {
+    Dense(Tensor),
+    Quant(Arc<QTensor>),
+}
+
+impl Param {
+    pub fn shape(&self) -> Vec<usize> {
+        match self {
+            Param::Dense(t) => t.dims().to_vec(),
+            Param::Quant(q) => q.shape().dims().to_vec(),
+        }
+    }
+
+    pub fn dequantize(&self) -> Result<Tensor> {
+        Ok(match self {
+            Param::Dense(t) => t.clone(),
+            Param::Quant(q) => q.dequantize(&Device::Cpu)?,
+        })
+    }
+}
+
+/// y = x Wᵀ (+ b) for x of shape (T, in).
+struct Linear {
+    weight: LinearWeight,
+    bias: Option<Tensor>,
+}
+
+enum LinearWeight {
+    /// (out, in) f32.
+    Dense(Tensor),
+    Quant(QMatMul),
+}
+
+impl Linear {
+    fn new(p: Param, bias: Option<Tensor>) -> Result<Self> {
+        let weight = match p {
+            Param::Dense(t) => LinearWeight::Dense(t),
+            Param::Quant(q) => LinearWeight::Quant(QMatMul::from_arc(q)?),
+        };
+        Ok(Linear { weight, bias })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = match &self.weight {
+            LinearWeight::Dense(w) => x.matmul(&w.t()?)?,
+            LinearWeight::Quant(q) => q.forward(x)?,
+        };
+        Ok(match &self.bias {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        })
+    }
+}
+
+/// Several projections of the same input. Dense weights are concatenated into one matmul at load
+/// time (q|k|v, gate|up); quantized ones stay separate.
+struct Projection {
+    parts: Vec<Linear>,
+    widths: Vec<usize>,
+}
+
+impl Projection {
+    fn new(params: Vec<(Param, Option<Tensor>)>) -> Result<Self> {
+        let widths: Vec<usize> = params.iter().map(|(p, _)| p.shape()[0]).collect();
+        if params.iter().all(|(p, _)| matches!(p, Param::Dense(_))) {
+            let ws: Vec<Tensor> = params.iter().map(|(p, _)| p.dequantize()).collect::<Result<_>>()?;
+            let bias = if params.iter().any(|(_, b)| b.is_some()) {
+                let bs: Vec<Tensor> = params
+                    .iter()
+                    .zip(&widths)
+                    .map(|((_, b), &w)| match b {
+                        Some(b) => Ok(b.clone()),
+                        None => Ok(Tensor::zeros(w, candle_core::DType::F32, &Device::Cpu)?),
+                    })
+                    .collect::<Result<_>>()?;
+                Some(Tensor::cat(&bs, 0)?)
+            } else {
+                None
+            };
+            let fused = Linear::new(Param::Dense(Tensor::cat(&ws, 0)?), bias)?;
+            Ok(Projection { parts: vec![fused], widths })
+        } else {
+            let parts = params.into_iter().map(|(p, b)| Linear::new(p, b)).collect::<Result<_>>()?;
+            Ok(Projection { parts, widths })
+        }
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Vec<Tensor>> {
+        if self.parts.len() == 1 && self.widths.len() > 1 {
+            let y = self.parts[0].forward(x)?;
+            let mut out = Vec::with_capacity(self.widths.len());
+            let mut start = 0;
+            for &w in &self.widths {
+                out.push(y.narrow(1, start, w)?);
+                start += w;
+            }
+            Ok(out)
+        } else {
+            self.parts.iter().map(|p| p.forward(x)).collect()
+        }
+    }
+}
+
+struct Block {
+    attn_norm: Tensor,
+    qkv: Projection,
+    o_proj: Linear,
+    ffn_norm: Tensor,
+    gate_up: Projection,
+    down: Linear,
+}
+
+/// Keys (after RoPE) and values of every layer for the positions processed so far.
+#[derive(Default)]
+pub struct KvCache {
+    k: Vec<Tensor>,
+    v: Vec<Tensor>,
+    len: usize,
+}
+
+impl KvCache {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// A loaded Llama-family model.
+pub struct Llama {
+    pub cfg: LlamaConfig,
+    embed: Tensor,
+    blocks: Vec<Block>,
+    final_norm: Tensor,
+    lm_head: Linear,
+    rope: Rope,
+    attention_block_bytes: usize,
+}
+
+/// Fetches a weight by its GGUF-style name (`token_embd.weight`, `blk.3.attn_q.weight`, …);
+/// `None` when the file has no such tensor.
+pub type ParamSource<'a> = dyn FnMut(&str) -> Result<Option<Param>> + 'a;
+
+impl Llama {
+    /// Builds the model from a weight source, checking every shape against `cfg`.
+    pub fn load(cfg: LlamaConfig, source_path: &std::path::Path, get: &mut ParamSource<'_>) -> Result<Self> {
+        cfg.validate(source_path)?;
+        let (d, dh, h, kv, ff) = (cfg.d_model, cfg.d_head, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff);
+        let embed_param = take_req(get, source_path, "token_embd.weight", &[cfg.vocab_size, d])?;
+        let mut blocks = Vec::with_capacity(cfg.n_layers);
+        for l in 0..cfg.n_layers {
+            let n = |s: &str| format!("blk.{l}.{s}");
+            let attn_norm = take_req(get, source_path, &n("attn_norm.weight"), &[d])?.dequantize()?;
+            let q = take_req(get, source_path, &n("attn_q.weight"), &[h * dh, d])?;
+            let k = take_req(get, source_path, &n("attn_k.weight"), &[kv * dh, d])?;
+            let v = take_req(get, source_path, &n("attn_v.weight"), &[kv * dh, d])?;
+            let o = take_req(get, source_path, &n("attn_output.weight"), &[d, h * dh])?;
+            let ffn_norm = take_req(get, source_path, &n("ffn_norm.weight"), &[d])?.dequantize()?;
+            let gate = take_req(get, source_path, &n("ffn_gate.weight"), &[ff, d])?;
+            let up = take_req(get, source_path, &n("ffn_up.weight"), &[ff, d])?;
+            let down = take_req(get, source_path, &n("ffn_down.weight"), &[d, ff])?;
+            // Qwen2-style q/k/v biases are optional.
+            let mut bias = |name: &str, width: usize| -> Result<Option<Tensor>> {
+                take_opt(get, source_path, &n(name), &[width])?.map(|p| p.dequantize()).transpose()
+            };
+            let (qb, kb, vb) = (bias("attn_q.bias", h * dh)?, bias("attn_k.bias", kv * dh)?, bias("attn_v.bias", kv * dh)?);
+            blocks.push(Block {
+                attn_norm,
+                qkv: Projection::new(vec![(q, qb), (k, kb), (v, vb)])?,
+                o_proj: Linear::new(o, None)?,
+                ffn_norm,
+                gate_up: Projection::new(vec![(gate, None), (up, None)])?,
+                down: Linear::new(down, None)?,
+            });
+        }
+        let final_norm = take_req(get, source_path, "output_norm.weight", &[d])?.dequantize()?;
+        let embed = embed_param.dequantize()?;
+        let lm_head = match take_opt(get, source_path, "output.weight", &[cfg.vocab_size, d])? {
+            Some(p) => Linear::new(p, None)?,
+            // Tied embeddings: the output head is the embedding matrix.
+            None => Linear::new(embed_param, None)?,
+        };
+        let rope = Rope { theta: cfg.rope_theta, d_head: cfg.d_head, layout: cfg.rope_layout };
+        Ok(Llama { cfg, embed, blocks, final_norm, lm_head, rope, attention_block_bytes: ATTENTION_BLOCK_BYTES })
+    }
+
+    /// Runs `tokens` after whatever `cache` holds (positions continue from `cache.len()`), pushing
+    /// hooks into `sink`, and returns the final-norm hidden states (T, d_model). With `cache` =
+    /// `None` nothing is kept for later calls. Logits come from [`Llama::logits`].
+    pub fn forward(&self, tokens: &[u32], cache: Option<&mut KvCache>, sink: &mut dyn CaptureSink) -> Result<Tensor> {
+        if tokens.is_empty() {
+            return Err(Error::input("no tokens to run: the text is empty"));
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+            return Err(Error::input(format!("token id {bad} is outside the model's vocabulary of {}", self.cfg.vocab_size)));
+        }
+        let dev = Device::Cpu;
+        let t = tokens.len();
+        let mut cache = cache;
+        let past = cache.as_ref().map_or(0, |c| c.len);
+        let rows = past..past + t;
+        let positions: Vec<usize> = rows.clone().collect();
+        let (cos, sin) = self.rope.tables(&positions, &dev)?;
+        let ids = Tensor::new(tokens, &dev)?;
+        let mut x = self.embed.index_select(&ids, 0)?;
+        emit(sink, HookPoint::Embed, &rows, &x)?;
+        let eps = self.cfg.rms_eps as f32;
+        let (h, kvh, dh) = (self.cfg.n_heads, self.cfg.n_kv_heads, self.cfg.d_head);
+        for (l, block) in self.blocks.iter().enumerate() {
+            emit(sink, HookPoint::ResidPre(l), &rows, &x)?;
+            let xn = candle_nn::ops::rms_norm(&x, &block.attn_norm, eps)?;
+            let qkv = block.qkv.forward(&xn)?;
+            let (q, k, v) = (qkv[0].reshape((t, h, dh))?, qkv[1].reshape((t, kvh, dh))?, qkv[2].reshape((t, kvh, dh))?);
+            emit(sink, HookPoint::Q(l), &rows, &q)?;
+            emit(sink, HookPoint::K(l), &rows, &k)?;
+            emit(sink, HookPoint::V(l), &rows, &v)?;
+            let q = self.rope.apply(&q.transpose(0, 1)?.contiguous()?, &cos, &sin)?;
+            let k = self.rope.apply(&k.transpose(0, 1)?.contiguous()?, &cos, &sin)?;
+            let v = v.transpose(0, 1)?.contiguous()?;
+            let (k_all, v_all) = match cache.as_deref_mut() {
+                Some(c) => {
+                    if c.k.len() <= l {
+                        c.k.push(k);
+                        c.v.push(v);
+                    } else {
+                        c.k[l] = Tensor::cat(&[&c.k[l], &k], 1)?;
+                        c.v[l] = Tensor::cat(&[&c.v[l], &v], 1)?;
+                    }
+                    (c.k[l].clone(), c.v[l].clone())
+                }
+                None => (k, v),
+            };
+            let attn = self.attention(l, &q, &k_all, &v_all, past, sink)?;
+            let attn_out = block.o_proj.forward(&attn)?;
+            emit(sink, HookPoint::AttnOut(l), &rows, &attn_out)?;
+            x = (x + attn_out)?;
+            emit(sink, HookPoint::ResidMid(l), &rows, &x)?;
+            let xn = candle_nn::ops::rms_norm(&x, &block.ffn_norm, eps)?;
+            let gu = block.gate_up.forward(&xn)?;
+            let act = (candle_nn::ops::silu(&gu[0])? * &gu[1])?;
+            emit(sink, HookPoint::MlpPost(l), &rows, &act)?;
+            x = (x + block.down.forward(&act)?)?;
+            emit(sink, HookPoint::ResidPost(l), &rows, &x)?;
+        }
+        if let Some(c) = cache {
+            c.len += t;
+        }
+        let out = candle_nn::ops::rms_norm(&x, &self.final_norm, eps)?;
+        emit(sink, HookPoint::LnFinal, &rows, &out)?;
+        Ok(out)
+    }
+
+    /// Caps the bytes of one query block's scores (default 32 MiB); smaller means more, shorter
+    /// blocks. Results do not depend on it.
+    pub fn set_attention_block_bytes(&mut self, bytes: usize) {
+        self.attention_block_bytes = bytes.max(1);
+    }
+
+    /// Logits (rows, vocab) for final-norm hidden states (rows, d_model). Callers with long inputs
+    /// pass row chunks: a full T×vocab matrix can be gigabytes.
+    pub fn logits(&self, normed: &Tensor) -> Result<Tensor> {
+        self.lm_head.forward(normed)
+    }
+
+    /// Causal softmax attention for q (H, T, dh) against all visible keys k/v (KVH, past+T, dh),
+    /// one block of query rows at a time. Returns (T, H·dh).
+    fn attention(&self, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, past: usize, sink: &mut dyn CaptureSink) -> Result<Tensor> {
+        let (h, t, dh) = q.dims3()?;
+        let kvh = k.dim(0)?;
+        let group = h / kvh;
+        let n_keys = past + t;
+        let scale = 1.0 / (dh as f32).sqrt();
+        let want_pattern = sink.wants(&HookPoint::Pattern(layer));
+        let want_scores = sink.wants(&HookPoint::AttnScores(layer));
+        let per_row = h * n_keys * std::mem::size_of::<f32>() * if want_scores { 2 } else { 1 };
+        let block = (self.attention_block_bytes / per_row.max(1)).clamp(1, t);
+        // (KVH, group, T, dh): the query heads that share one kv head, side by side.
+        let q = q.reshape((kvh, group, t, dh))?;
+        let mut outs = Vec::with_capacity(t.div_ceil(block));
+        for b0 in (0..t).step_by(block) {
+            let b = block.min(t - b0);
+            let visible = past + b0 + b;
+            let qb = q.narrow(2, b0, b)?.contiguous()?.reshape((kvh, group * b, dh))?;
+            let kb = k.narrow(1, 0, visible)?;
+            let vb = v.narrow(1, 0, visible)?;
+            let scores = qb.matmul(&kb.t()?)?;
+            let mut a = scores.flatten_all()?.to_vec1::<f32>()?;
+            drop(scores);
+            // Rows are (kv head, group member, query r); query r sees keys 0..=past+b0+r.
+            a.par_chunks_mut(visible).enumerate().for_each(|(row, s)| scale_and_mask(s, scale, past + b0 + row % b + 1));
+            let rows = past + b0..past + b0 + b;
+            if want_scores {
+                let scores = Tensor::from_vec(a.clone(), (h, b, visible), &Device::Cpu)?;
+                sink.record(&HookPoint::AttnScores(layer), rows.clone(), &scores)?;
+            }
+            a.par_chunks_mut(visible).enumerate().for_each(|(row, s)| softmax_prefix(s, past + b0 + row % b + 1));
+            let pattern = Tensor::from_vec(a, (kvh, group * b, visible), &Device::Cpu)?;
+            if want_pattern {
+                sink.record(&HookPoint::Pattern(layer), rows, &pattern.reshape((h, b, visible))?)?;
+            }
+            outs.push(pattern.matmul(&vb)?.reshape((h, b, dh))?);
+        }
+        let out = if outs.len() == 1 { outs.pop().unwrap_or_else(|| unreachable!()) } else { Tensor::cat(&outs, 1)? };
+        Ok(out.transpose(0, 1)?.contiguous()?.reshape((t, h * dh))?)
+    }
+}
+
+/// Multiplies the visible scores by `scale` and sets the masked (future) ones to −∞.
+fn scale_and_mask(row: &mut [f32], scale: f32, visible: usize) {
+    let (seen, future) = row.split_at_mut(visible.min(row.len()));
+    seen.iter_mut().for_each(|s| *s *= scale);
+    future.fill(f32::NEG_INFINITY);
+}
+
+/// Softmax over the first `visible` entries; the rest become exactly 0.
+fn softmax_prefix(row: &mut [f32], visible: usize) {
+    let (seen, future) = row.split_at_mut(visible.min(row.len()));
+    let max = seen.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    for s in seen.iter_mut() {
+        *s = (*s - max).exp();
+        sum += *s;
+    }
+    let inv = 1.0 / sum;
+    seen.iter_mut().for_each(|s| *s *= inv);
+    future.fill(0.0);
+}
+
+fn emit(sink: &mut dyn CaptureSink, hook: HookPoint, rows: &std::ops::Range<usize>, value: &Tensor) -> Result<()> {
+    if sink.wants(&hook) {
+        let value = if value.is_contiguous() { value.clone() } else { value.contiguous()? };
+        sink.record(&hook, rows.clone(), &value)?;
+    }
+    Ok(())
+}
+
+/// Fetches a required weight and checks its shape.
+fn take_req(get: &mut ParamSource<'_>, path: &std::path::Path, name: &str, shape: &[usize]) -> Result<Param> {
+    take_opt(get, path, name, shape)?
+        .ok_or_else(|| Error::file(path, format!("tensor {name} is missing; the file is incomplete or not a Llama-family model")))
+}
+
+/// Fetches an optional weight and checks its shape.
+fn take_opt(get: &mut ParamSource<'_>, path: &std::path::Path, name: &str, shape: &[usize]) -> Result<Option<Param>> {
+    match get(name)? {
+        Some(p) => {
+            check_shape(path, name, &p.shape(), shape)?;
+            Ok(Some(p))
+        }
+        None => Ok(None),
+    }
+}
+
+fn check_shape(path: &std::path::Path, name: &str, got: &[usize], want: &[usize]) -> Result<()> {
+    if got != want {
+        return Err(Error::file(
+            path,
+            format!("tensor {name} has shape {got:?} but the model configuration implies {want:?}; the file's metadata and weights disagree"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masked_softmax_rows() {
+        let mut row = vec![1.0, 2.0, 3.0, 100.0];
+        scale_and_mask(&mut row, 0.5, 3);
+        assert_eq!(row[3], f32::NEG_INFINITY);
+        softmax_prefix(&mut row, 3);
+        let e: Vec<f32> = [0.5f32, 1.0, 1.5].iter().map(|x| x.exp()).collect();
+        let z: f32 = e.iter().sum();
+        for i in 0..3 {
+            assert!((row[i] - e[i] / z).abs() < 1e-7);
+        }
+        assert_eq!(row[3], 0.0);
+    }
+}

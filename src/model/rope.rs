@@ -1,0 +1,103 @@
+//! Rotary position embeddings: cos/sin tables for arbitrary position ids, applied in the layout the
+//! weights were stored in (GGUF llama and llama2.c: adjacent pairs; HF safetensors: half-split).
+
+use candle_core::{Device, Tensor};
+use serde::Serialize;
+
+use crate::error::Result;
+
+/// How a head's dimensions are paired for rotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RopeLayout {
+    /// Pairs (2i, 2i+1): llama.cpp's `LLAMA_ROPE_TYPE_NORM`, Meta's original and llama2.c weights.
+    Interleaved,
+    /// Pairs (i, i+d/2): HF transformers' `rotate_half` (llama.cpp's NEOX type).
+    HalfSplit,
+}
+
+impl std::fmt::Display for RopeLayout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RopeLayout::Interleaved => "interleaved (adjacent pairs)",
+            RopeLayout::HalfSplit => "half-split (rotate_half)",
+        })
+    }
+}
+
+/// RoPE for one model: frequency base, head size and layout.
+#[derive(Debug, Clone)]
+pub struct Rope {
+    pub theta: f64,
+    pub d_head: usize,
+    pub layout: RopeLayout,
+}
+
+impl Rope {
+    /// cos and sin tables of shape (positions, d_head/2) for the given position ids.
+    /// Angles are computed in f64 and rounded once, so long positions stay accurate.
+    pub fn tables(&self, positions: &[usize], device: &Device) -> Result<(Tensor, Tensor)> {
+        let half = self.d_head / 2;
+        let inv_freq: Vec<f64> = (0..half).map(|i| self.theta.powf(-((2 * i) as f64) / self.d_head as f64)).collect();
+        let mut cos = Vec::with_capacity(positions.len() * half);
+        let mut sin = Vec::with_capacity(positions.len() * half);
+        for &p in positions {
+            for &f in &inv_freq {
+                let angle = p as f64 * f;
+                cos.push(angle.cos() as f32);
+                sin.push(angle.sin() as f32);
+            }
+        }
+        Ok((
+            Tensor::from_vec(cos, (positions.len(), half), device)?,
+            Tensor::from_vec(sin, (positions.len(), half), device)?,
+        ))
+    }
+
+    /// Rotates `x` of shape (heads, positions, d_head) (contiguous) by the given tables.
+    pub fn apply(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        let x4 = x.unsqueeze(0)?;
+        let out = match self.layout {
+            RopeLayout::Interleaved => candle_nn::rotary_emb::rope_i(&x4, cos, sin)?,
+            RopeLayout::HalfSplit => candle_nn::rotary_emb::rope(&x4, cos, sin)?,
+        };
+        Ok(out.squeeze(0)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rotate(layout: RopeLayout, x: Vec<f32>, pos: usize) -> Vec<f32> {
+        let rope = Rope { theta: 10000.0, d_head: 4, layout };
+        let (c, s) = rope.tables(&[pos], &Device::Cpu).unwrap();
+        let t = Tensor::from_vec(x, (1, 1, 4), &Device::Cpu).unwrap();
+        rope.apply(&t, &c, &s).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+    }
+
+    #[test]
+    fn interleaved_rotates_adjacent_pairs() {
+        // Frequencies for d=4: 1 and 1/100. Position 1 rotates pair (x0,x1) by 1 rad.
+        let out = rotate(RopeLayout::Interleaved, vec![1.0, 0.0, 1.0, 0.0], 1);
+        let expect = [1f32.cos(), 1f32.sin(), 0.01f32.cos(), 0.01f32.sin()];
+        for (a, b) in out.iter().zip(expect) {
+            assert!((a - b).abs() < 1e-6, "{out:?}");
+        }
+    }
+
+    #[test]
+    fn half_split_rotates_i_with_i_plus_half() {
+        let out = rotate(RopeLayout::HalfSplit, vec![1.0, 1.0, 0.0, 0.0], 1);
+        let expect = [1f32.cos(), 0.01f32.cos(), 1f32.sin(), 0.01f32.sin()];
+        for (a, b) in out.iter().zip(expect) {
+            assert!((a - b).abs() < 1e-6, "{out:?}");
+        }
+    }
+
+    #[test]
+    fn position_zero_is_identity() {
+        let x = vec![0.3, -1.2, 2.0, 0.5];
+        assert_eq!(rotate(RopeLayout::Interleaved, x.clone(), 0), x);
+    }
+}

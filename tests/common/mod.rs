@@ -1,0 +1,85 @@
+//! Shared test helpers: locating `../shared/models` (tests that need a model skip loudly only when
+//! it is absent), temporary directories, fixture loading and running the binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+/// `$SINKSCOPE_SHARED/models` or `../shared/models` next to the repository.
+pub fn models_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("SINKSCOPE_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    let dir = base.join("models");
+    if dir.join("stories260K.gguf").is_file() {
+        Some(dir)
+    } else {
+        eprintln!("SKIPPED: {} has no model files (set SINKSCOPE_SHARED); this test needs real weights", dir.display());
+        None
+    }
+}
+
+/// The shared model file `name`, or skip the calling test (loudly) when the models are absent.
+#[macro_export]
+macro_rules! model_or_skip {
+    ($name:expr) => {
+        match common::models_dir() {
+            Some(d) => d.join($name),
+            None => return,
+        }
+    };
+}
+
+pub fn corpora_dir() -> PathBuf {
+    std::env::var_os("SINKSCOPE_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"))
+        .join("corpora")
+}
+
+pub fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(rel)
+}
+
+/// A fresh, empty directory under the system temp dir, unique to this test.
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sinkscope-test-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs the sinkscope binary with `args` (cwd = repository root).
+pub fn sinkscope(args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_sinkscope"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("SINKSCOPE_MODELS", models_dir().unwrap_or_default())
+        .output()
+        .expect("run sinkscope binary")
+}
+
+/// A fixture tensor from a safetensors file as (shape, f32 or i64-as-f64 values).
+pub struct Fixture {
+    bytes: Vec<u8>,
+}
+
+impl Fixture {
+    pub fn open(path: &Path) -> Self {
+        Fixture { bytes: std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())) }
+    }
+
+    pub fn f32(&self, name: &str) -> (Vec<usize>, Vec<f32>) {
+        let st = safetensors::SafeTensors::deserialize(&self.bytes).unwrap();
+        let t = st.tensor(name).unwrap_or_else(|_| panic!("fixture tensor {name}"));
+        assert_eq!(t.dtype(), safetensors::Dtype::F32, "{name}");
+        (t.shape().to_vec(), t.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect())
+    }
+
+    pub fn i64(&self, name: &str) -> Vec<i64> {
+        let st = safetensors::SafeTensors::deserialize(&self.bytes).unwrap();
+        let t = st.tensor(name).unwrap_or_else(|_| panic!("fixture tensor {name}"));
+        assert_eq!(t.dtype(), safetensors::Dtype::I64, "{name}");
+        t.data().chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap())).collect()
+    }
+}
