@@ -12,20 +12,30 @@ use super::hook::HookPoint;
 use super::sink::{with_f32, CaptureSink};
 use crate::error::Result;
 
+/// Query rows per layer on which the row entropy is computed (it costs a logarithm per entry).
+const ENTROPY_SAMPLE_ROWS: usize = 64;
+
+/// Running sums for one (layer, head).
+#[derive(Debug, Clone, Default)]
+pub struct HeadAccum {
+    /// Σ_i A[i, key] over every query row seen, per key.
+    pub col_mass: Vec<f64>,
+    /// Σ_i A[i, i−1] (rows with i ≥ 1).
+    pub prev_mass: f64,
+    /// Σ_i A[i, i].
+    pub self_mass: f64,
+    /// Σ over sampled rows of −Σ_j A ln A.
+    pub entropy_sum: f64,
+}
+
 /// Per (layer, head): attention mass each key receives (column sums over all queries), plus the
-/// mass on the previous token and on itself, and the mean row entropy on a deterministic sample of
-/// query rows (every `entropy_stride`-th) — entropy costs a logarithm per entry.
+/// mass on the previous token and on itself, and the row entropy on a deterministic sample of
+/// query rows (every `entropy_stride`-th, about 64 per layer).
 pub struct AttentionStats {
-    n_heads: usize,
     entropy_stride: usize,
-    /// [layer][head][key] Σ_i A[i, key] over every query row seen.
-    pub col_mass: Vec<Vec<Vec<f64>>>,
-    /// [layer][head] Σ_i A[i, i-1] (rows with i ≥ 1).
-    pub prev_mass: Vec<Vec<f64>>,
-    /// [layer][head] Σ_i A[i, i].
-    pub self_mass: Vec<Vec<f64>>,
-    /// [layer][head] Σ over sampled rows of −Σ_j A ln A, and the number of sampled rows.
-    pub entropy_sum: Vec<Vec<f64>>,
+    /// [layer][head]
+    pub heads: Vec<Vec<HeadAccum>>,
+    /// [layer] number of sampled rows for entropy.
     pub entropy_rows: Vec<usize>,
     /// [layer] number of query rows seen.
     pub rows: Vec<usize>,
@@ -34,12 +44,8 @@ pub struct AttentionStats {
 impl AttentionStats {
     pub fn new(n_layers: usize, n_heads: usize, n_positions: usize) -> Self {
         AttentionStats {
-            n_heads,
-            entropy_stride: n_positions.div_ceil(256).max(1),
-            col_mass: vec![vec![Vec::new(); n_heads]; n_layers],
-            prev_mass: vec![vec![0.0; n_heads]; n_layers],
-            self_mass: vec![vec![0.0; n_heads]; n_layers],
-            entropy_sum: vec![vec![0.0; n_heads]; n_layers],
+            entropy_stride: n_positions.div_ceil(ENTROPY_SAMPLE_ROWS).max(1),
+            heads: vec![vec![HeadAccum::default(); n_heads]; n_layers],
             entropy_rows: vec![0; n_layers],
             rows: vec![0; n_layers],
         }
@@ -49,45 +55,40 @@ impl AttentionStats {
     /// to key k (0-indexed; causal masking makes A[i,k] = 0 for i < k).
     pub fn alpha(&self, layer: usize, head: usize, key: usize) -> f64 {
         let t = self.rows[layer];
-        match self.col_mass[layer][head].get(key) {
+        match self.heads[layer][head].col_mass.get(key) {
             Some(&m) if t > key => m / (t - key) as f64,
             _ => 0.0,
         }
     }
 
     fn add_block(&mut self, layer: usize, rows: Range<usize>, keys: usize, a: &[f32]) {
+        use rayon::prelude::*;
         let block = rows.len();
         let stride = self.entropy_stride;
-        let mut sampled = 0;
-        for h in 0..self.n_heads {
-            let col = &mut self.col_mass[layer][h];
-            if col.len() < keys {
-                col.resize(keys, 0.0);
+        self.heads[layer].par_iter_mut().enumerate().for_each(|(h, acc)| {
+            if acc.col_mass.len() < keys {
+                acc.col_mass.resize(keys, 0.0);
             }
             for r in 0..block {
                 let q = rows.start + r;
                 let row = &a[(h * block + r) * keys..(h * block + r + 1) * keys];
                 let visible = (q + 1).min(keys);
-                for (c, &v) in col.iter_mut().zip(&row[..visible]) {
+                for (c, &v) in acc.col_mass.iter_mut().zip(&row[..visible]) {
                     *c += v as f64;
                 }
                 if q >= 1 && q - 1 < keys {
-                    self.prev_mass[layer][h] += row[q - 1] as f64;
+                    acc.prev_mass += row[q - 1] as f64;
                 }
                 if q < keys {
-                    self.self_mass[layer][h] += row[q] as f64;
+                    acc.self_mass += row[q] as f64;
                 }
                 if q % stride == 0 {
-                    let e: f64 = row[..visible].iter().filter(|&&v| v > 0.0).map(|&v| -(v as f64) * (v as f64).ln()).sum();
-                    self.entropy_sum[layer][h] += e;
-                    if h == 0 {
-                        sampled += 1;
-                    }
+                    acc.entropy_sum += row[..visible].iter().filter(|&&v| v > 0.0).map(|&v| -(v as f64) * (v as f64).ln()).sum::<f64>();
                 }
             }
-        }
+        });
         self.rows[layer] += block;
-        self.entropy_rows[layer] += sampled;
+        self.entropy_rows[layer] += rows.filter(|q| q % stride == 0).count();
     }
 }
 
@@ -293,10 +294,12 @@ mod tests {
         assert!((s.alpha(0, 0, 0) - (1.0 + 0.5 + 0.2) / 3.0).abs() < 1e-7);
         assert!((s.alpha(0, 0, 1) - (0.5 + 0.3) / 2.0).abs() < 1e-7);
         assert!((s.alpha(0, 0, 2) - 0.5).abs() < 1e-7);
-        assert!((s.prev_mass[0][0] - (0.5 + 0.3)).abs() < 1e-7);
-        assert!((s.self_mass[0][0] - (1.0 + 0.5 + 0.5)).abs() < 1e-7);
+        let acc = &s.heads[0][0];
+        assert!((acc.prev_mass - (0.5 + 0.3)).abs() < 1e-7);
+        assert!((acc.self_mass - (1.0 + 0.5 + 0.5)).abs() < 1e-7);
+        assert_eq!(s.entropy_rows[0], 3);
         let expected_entropy = 0.0 + 2.0 * (0.5f64 * 2f64.ln()) + -(0.2f64 * 0.2f64.ln() + 0.3 * 0.3f64.ln() + 0.5 * 0.5f64.ln());
-        assert!((s.entropy_sum[0][0] - expected_entropy).abs() < 1e-6);
+        assert!((acc.entropy_sum - expected_entropy).abs() < 1e-6);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::model::Llama;
 use crate::report::NllSummary;
 
 /// Rows of logits computed at once when scoring (a full T×vocab matrix can be gigabytes).
-const LOGIT_ROWS: usize = 64;
+const LOGIT_ROWS: usize = 128;
 
 pub struct CaptureOptions {
     /// Early key positions that get a per-head α in the summary.
@@ -70,10 +70,10 @@ pub fn score(model: &Llama, hidden: &candle_core::Tensor, ids: &[u32]) -> Result
         let rows = LOGIT_ROWS.min(t - 1 - start);
         let logits = model.logits(&hidden.narrow(0, start, rows)?)?;
         let v = logits.dim(1)?;
-        super::sink::with_f32(&logits, |x| {
-            for (r, row) in x.chunks(v).enumerate() {
-                total += token_nll(row, ids[start + r + 1] as usize);
-            }
+        let targets = &ids[start + 1..start + 1 + rows];
+        total += super::sink::with_f32(&logits, |x| {
+            use rayon::prelude::*;
+            x.par_chunks(v).zip(targets.par_iter()).map(|(row, &t)| token_nll(row, t as usize)).sum::<f64>()
         })?;
     }
     let scored = t.saturating_sub(1);
@@ -81,11 +81,11 @@ pub fn score(model: &Llama, hidden: &candle_core::Tensor, ids: &[u32]) -> Result
     Ok(NllSummary { mean_nll: mean, perplexity: mean.exp(), scored })
 }
 
-/// −log softmax(row)[target], computed stably in f64.
+/// −log softmax(row)[target]: exponentials in f32 after subtracting the max, summed in f64.
 pub fn token_nll(row: &[f32], target: usize) -> f64 {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let lse = max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
-    lse - row[target] as f64
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = row.iter().map(|&x| (x - max).exp() as f64).sum();
+    (max as f64 + sum.ln()) - row[target] as f64
 }
 
 #[cfg(test)]

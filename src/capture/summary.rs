@@ -69,9 +69,9 @@ impl StandardReducers {
                     layer: l,
                     head: h,
                     alpha,
-                    prev_token_mass: self.attention.prev_mass[l][h] / (t.saturating_sub(1).max(1)) as f64,
-                    self_mass: self.attention.self_mass[l][h] / rows,
-                    entropy_mean: self.attention.entropy_sum[l][h] / sampled,
+                    prev_token_mass: self.attention.heads[l][h].prev_mass / (t.saturating_sub(1).max(1)) as f64,
+                    self_mass: self.attention.heads[l][h].self_mass / rows,
+                    entropy_mean: self.attention.heads[l][h].entropy_sum / sampled,
                 });
             }
         }
@@ -84,13 +84,11 @@ impl StandardReducers {
     pub fn save_arrays(&self, path: &Path, metadata: BTreeMap<String, String>) -> Result<()> {
         let mut arrays: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
         let n_layers = self.attention.rows.len();
-        let keys = self.attention.col_mass.iter().flatten().map(Vec::len).max().unwrap_or(0);
+        let keys = self.attention.heads.iter().flatten().map(|h| h.col_mass.len()).max().unwrap_or(0);
         let mut col = Vec::with_capacity(n_layers * self.n_heads * keys);
-        for layer in &self.attention.col_mass {
-            for head in layer {
-                col.extend(head.iter().map(|&v| v as f32));
-                col.extend(std::iter::repeat_n(0.0, keys - head.len()));
-            }
+        for head in self.attention.heads.iter().flatten() {
+            col.extend(head.col_mass.iter().map(|&v| v as f32));
+            col.extend(std::iter::repeat_n(0.0, keys - head.col_mass.len()));
         }
         arrays.push(("attn_col_mass".into(), vec![n_layers, self.n_heads, keys], col));
         for (name, rows) in [("resid_norm_pre", &self.resid.pre), ("resid_norm_mid", &self.resid.mid), ("resid_norm_post", &self.resid.post)] {

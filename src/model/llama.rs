@@ -15,6 +15,8 @@ use crate::error::{Error, Result};
 
 /// Upper bound on one query block's score matrix, so attention memory is independent of T².
 const ATTENTION_BLOCK_BYTES: usize = 32 << 20;
+/// Query rows per block at most.
+const MAX_BLOCK_ROWS: usize = 128;
 
 /// Shape and numerics of a Llama-family model.
 #[derive(Debug, Clone, Serialize)]
@@ -92,7 +94,10 @@ struct Linear {
 }
 
 enum LinearWeight {
-    /// (out, in) f32.
+    /// Stored transposed, (in, out) contiguous: candle's gemm runs ~25% faster on it than on a
+    /// transposed view of (out, in).
+    DenseT(Tensor),
+    /// (out, in) used through a transposed view: the tied output head shares the embedding.
     Dense(Tensor),
     Quant(QMatMul),
 }
@@ -100,14 +105,20 @@ enum LinearWeight {
 impl Linear {
     fn new(p: Param, bias: Option<Tensor>) -> Result<Self> {
         let weight = match p {
-            Param::Dense(t) => LinearWeight::Dense(t),
+            Param::Dense(t) => LinearWeight::DenseT(t.t()?.contiguous()?),
             Param::Quant(q) => LinearWeight::Quant(QMatMul::from_arc(q)?),
         };
         Ok(Linear { weight, bias })
     }
 
+    /// A linear map that reads `w` (out, in) in place, without a transposed copy.
+    fn shared(w: Tensor) -> Self {
+        Linear { weight: LinearWeight::Dense(w), bias: None }
+    }
+
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let y = match &self.weight {
+            LinearWeight::DenseT(wt) => x.matmul(wt)?,
             LinearWeight::Dense(w) => x.matmul(&w.t()?)?,
             LinearWeight::Quant(q) => q.forward(x)?,
         };
@@ -122,7 +133,6 @@ impl Linear {
 /// time (q|k|v, gate|up); quantized ones stay separate.
 struct Projection {
     parts: Vec<Linear>,
-    widths: Vec<usize>,
 }
 
 impl Projection {
@@ -144,25 +154,18 @@ impl Projection {
                 None
             };
             let fused = Linear::new(Param::Dense(Tensor::cat(&ws, 0)?), bias)?;
-            Ok(Projection { parts: vec![fused], widths })
+            Ok(Projection { parts: vec![fused] })
         } else {
             let parts = params.into_iter().map(|(p, b)| Linear::new(p, b)).collect::<Result<_>>()?;
-            Ok(Projection { parts, widths })
+            Ok(Projection { parts })
         }
     }
 
-    fn forward(&self, x: &Tensor) -> Result<Vec<Tensor>> {
-        if self.parts.len() == 1 && self.widths.len() > 1 {
-            let y = self.parts[0].forward(x)?;
-            let mut out = Vec::with_capacity(self.widths.len());
-            let mut start = 0;
-            for &w in &self.widths {
-                out.push(y.narrow(1, start, w)?);
-                start += w;
-            }
-            Ok(out)
-        } else {
-            self.parts.iter().map(|p| p.forward(x)).collect()
+    /// All projections side by side: (T, Σ widths).
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self.parts.as_slice() {
+            [fused] => fused.forward(x),
+            parts => Ok(Tensor::cat(&parts.iter().map(|p| p.forward(x)).collect::<Result<Vec<_>>>()?, 1)?),
         }
     }
 }
@@ -245,8 +248,11 @@ impl Llama {
         let embed = embed_param.dequantize()?;
         let lm_head = match take_opt(get, source_path, "output.weight", &[cfg.vocab_size, d])? {
             Some(p) => Linear::new(p, None)?,
-            // Tied embeddings: the output head is the embedding matrix.
-            None => Linear::new(embed_param, None)?,
+            // Tied embeddings: the output head is the embedding matrix itself.
+            None => match embed_param {
+                Param::Quant(q) => Linear::new(Param::Quant(q), None)?,
+                Param::Dense(_) => Linear::shared(embed.clone()),
+            },
         };
         let rope = Rope { theta: cfg.rope_theta, d_head: cfg.d_head, layout: cfg.rope_layout };
         Ok(Llama { cfg, embed, blocks, final_norm, lm_head, rope, attention_block_bytes: ATTENTION_BLOCK_BYTES })
@@ -278,7 +284,10 @@ impl Llama {
             emit(sink, HookPoint::ResidPre(l), &rows, &x)?;
             let xn = candle_nn::ops::rms_norm(&x, &block.attn_norm, eps)?;
             let qkv = block.qkv.forward(&xn)?;
-            let (q, k, v) = (qkv[0].reshape((t, h, dh))?, qkv[1].reshape((t, kvh, dh))?, qkv[2].reshape((t, kvh, dh))?);
+            let (nq, nkv) = (h * dh, kvh * dh);
+            let q = qkv.narrow(1, 0, nq)?.reshape((t, h, dh))?;
+            let k = qkv.narrow(1, nq, nkv)?.reshape((t, kvh, dh))?;
+            let v = qkv.narrow(1, nq + nkv, nkv)?.reshape((t, kvh, dh))?;
             emit(sink, HookPoint::Q(l), &rows, &q)?;
             emit(sink, HookPoint::K(l), &rows, &k)?;
             emit(sink, HookPoint::V(l), &rows, &v)?;
@@ -304,8 +313,7 @@ impl Llama {
             x = (x + attn_out)?;
             emit(sink, HookPoint::ResidMid(l), &rows, &x)?;
             let xn = candle_nn::ops::rms_norm(&x, &block.ffn_norm, eps)?;
-            let gu = block.gate_up.forward(&xn)?;
-            let act = (candle_nn::ops::silu(&gu[0])? * &gu[1])?;
+            let act = swiglu(&block.gate_up.forward(&xn)?)?;
             emit(sink, HookPoint::MlpPost(l), &rows, &act)?;
             x = (x + block.down.forward(&act)?)?;
             emit(sink, HookPoint::ResidPost(l), &rows, &x)?;
@@ -341,7 +349,9 @@ impl Llama {
         let want_pattern = sink.wants(&HookPoint::Pattern(layer));
         let want_scores = sink.wants(&HookPoint::AttnScores(layer));
         let per_row = h * n_keys * std::mem::size_of::<f32>() * if want_scores { 2 } else { 1 };
-        let block = (self.attention_block_bytes / per_row.max(1)).clamp(1, t);
+        // Small enough blocks also skip most of the masked upper triangle (keys beyond the block's
+        // last query are never multiplied).
+        let block = (self.attention_block_bytes / per_row.max(1)).clamp(1, MAX_BLOCK_ROWS.min(t));
         // (KVH, group, T, dh): the query heads that share one kv head, side by side.
         let q = q.reshape((kvh, group, t, dh))?;
         let mut outs = Vec::with_capacity(t.div_ceil(block));
@@ -371,6 +381,24 @@ impl Llama {
         let out = if outs.len() == 1 { outs.pop().unwrap_or_else(|| unreachable!()) } else { Tensor::cat(&outs, 1)? };
         Ok(out.transpose(0, 1)?.contiguous()?.reshape((t, h * dh))?)
     }
+}
+
+/// silu(gate) · up for a (T, 2·d_ff) gate|up output, in one parallel pass over its rows.
+fn swiglu(gate_up: &Tensor) -> Result<Tensor> {
+    let (t, two_ff) = gate_up.dims2()?;
+    let ff = two_ff / 2;
+    let gate_up = gate_up.contiguous()?;
+    let out = crate::capture::sink::with_f32(&gate_up, |x| {
+        let mut out = vec![0f32; t * ff];
+        out.par_chunks_mut(ff).zip(x.par_chunks(two_ff)).for_each(|(o, row)| {
+            let (g, u) = row.split_at(ff);
+            for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
+                *o = g / (1.0 + (-g).exp()) * u;
+            }
+        });
+        out
+    })?;
+    Ok(Tensor::from_vec(out, (t, ff), &Device::Cpu)?)
 }
 
 /// Multiplies the visible scores by `scale` and sets the masked (future) ones to −∞.
