@@ -84,11 +84,12 @@ pub fn run(args: CaptureArgs) -> Result<()> {
     Ok(())
 }
 
+/// Checks `-o` can be a directory; it is created only once there is something to write.
 pub fn prepare_out_dir(out: &Path) -> Result<()> {
     if out.exists() && !out.is_dir() {
         return Err(Error::file(out, "exists and is not a directory; -o needs a directory"));
     }
-    std::fs::create_dir_all(out).map_err(|e| Error::file(out, format!("cannot create the output directory ({e})")))
+    Ok(())
 }
 
 /// Bytes the loaded weights occupy: f32 unless kept quantized (then roughly their file size).
@@ -117,6 +118,7 @@ pub fn capture_to_dir(
     meta.insert("text".to_string(), text_source.to_string());
     meta.insert("n_tokens".to_string(), ids.len().to_string());
     meta.insert("sinkscope_version".to_string(), env!("CARGO_PKG_VERSION").to_string());
+    std::fs::create_dir_all(out).map_err(|e| Error::file(out, format!("cannot create the output directory ({e})")))?;
     let mut files = Vec::new();
     let arrays = out.join("reductions.safetensors");
     result.reducers.save_arrays(&arrays, meta.clone())?;

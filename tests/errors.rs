@@ -1,0 +1,202 @@
+//! Bad input gets one readable line on stderr, exit code 2, no panic and no half-written output:
+//! truncated/corrupt model files in every format, unknown architectures, bad config.json, unknown
+//! hooks, empty/binary/non-UTF-8 text, text beyond the context, captures that would not fit.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+/// Runs sinkscope and checks the failure contract; returns stderr.
+fn fails(args: &[&str]) -> String {
+    let out = common::sinkscope(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "args {args:?}: expected exit 2, got {:?}; stderr: {stderr}", out.status.code());
+    assert!(!stderr.contains("panicked"), "panic for {args:?}: {stderr}");
+    assert!(stderr.starts_with("error: "), "stderr must start with 'error: ': {stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line expected: {stderr}");
+    stderr
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn truncated_and_corrupt_gguf() {
+    let gguf = model_or_skip!("stories260K.gguf");
+    let bytes = std::fs::read(&gguf).unwrap();
+    let dir = common::temp_dir("gguf");
+    let half = write(&dir, "half.gguf", &bytes[..bytes.len() / 2]);
+    let e = fails(&["info", s(&half)]);
+    assert!(e.contains("half.gguf") && e.contains("truncated"), "{e}");
+    let header_only = write(&dir, "header.gguf", &bytes[..3000]);
+    assert!(fails(&["info", s(&header_only)]).contains("truncated"));
+    let magic = write(&dir, "magic.gguf", b"GGUX not really a model file at all");
+    assert!(fails(&["info", s(&magic)]).contains("not a GGUF file"));
+    let empty = write(&dir, "empty.gguf", b"");
+    fails(&["info", s(&empty)]);
+    // A metadata string length that claims more bytes than the file has.
+    let mut lying = bytes.clone();
+    let key = b"general.architecture";
+    let at = lying.windows(key.len()).position(|w| w == key).unwrap() + key.len() + 4;
+    lying[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+    let lying = write(&dir, "lying.gguf", &lying);
+    assert!(fails(&["info", s(&lying)]).contains("lying.gguf"));
+}
+
+#[test]
+fn unknown_gguf_architecture() {
+    let gguf = model_or_skip!("stories260K.gguf");
+    let mut bytes = std::fs::read(&gguf).unwrap();
+    // Rename the architecture "llama" → "falco" in place (same length, so the file stays valid).
+    let key = b"general.architecture";
+    let at = bytes.windows(key.len()).position(|w| w == key).unwrap() + key.len() + 4 + 8;
+    assert_eq!(&bytes[at..at + 5], b"llama");
+    bytes[at..at + 5].copy_from_slice(b"falco");
+    let dir = common::temp_dir("arch");
+    let p = write(&dir, "falco.gguf", &bytes);
+    let e = fails(&["info", s(&p)]);
+    assert!(e.contains("unknown architecture 'falco'"), "{e}");
+}
+
+#[test]
+fn truncated_and_impossible_llama2c_checkpoints() {
+    let bin = model_or_skip!("stories260K.bin");
+    let bytes = std::fs::read(&bin).unwrap();
+    let dir = common::temp_dir("llama2c");
+    std::fs::copy(bin.with_file_name("tok512.bin"), dir.join("tok512.bin")).unwrap();
+    let cut = write(&dir, "cut.bin", &bytes[..bytes.len() - 1000]);
+    assert!(fails(&["info", s(&cut)]).contains("truncated"));
+    let mut header = bytes[..28].to_vec();
+    header[8..12].copy_from_slice(&(-3i32).to_le_bytes()); // n_layers = -3
+    let bad = write(&dir, "bad.bin", &header);
+    assert!(fails(&["info", s(&bad)]).contains("impossible"));
+    let tiny = write(&dir, "tiny.bin", &bytes[..10]);
+    fails(&["info", s(&tiny)]);
+    // A llama2.c model without its tokenizer says which files it looked for.
+    let lonely = common::temp_dir("llama2c-notok");
+    let model = write(&lonely, "m.bin", &bytes);
+    assert!(fails(&["info", s(&model)]).contains("--tokenizer"));
+    // A tokenizer file that is cut short.
+    let tok = std::fs::read(bin.with_file_name("tok512.bin")).unwrap();
+    write(&lonely, "tok512.bin", &tok[..tok.len() / 2]);
+    assert!(fails(&["info", s(&model)]).contains("truncated"));
+}
+
+/// Copies the HF directory so single files can be corrupted.
+fn hf_copy(tag: &str) -> Option<PathBuf> {
+    let src = common::models_dir()?.join("stories260K-hf");
+    let dir = common::temp_dir(tag);
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    Some(dir)
+}
+
+#[test]
+fn safetensors_with_lying_offsets_or_truncation() {
+    let Some(dir) = hf_copy("st-lie") else { return };
+    let path = dir.join("model.safetensors");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header = String::from_utf8(bytes[8..8 + header_len].to_vec()).unwrap();
+    // Make one tensor's end offset point past the data (same number of digits keeps the length).
+    let json: serde_json::Value = serde_json::from_str(&header).unwrap();
+    let end = json["model.norm.weight"]["data_offsets"][1].as_u64().unwrap();
+    let bigger = end + 4;
+    assert_eq!(end.to_string().len(), bigger.to_string().len());
+    let lied = header.replacen(&format!(",{end}]"), &format!(",{bigger}]"), 1);
+    assert_ne!(lied, header);
+    bytes[8..8 + header_len].copy_from_slice(lied.as_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let e = fails(&["info", s(&dir)]);
+    assert!(e.contains("model.safetensors") && e.contains("header is invalid"), "{e}");
+
+    let Some(dir) = hf_copy("st-cut") else { return };
+    let path = dir.join("model.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() / 3]).unwrap();
+    fails(&["info", s(&dir)]);
+}
+
+#[test]
+fn config_json_missing_fields_or_unknown_architecture() {
+    let Some(dir) = hf_copy("cfg") else { return };
+    let cfg_path = dir.join("config.json");
+    let original: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    let mut missing = original.clone();
+    missing.as_object_mut().unwrap().remove("hidden_size");
+    std::fs::write(&cfg_path, missing.to_string()).unwrap();
+    assert!(fails(&["info", s(&dir)]).contains("\"hidden_size\""));
+    let mut gpt2 = original.clone();
+    gpt2["model_type"] = "gpt2".into();
+    std::fs::write(&cfg_path, gpt2.to_string()).unwrap();
+    assert!(fails(&["info", s(&dir)]).contains("unknown architecture"));
+    std::fs::write(&cfg_path, "{ not json").unwrap();
+    assert!(fails(&["info", s(&dir)]).contains("not valid JSON"));
+    // Config and weights that disagree about the shapes.
+    let mut wrong = original.clone();
+    wrong["intermediate_size"] = 173.into();
+    std::fs::write(&cfg_path, wrong.to_string()).unwrap();
+    assert!(fails(&["info", s(&dir)]).contains("shape"));
+}
+
+#[test]
+fn bad_model_arguments() {
+    let _ = model_or_skip!("stories260K.gguf");
+    fails(&["info", "/no/such/model.gguf"]);
+    fails(&["info", "not-a-model-alias"]);
+    let dir = common::temp_dir("emptydir");
+    assert!(fails(&["info", s(&dir)]).contains("config.json"));
+}
+
+#[test]
+fn bad_text_inputs_write_nothing() {
+    let _ = model_or_skip!("stories260K.gguf");
+    let dir = common::temp_dir("text");
+    let out = dir.join("out");
+    let empty = write(&dir, "empty.txt", b"");
+    let binary = write(&dir, "bin.txt", b"abc\0\x01\x02def");
+    let latin1 = write(&dir, "latin1.txt", b"caf\xe9 au lait");
+    let long = write(&dir, "long.txt", "Once upon a time there was a dog. ".repeat(200).as_bytes());
+    let o = s(&out);
+    assert!(fails(&["capture", "-m", "stories260k", "-f", s(&empty), "-o", o]).contains("empty"));
+    assert!(fails(&["capture", "-m", "stories260k", "-f", s(&binary), "-o", o]).contains("binary"));
+    assert!(fails(&["capture", "-m", "stories260k", "-f", s(&latin1), "-o", o]).contains("UTF-8"));
+    assert!(fails(&["capture", "-m", "stories260k", "-p", "", "-o", o]).contains("empty"));
+    assert!(fails(&["capture", "-m", "stories260k", "-f", "/no/such.txt", "-o", o]).contains("no such file"));
+    // stories260K.bin says seq_len 512: a longer text is refused with the way out.
+    let bin = common::models_dir().unwrap().join("stories260K.bin");
+    let e = fails(&["capture", "-m", s(&bin), "-f", s(&long), "-o", o]);
+    assert!(e.contains("longer than the model's context of 512") && e.contains("--max-tokens"), "{e}");
+    fails(&["capture", "-m", "stories260k", "-f", s(&long), "--max-tokens", "0", "-o", o]);
+    assert!(!out.exists(), "no output may be written for bad input");
+    // -o naming an existing file.
+    assert!(fails(&["capture", "-m", "stories260k", "-p", "hi", "-o", s(&long)]).contains("not a directory"));
+}
+
+#[test]
+fn unknown_hooks_and_oversized_captures_are_refused_before_running() {
+    let _ = model_or_skip!("stories260K.gguf");
+    let dir = common::temp_dir("hooks");
+    let out = dir.join("out");
+    let tensors = dir.join("t.safetensors");
+    let text = "Once upon a time, there was a little girl named Lily.";
+    let args = |hooks: &'static str| {
+        vec!["capture", "-m", "stories260k", "-p", text, "-o", s(&out), "--save-tensors", s(&tensors), "--hooks", hooks]
+    };
+    assert!(fails(&args("blocks.0.attn.hook_nope")).contains("unknown hook"));
+    assert!(fails(&args("blocks.7.attn.hook_pattern")).contains("selects no hook"));
+    fails(&["capture", "-m", "stories260k", "-p", text, "-o", s(&out), "--hooks", "hook_pattern"]);
+    let mut big = args("hook_pattern");
+    big.extend(["--memory-limit-mb", "1"]);
+    let e = fails(&big);
+    assert!(e.contains("needs about") && e.contains("MiB"), "{e}");
+    assert!(!out.exists() && !tensors.exists(), "a refused capture writes nothing");
+}
