@@ -23,12 +23,14 @@ pub struct CaptureOptions {
     pub memory_limit: Option<u64>,
     /// In-memory size of the loaded weights, for the estimate.
     pub weight_bytes: u64,
+    /// Also score the text (next-token NLL): one T×vocab logits pass, computed in row chunks.
+    pub score: bool,
 }
 
 pub struct CaptureOutput {
     pub reducers: StandardReducers,
     pub tensors: Option<TensorCollector>,
-    pub nll: NllSummary,
+    pub nll: Option<NllSummary>,
     pub estimate: MemoryEstimate,
     pub wall_seconds: f64,
 }
@@ -58,7 +60,7 @@ pub fn capture(model: &Llama, ids: &[u32], opts: &CaptureOptions) -> Result<Capt
         }
         model.forward(ids, None, &mut FanOut(sinks))?
     };
-    let nll = score(model, &hidden, ids)?;
+    let nll = if opts.score { Some(score(model, &hidden, ids)?) } else { None };
     Ok(CaptureOutput { reducers, tensors, nll, estimate, wall_seconds: start.elapsed().as_secs_f64() })
 }
 

@@ -46,6 +46,9 @@ pub struct CaptureArgs {
     /// Refuse captures whose memory estimate exceeds this many MiB (default: available memory).
     #[arg(long)]
     pub memory_limit_mb: Option<u64>,
+    /// Skip scoring the text's next-token loss (saves the T×vocab logits matmul).
+    #[arg(long)]
+    pub no_nll: bool,
     /// Print capture.json to stdout as well.
     #[arg(long)]
     pub json: bool,
@@ -68,18 +71,15 @@ pub fn run(args: CaptureArgs) -> Result<()> {
         save,
         memory_limit: args.memory_limit_mb.map(|mb| mb << 20),
         weight_bytes: weight_bytes(&lm),
+        score: !args.no_nll,
     };
     let report = capture_to_dir(&lm, &text, &text_source, args.max_tokens, &opts, &args.out, args.save_tensors.as_deref())?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        eprintln!(
-            "captured {} tokens in {:.2}s (perplexity {:.3}); wrote {}",
-            report.n_tokens,
-            report.wall_seconds,
-            report.nll.perplexity,
-            report.files.join(", ")
-        );
+        let ppl = report.nll.as_ref().map(|n| format!(" (perplexity {:.3})", n.perplexity)).unwrap_or_default();
+        let rss = report.peak_rss_bytes.map(|b| format!(", peak RSS {}", crate::capture::memory::human(b))).unwrap_or_default();
+        eprintln!("captured {} tokens in {:.2}s{ppl}{rss}; wrote {}", report.n_tokens, report.wall_seconds, report.files.join(", "));
     }
     Ok(())
 }
@@ -140,6 +140,7 @@ pub fn capture_to_dir(
         summary: result.reducers.summarize(),
         memory_estimate: result.estimate,
         wall_seconds: result.wall_seconds,
+        peak_rss_bytes: crate::capture::memory::peak_rss_bytes(),
         files,
     };
     write_json_atomic(&summary_path, &report)?;

@@ -26,7 +26,7 @@ pub struct DemoArgs {
 pub fn run(args: DemoArgs) -> Result<()> {
     prepare_out_dir(&args.out)?;
     let lm = args.model.load()?;
-    let opts = CaptureOptions { first_keys: 16, top_k: 16, save: None, memory_limit: None, weight_bytes: weight_bytes(&lm) };
+    let opts = CaptureOptions { first_keys: 16, top_k: 16, save: None, memory_limit: None, weight_bytes: weight_bytes(&lm), score: true };
     let report = capture_to_dir(&lm, DEMO_TEXT, "built-in demo text (Pride and Prejudice, opening)", None, &opts, &args.out, None)?;
     print!("{}", format_table(&report));
     Ok(())
@@ -35,8 +35,13 @@ pub fn run(args: DemoArgs) -> Result<()> {
 pub fn format_table(r: &CaptureReport) -> String {
     let name = r.model.name.clone().unwrap_or_else(|| r.model.source.clone());
     let mut s = format!(
-        "sinkscope demo — {name}: {} layers × {} heads, {} tokens of {}\nperplexity {:.2} · capture {:.2}s\n\n",
-        r.model.n_layers, r.model.n_heads, r.n_tokens, r.text_source, r.nll.perplexity, r.wall_seconds
+        "sinkscope demo — {name}: {} layers × {} heads, {} tokens of {}\nperplexity {} · capture {:.2}s\n\n",
+        r.model.n_layers,
+        r.model.n_heads,
+        r.n_tokens,
+        r.text_source,
+        r.nll.as_ref().map_or("-".to_string(), |n| format!("{:.2}", n.perplexity)),
+        r.wall_seconds
     );
     s.push_str("layer  attn→pos0   max|h|  at (pos, dim)    median|h|   max/median\n");
     for l in &r.summary.layers {

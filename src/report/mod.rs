@@ -58,10 +58,13 @@ pub struct CaptureReport {
     /// Tokens that did not fit `--max-tokens` and were dropped.
     pub truncated_tokens: usize,
     pub tokens: Vec<TokenInfo>,
-    pub nll: NllSummary,
+    /// Absent with `--no-nll`.
+    pub nll: Option<NllSummary>,
     pub summary: CaptureSummary,
     pub memory_estimate: MemoryEstimate,
     pub wall_seconds: f64,
+    /// Peak resident memory of the process up to the end of the capture (model load included).
+    pub peak_rss_bytes: Option<u64>,
     /// Files written beside capture.json.
     pub files: Vec<String>,
 }

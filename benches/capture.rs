@@ -1,0 +1,72 @@
+//! Capture benchmark (a plain harness, not a timed test): loads a model once, then times `capture`
+//! (forward pass with every layer's pattern reduced, plus NLL scoring unless --no-nll) R times on
+//! T tokens of a book, and prints one JSON line with min/median wall time and peak RSS (VmHWM).
+//! `benches/capture_vs_hf.sh` runs it beside HF transformers on the same tokens.
+//!
+//!     cargo bench --bench capture -- [--model M] [--book FILE] [--tokens T] [--repeat R]
+//!                                    [--tokens-out FILE.json] [--no-nll]
+
+use std::time::Instant;
+
+use sinkscope::capture::run::{capture, CaptureOptions};
+use sinkscope::model::{load, LoadOptions};
+
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
+}
+
+fn peak_rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn main() {
+    let model = arg("--model").unwrap_or_else(|| "smollm2-135m".into());
+    let book = arg("--book").unwrap_or_else(|| "../shared/corpora/pg1342_pride_and_prejudice.txt".into());
+    let n: usize = arg("--tokens").and_then(|v| v.parse().ok()).unwrap_or(512);
+    let repeat: usize = arg("--repeat").and_then(|v| v.parse().ok()).unwrap_or(5);
+    let score = !std::env::args().any(|a| a == "--no-nll");
+    let t0 = Instant::now();
+    let lm = load(&model, &LoadOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let load_s = t0.elapsed().as_secs_f64();
+    let text = std::fs::read_to_string(&book).unwrap_or_else(|e| panic!("{book}: {e}"));
+    // Start a third of the way in, past the Gutenberg header.
+    let start = text.char_indices().nth(text.chars().count() / 3).map_or(0, |(i, _)| i);
+    let ids: Vec<u32> = lm.tokenizer.encode(&text[start..]).unwrap().into_iter().take(n).collect();
+    assert_eq!(ids.len(), n, "book too short");
+    if let Some(path) = arg("--tokens-out") {
+        std::fs::write(&path, serde_json::to_string(&ids).unwrap()).unwrap();
+    }
+    let opts = CaptureOptions { first_keys: 16, top_k: 16, save: None, memory_limit: None, weight_bytes: 0, score };
+    let mut walls = Vec::new();
+    let mut sink_mean = 0.0;
+    for _ in 0..repeat.max(1) {
+        let t = Instant::now();
+        let out = capture(&lm.model, &ids, &opts).unwrap();
+        walls.push(t.elapsed().as_secs_f64());
+        let s = out.reducers.summarize();
+        sink_mean = s.layers.iter().map(|l| l.mean_attention_pos0).sum::<f64>() / s.layers.len() as f64;
+    }
+    walls.sort_by(f64::total_cmp);
+    println!(
+        "{}",
+        serde_json::json!({
+            "impl": "sinkscope",
+            "tokens": n,
+            "nll": score,
+            "repeat": walls.len(),
+            "wall_s_min": walls[0],
+            "wall_s_median": walls[walls.len() / 2],
+            "load_s": load_s,
+            "peak_rss_mb": peak_rss_mb(),
+            "sink_mean": sink_mean,
+            "threads": rayon::current_num_threads(),
+        })
+    );
+}
