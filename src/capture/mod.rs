@@ -1,6 +1,7 @@
 //! The vocabulary between model and analysis: hook names, the sink trait the forward pass pushes
 //! into, streaming reducers, the bundle `capture` runs, and the memory estimate checked first.
 
+pub mod ablation;
 pub mod hook;
 pub mod memory;
 pub mod run;

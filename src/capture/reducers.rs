@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::hook::HookPoint;
 use super::sink::{with_f32, CaptureSink};
+use crate::analysis::quant::{quant_risk, QuantRisk};
 use crate::error::Result;
 
 /// Query rows per layer on which the row entropy is computed (it costs a logarithm per entry).
@@ -32,7 +33,8 @@ pub struct HeadAccum {
 /// mass on the previous token and on itself, and the row entropy on a deterministic sample of
 /// query rows (every `entropy_stride`-th, about 64 per layer).
 pub struct AttentionStats {
-    entropy_stride: usize,
+    /// Entropy is computed on query rows q with q % entropy_stride == 0.
+    pub entropy_stride: usize,
     /// [layer][head]
     pub heads: Vec<Vec<HeadAccum>>,
     /// [layer] number of sampled rows for entropy.
@@ -147,11 +149,20 @@ pub struct Activation {
     pub value: f32,
 }
 
+/// Elements above this |h| are all kept (Sun et al.'s absolute bar for a massive activation).
+pub const MASSIVE_ABS: f32 = 100.0;
+/// … and a massive activation is also at least this many times the layer's median |h|.
+pub const MASSIVE_RATIO: f32 = 1000.0;
+/// At most this many elements above [`MASSIVE_ABS`] are kept per layer (largest first).
+const ABOVE_CAP: usize = 4096;
+
 /// Per layer (of resid_post, Sun et al.'s "layer output"): the top-k elements by |h| with their
-/// (position, dim), the median |h|, and the max |h| of each dim.
+/// (position, dim), every element with |h| > 100 (up to 4096, largest first), the median |h|, and
+/// the max |h| of each dim.
 pub struct TopActivations {
     k: usize,
     pub top: Vec<Vec<Activation>>,
+    pub above: Vec<Vec<Activation>>,
     /// Median |h| of each recorded tensor; capture records a layer once, so this is the median
     /// over the whole layer output (several chunks would give the median of chunk medians).
     pub median_abs: Vec<f32>,
@@ -160,7 +171,13 @@ pub struct TopActivations {
 
 impl TopActivations {
     pub fn new(n_layers: usize, k: usize) -> Self {
-        TopActivations { k, top: vec![Vec::new(); n_layers], median_abs: vec![0.0; n_layers], max_abs_by_dim: vec![Vec::new(); n_layers] }
+        TopActivations {
+            k,
+            top: vec![Vec::new(); n_layers],
+            above: vec![Vec::new(); n_layers],
+            median_abs: vec![0.0; n_layers],
+            max_abs_by_dim: vec![Vec::new(); n_layers],
+        }
     }
 }
 
@@ -222,15 +239,23 @@ impl CaptureSink for TopActivations {
         let HookPoint::ResidPost(l) = *hook else { return Ok(()) };
         let width = value.dim(1)?;
         let k = self.k;
-        let (top, median, by_dim) = with_f32(value, |x| {
+        let (top, median, by_dim, above) = with_f32(value, |x| {
             let mut by_dim = vec![0f32; width];
-            for row in x.chunks(width) {
-                for (m, v) in by_dim.iter_mut().zip(row) {
+            let mut above = Vec::new();
+            for (r, row) in x.chunks(width).enumerate() {
+                for (d, (m, v)) in by_dim.iter_mut().zip(row).enumerate() {
                     *m = m.max(v.abs());
+                    if v.abs() > MASSIVE_ABS {
+                        above.push(Activation { pos: rows.start + r, dim: d, value: *v });
+                    }
                 }
             }
-            (top_k_abs(x, width, rows.start, k), median_abs(x), by_dim)
+            (top_k_abs(x, width, rows.start, k), median_abs(x), by_dim, above)
         })?;
+        let kept = &mut self.above[l];
+        kept.extend(above);
+        kept.sort_by(|a, b| b.value.abs().total_cmp(&a.value.abs()).then(a.pos.cmp(&b.pos)).then(a.dim.cmp(&b.dim)));
+        kept.truncate(ABOVE_CAP);
         let merged = &mut self.top[l];
         merged.extend(top);
         merged.sort_by(|a, b| b.value.abs().total_cmp(&a.value.abs()).then(a.pos.cmp(&b.pos)));
@@ -241,6 +266,25 @@ impl CaptureSink for TopActivations {
             *dims = by_dim;
         } else {
             dims.iter_mut().zip(by_dim).for_each(|(a, b)| *a = a.max(b));
+        }
+        Ok(())
+    }
+}
+
+/// Collects [`QuantRisk`] for every layer output.
+pub struct QuantRiskReducer {
+    pub layers: Vec<QuantRisk>,
+}
+
+impl CaptureSink for QuantRiskReducer {
+    fn wants(&self, hook: &HookPoint) -> bool {
+        matches!(hook, HookPoint::ResidPost(_))
+    }
+    fn record(&mut self, hook: &HookPoint, _rows: Range<usize>, value: &Tensor) -> Result<()> {
+        if let HookPoint::ResidPost(l) = *hook {
+            let width = value.dim(1)?;
+            let risk = with_f32(value, |x| quant_risk(l, x, width))?;
+            self.layers.push(risk);
         }
         Ok(())
     }

@@ -10,17 +10,19 @@ use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 use super::hook::HookPoint;
-use super::reducers::{Activation, AttentionStats, KvNorms, ResidNorms, TopActivations};
+use super::reducers::{Activation, AttentionStats, KvNorms, QuantRiskReducer, ResidNorms, TopActivations};
 use super::sink::CaptureSink;
 use crate::error::{Error, Result};
 use crate::model::LlamaConfig;
 
-/// Attention statistics, residual norms, top activations and k/v norms, fed in one pass.
+/// Attention statistics, residual norms, top activations, k/v norms and int8 quantization risk,
+/// fed in one pass.
 pub struct StandardReducers {
     pub attention: AttentionStats,
     pub resid: ResidNorms,
     pub top: TopActivations,
     pub kv: KvNorms,
+    pub quant: QuantRiskReducer,
     first_keys: usize,
     n_heads: usize,
 }
@@ -34,6 +36,7 @@ impl StandardReducers {
             resid: ResidNorms::new(cfg.n_layers),
             top: TopActivations::new(cfg.n_layers, top_k),
             kv: KvNorms::new(cfg.n_layers, cfg.n_kv_heads),
+            quant: QuantRiskReducer { layers: Vec::new() },
             first_keys,
             n_heads: cfg.n_heads,
         }
@@ -122,10 +125,10 @@ impl StandardReducers {
 
 impl CaptureSink for StandardReducers {
     fn wants(&self, hook: &HookPoint) -> bool {
-        self.attention.wants(hook) || self.resid.wants(hook) || self.top.wants(hook) || self.kv.wants(hook)
+        self.attention.wants(hook) || self.resid.wants(hook) || self.top.wants(hook) || self.kv.wants(hook) || self.quant.wants(hook)
     }
     fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()> {
-        let sinks: [&mut dyn CaptureSink; 4] = [&mut self.attention, &mut self.resid, &mut self.top, &mut self.kv];
+        let sinks: [&mut dyn CaptureSink; 5] = [&mut self.attention, &mut self.resid, &mut self.top, &mut self.kv, &mut self.quant];
         for s in sinks {
             if s.wants(hook) {
                 s.record(hook, rows.clone(), value)?;

@@ -1,6 +1,7 @@
 //! Command-line surface: clap definitions and one function per subcommand. Thin: every command
 //! is model → capture → report calls into the library.
 
+mod analyze;
 mod capture;
 mod demo;
 mod generate;
@@ -34,6 +35,9 @@ pub enum Command {
     /// Run a text through the model with streaming reducers; write a JSON summary (and, with
     /// --save-tensors, full tensors of the selected hooks).
     Capture(capture::CaptureArgs),
+    /// Diagnose sinks: sink positions, Sink_k^ε, F-Attn, massive activations, head classes,
+    /// causal head dependency and quantization risk over a probe set (or one text).
+    Analyze(analyze::AnalyzeArgs),
 }
 
 /// Model selection shared by every command that loads one.
@@ -64,5 +68,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Info(a) => info::run(a),
         Command::Generate(a) => generate::run(a),
         Command::Capture(a) => capture::run(a),
+        Command::Analyze(a) => analyze::run(a),
     }
 }

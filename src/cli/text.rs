@@ -12,26 +12,9 @@ pub fn read_input(prompt: Option<&str>, file: Option<&Path>) -> Result<(String, 
         (Some(_), Some(_)) => Err(Error::input("give either -p TEXT or -f FILE, not both")),
         (Some(p), None) if p.is_empty() => Err(Error::input("the text given with -p is empty")),
         (Some(p), None) => Ok((p.to_owned(), "prompt".into())),
-        (None, Some(path)) => Ok((read_text_file(path)?, path.display().to_string())),
+        (None, Some(path)) => Ok((crate::textfile::read_text_file(path)?, path.display().to_string())),
         (None, None) => Err(Error::input("no text: pass -p TEXT or -f FILE")),
     }
-}
-
-pub fn read_text_file(path: &Path) -> Result<String> {
-    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::file(path, "no such file"),
-        std::io::ErrorKind::IsADirectory => Error::file(path, "is a directory, not a text file"),
-        _ => Error::file(path, format!("cannot read ({e})")),
-    })?;
-    if bytes.is_empty() {
-        return Err(Error::file(path, "the text file is empty; give a file with some text"));
-    }
-    if bytes.contains(&0) {
-        return Err(Error::file(path, "looks like a binary file (it contains NUL bytes); give a UTF-8 text file"));
-    }
-    String::from_utf8(bytes).map_err(|e| {
-        Error::file(path, format!("is not valid UTF-8 (bad byte at offset {}); convert it, e.g. iconv -f latin1 -t utf-8", e.utf8_error().valid_up_to()))
-    })
 }
 
 /// Tokenizes `text`, keeping at most `max_tokens`, and refuses more tokens than the model's

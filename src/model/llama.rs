@@ -179,6 +179,15 @@ struct Block {
     down: Linear,
 }
 
+/// Hides key position `key` from the queries after it, in `heads` of `layer` (softmax renormalises
+/// over the remaining keys): the intervention behind "this head depends on that position".
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyMask {
+    pub layer: usize,
+    pub heads: Vec<usize>,
+    pub key: usize,
+}
+
 /// Keys (after RoPE) and values of every layer for the positions processed so far.
 #[derive(Default)]
 pub struct KvCache {
@@ -268,46 +277,81 @@ impl Llama {
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
             return Err(Error::input(format!("token id {bad} is outside the model's vocabulary of {}", self.cfg.vocab_size)));
         }
+        let past = cache.as_ref().map_or(0, |c| c.len);
+        let rows = past..past + tokens.len();
+        let x = self.embed.index_select(&Tensor::new(tokens, &Device::Cpu)?, 0)?;
+        emit(sink, HookPoint::Embed, &rows, &x)?;
+        self.run_layers(x, 0, cache, sink, &[None])
+    }
+
+    /// Re-runs layers `layer..` from that layer's input (`resid_pre`, (T, d_model), positions
+    /// 0..T) once per mask — all masks must name `layer` — and returns each variant's final-norm
+    /// hidden states. Layers before the masked one cannot see a mask, so callers reuse one clean
+    /// pass for every variant; the variants are stacked so projections and MLPs run as one batch.
+    pub fn forward_masked(&self, resid_pre: &Tensor, masks: &[KeyMask]) -> Result<Vec<Tensor>> {
+        let Some(layer) = masks.first().map(|m| m.layer) else { return Ok(Vec::new()) };
+        if layer >= self.cfg.n_layers || masks.iter().any(|m| m.layer != layer) {
+            return Err(Error::input(format!("masks must all name one layer below {}", self.cfg.n_layers)));
+        }
+        let t = resid_pre.dim(0)?;
+        let x = Tensor::cat(&vec![resid_pre; masks.len()], 0)?;
+        let per_seq: Vec<Option<&KeyMask>> = masks.iter().map(Some).collect();
+        let hidden = self.run_layers(x, layer, None, &mut crate::capture::NoCapture, &per_seq)?;
+        (0..masks.len()).map(|s| Ok(hidden.narrow(0, s * t, t)?)).collect()
+    }
+
+    /// Runs blocks `first_layer..` over `x`, which holds `masks.len()` sequences of equal length
+    /// stacked along rows (one sequence, unmasked, for ordinary forwards). Projections and MLPs
+    /// run on all rows at once; attention runs per sequence with that sequence's mask.
+    fn run_layers(&self, mut x: Tensor, first_layer: usize, cache: Option<&mut KvCache>, sink: &mut dyn CaptureSink, masks: &[Option<&KeyMask>]) -> Result<Tensor> {
         let dev = Device::Cpu;
-        let t = tokens.len();
+        let n_seq = masks.len().max(1);
+        let total = x.dim(0)?;
+        let t = total / n_seq;
+        if n_seq > 1 && cache.is_some() {
+            return Err(Error::Internal("a KV cache holds one sequence".into()));
+        }
         let mut cache = cache;
         let past = cache.as_ref().map_or(0, |c| c.len);
         let rows = past..past + t;
         let positions: Vec<usize> = rows.clone().collect();
         let (cos, sin) = self.rope.tables(&positions, &dev)?;
-        let ids = Tensor::new(tokens, &dev)?;
-        let mut x = self.embed.index_select(&ids, 0)?;
-        emit(sink, HookPoint::Embed, &rows, &x)?;
         let eps = self.cfg.rms_eps as f32;
         let (h, kvh, dh) = (self.cfg.n_heads, self.cfg.n_kv_heads, self.cfg.d_head);
-        for (l, block) in self.blocks.iter().enumerate() {
+        for (l, block) in self.blocks.iter().enumerate().skip(first_layer) {
             emit(sink, HookPoint::ResidPre(l), &rows, &x)?;
             let xn = candle_nn::ops::rms_norm(&x, &block.attn_norm, eps)?;
             let qkv = block.qkv.forward(&xn)?;
             let (nq, nkv) = (h * dh, kvh * dh);
-            let q = qkv.narrow(1, 0, nq)?.reshape((t, h, dh))?;
-            let k = qkv.narrow(1, nq, nkv)?.reshape((t, kvh, dh))?;
-            let v = qkv.narrow(1, nq + nkv, nkv)?.reshape((t, kvh, dh))?;
+            let q = qkv.narrow(1, 0, nq)?.reshape((total, h, dh))?;
+            let k = qkv.narrow(1, nq, nkv)?.reshape((total, kvh, dh))?;
+            let v = qkv.narrow(1, nq + nkv, nkv)?.reshape((total, kvh, dh))?;
             emit(sink, HookPoint::Q(l), &rows, &q)?;
             emit(sink, HookPoint::K(l), &rows, &k)?;
             emit(sink, HookPoint::V(l), &rows, &v)?;
-            let q = self.rope.apply(&q.transpose(0, 1)?.contiguous()?, &cos, &sin)?;
-            let k = self.rope.apply(&k.transpose(0, 1)?.contiguous()?, &cos, &sin)?;
-            let v = v.transpose(0, 1)?.contiguous()?;
-            let (k_all, v_all) = match cache.as_deref_mut() {
-                Some(c) => {
-                    if c.k.len() <= l {
-                        c.k.push(k);
-                        c.v.push(v);
-                    } else {
-                        c.k[l] = Tensor::cat(&[&c.k[l], &k], 1)?;
-                        c.v[l] = Tensor::cat(&[&c.v[l], &v], 1)?;
+            let mut outs = Vec::with_capacity(n_seq);
+            for (s, mask) in masks.iter().enumerate() {
+                let seq = |x: &Tensor| -> Result<Tensor> { Ok(x.narrow(0, s * t, t)?.transpose(0, 1)?.contiguous()?) };
+                let q = self.rope.apply(&seq(&q)?, &cos, &sin)?;
+                let k = self.rope.apply(&seq(&k)?, &cos, &sin)?;
+                let v = seq(&v)?;
+                let (k_all, v_all) = match cache.as_deref_mut() {
+                    Some(c) => {
+                        if c.k.len() <= l {
+                            c.k.push(k);
+                            c.v.push(v);
+                        } else {
+                            c.k[l] = Tensor::cat(&[&c.k[l], &k], 1)?;
+                            c.v[l] = Tensor::cat(&[&c.v[l], &v], 1)?;
+                        }
+                        (c.k[l].clone(), c.v[l].clone())
                     }
-                    (c.k[l].clone(), c.v[l].clone())
-                }
-                None => (k, v),
-            };
-            let attn = self.attention(l, &q, &k_all, &v_all, past, sink)?;
+                    None => (k, v),
+                };
+                let layer_mask = mask.filter(|m| m.layer == l);
+                outs.push(self.attention(l, &q, &k_all, &v_all, past, sink, layer_mask)?);
+            }
+            let attn = if outs.len() == 1 { outs.swap_remove(0) } else { Tensor::cat(&outs, 0)? };
             let attn_out = block.o_proj.forward(&attn)?;
             emit(sink, HookPoint::AttnOut(l), &rows, &attn_out)?;
             x = (x + attn_out)?;
@@ -340,7 +384,8 @@ impl Llama {
 
     /// Causal softmax attention for q (H, T, dh) against all visible keys k/v (KVH, past+T, dh),
     /// one block of query rows at a time. Returns (T, H·dh).
-    fn attention(&self, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, past: usize, sink: &mut dyn CaptureSink) -> Result<Tensor> {
+    #[allow(clippy::too_many_arguments)]
+    fn attention(&self, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, past: usize, sink: &mut dyn CaptureSink, mask: Option<&KeyMask>) -> Result<Tensor> {
         let (h, t, dh) = q.dims3()?;
         let kvh = k.dim(0)?;
         let group = h / kvh;
@@ -365,7 +410,17 @@ impl Llama {
             let mut a = scores.flatten_all()?.to_vec1::<f32>()?;
             drop(scores);
             // Rows are (kv head, group member, query r); query r sees keys 0..=past+b0+r.
-            a.par_chunks_mut(visible).enumerate().for_each(|(row, s)| scale_and_mask(s, scale, past + b0 + row % b + 1));
+            a.par_chunks_mut(visible).enumerate().for_each(|(row, s)| {
+                let query = past + b0 + row % b;
+                scale_and_mask(s, scale, query + 1);
+                // A knocked-out key is hidden from the chosen heads' later queries (row / b is the
+                // head: rows run over (kv head, group member, query)).
+                if let Some(m) = mask {
+                    if query > m.key && m.heads.contains(&(row / b)) {
+                        s[m.key] = f32::NEG_INFINITY;
+                    }
+                }
+            });
             let rows = past + b0..past + b0 + b;
             if want_scores {
                 let scores = Tensor::from_vec(a.clone(), (h, b, visible), &Device::Cpu)?;
@@ -393,7 +448,7 @@ fn swiglu(gate_up: &Tensor) -> Result<Tensor> {
         out.par_chunks_mut(ff).zip(x.par_chunks(two_ff)).for_each(|(o, row)| {
             let (g, u) = row.split_at(ff);
             for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
-                *o = g / (1.0 + (-g).exp()) * u;
+                *o = g / (1.0 + exp_f32(-g)) * u;
             }
         });
         out
@@ -412,14 +467,37 @@ fn scale_and_mask(row: &mut [f32], scale: f32, visible: usize) {
 fn softmax_prefix(row: &mut [f32], visible: usize) {
     let (seen, future) = row.split_at_mut(visible.min(row.len()));
     let max = seen.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0f32;
-    for s in seen.iter_mut() {
-        *s = (*s - max).exp();
-        sum += *s;
+    seen.iter_mut().for_each(|s| *s = exp_f32(*s - max));
+    // Eight partial sums so the loop vectorizes (a single f32 accumulator cannot be reordered).
+    let mut lanes = [0f32; 8];
+    let mut chunks = seen.chunks_exact(8);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += v;
+        }
     }
+    let sum: f32 = lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>();
     let inv = 1.0 / sum;
     seen.iter_mut().for_each(|s| *s *= inv);
     future.fill(0.0);
+}
+
+/// e^x with ≤2 ulp error for x in [−87, 88] (Cephes' expf polynomial), written branch-free so
+/// loops over it vectorize; `f32::exp` is a libm call per element and dominated softmax time.
+/// Arguments below −87 return e^−87 ≈ 1.6e−38, which is 0 for every use here.
+#[inline(always)]
+pub fn exp_f32(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    // Adding 1.5·2^23 rounds to the nearest integer in the default rounding mode.
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.clamp(-87.0, 88.0);
+    let n = (x * LOG2E + ROUND) - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 0.166_666_65) * r + 0.5;
+    let p = p * r * r + r + 1.0;
+    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
 
 fn emit(sink: &mut dyn CaptureSink, hook: HookPoint, rows: &std::ops::Range<usize>, value: &Tensor) -> Result<()> {
@@ -460,6 +538,20 @@ fn check_shape(path: &std::path::Path, name: &str, got: &[usize], want: &[usize]
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fast_exp_matches_libm() {
+        let mut worst = 0f64;
+        let mut x = -87.0f32;
+        while x <= 88.0 {
+            let rel = ((exp_f32(x) as f64 - (x as f64).exp()) / (x as f64).exp()).abs();
+            worst = worst.max(rel);
+            x += 0.0137;
+        }
+        assert!(worst < 3e-7, "relative error {worst}");
+        assert_eq!(exp_f32(0.0), 1.0);
+        assert!(exp_f32(-1000.0) < 1e-37);
+    }
 
     #[test]
     fn masked_softmax_rows() {

@@ -15,9 +15,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use candle_core::quantized::GgmlDType;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-pub use llama::{KvCache, Llama, LlamaConfig, Param};
+pub use llama::{KeyMask, KvCache, Llama, LlamaConfig, Param};
 pub use rope::RopeLayout;
 pub use source::{resolve, ModelSource};
 pub use tokenizer::Tokenizer;
@@ -35,10 +35,10 @@ pub struct LoadOptions {
 }
 
 /// What `sinkscope info` reports.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ModelInfo {
     pub source: String,
-    pub format: &'static str,
+    pub format: String,
     pub architecture: String,
     pub name: Option<String>,
     pub n_layers: usize,
@@ -54,7 +54,7 @@ pub struct ModelInfo {
     /// Storage types of the weights in the file, e.g. "Q4_1 ×210, F32 ×61, Q8_0 ×1".
     pub quantization: String,
     /// Whether matmuls run on quantized weights (`--quantized`) or dequantized f32.
-    pub compute: &'static str,
+    pub compute: String,
     pub rope_layout: RopeLayout,
     pub rope_theta: f64,
     pub rms_eps: f64,
@@ -98,7 +98,7 @@ pub fn load_source(source: &ModelSource, opts: &LoadOptions) -> Result<LoadedMod
 fn base_info(source: &ModelSource, cfg: &LlamaConfig, architecture: String) -> ModelInfo {
     ModelInfo {
         source: source.path().display().to_string(),
-        format: source.format(),
+        format: source.format().to_string(),
         architecture,
         name: None,
         n_layers: cfg.n_layers,
@@ -112,7 +112,7 @@ fn base_info(source: &ModelSource, cfg: &LlamaConfig, architecture: String) -> M
         tokenizer: String::new(),
         adds_bos: false,
         quantization: String::new(),
-        compute: "f32 (dequantized)",
+        compute: "f32 (dequantized)".into(),
         rope_layout: cfg.rope_layout,
         rope_theta: cfg.rope_theta,
         rms_eps: cfg.rms_eps,
@@ -176,7 +176,7 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Optio
     info.quantization = dtype_summary(file.tensors.values().map(|t| t.dtype));
     info.n_params = file.tensors.values().map(|t| t.shape.iter().product::<usize>()).sum();
     if opts.quantized {
-        info.compute = "quantized matmuls (--quantized)";
+        info.compute = "quantized matmuls (--quantized)".into();
     }
     let quantized = opts.quantized;
     let model = Llama::load(cfg, path, &mut |name| {

@@ -2,12 +2,12 @@
 //! weights were stored in (GGUF llama and llama2.c: adjacent pairs; HF safetensors: half-split).
 
 use candle_core::{Device, Tensor};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 
 /// How a head's dimensions are paired for rotation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RopeLayout {
     /// Pairs (2i, 2i+1): llama.cpp's `LLAMA_ROPE_TYPE_NORM`, Meta's original and llama2.c weights.

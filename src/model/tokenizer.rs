@@ -193,6 +193,34 @@ impl Tokenizer {
         }
     }
 
+    /// Token ids for `text` without BOS or any other added special token.
+    pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>> {
+        match self {
+            Tokenizer::Hf { inner, .. } => Ok(inner
+                .encode(text, false)
+                .map_err(|e| Error::Internal(format!("tokenizer failed: {e}")))?
+                .get_ids()
+                .to_vec()),
+            Tokenizer::Spm(spm) => {
+                let mut ids = spm.encode(text);
+                if spm.add_bos && spm.bos.is_some() && !ids.is_empty() {
+                    ids.remove(0);
+                }
+                Ok(ids)
+            }
+        }
+    }
+
+    /// Whether `id` is a control / special token (never produced from ordinary text).
+    pub fn is_special(&self, id: u32) -> bool {
+        match self {
+            Tokenizer::Hf { inner, .. } => inner.get_added_tokens_decoder().get(&id).is_some_and(|t| t.special),
+            Tokenizer::Spm(spm) => {
+                spm.types.get(id as usize).is_none_or(|&t| t == TOKEN_TYPE_CONTROL) || Some(id) == spm.unk
+            }
+        }
+    }
+
     pub fn decode(&self, ids: &[u32]) -> String {
         match self {
             Tokenizer::Hf { inner, .. } => inner.decode(ids, true).unwrap_or_default(),

@@ -1,0 +1,268 @@
+//! The diagnosis: pure functions from captured reductions to findings — sink metrics and sink
+//! positions, massive activations, head classes, causal head dependency, quantization risk — and
+//! their aggregation over probes into an [`AnalysisReport`]. Never loads a model.
+
+pub mod ablation;
+pub mod heads;
+pub mod massive;
+pub mod quant;
+pub mod sinks;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::capture::StandardReducers;
+use crate::model::ModelInfo;
+use crate::probe::BuiltProbe;
+use crate::report::{NllSummary, TokenInfo};
+use ablation::AblationResult;
+use heads::{classify, uniform_entropy, HeadClass, HeadEvidence};
+use massive::{find_massive, recurring_dims, MassiveReport};
+use quant::QuantRisk;
+use sinks::{alpha, discover_sink_positions, f_attn, sink_score, Alphas, SinkPosition};
+
+/// Settings every finding depends on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AnalysisSettings {
+    /// ε of Sink_k^ε and of sink-position discovery.
+    pub epsilon: f64,
+    /// K: α_k is reported for k < K.
+    pub first_keys: usize,
+    /// A sink position needs at least this share of the probe's queries at or after it.
+    pub min_query_share: f64,
+}
+
+impl Default for AnalysisSettings {
+    fn default() -> Self {
+        AnalysisSettings { epsilon: 0.3, first_keys: 16, min_query_share: 0.25 }
+    }
+}
+
+/// Value and key norms at the probe's sink positions versus all other positions, per layer
+/// (means over kv heads and positions).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayerNorms {
+    pub layer: usize,
+    pub value_norm_sink: f64,
+    pub value_norm_rest: f64,
+    pub key_norm_sink: f64,
+    pub key_norm_rest: f64,
+}
+
+/// Everything measured on one probe.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProbeReport {
+    pub name: String,
+    pub kind: String,
+    pub n_tokens: usize,
+    pub bos: bool,
+    pub replaced_positions: Vec<usize>,
+    pub tokens: Vec<TokenInfo>,
+    pub nll: Option<NllSummary>,
+    pub f_attn: f64,
+    /// α_k per [layer][head] for k < K.
+    pub alpha: Alphas,
+    pub sink_positions: Vec<SinkPosition>,
+    pub massive: MassiveReport,
+    pub norms: Vec<LayerNorms>,
+    pub quant_risk: Vec<QuantRisk>,
+    /// Per [layer][head].
+    pub head_evidence: Vec<Vec<HeadEvidence>>,
+}
+
+/// One head's summary over the natural-text probes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HeadReport {
+    pub layer: usize,
+    pub head: usize,
+    /// Mean α_k over all probes, k < K.
+    pub alpha: Vec<f64>,
+    pub class: HeadClass,
+    /// Mean evidence over the natural-text probes (all probes if there are none).
+    pub evidence: HeadEvidence,
+}
+
+/// Massive activations over all probes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MassiveSummary {
+    /// Earliest layer with a massive element in any probe.
+    pub first_layer: Option<usize>,
+    /// Dims massive in any probe, most frequent first.
+    pub dims: Vec<usize>,
+    /// Positions carrying massive elements in any probe, most frequent first.
+    pub positions: Vec<usize>,
+    /// (dim, number of probes in which it is massive).
+    pub recurring_dims: Vec<(usize, usize)>,
+    pub n_probes: usize,
+}
+
+/// The causal sweep's findings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AblationSummary {
+    pub n_tokens: usize,
+    pub keys: Vec<usize>,
+    pub wall_seconds: f64,
+    pub results: Vec<AblationResult>,
+    /// Single heads with the largest ΔNLL (up to 10).
+    pub top_heads: Vec<AblationResult>,
+}
+
+/// What `sinkscope analyze` writes as `report.json` (and prints with `--json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AnalysisReport {
+    pub sinkscope_version: String,
+    pub model: ModelInfo,
+    pub settings: AnalysisSettings,
+    /// Token positions that act as sinks in any probe, ascending.
+    pub sink_positions: Vec<usize>,
+    /// Sink_k^ε in percent over every (probe, layer, head), keyed by position k as a string.
+    pub sink_score: BTreeMap<String, f64>,
+    /// Mean over probes, layers and heads of the attention paid to position 0.
+    pub f_attn: f64,
+    pub massive: MassiveSummary,
+    pub heads: Vec<HeadReport>,
+    pub ablation: Option<AblationSummary>,
+    pub probes: Vec<ProbeReport>,
+    pub wall_seconds: f64,
+}
+
+/// Everything `analyze_probe` needs from one captured probe.
+pub struct ProbeCapture<'a> {
+    pub probe: &'a BuiltProbe,
+    pub pieces: Vec<String>,
+    pub reducers: &'a StandardReducers,
+    pub quant_risk: Vec<QuantRisk>,
+    pub nll: Option<NllSummary>,
+}
+
+pub fn analyze_probe(c: &ProbeCapture<'_>, settings: &AnalysisSettings) -> ProbeReport {
+    let att = &c.reducers.attention;
+    let t = c.probe.ids.len();
+    let n_layers = att.heads.len();
+    let k_max = settings.first_keys.min(t);
+    let alphas: Alphas = att.heads.iter().map(|layer| layer.iter().map(|h| (0..k_max).map(|k| alpha(&h.col_mass, t, k)).collect()).collect()).collect();
+    let col_mass: Vec<Vec<Vec<f64>>> = att.heads.iter().map(|layer| layer.iter().map(|h| h.col_mass.clone()).collect()).collect();
+    let min_queries = ((t as f64 * settings.min_query_share).ceil() as usize).max(2);
+    let sink_positions = discover_sink_positions(&col_mass, t, settings.epsilon, min_queries, &c.pieces);
+    let massive = find_massive(&c.reducers.top.top, &c.reducers.top.above, &c.reducers.top.median_abs, &c.pieces);
+    let sink_set: Vec<usize> = sink_positions.iter().map(|s| s.pos).collect();
+    let norms = (0..n_layers).map(|l| layer_norms(l, &c.reducers.kv.value[l], &c.reducers.kv.key[l], &sink_set)).collect();
+    let uniform = uniform_entropy(t, att.entropy_stride);
+    let head_evidence = att
+        .heads
+        .iter()
+        .enumerate()
+        .map(|(l, layer)| {
+            layer
+                .iter()
+                .map(|h| {
+                    let (sink_alpha, sink_pos) = sink_set
+                        .iter()
+                        .chain(std::iter::once(&0))
+                        .map(|&k| (alpha(&h.col_mass, t, k), k))
+                        .fold((0.0, None), |best, (a, k)| if a > best.0 { (a, Some(k)) } else { best });
+                    let sampled = att.entropy_rows[l].max(1) as f64;
+                    HeadEvidence {
+                        sink_alpha,
+                        sink_pos,
+                        prev_token_mass: h.prev_mass / t.saturating_sub(1).max(1) as f64,
+                        self_mass: h.self_mass / t.max(1) as f64,
+                        normalized_entropy: if uniform > 0.0 { h.entropy_sum / sampled / uniform } else { 0.0 },
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    ProbeReport {
+        name: c.probe.name.clone(),
+        kind: c.probe.kind.clone(),
+        n_tokens: t,
+        bos: c.probe.bos,
+        replaced_positions: c.probe.replaced.clone(),
+        tokens: c.probe.ids.iter().zip(&c.pieces).enumerate().map(|(pos, (&id, piece))| TokenInfo { pos, id, piece: piece.clone() }).collect(),
+        nll: c.nll.clone(),
+        f_attn: f_attn(&[&alphas]),
+        alpha: alphas,
+        sink_positions,
+        massive,
+        norms,
+        quant_risk: c.quant_risk.clone(),
+        head_evidence,
+    }
+}
+
+fn layer_norms(layer: usize, value: &[Vec<f32>], key: &[Vec<f32>], sinks: &[usize]) -> LayerNorms {
+    let split = |per_head: &[Vec<f32>]| {
+        let (mut s, mut ns, mut r, mut nr) = (0f64, 0usize, 0f64, 0usize);
+        for head in per_head {
+            for (pos, &v) in head.iter().enumerate() {
+                if sinks.contains(&pos) {
+                    s += v as f64;
+                    ns += 1;
+                } else {
+                    r += v as f64;
+                    nr += 1;
+                }
+            }
+        }
+        (if ns > 0 { s / ns as f64 } else { f64::NAN }, if nr > 0 { r / nr as f64 } else { f64::NAN })
+    };
+    let (vs, vr) = split(value);
+    let (ks, kr) = split(key);
+    LayerNorms { layer, value_norm_sink: vs, value_norm_rest: vr, key_norm_sink: ks, key_norm_rest: kr }
+}
+
+/// Combines per-probe reports into the report users read.
+pub fn aggregate(model: ModelInfo, settings: AnalysisSettings, probes: Vec<ProbeReport>, ablation: Option<AblationSummary>, wall_seconds: f64) -> AnalysisReport {
+    let samples: Vec<&Alphas> = probes.iter().map(|p| &p.alpha).collect();
+    let k_max = probes.iter().map(|p| p.alpha.first().and_then(|l| l.first()).map_or(0, Vec::len)).max().unwrap_or(0);
+    let sink_score = (0..k_max).map(|k| (k.to_string(), sink_score(&samples, k, settings.epsilon))).collect();
+    let mut positions: Vec<usize> = probes.iter().flat_map(|p| p.sink_positions.iter().map(|s| s.pos)).collect();
+    positions.sort_unstable();
+    positions.dedup();
+    let massive_reports: Vec<&MassiveReport> = probes.iter().map(|p| &p.massive).collect();
+    let massive = MassiveSummary {
+        first_layer: probes.iter().filter_map(|p| p.massive.first_layer).min(),
+        dims: massive::by_frequency(probes.iter().flat_map(|p| p.massive.elements.iter().map(|e| e.dim))),
+        positions: massive::by_frequency(probes.iter().flat_map(|p| p.massive.elements.iter().map(|e| e.pos))),
+        recurring_dims: recurring_dims(&massive_reports),
+        n_probes: probes.len(),
+    };
+    let natural: Vec<&ProbeReport> = probes.iter().filter(|p| p.kind == "text" || p.kind == "file").collect();
+    let class_probes: Vec<&ProbeReport> = if natural.is_empty() { probes.iter().collect() } else { natural };
+    let mut heads = Vec::new();
+    if let Some(first) = probes.first() {
+        for (l, layer) in first.alpha.iter().enumerate() {
+            for h in 0..layer.len() {
+                let alpha = (0..k_max)
+                    .map(|k| probes.iter().map(|p| p.alpha[l][h].get(k).copied().unwrap_or(0.0)).sum::<f64>() / probes.len() as f64)
+                    .collect();
+                let n = class_probes.len() as f64;
+                let ev: Vec<&HeadEvidence> = class_probes.iter().map(|p| &p.head_evidence[l][h]).collect();
+                let sink_pos = ev.iter().max_by(|a, b| a.sink_alpha.total_cmp(&b.sink_alpha)).and_then(|e| e.sink_pos);
+                let evidence = HeadEvidence {
+                    sink_alpha: ev.iter().map(|e| e.sink_alpha).sum::<f64>() / n,
+                    sink_pos,
+                    prev_token_mass: ev.iter().map(|e| e.prev_token_mass).sum::<f64>() / n,
+                    self_mass: ev.iter().map(|e| e.self_mass).sum::<f64>() / n,
+                    normalized_entropy: ev.iter().map(|e| e.normalized_entropy).sum::<f64>() / n,
+                };
+                heads.push(HeadReport { layer: l, head: h, alpha, class: classify(&evidence), evidence });
+            }
+        }
+    }
+    AnalysisReport {
+        sinkscope_version: env!("CARGO_PKG_VERSION").to_string(),
+        model,
+        settings,
+        sink_positions: positions,
+        sink_score,
+        f_attn: f_attn(&samples),
+        massive,
+        heads,
+        ablation,
+        probes,
+        wall_seconds,
+    }
+}

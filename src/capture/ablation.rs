@@ -1,0 +1,96 @@
+//! Runs the causal head-dependency sweep: one clean pass keeps every layer's input, then each
+//! variant (one head, or the whole layer, with key k hidden) re-runs only the layers from the
+//! masked one onward — earlier layers cannot see the mask — and is scored against the clean
+//! next-token distributions of the tokens after k.
+
+use candle_core::Tensor;
+
+use super::{HookFilter, HookPoint, TensorCollector};
+use crate::analysis::ablation::{compare_rows, log_softmax_rows, AblationResult};
+use crate::error::{Error, Result};
+use crate::model::{KeyMask, Llama};
+
+/// Logit rows scored at once (128 × vocab floats: 24 MiB for a 49k vocabulary — large enough for
+/// an efficient matmul, small enough for the allocator to reuse the buffer).
+const SCORE_ROWS: usize = 128;
+
+/// Which variants to run.
+pub struct AblationPlan {
+    /// Key positions to hide (default 0..3).
+    pub keys: Vec<usize>,
+    /// Mask each head on its own (n_layers · n_heads variants per key).
+    pub per_head: bool,
+    /// Mask every head of a layer at once (n_layers variants per key).
+    pub per_layer: bool,
+}
+
+/// Runs the plan on `ids`; `progress` is called after each variant with (done, total).
+pub fn run_ablation(model: &Llama, ids: &[u32], plan: &AblationPlan, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<AblationResult>> {
+    let cfg = &model.cfg;
+    // Variants of one (key, layer) share that layer's input and run as one stacked batch.
+    // Each mask with the head it reports (None: the whole layer).
+    let mut groups: Vec<Vec<(KeyMask, Option<usize>)>> = Vec::new();
+    for &key in &plan.keys {
+        for layer in 0..cfg.n_layers {
+            let mut group = Vec::new();
+            if plan.per_head {
+                group.extend((0..cfg.n_heads).map(|h| (KeyMask { layer, heads: vec![h], key }, Some(h))));
+            }
+            if plan.per_layer {
+                group.push((KeyMask { layer, heads: (0..cfg.n_heads).collect(), key }, None));
+            }
+            if !group.is_empty() {
+                groups.push(group);
+            }
+        }
+    }
+    run_masks(model, ids, &groups, progress)
+}
+
+/// Runs groups of masks — every mask of a group names the same layer — against one clean pass of
+/// `ids`, and scores each against the clean predictions. Each mask carries the head it reports
+/// (`None`: a whole layer).
+pub fn run_masks(model: &Llama, ids: &[u32], groups: &[Vec<(KeyMask, Option<usize>)>], progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<AblationResult>> {
+    let t = ids.len();
+    if let Some((m, _)) = groups.iter().flatten().find(|(m, _)| m.key + 2 > t) {
+        return Err(Error::input(format!("cannot ablate key {} of a {t}-token probe: it needs tokens after it to score", m.key)));
+    }
+    let cfg = &model.cfg;
+    let mut inputs = TensorCollector::new(HookFilter::parse("hook_resid_pre", cfg.n_layers)?, t);
+    let hidden = model.forward(ids, None, &mut inputs)?;
+    let vocab = cfg.vocab_size;
+    let mut clean_logp = Vec::with_capacity((t - 1) * vocab);
+    for start in (0..t - 1).step_by(SCORE_ROWS) {
+        clean_logp.extend(log_softmax_rows(&logits_rows(model, &hidden, start, (start + SCORE_ROWS).min(t - 1))?, vocab));
+    }
+    let total: usize = groups.iter().map(Vec::len).sum();
+    let mut results = Vec::with_capacity(total);
+    for group in groups {
+        let layer = group[0].0.layer;
+        let masks: Vec<KeyMask> = group.iter().map(|(m, _)| m.clone()).collect();
+        let (shape, data) = inputs.get(&HookPoint::ResidPre(layer)).ok_or_else(|| Error::Internal("missing resid_pre".into()))?;
+        let resid = Tensor::from_slice(data, shape, &candle_core::Device::Cpu)?;
+        for ((mask, head), masked) in group.iter().zip(model.forward_masked(&resid, &masks)?) {
+            // Rows i > key predict tokens i+1; rows ≤ key cannot see the mask. Scored in chunks so
+            // the buffers stay small enough for the allocator to reuse (no page-fault churn).
+            let first = mask.key + 1;
+            let (mut dnll, mut kl) = (0.0, 0.0);
+            for start in (first..t - 1).step_by(SCORE_ROWS) {
+                let end = (start + SCORE_ROWS).min(t - 1);
+                let masked_logp = log_softmax_rows(&logits_rows(model, &masked, start, end)?, vocab);
+                let (d, k) = compare_rows(&clean_logp[start * vocab..end * vocab], &masked_logp, vocab, &ids[start + 1..end + 1]);
+                dnll += d;
+                kl += k;
+            }
+            let n = (t - 1 - first) as f64;
+            results.push(AblationResult { layer, head: *head, key_pos: mask.key, delta_nll: dnll / n, kl: kl / n });
+            progress(results.len(), total);
+        }
+    }
+    Ok(results)
+}
+
+/// Logits of hidden rows start..end as a flat [rows, vocab] vector.
+fn logits_rows(model: &Llama, hidden: &Tensor, start: usize, end: usize) -> Result<Vec<f32>> {
+    Ok(model.logits(&hidden.narrow(0, start, end - start)?)?.flatten_all()?.to_vec1()?)
+}

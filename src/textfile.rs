@@ -1,0 +1,24 @@
+//! Reading a user's text file: empty, binary and non-UTF-8 files are refused with a message that
+//! names the file and says how to fix it.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+pub fn read_text_file(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::file(path, "no such file"),
+        std::io::ErrorKind::IsADirectory => Error::file(path, "is a directory, not a text file"),
+        _ => Error::file(path, format!("cannot read ({e})")),
+    })?;
+    if bytes.is_empty() {
+        return Err(Error::file(path, "the text file is empty; give a file with some text"));
+    }
+    if bytes.contains(&0) {
+        return Err(Error::file(path, "looks like a binary file (it contains NUL bytes); give a UTF-8 text file"));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        Error::file(path, format!("is not valid UTF-8 (bad byte at offset {}); convert it, e.g. iconv -f latin1 -t utf-8", e.utf8_error().valid_up_to()))
+    })
+}
+
