@@ -15,6 +15,7 @@ pub mod model;
 pub mod probe;
 pub mod capture;
 pub mod analysis;
+pub mod kv;
 pub mod report;
 pub mod cli;
 

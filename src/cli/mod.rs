@@ -6,6 +6,7 @@ mod capture;
 mod demo;
 mod generate;
 mod info;
+mod stream;
 mod text;
 
 use std::path::PathBuf;
@@ -38,6 +39,12 @@ pub enum Command {
     /// Diagnose sinks: sink positions, Sink_k^ε, F-Attn, massive activations, head classes,
     /// causal head dependency and quantization risk over a probe set (or one text).
     Analyze(analyze::AnalyzeArgs),
+    /// Stream a text token by token under one KV-cache policy: per-token NLL, perplexity before
+    /// and after the first eviction, the cliff, cache length, tokens/s.
+    Stream(stream::StreamArgs),
+    /// Sweep the number of sink tokens at a fixed cache budget (plus the recompute reference) and
+    /// recommend how many this model needs.
+    Recommend(stream::RecommendArgs),
 }
 
 /// Model selection shared by every command that loads one.
@@ -69,5 +76,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Generate(a) => generate::run(a),
         Command::Capture(a) => capture::run(a),
         Command::Analyze(a) => analyze::run(a),
+        Command::Stream(a) => stream::run_stream(a),
+        Command::Recommend(a) => stream::run_recommend(a),
     }
 }

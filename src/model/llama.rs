@@ -188,7 +188,22 @@ pub struct KeyMask {
     pub key: usize,
 }
 
-/// Keys (after RoPE) and values of every layer for the positions processed so far.
+/// Where attention keys and values live between forward calls, and at which rotary positions new
+/// queries and cached keys are placed. The forward pass hands each layer its new keys *before*
+/// RoPE, so a store can rotate by absolute position, by cache slot, or keep rotated keys and shift
+/// them (the KV-cache policies of `kv`).
+pub trait KvStore {
+    /// Rotary positions of the `t` tokens about to be appended (their queries use these).
+    fn next_positions(&self, t: usize) -> Vec<usize>;
+    /// Appends layer `layer`'s new keys (pre-RoPE, (KVH, t, dh)) and values, and returns every key
+    /// the new queries may see, rotated for attention, with the values — both (KVH, n, dh), the new
+    /// tokens last.
+    fn append(&mut self, layer: usize, k_pre: &Tensor, v: &Tensor, rope: &Rope, positions: &[usize]) -> Result<(Tensor, Tensor)>;
+    /// Called once every layer has seen the `t` new tokens.
+    fn commit(&mut self, t: usize);
+}
+
+/// The ordinary cache: keys rotated at their absolute positions, nothing ever evicted.
 #[derive(Default)]
 pub struct KvCache {
     k: Vec<Tensor>,
@@ -204,6 +219,34 @@ impl KvCache {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+}
+
+impl KvStore for KvCache {
+    fn next_positions(&self, t: usize) -> Vec<usize> {
+        (self.len..self.len + t).collect()
+    }
+
+    fn append(&mut self, layer: usize, k_pre: &Tensor, v: &Tensor, rope: &Rope, positions: &[usize]) -> Result<(Tensor, Tensor)> {
+        let k = rope.rotate(k_pre, positions)?;
+        if self.k.len() <= layer {
+            self.k.push(k);
+            self.v.push(v.clone());
+        } else {
+            self.k[layer] = Tensor::cat(&[&self.k[layer], &k], 1)?;
+            self.v[layer] = Tensor::cat(&[&self.v[layer], v], 1)?;
+        }
+        Ok((self.k[layer].clone(), self.v[layer].clone()))
+    }
+
+    fn commit(&mut self, t: usize) {
+        self.len += t;
+    }
+}
+
+/// One sequence of a (possibly stacked) forward: where its keys go, and an optional key mask.
+struct Seq<'a> {
+    store: Option<&'a mut dyn KvStore>,
+    mask: Option<&'a KeyMask>,
 }
 
 /// A loaded Llama-family model.
@@ -281,7 +324,8 @@ impl Llama {
         let rows = past..past + tokens.len();
         let x = self.embed.index_select(&Tensor::new(tokens, &Device::Cpu)?, 0)?;
         emit(sink, HookPoint::Embed, &rows, &x)?;
-        self.run_layers(x, 0, cache, sink, &[None])
+        let store = cache.map(|c| c as &mut dyn KvStore);
+        self.run_layers(x, 0, &mut [Seq { store, mask: None }], sink)
     }
 
     /// Re-runs layers `layer..` from that layer's input (`resid_pre`, (T, d_model), positions
@@ -295,27 +339,38 @@ impl Llama {
         }
         let t = resid_pre.dim(0)?;
         let x = Tensor::cat(&vec![resid_pre; masks.len()], 0)?;
-        let per_seq: Vec<Option<&KeyMask>> = masks.iter().map(Some).collect();
-        let hidden = self.run_layers(x, layer, None, &mut crate::capture::NoCapture, &per_seq)?;
+        let mut seqs: Vec<Seq> = masks.iter().map(|m| Seq { store: None, mask: Some(m) }).collect();
+        let hidden = self.run_layers(x, layer, &mut seqs, &mut crate::capture::NoCapture)?;
         (0..masks.len()).map(|s| Ok(hidden.narrow(0, s * t, t)?)).collect()
     }
 
-    /// Runs blocks `first_layer..` over `x`, which holds `masks.len()` sequences of equal length
-    /// stacked along rows (one sequence, unmasked, for ordinary forwards). Projections and MLPs
-    /// run on all rows at once; attention runs per sequence with that sequence's mask.
-    fn run_layers(&self, mut x: Tensor, first_layer: usize, cache: Option<&mut KvCache>, sink: &mut dyn CaptureSink, masks: &[Option<&KeyMask>]) -> Result<Tensor> {
+    /// One decode step for several independent sequences: `tokens[s]` is appended to `stores[s]`
+    /// (each store places and keeps keys its own way). Projections and MLPs run on all sequences
+    /// as one batch — decoding is bound by reading the weights, so a batch costs little more than
+    /// one. Returns the final-norm hidden states, one row per sequence.
+    pub fn decode_step(&self, tokens: &[u32], stores: &mut [&mut dyn KvStore]) -> Result<Tensor> {
+        if tokens.len() != stores.len() || tokens.is_empty() {
+            return Err(Error::Internal("decode_step needs one token per store".into()));
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+            return Err(Error::input(format!("token id {bad} is outside the model's vocabulary of {}", self.cfg.vocab_size)));
+        }
+        let x = self.embed.index_select(&Tensor::new(tokens, &Device::Cpu)?, 0)?;
+        let mut seqs: Vec<Seq> = stores.iter_mut().map(|s| Seq { store: Some(&mut **s), mask: None }).collect();
+        self.run_layers(x, 0, &mut seqs, &mut crate::capture::NoCapture)
+    }
+
+    /// Runs blocks `first_layer..` over `x`, which holds `seqs.len()` sequences of equal length
+    /// stacked along rows. Projections and MLPs run on all rows at once; RoPE, the KV store and
+    /// attention (with that sequence's mask) run per sequence.
+    fn run_layers(&self, mut x: Tensor, first_layer: usize, seqs: &mut [Seq<'_>], sink: &mut dyn CaptureSink) -> Result<Tensor> {
         let dev = Device::Cpu;
-        let n_seq = masks.len().max(1);
+        let n_seq = seqs.len().max(1);
         let total = x.dim(0)?;
         let t = total / n_seq;
-        if n_seq > 1 && cache.is_some() {
-            return Err(Error::Internal("a KV cache holds one sequence".into()));
-        }
-        let mut cache = cache;
-        let past = cache.as_ref().map_or(0, |c| c.len);
-        let rows = past..past + t;
-        let positions: Vec<usize> = rows.clone().collect();
-        let (cos, sin) = self.rope.tables(&positions, &dev)?;
+        let positions: Vec<Vec<usize>> = seqs.iter().map(|s| s.store.as_ref().map_or_else(|| (0..t).collect(), |st| st.next_positions(t))).collect();
+        let tables = positions.iter().map(|p| self.rope.tables(p, &dev)).collect::<Result<Vec<_>>>()?;
+        let rows = positions[0][0]..positions[0][0] + t;
         let eps = self.cfg.rms_eps as f32;
         let (h, kvh, dh) = (self.cfg.n_heads, self.cfg.n_kv_heads, self.cfg.d_head);
         for (l, block) in self.blocks.iter().enumerate().skip(first_layer) {
@@ -330,25 +385,16 @@ impl Llama {
             emit(sink, HookPoint::K(l), &rows, &k)?;
             emit(sink, HookPoint::V(l), &rows, &v)?;
             let mut outs = Vec::with_capacity(n_seq);
-            for (s, mask) in masks.iter().enumerate() {
-                let seq = |x: &Tensor| -> Result<Tensor> { Ok(x.narrow(0, s * t, t)?.transpose(0, 1)?.contiguous()?) };
-                let q = self.rope.apply(&seq(&q)?, &cos, &sin)?;
-                let k = self.rope.apply(&seq(&k)?, &cos, &sin)?;
-                let v = seq(&v)?;
-                let (k_all, v_all) = match cache.as_deref_mut() {
-                    Some(c) => {
-                        if c.k.len() <= l {
-                            c.k.push(k);
-                            c.v.push(v);
-                        } else {
-                            c.k[l] = Tensor::cat(&[&c.k[l], &k], 1)?;
-                            c.v[l] = Tensor::cat(&[&c.v[l], &v], 1)?;
-                        }
-                        (c.k[l].clone(), c.v[l].clone())
-                    }
-                    None => (k, v),
+            for (s, seq) in seqs.iter_mut().enumerate() {
+                let part = |x: &Tensor| -> Result<Tensor> { Ok(x.narrow(0, s * t, t)?.transpose(0, 1)?.contiguous()?) };
+                let (cos, sin) = &tables[s];
+                let q = self.rope.apply(&part(&q)?, cos, sin)?;
+                let (k_all, v_all) = match seq.store.as_deref_mut() {
+                    Some(store) => store.append(l, &part(&k)?, &part(&v)?, &self.rope, &positions[s])?,
+                    None => (self.rope.apply(&part(&k)?, cos, sin)?, part(&v)?),
                 };
-                let layer_mask = mask.filter(|m| m.layer == l);
+                let past = k_all.dim(1)? - t;
+                let layer_mask = seq.mask.filter(|m| m.layer == l);
                 outs.push(self.attention(l, &q, &k_all, &v_all, past, sink, layer_mask)?);
             }
             let attn = if outs.len() == 1 { outs.swap_remove(0) } else { Tensor::cat(&outs, 0)? };
@@ -362,12 +408,19 @@ impl Llama {
             x = (x + block.down.forward(&act)?)?;
             emit(sink, HookPoint::ResidPost(l), &rows, &x)?;
         }
-        if let Some(c) = cache {
-            c.len += t;
+        for seq in seqs.iter_mut() {
+            if let Some(store) = seq.store.as_deref_mut() {
+                store.commit(t);
+            }
         }
         let out = candle_nn::ops::rms_norm(&x, &self.final_norm, eps)?;
         emit(sink, HookPoint::LnFinal, &rows, &out)?;
         Ok(out)
+    }
+
+    /// The model's rotary embedding (for caches that place keys themselves).
+    pub fn rope(&self) -> Rope {
+        self.rope.clone()
     }
 
     /// Caps the bytes of one query block's scores (default 32 MiB); smaller means more, shorter

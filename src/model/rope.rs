@@ -37,13 +37,18 @@ impl Rope {
     /// cos and sin tables of shape (positions, d_head/2) for the given position ids.
     /// Angles are computed in f64 and rounded once, so long positions stay accurate.
     pub fn tables(&self, positions: &[usize], device: &Device) -> Result<(Tensor, Tensor)> {
+        self.tables_at(&positions.iter().map(|&p| p as f64).collect::<Vec<_>>(), device)
+    }
+
+    /// cos/sin tables for (possibly negative) positions.
+    fn tables_at(&self, positions: &[f64], device: &Device) -> Result<(Tensor, Tensor)> {
         let half = self.d_head / 2;
         let inv_freq: Vec<f64> = (0..half).map(|i| self.theta.powf(-((2 * i) as f64) / self.d_head as f64)).collect();
         let mut cos = Vec::with_capacity(positions.len() * half);
         let mut sin = Vec::with_capacity(positions.len() * half);
         for &p in positions {
             for &f in &inv_freq {
-                let angle = p as f64 * f;
+                let angle = p * f;
                 cos.push(angle.cos() as f32);
                 sin.push(angle.sin() as f32);
             }
@@ -52,6 +57,18 @@ impl Rope {
             Tensor::from_vec(cos, (positions.len(), half), device)?,
             Tensor::from_vec(sin, (positions.len(), half), device)?,
         ))
+    }
+
+    /// Rotates `x` (heads, positions.len(), d_head) to the given positions.
+    pub fn rotate(&self, x: &Tensor, positions: &[usize]) -> Result<Tensor> {
+        let (cos, sin) = self.tables(positions, x.device())?;
+        self.apply(&x.contiguous()?, &cos, &sin)
+    }
+
+    /// Rotates by signed position offsets (e.g. −Δ to shift rotated keys back after an eviction).
+    pub fn rotate_by(&self, x: &Tensor, offsets: &[i64]) -> Result<Tensor> {
+        let (cos, sin) = self.tables_at(&offsets.iter().map(|&p| p as f64).collect::<Vec<_>>(), x.device())?;
+        self.apply(&x.contiguous()?, &cos, &sin)
     }
 
     /// Rotates `x` of shape (heads, positions, d_head) (contiguous) by the given tables.

@@ -1,0 +1,118 @@
+//! A policy-managed KV cache for one stream: keys kept before RoPE (and, for `delta`, also after
+//! it), values, and each slot's stream index; exact memory accounting is its length.
+
+use candle_core::Tensor;
+
+use super::policy::{Policy, PositionMode};
+use crate::error::Result;
+use crate::model::llama::KvStore;
+use crate::model::rope::Rope;
+
+/// Keys/values of every layer for the entries a policy has kept. Cloning is cheap (tensors are
+/// shared), which is how policies share the stream before their first eviction.
+#[derive(Clone)]
+pub struct PolicyCache {
+    pub policy: Policy,
+    /// Per layer (KVH, n, dh): keys before RoPE.
+    k_pre: Vec<Tensor>,
+    /// Per layer (KVH, n, dh): keys rotated at their current slot, shifted on eviction (`delta`).
+    k_rot: Vec<Tensor>,
+    v: Vec<Tensor>,
+    /// Stream index of each slot's token.
+    pub stream_pos: Vec<usize>,
+    next_stream: usize,
+    /// Evictions so far.
+    pub evictions: usize,
+}
+
+impl PolicyCache {
+    pub fn new(policy: Policy) -> Self {
+        PolicyCache { policy, k_pre: Vec::new(), k_rot: Vec::new(), v: Vec::new(), stream_pos: Vec::new(), next_stream: 0, evictions: 0 }
+    }
+
+    /// Entries held (one per kept token, in every layer).
+    pub fn len(&self) -> usize {
+        self.stream_pos.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.stream_pos.is_empty()
+    }
+
+    /// The same entries under another policy (used when the shared prefix ends).
+    pub fn with_policy(&self, policy: Policy) -> Self {
+        PolicyCache { policy, ..self.clone() }
+    }
+
+    /// Applies the policy after a step; returns how many entries were evicted.
+    pub fn evict(&mut self, rope: &Rope) -> Result<usize> {
+        let range = self.policy.evict(self.len());
+        if range.is_empty() {
+            return Ok(0);
+        }
+        let (a, b) = (range.start, range.end);
+        let n = self.len();
+        let cut = |t: &Tensor| -> Result<Tensor> {
+            let parts: Vec<Tensor> = [(0, a), (b, n - b)].iter().filter(|(_, len)| *len > 0).map(|&(s, len)| t.narrow(1, s, len)).collect::<candle_core::Result<_>>()?;
+            Ok(Tensor::cat(&parts, 1)?)
+        };
+        for l in 0..self.k_pre.len() {
+            self.k_pre[l] = cut(&self.k_pre[l])?;
+            self.v[l] = cut(&self.v[l])?;
+            let rot = cut(&self.k_rot[l])?;
+            self.k_rot[l] = if self.policy.positions == PositionMode::Delta && n > b {
+                // Survivors after the hole move Δ slots left: rotate them back by −Δ (in f32,
+                // so rounding accumulates over evictions, as in llama.cpp's K-shift).
+                let delta = (b - a) as i64;
+                let head = rot.narrow(1, 0, a)?;
+                let tail = rot.narrow(1, a, n - b)?;
+                let shifted = rope.rotate_by(&tail, &vec![-delta; n - b])?;
+                if a > 0 { Tensor::cat(&[&head, &shifted], 1)? } else { shifted }
+            } else {
+                rot
+            };
+        }
+        self.stream_pos.drain(a..b);
+        self.evictions += 1;
+        Ok(b - a)
+    }
+}
+
+impl KvStore for PolicyCache {
+    fn next_positions(&self, t: usize) -> Vec<usize> {
+        match self.policy.positions {
+            PositionMode::Original => (self.next_stream..self.next_stream + t).collect(),
+            PositionMode::Slot | PositionMode::Delta => (self.len()..self.len() + t).collect(),
+        }
+    }
+
+    fn append(&mut self, layer: usize, k_pre: &Tensor, v: &Tensor, rope: &Rope, positions: &[usize]) -> Result<(Tensor, Tensor)> {
+        let k_rot = rope.rotate(k_pre, positions)?;
+        if self.k_pre.len() <= layer {
+            self.k_pre.push(k_pre.clone());
+            self.k_rot.push(k_rot);
+            self.v.push(v.clone());
+        } else {
+            self.k_pre[layer] = Tensor::cat(&[&self.k_pre[layer], k_pre], 1)?;
+            self.k_rot[layer] = Tensor::cat(&[&self.k_rot[layer], &k_rot], 1)?;
+            self.v[layer] = Tensor::cat(&[&self.v[layer], v], 1)?;
+        }
+        let n = self.k_pre[layer].dim(1)?;
+        let keys = match self.policy.positions {
+            PositionMode::Delta => self.k_rot[layer].clone(),
+            // Rotate every kept key afresh from its pre-RoPE value: by slot, or by stream index.
+            PositionMode::Slot => rope.rotate(&self.k_pre[layer], &(0..n).collect::<Vec<_>>())?,
+            PositionMode::Original => {
+                let mut pos = self.stream_pos.clone();
+                pos.extend_from_slice(positions);
+                rope.rotate(&self.k_pre[layer], &pos)?
+            }
+        };
+        Ok((keys, self.v[layer].clone()))
+    }
+
+    fn commit(&mut self, t: usize) {
+        self.stream_pos.extend(self.next_stream..self.next_stream + t);
+        self.next_stream += t;
+    }
+}

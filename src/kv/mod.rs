@@ -1,0 +1,10 @@
+//! KV-cache eviction: policies and position modes, the policy-managed cache, the streaming
+//! simulator, and the sink-count recommendation built on it.
+
+pub mod cache;
+pub mod policy;
+pub mod recommend;
+pub mod simulate;
+
+pub use policy::{Policy, PolicyKind, PositionMode};
+pub use simulate::{simulate, StreamOutcome};

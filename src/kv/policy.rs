@@ -1,0 +1,143 @@
+//! KV-cache eviction policies and RoPE position modes (DESIGN §7). The budget W counts every key a
+//! query can see, its own included; sink tokens sit *inside* the budget (S sinks + W−S recent).
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyKind {
+    /// Keep everything (positions are stream indices; degrades past the trained context).
+    Dense,
+    /// Keep the last W.
+    Window,
+    /// Keep the first S forever plus the last W−S (StreamingLLM).
+    Sink,
+    /// No cache: re-run the last W tokens from scratch at every step (the strong baseline).
+    Recompute,
+    /// llama.cpp's `--keep N`: when full, discard half of the entries after the first N.
+    Keep,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum PositionMode {
+    /// Keys cached before RoPE and rotated by cache slot 0..n−1; the query at its own slot
+    /// (StreamingLLM).
+    Slot,
+    /// Keys rotated by their absolute stream positions — the wrong way once tokens are evicted.
+    Original,
+    /// Keys cached after RoPE; survivors re-rotated by −Δ on each eviction (llama.cpp's K-shift,
+    /// HF SinkCache): the same angles as `slot`, but rounding accumulates.
+    Delta,
+}
+
+/// One policy at one budget.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Policy {
+    pub kind: PolicyKind,
+    /// S for `sink`, N for `keep`; 0 otherwise.
+    pub sinks: usize,
+    /// The budget W (ignored by `dense`).
+    pub cache: usize,
+    pub positions: PositionMode,
+}
+
+impl Policy {
+    pub fn label(&self) -> String {
+        let pos = match self.positions {
+            PositionMode::Slot => "slot",
+            PositionMode::Original => "original",
+            PositionMode::Delta => "delta",
+        };
+        match self.kind {
+            PolicyKind::Dense => "dense".into(),
+            PolicyKind::Window => format!("window W={} ({pos})", self.cache),
+            PolicyKind::Sink => format!("sink S={} + {} recent, W={} ({pos})", self.sinks, self.cache - self.sinks.min(self.cache), self.cache),
+            PolicyKind::Recompute => format!("recompute W={}", self.cache),
+            PolicyKind::Keep => format!("keep N={} half-discard, W={} ({pos})", self.sinks, self.cache),
+        }
+    }
+
+    /// Whether this policy keeps a KV cache (everything but `recompute`).
+    pub fn is_cached(&self) -> bool {
+        self.kind != PolicyKind::Recompute
+    }
+
+    /// Checks the settings make sense for a stream of `n_tokens` on a model trained for
+    /// `context` positions; returns warnings for runs that are legal but say little.
+    pub fn validate(&self, n_tokens: usize, context: usize) -> Result<Vec<String>> {
+        let w = self.cache;
+        let mut warnings = Vec::new();
+        if self.kind != PolicyKind::Dense {
+            if w < 2 {
+                return Err(Error::input(format!("--cache {w} is too small: the budget must hold at least 2 entries")));
+            }
+            if matches!(self.kind, PolicyKind::Sink | PolicyKind::Keep) && self.sinks >= w {
+                return Err(Error::input(format!(
+                    "--sinks {} must be smaller than --cache {w}: sink tokens are part of the budget (S sinks + W−S recent)",
+                    self.sinks
+                )));
+            }
+            if w > context {
+                warnings.push(format!("--cache {w} exceeds the model's trained context of {context}: positions past it are untrained"));
+            }
+            if w >= n_tokens {
+                warnings.push(format!("--cache {w} holds the whole {n_tokens}-token stream: nothing is ever evicted, so every policy equals dense"));
+            }
+        }
+        if self.sinks > context {
+            return Err(Error::input(format!("--sinks {} exceeds the model's trained context of {context}", self.sinks)));
+        }
+        if self.kind == PolicyKind::Dense && n_tokens > context {
+            warnings.push(format!("dense attention over {n_tokens} tokens goes past the trained context of {context}: expect it to degrade"));
+        }
+        Ok(warnings)
+    }
+
+    /// Slots to evict from a cache holding `len` entries so the next token fits the budget
+    /// (empty when there is room or the policy never evicts).
+    pub fn evict(&self, len: usize) -> std::ops::Range<usize> {
+        if len < self.cache || !self.is_cached() {
+            return 0..0;
+        }
+        match self.kind {
+            PolicyKind::Dense | PolicyKind::Recompute => 0..0,
+            PolicyKind::Window => 0..len + 1 - self.cache,
+            PolicyKind::Sink => self.sinks..self.sinks + len + 1 - self.cache,
+            PolicyKind::Keep => {
+                let n_discard = ((len - self.sinks) / 2).max(len + 1 - self.cache);
+                self.sinks..self.sinks + n_discard
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(kind: PolicyKind, sinks: usize, cache: usize) -> Policy {
+        Policy { kind, sinks, cache, positions: PositionMode::Slot }
+    }
+
+    #[test]
+    fn evictions_keep_the_budget() {
+        assert_eq!(p(PolicyKind::Window, 0, 4).evict(3), 0..0);
+        assert_eq!(p(PolicyKind::Window, 0, 4).evict(4), 0..1);
+        assert_eq!(p(PolicyKind::Sink, 2, 4).evict(4), 2..3);
+        assert_eq!(p(PolicyKind::Dense, 0, 4).evict(100), 0..0);
+        // llama.cpp: n_left = 10 − 2 = 8, n_discard = 4.
+        assert_eq!(p(PolicyKind::Keep, 2, 10).evict(10), 2..6);
+    }
+
+    #[test]
+    fn bad_budgets_are_errors_or_warnings() {
+        assert!(p(PolicyKind::Sink, 4, 4).validate(100, 512).is_err());
+        assert!(p(PolicyKind::Window, 0, 1).validate(100, 512).is_err());
+        assert!(p(PolicyKind::Sink, 600, 1000).validate(2000, 512).is_err());
+        assert_eq!(p(PolicyKind::Sink, 4, 256).validate(100, 512).unwrap().len(), 1);
+        assert!(p(PolicyKind::Dense, 0, 0).validate(1000, 512).unwrap()[0].contains("past the trained context"));
+    }
+}

@@ -1,0 +1,94 @@
+//! The model-specific sink-count recommendation (DESIGN §8): sweep S at a fixed budget W (the
+//! StreamingLLM Table-2 design), with `recompute W` as the reference, and recommend the smallest
+//! S whose post-eviction perplexity is within δ of the best S — with the evidence and a verdict.
+
+use serde::{Deserialize, Serialize};
+
+use super::simulate::StreamOutcome;
+
+/// One row of the evidence table.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SweepRow {
+    pub label: String,
+    /// S for sink rows; `None` for the recompute reference.
+    pub sinks: Option<usize>,
+    pub ppl: f64,
+    pub ppl_after_eviction: Option<f64>,
+    /// Post-eviction perplexity relative to the best S (1.0 = the best).
+    pub ratio_to_best: Option<f64>,
+    pub cliff_step: Option<usize>,
+    pub tokens_per_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Recommendation {
+    pub cache: usize,
+    pub delta: f64,
+    pub tokens: usize,
+    pub first_eviction_step: Option<usize>,
+    /// The smallest S within δ of the best post-eviction perplexity (`None`: nothing was evicted).
+    pub recommended_sinks: Option<usize>,
+    pub table: Vec<SweepRow>,
+    pub verdict: String,
+}
+
+/// Builds the recommendation from the sink sweep (S ascending; S = 0 is a plain window) and the
+/// optional recompute reference.
+pub fn recommend(sweep: &[StreamOutcome], recompute: Option<&StreamOutcome>, cache: usize, delta: f64) -> Recommendation {
+    let post = |o: &StreamOutcome| o.ppl_after_eviction;
+    let best = sweep.iter().filter_map(post).fold(f64::INFINITY, f64::min);
+    let row = |o: &StreamOutcome, sinks: Option<usize>| SweepRow {
+        label: o.label.clone(),
+        sinks,
+        ppl: o.ppl,
+        ppl_after_eviction: o.ppl_after_eviction,
+        ratio_to_best: o.ppl_after_eviction.filter(|_| best.is_finite()).map(|p| p / best),
+        cliff_step: o.cliff_step,
+        tokens_per_s: o.tokens_per_s,
+    };
+    let mut table: Vec<SweepRow> = sweep.iter().map(|o| row(o, Some(o.policy.sinks))).collect();
+    if let Some(r) = recompute {
+        table.push(row(r, None));
+    }
+    let tokens = sweep.first().map_or(0, |o| o.tokens);
+    let first_eviction_step = sweep.iter().filter_map(|o| o.first_eviction_step).min();
+    let recommended = sweep.iter().find(|o| post(o).is_some_and(|p| p <= best * (1.0 + delta))).map(|o| o.policy.sinks);
+    let verdict = verdict(sweep, recompute, recommended, best, delta, cache, tokens);
+    Recommendation { cache, delta, tokens, first_eviction_step, recommended_sinks: recommended, table, verdict }
+}
+
+fn verdict(sweep: &[StreamOutcome], recompute: Option<&StreamOutcome>, rec: Option<usize>, best: f64, delta: f64, cache: usize, tokens: usize) -> String {
+    let Some(s) = rec else {
+        return format!("No eviction happened: the {tokens}-token stream fits the {cache}-entry cache, so the sweep says nothing. Use a longer text or a smaller --cache.");
+    };
+    let pct = |x: f64| format!("{:.1}%", 100.0 * x);
+    let at = |s: usize| sweep.iter().find(|o| o.policy.sinks == s).and_then(|o| o.ppl_after_eviction);
+    let mut v = String::new();
+    match at(0) {
+        Some(p0) if p0 <= best * (1.0 + delta) => {
+            v.push_str(&format!(
+                "This model does not collapse without sinks: a plain window (S=0) reaches post-eviction perplexity {p0:.2}, within {} of the best ({best:.2}); pinning sink tokens buys nothing here.",
+                pct(delta)
+            ));
+        }
+        Some(p0) => {
+            v.push_str(&format!(
+                "Pin S={s} sink token{}: without sinks (S=0) post-eviction perplexity is {p0:.2}, {:.2}× the best ({best:.2}); S={s} is the smallest within {} of the best.",
+                if s == 1 { "" } else { "s" },
+                p0 / best,
+                pct(delta)
+            ));
+        }
+        None => v.push_str(&format!("Recommended S={s} (smallest within {} of the best post-eviction perplexity {best:.2}).", pct(delta))),
+    }
+    // Confidence: how much the recommendation differs from the next larger S that was measured.
+    if let Some(next) = sweep.iter().filter(|o| o.policy.sinks > s).find_map(|o| o.ppl_after_eviction.map(|p| (o.policy.sinks, p))) {
+        if let Some(ps) = at(s) {
+            v.push_str(&format!(" S={s} and S={} differ by {}.", next.0, pct((ps - next.1).abs() / next.1)));
+        }
+    }
+    if let (Some(r), Some(ps)) = (recompute.and_then(|r| r.ppl_after_eviction), at(s)) {
+        v.push_str(&format!(" Recomputing the window from scratch gives {r:.2}; S={s} is {} {}.", pct((ps - r).abs() / r), if ps >= r { "above it" } else { "below it" }));
+    }
+    v
+}

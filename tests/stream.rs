@@ -1,0 +1,123 @@
+//! The KV-cache simulator: exactness (no eviction ⇒ every policy equals dense, bit for bit; dense
+//! token-by-token equals one batched forward), slot vs delta drift, the CLI contract, and parity
+//! with an independent PyTorch loop (tests/fixtures/stream_reference.json) when present.
+
+mod common;
+
+use sinkscope::capture::run::token_nll;
+use sinkscope::capture::NoCapture;
+use sinkscope::kv::{simulate, Policy, PolicyKind, PositionMode};
+use sinkscope::model::{load, LoadOptions, LoadedModel};
+
+fn stories() -> Option<LoadedModel> {
+    let path = common::models_dir()?.join("stories260K.gguf");
+    Some(load(path.to_str().unwrap(), &LoadOptions::default()).unwrap())
+}
+
+fn story_ids(lm: &LoadedModel, n: usize) -> Vec<u32> {
+    let text = std::fs::read_to_string(common::corpora_dir().join("tinystories_val_subset.txt")).unwrap();
+    lm.tokenizer.encode(&text).unwrap()[..n].to_vec()
+}
+
+fn all_policies(w: usize) -> Vec<Policy> {
+    let mut v = vec![Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot }];
+    for positions in [PositionMode::Slot, PositionMode::Original, PositionMode::Delta] {
+        v.push(Policy { kind: PolicyKind::Window, sinks: 0, cache: w, positions });
+        v.push(Policy { kind: PolicyKind::Sink, sinks: 4, cache: w, positions });
+        v.push(Policy { kind: PolicyKind::Keep, sinks: 4, cache: w, positions });
+    }
+    v.push(Policy { kind: PolicyKind::Recompute, sinks: 0, cache: w, positions: PositionMode::Slot });
+    v
+}
+
+#[test]
+fn without_eviction_every_policy_equals_dense_exactly() {
+    let Some(lm) = stories() else { return };
+    let ids = story_ids(&lm, 120);
+    let out = simulate(&lm.model, &ids, &all_policies(200), &mut |_, _| {}).unwrap();
+    for o in &out[1..] {
+        assert_eq!(o.nll, out[0].nll, "{}", o.label);
+        assert_eq!(o.first_eviction_step, None);
+    }
+}
+
+#[test]
+fn dense_token_by_token_equals_one_batched_forward() {
+    let Some(lm) = stories() else { return };
+    let ids = story_ids(&lm, 300);
+    let dense = Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot };
+    let out = simulate(&lm.model, &ids, &[dense], &mut |_, _| {}).unwrap().remove(0);
+    let hidden = lm.model.forward(&ids, None, &mut NoCapture).unwrap();
+    let logits: Vec<f32> = lm.model.logits(&hidden).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    let v = lm.model.cfg.vocab_size;
+    let worst = (0..ids.len() - 1).map(|t| (token_nll(&logits[t * v..(t + 1) * v], ids[t + 1] as usize) - out.nll[t]).abs()).fold(0.0, f64::max);
+    assert!(worst < 1e-4, "dense streaming differs from the batched forward by {worst}");
+    assert_eq!(out.cache_len, (1..ids.len()).collect::<Vec<_>>());
+}
+
+#[test]
+fn evicting_policies_hold_their_budget_and_slot_delta_agree_closely() {
+    let Some(lm) = stories() else { return };
+    let ids = story_ids(&lm, 400);
+    let w = 64;
+    let out = simulate(&lm.model, &ids, &all_policies(w), &mut |_, _| {}).unwrap();
+    for o in &out[1..] {
+        assert!(o.cache_len.iter().all(|&l| l <= w), "{} exceeded its budget", o.label);
+        assert_eq!(o.first_eviction_step, Some(w), "{}", o.label);
+        assert!(o.ppl_after_eviction.is_some());
+    }
+    let find = |kind, positions| out.iter().find(|o| o.policy.kind == kind && o.policy.positions == positions && o.policy.kind != PolicyKind::Recompute).unwrap();
+    for kind in [PolicyKind::Window, PolicyKind::Sink, PolicyKind::Keep] {
+        let slot = find(kind, PositionMode::Slot);
+        let delta = find(kind, PositionMode::Delta);
+        let drift = slot.nll.iter().zip(&delta.nll).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        eprintln!("{:?}: slot vs delta max |ΔNLL| = {drift:.2e}, ppl {:.5} vs {:.5}", kind, slot.ppl, delta.ppl);
+        assert!(drift < 1e-2, "delta rotation drifted {drift} from slot");
+        assert!(((slot.ppl - delta.ppl) / slot.ppl).abs() < 1e-3);
+    }
+}
+
+#[test]
+fn stream_cli_reports_json_and_refuses_bad_budgets() {
+    let _ = model_or_skip!("stories260K.gguf");
+    let text = common::corpora_dir().join("tinystories_val_subset.txt");
+    let t = text.to_str().unwrap();
+    let out = common::sinkscope(&["stream", "-m", "stories260k", "-f", t, "--tokens", "200", "--policy", "sink", "--sinks", "4", "--cache", "64", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["tokens"], 200);
+    assert_eq!(r["first_eviction_step"], 64);
+    assert!(r["ppl"].as_f64().unwrap() > 1.0 && r["ppl_after_eviction"].as_f64().unwrap() > 1.0);
+    assert!(r["tokens_per_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(r["nll"].as_array().unwrap().len(), 199);
+    // S inside the budget: S ≥ W is an input error.
+    let bad = common::sinkscope(&["stream", "-m", "stories260k", "-f", t, "--tokens", "200", "--policy", "sink", "--sinks", "64", "--cache", "64"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("inside") || String::from_utf8_lossy(&bad.stderr).contains("part of the budget"));
+    // A budget larger than the stream is legal but says nothing: warned.
+    let big = common::sinkscope(&["stream", "-m", "stories260k", "-f", t, "--tokens", "50", "--policy", "window", "--cache", "64"]);
+    assert!(big.status.success());
+    assert!(String::from_utf8_lossy(&big.stderr).contains("nothing is ever evicted"));
+    // recommend refuses a stream shorter than one eviction.
+    let short = common::sinkscope(&["recommend", "-m", "stories260k", "-f", t, "--tokens", "50", "--cache", "64"]);
+    assert_eq!(short.status.code(), Some(2));
+}
+
+#[test]
+fn recommend_json_has_the_recommendation_and_table() {
+    let _ = model_or_skip!("stories260K.gguf");
+    let text = common::corpora_dir().join("tinystories_val_subset.txt");
+    let out = common::sinkscope(&["recommend", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "200", "--cache", "48", "--sinks", "0,1,4", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let table = r["table"].as_array().unwrap();
+    assert_eq!(table.len(), 4, "S = 0, 1, 4 and recompute");
+    assert!(table[3]["sinks"].is_null() && table[3]["label"].as_str().unwrap().starts_with("recompute"));
+    let rec = r["recommended_sinks"].as_u64().unwrap();
+    assert!([0, 1, 4].contains(&rec));
+    // The recommendation is the smallest S within δ of the best post-eviction perplexity.
+    let best = table[..3].iter().map(|row| row["ppl_after_eviction"].as_f64().unwrap()).fold(f64::INFINITY, f64::min);
+    let first_ok = table[..3].iter().find(|row| row["ppl_after_eviction"].as_f64().unwrap() <= best * 1.02).unwrap();
+    assert_eq!(first_ok["sinks"].as_u64().unwrap(), rec);
+    assert!(!r["verdict"].as_str().unwrap().is_empty());
+}
