@@ -10,7 +10,7 @@ use clap::Args;
 use super::ModelArgs;
 use crate::error::{Error, Result};
 use crate::kv::recommend::{recommend, Recommendation};
-use crate::kv::{simulate, Policy, PolicyKind, PositionMode, StreamOutcome};
+use crate::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, StreamOutcome};
 use crate::model::LoadedModel;
 
 /// The text a stream runs over.
@@ -68,6 +68,10 @@ pub struct RecommendArgs {
     /// Skip the `recompute` reference (it re-runs W tokens per step).
     #[arg(long)]
     pub no_recompute: bool,
+    /// Score `recompute` on every K-th step after the first eviction only (its perplexity is then
+    /// an estimate over those steps; it costs W tokens of compute per scored step).
+    #[arg(long, default_value_t = 1)]
+    pub recompute_every: usize,
     #[arg(long)]
     pub json: bool,
 }
@@ -180,7 +184,7 @@ pub fn run_recommend(args: RecommendArgs) -> Result<()> {
     for w in &warnings {
         eprintln!("warning: {w}");
     }
-    let mut outcomes = simulate(&lm.model, &ids, &policies, &mut progress_bar(&format!("sweep of {} policies", policies.len())))?;
+    let mut outcomes = simulate_with(&lm.model, &ids, &policies, args.recompute_every, &mut progress_bar(&format!("sweep of {} policies", policies.len())))?;
     let recompute = if args.no_recompute { None } else { outcomes.pop() };
     let rec = recommend(&outcomes, recompute.as_ref(), args.cache, args.delta);
     if args.json {

@@ -6,7 +6,7 @@ use candle_core::Tensor;
 use super::policy::{Policy, PositionMode};
 use crate::error::Result;
 use crate::model::llama::KvStore;
-use crate::model::rope::Rope;
+use crate::model::rope::{Rope, RopeTable};
 
 /// Keys/values of every layer for the entries a policy has kept. Cloning is cheap (tensors are
 /// shared), which is how policies share the stream before their first eviction.
@@ -23,11 +23,21 @@ pub struct PolicyCache {
     next_stream: usize,
     /// Evictions so far.
     pub evictions: usize,
+    table: RopeTable,
 }
 
 impl PolicyCache {
-    pub fn new(policy: Policy) -> Self {
-        PolicyCache { policy, k_pre: Vec::new(), k_rot: Vec::new(), v: Vec::new(), stream_pos: Vec::new(), next_stream: 0, evictions: 0 }
+    pub fn new(policy: Policy, d_head: usize) -> Result<Self> {
+        Ok(PolicyCache {
+            policy,
+            k_pre: Vec::new(),
+            k_rot: Vec::new(),
+            v: Vec::new(),
+            stream_pos: Vec::new(),
+            next_stream: 0,
+            evictions: 0,
+            table: RopeTable::empty(d_head)?,
+        })
     }
 
     /// Entries held (one per kept token, in every layer).
@@ -87,7 +97,7 @@ impl KvStore for PolicyCache {
     }
 
     fn append(&mut self, layer: usize, k_pre: &Tensor, v: &Tensor, rope: &Rope, positions: &[usize]) -> Result<(Tensor, Tensor)> {
-        let k_rot = rope.rotate(k_pre, positions)?;
+        let k_rot = rope.rotate_cached(k_pre, positions, &mut self.table)?;
         if self.k_pre.len() <= layer {
             self.k_pre.push(k_pre.clone());
             self.k_rot.push(k_rot);
@@ -101,11 +111,11 @@ impl KvStore for PolicyCache {
         let keys = match self.policy.positions {
             PositionMode::Delta => self.k_rot[layer].clone(),
             // Rotate every kept key afresh from its pre-RoPE value: by slot, or by stream index.
-            PositionMode::Slot => rope.rotate(&self.k_pre[layer], &(0..n).collect::<Vec<_>>())?,
+            PositionMode::Slot => rope.rotate_cached(&self.k_pre[layer], &(0..n).collect::<Vec<_>>(), &mut self.table)?,
             PositionMode::Original => {
                 let mut pos = self.stream_pos.clone();
                 pos.extend_from_slice(positions);
-                rope.rotate(&self.k_pre[layer], &pos)?
+                rope.rotate_cached(&self.k_pre[layer], &pos, &mut self.table)?
             }
         };
         Ok((keys, self.v[layer].clone()))

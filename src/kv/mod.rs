@@ -7,4 +7,4 @@ pub mod recommend;
 pub mod simulate;
 
 pub use policy::{Policy, PolicyKind, PositionMode};
-pub use simulate::{simulate, StreamOutcome};
+pub use simulate::{simulate, simulate_with, StreamOutcome};

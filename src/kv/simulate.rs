@@ -43,6 +43,13 @@ pub struct StreamOutcome {
 
 /// Runs every policy over `ids`; `progress(done, total)` after each step.
 pub fn simulate(model: &Llama, ids: &[u32], policies: &[Policy], progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<StreamOutcome>> {
+    simulate_with(model, ids, policies, 1, progress)
+}
+
+/// As [`simulate`], but `recompute` scores only every `recompute_every`-th step after the shared
+/// prefix (the others are NaN and left out of its perplexities): each of its steps re-runs W
+/// tokens, so a long stream is otherwise dominated by it.
+pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], recompute_every: usize, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<StreamOutcome>> {
     let n = ids.len();
     if n < 2 {
         return Err(Error::input("the stream needs at least 2 tokens"));
@@ -54,7 +61,7 @@ pub fn simulate(model: &Llama, ids: &[u32], policies: &[Policy], progress: &mut 
     let mut nll: Vec<Vec<f64>> = vec![Vec::with_capacity(steps); policies.len()];
     let mut lens: Vec<Vec<usize>> = vec![Vec::with_capacity(steps); policies.len()];
     let start = Instant::now();
-    let mut shared = PolicyCache::new(Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: super::policy::PositionMode::Slot });
+    let mut shared = PolicyCache::new(Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: super::policy::PositionMode::Slot }, model.cfg.d_head)?;
     for t in 0..shared_steps {
         let h = model.decode_step(&ids[t..t + 1], &mut [&mut shared])?;
         let v = score_rows(model, &h, &[ids[t + 1]])?[0];
@@ -94,6 +101,11 @@ pub fn simulate(model: &Llama, ids: &[u32], policies: &[Policy], progress: &mut 
             cached_wall += t0.elapsed().as_secs_f64();
         }
         for &i in &recompute {
+            if (t - shared_steps) % recompute_every.max(1) != 0 {
+                nll[i].push(f64::NAN);
+                lens[i].push(policies[i].cache.min(t + 1));
+                continue;
+            }
             let t0 = Instant::now();
             let w = policies[i].cache.max(1);
             let from = (t + 1).saturating_sub(w);
@@ -112,16 +124,16 @@ pub fn simulate(model: &Llama, ids: &[u32], policies: &[Policy], progress: &mut 
         .map(|(i, p)| {
             let first_eviction_step = lens[i].iter().enumerate().find(|&(t, &len)| len < t + 1).map(|(t, _)| t);
             let wall = shared_wall + if p.is_cached() { cached_wall / caches.len().max(1) as f64 } else { recompute_wall / recompute.len().max(1) as f64 };
-            let _ = after;
+            let scored = if p.is_cached() { steps } else { shared_steps + after.div_ceil(recompute_every.max(1)) };
             StreamOutcome {
                 policy: *p,
-                label: p.label(),
+                label: if !p.is_cached() && recompute_every > 1 { format!("{} (every {recompute_every}th step)", p.label()) } else { p.label() },
                 ppl: ppl(&nll[i]),
                 ppl_after_eviction: first_eviction_step.map(|s| ppl(&nll[i][s..])),
                 cliff_step: first_eviction_step.and_then(|s| find_cliff(&nll[i], s)),
                 first_eviction_step,
                 tokens: n,
-                tokens_per_s: steps as f64 / wall.max(1e-9),
+                tokens_per_s: scored as f64 / wall.max(1e-9),
                 nll: std::mem::take(&mut nll[i]),
                 cache_len: std::mem::take(&mut lens[i]),
             }
@@ -135,11 +147,13 @@ fn score_rows(model: &Llama, hidden: &candle_core::Tensor, targets: &[u32]) -> R
     with_f32(&logits, |x| x.chunks(v).zip(targets).map(|(row, &t)| token_nll(row, t as usize)).collect())
 }
 
+/// exp(mean NLL) over the scored (non-NaN) steps.
 pub fn ppl(nll: &[f64]) -> f64 {
-    if nll.is_empty() {
+    let scored: Vec<f64> = nll.iter().copied().filter(|v| !v.is_nan()).collect();
+    if scored.is_empty() {
         return f64::NAN;
     }
-    (nll.iter().sum::<f64>() / nll.len() as f64).exp()
+    (scored.iter().sum::<f64>() / scored.len() as f64).exp()
 }
 
 /// The first step s ≥ `first_eviction` where the mean NLL over [s, s+32) exceeds the mean over

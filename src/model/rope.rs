@@ -65,6 +65,21 @@ impl Rope {
         self.apply(&x.contiguous()?, &cos, &sin)
     }
 
+    /// Rotates `x` (heads, positions.len(), d_head) using rows of precomputed tables for positions
+    /// 0..table.len() (see [`RopeTable`]); positions past the table are computed directly.
+    pub fn rotate_cached(&self, x: &Tensor, positions: &[usize], table: &mut RopeTable) -> Result<Tensor> {
+        let max = positions.iter().copied().max().map_or(0, |m| m + 1);
+        table.ensure(self, max, x.device())?;
+        let contiguous_from_zero = positions.iter().enumerate().all(|(i, &p)| p == i);
+        let (cos, sin) = if contiguous_from_zero {
+            (table.cos.narrow(0, 0, positions.len())?, table.sin.narrow(0, 0, positions.len())?)
+        } else {
+            let idx = Tensor::from_vec(positions.iter().map(|&p| p as u32).collect::<Vec<_>>(), positions.len(), x.device())?;
+            (table.cos.index_select(&idx, 0)?, table.sin.index_select(&idx, 0)?)
+        };
+        self.apply(&x.contiguous()?, &cos, &sin)
+    }
+
     /// Rotates by signed position offsets (e.g. −Δ to shift rotated keys back after an eviction).
     pub fn rotate_by(&self, x: &Tensor, offsets: &[i64]) -> Result<Tensor> {
         let (cos, sin) = self.tables_at(&offsets.iter().map(|&p| p as f64).collect::<Vec<_>>(), x.device())?;
@@ -79,6 +94,31 @@ impl Rope {
             RopeLayout::HalfSplit => candle_nn::rotary_emb::rope(&x4, cos, sin)?,
         };
         Ok(out.squeeze(0)?)
+    }
+}
+
+/// cos/sin rows for positions 0..len, grown on demand (doubling), so caches that re-rotate every
+/// kept key at every step do not recompute trigonometry.
+#[derive(Debug, Clone)]
+pub struct RopeTable {
+    cos: Tensor,
+    sin: Tensor,
+    len: usize,
+}
+
+impl RopeTable {
+    pub fn empty(d_head: usize) -> Result<Self> {
+        let z = Tensor::zeros((0, d_head / 2), candle_core::DType::F32, &Device::Cpu)?;
+        Ok(RopeTable { cos: z.clone(), sin: z, len: 0 })
+    }
+
+    fn ensure(&mut self, rope: &Rope, len: usize, device: &Device) -> Result<()> {
+        if len > self.len {
+            let grown = len.max(2 * self.len).max(64);
+            let (cos, sin) = rope.tables(&(0..grown).collect::<Vec<_>>(), device)?;
+            *self = RopeTable { cos, sin, len: grown };
+        }
+        Ok(())
     }
 }
 
@@ -109,6 +149,18 @@ mod tests {
         let expect = [1f32.cos(), 0.01f32.cos(), 1f32.sin(), 0.01f32.sin()];
         for (a, b) in out.iter().zip(expect) {
             assert!((a - b).abs() < 1e-6, "{out:?}");
+        }
+    }
+
+    #[test]
+    fn cached_tables_rotate_like_fresh_ones() {
+        let rope = Rope { theta: 10000.0, d_head: 4, layout: RopeLayout::Interleaved };
+        let x = Tensor::from_vec((0..12).map(|v| v as f32 * 0.1).collect::<Vec<_>>(), (1, 3, 4), &Device::Cpu).unwrap();
+        let mut table = RopeTable::empty(4).unwrap();
+        for positions in [vec![0, 1, 2], vec![5, 9, 200]] {
+            let fresh: Vec<f32> = rope.rotate(&x, &positions).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            let cached: Vec<f32> = rope.rotate_cached(&x, &positions, &mut table).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            assert_eq!(fresh, cached);
         }
     }
 
