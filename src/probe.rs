@@ -149,6 +149,9 @@ impl ProbeSet {
             }
             ProbeKind::Random { seed } => {
                 let eligible: Vec<u32> = (0..tok.vocab_size() as u32).filter(|&id| !tok.is_special(id)).collect();
+                if eligible.is_empty() {
+                    return Err(Error::input(format!("probe {}: the tokenizer has no ordinary tokens to draw from", p.name)));
+                }
                 let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).max(1);
                 let mut ids: Vec<u32> = bos_prefix(tok, bos);
                 while ids.len() < p.tokens {
