@@ -121,3 +121,36 @@ fn recommend_json_has_the_recommendation_and_table() {
     assert_eq!(first_ok["sinks"].as_u64().unwrap(), rec);
     assert!(!r["verdict"].as_str().unwrap().is_empty());
 }
+
+/// Per-token NLL against an independent PyTorch loop with a hand-managed cache
+/// (tests/fixtures/stream_reference.json, W = 64, S = 4): 1e-4 nats per token.
+#[test]
+fn policies_match_an_independent_pytorch_loop() {
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::fixture("stream_reference.json")).unwrap()).unwrap();
+    let w = json["W"].as_u64().unwrap() as usize;
+    let s = json["S"].as_u64().unwrap() as usize;
+    for (key, file) in [("stories260k", "stories260K.gguf"), ("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")] {
+        let path = model_or_skip!(file);
+        let lm = load(path.to_str().unwrap(), &LoadOptions::default()).unwrap();
+        let reference = &json["models"][key];
+        let ids: Vec<u32> = reference["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let runs = [
+            ("dense", Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot }),
+            ("window_slot", Policy { kind: PolicyKind::Window, sinks: 0, cache: w, positions: PositionMode::Slot }),
+            ("sink4_slot", Policy { kind: PolicyKind::Sink, sinks: s, cache: w, positions: PositionMode::Slot }),
+            ("sink4_original", Policy { kind: PolicyKind::Sink, sinks: s, cache: w, positions: PositionMode::Original }),
+            ("sink4_delta", Policy { kind: PolicyKind::Sink, sinks: s, cache: w, positions: PositionMode::Delta }),
+            ("recompute", Policy { kind: PolicyKind::Recompute, sinks: 0, cache: w, positions: PositionMode::Slot }),
+        ];
+        let policies: Vec<Policy> = runs.iter().map(|(_, p)| *p).collect();
+        let out = simulate(&lm.model, &ids, &policies, &mut |_, _| {}).unwrap();
+        for ((name, _), o) in runs.iter().zip(&out) {
+            let want: Vec<f64> = reference["runs"][name]["nll"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+            assert_eq!(want.len(), o.nll.len(), "{key}/{name}");
+            let worst = o.nll.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            eprintln!("{key}/{name}: max |ΔNLL| vs PyTorch {worst:.2e}, ppl {:.4} vs {:.4}", o.ppl, reference["runs"][name]["ppl"].as_f64().unwrap());
+            assert!(worst < 1e-4, "{key}/{name}: per-token NLL differs from the PyTorch loop by {worst}");
+            assert_eq!(o.first_eviction_step.map(|v| v as u64), reference["runs"][name]["first_eviction_step"].as_u64(), "{key}/{name}");
+        }
+    }
+}
