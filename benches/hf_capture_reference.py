@@ -33,6 +33,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--models", default=str(MODELS), help="directory holding the GGUF")
     ap.add_argument("--repeat", type=int, default=1, help="timed runs; min and median are reported")
+    ap.add_argument("--logits-to-keep", type=int, default=0,
+                    help="0 (default): logits for every position, as a plain forward; 1: only the last position's")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -49,7 +51,8 @@ def main():
     load_s = time.perf_counter() - t0
 
     def capture(tok_ids):
-        out = model(input_ids=torch.tensor([tok_ids], dtype=torch.long), output_attentions=True, use_cache=False)
+        out = model(input_ids=torch.tensor([tok_ids], dtype=torch.long), output_attentions=True, use_cache=False,
+                    logits_to_keep=args.logits_to_keep)
         # per-(layer, head) mean over query positions of the attention on key 0
         sink = torch.stack([a[0, :, :, 0].mean(dim=-1) for a in out.attentions])  # [L, H]
         return sink, out.logits
@@ -68,6 +71,7 @@ def main():
         json.dumps(
             {
                 "impl": "hf-transformers-eager",
+                "logits_to_keep": args.logits_to_keep,
                 "wall_s": round(wall_s, 4),
                 "wall_s_min": round(walls[0], 4),
                 "wall_s_median": round(walls[len(walls) // 2], 4),

@@ -25,6 +25,8 @@ pub struct CaptureOptions {
     pub weight_bytes: u64,
     /// Also score the text (next-token NLL): one T×vocab logits pass, computed in row chunks.
     pub score: bool,
+    /// Also measure int8 quantization risk of every layer output.
+    pub quant_risk: bool,
 }
 
 pub struct CaptureOutput {
@@ -51,7 +53,7 @@ pub fn capture(model: &Llama, ids: &[u32], opts: &CaptureOptions) -> Result<Capt
         }
     }
     let start = Instant::now();
-    let mut reducers = StandardReducers::new(&model.cfg, ids.len(), opts.first_keys, opts.top_k);
+    let mut reducers = StandardReducers::new(&model.cfg, ids.len(), opts.first_keys, opts.top_k, opts.quant_risk);
     let mut tensors = opts.save.clone().map(|f| TensorCollector::new(f, ids.len()));
     let hidden = {
         let mut sinks: Vec<&mut dyn super::CaptureSink> = vec![&mut reducers];

@@ -15,14 +15,15 @@ use super::sink::CaptureSink;
 use crate::error::{Error, Result};
 use crate::model::LlamaConfig;
 
-/// Attention statistics, residual norms, top activations, k/v norms and int8 quantization risk,
-/// fed in one pass.
+/// Attention statistics, residual norms, top activations, k/v norms and (when asked for) int8
+/// quantization risk, fed in one pass.
 pub struct StandardReducers {
     pub attention: AttentionStats,
     pub resid: ResidNorms,
     pub top: TopActivations,
     pub kv: KvNorms,
     pub quant: QuantRiskReducer,
+    quant_risk: bool,
     first_keys: usize,
     n_heads: usize,
 }
@@ -30,13 +31,15 @@ pub struct StandardReducers {
 impl StandardReducers {
     /// `first_keys`: how many early key positions get a per-head α in the summary (K);
     /// `top_k`: activations kept per layer.
-    pub fn new(cfg: &LlamaConfig, n_positions: usize, first_keys: usize, top_k: usize) -> Self {
+    /// `quant_risk`: also measure int8 quantization risk per layer output (analyze uses it).
+    pub fn new(cfg: &LlamaConfig, n_positions: usize, first_keys: usize, top_k: usize, quant_risk: bool) -> Self {
         StandardReducers {
             attention: AttentionStats::new(cfg.n_layers, cfg.n_heads, n_positions),
             resid: ResidNorms::new(cfg.n_layers),
             top: TopActivations::new(cfg.n_layers, top_k),
             kv: KvNorms::new(cfg.n_layers, cfg.n_kv_heads),
             quant: QuantRiskReducer { layers: Vec::new() },
+            quant_risk,
             first_keys,
             n_heads: cfg.n_heads,
         }
@@ -125,12 +128,14 @@ impl StandardReducers {
 
 impl CaptureSink for StandardReducers {
     fn wants(&self, hook: &HookPoint) -> bool {
-        self.attention.wants(hook) || self.resid.wants(hook) || self.top.wants(hook) || self.kv.wants(hook) || self.quant.wants(hook)
+        self.attention.wants(hook) || self.resid.wants(hook) || self.top.wants(hook) || self.kv.wants(hook) || (self.quant_risk && self.quant.wants(hook))
     }
     fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()> {
-        let sinks: [&mut dyn CaptureSink; 5] = [&mut self.attention, &mut self.resid, &mut self.top, &mut self.kv, &mut self.quant];
-        for s in sinks {
-            if s.wants(hook) {
+        let quant_risk = self.quant_risk;
+        let sinks: [(&mut dyn CaptureSink, bool); 5] =
+            [(&mut self.attention, true), (&mut self.resid, true), (&mut self.top, true), (&mut self.kv, true), (&mut self.quant, quant_risk)];
+        for (s, on) in sinks {
+            if on && s.wants(hook) {
                 s.record(hook, rows.clone(), value)?;
             }
         }

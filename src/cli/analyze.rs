@@ -105,7 +105,7 @@ pub fn run(args: AnalyzeArgs) -> Result<()> {
 fn analyze(lm: &LoadedModel, args: &AnalyzeArgs, probes: &[BuiltProbe], ablation_input: Option<(Vec<u32>, Vec<usize>)>) -> Result<AnalysisReport> {
     let start = Instant::now();
     let settings = AnalysisSettings { epsilon: args.epsilon, first_keys: args.first_keys.max(1), ..AnalysisSettings::default() };
-    let opts = CaptureOptions { first_keys: settings.first_keys, top_k: 16, save: None, memory_limit: None, weight_bytes: weight_bytes(lm), score: true };
+    let opts = CaptureOptions { first_keys: settings.first_keys, top_k: 16, save: None, memory_limit: None, weight_bytes: weight_bytes(lm), score: true, quant_risk: true };
     let mut reports = Vec::with_capacity(probes.len());
     for (i, probe) in probes.iter().enumerate() {
         status(&format!("probe {}/{}: {} ({} tokens)", i + 1, probes.len(), probe.name, probe.ids.len()));

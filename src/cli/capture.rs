@@ -72,6 +72,7 @@ pub fn run(args: CaptureArgs) -> Result<()> {
         memory_limit: args.memory_limit_mb.map(|mb| mb << 20),
         weight_bytes: weight_bytes(&lm),
         score: !args.no_nll,
+        quant_risk: false,
     };
     let report = capture_to_dir(&lm, &text, &text_source, args.max_tokens, &opts, &args.out, args.save_tensors.as_deref())?;
     if args.json {

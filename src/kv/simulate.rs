@@ -1,8 +1,10 @@
 //! The streaming simulator (StreamingLLM protocol, DESIGN §7): for t = 0…N−2 feed token t, record
 //! the NLL of token t+1, then let the policy evict. Policies are identical until their first
-//! eviction, so that prefix runs once; after it, every cached policy advances in one batched
-//! decode step per token (decoding is bound by reading the weights, so a batch costs little more
-//! than one stream). `recompute` re-runs the last W tokens from scratch at each step.
+//! eviction, so that prefix runs once — as one causal forward that fills the cache (the same
+//! computation as feeding its tokens one by one, to float rounding); after it, every cached
+//! policy advances in one batched decode step per token (decoding is bound by reading the weights,
+//! so a batch costs little more than one stream). `recompute` re-runs the last W tokens from
+//! scratch at each step.
 
 use std::time::Instant;
 
@@ -15,6 +17,9 @@ use crate::capture::sink::with_f32;
 use crate::capture::NoCapture;
 use crate::error::{Error, Result};
 use crate::model::Llama;
+
+/// Logit rows scored at once while prefilling.
+const PREFILL_SCORE_ROWS: usize = 128;
 
 /// Steps averaged when looking for the perplexity cliff.
 pub const CLIFF_WINDOW: usize = 32;
@@ -62,14 +67,19 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], recompute_
     let mut lens: Vec<Vec<usize>> = vec![Vec::with_capacity(steps); policies.len()];
     let start = Instant::now();
     let mut shared = PolicyCache::new(Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: super::policy::PositionMode::Slot }, model.cfg.d_head)?;
-    for t in 0..shared_steps {
-        let h = model.decode_step(&ids[t..t + 1], &mut [&mut shared])?;
-        let v = score_rows(model, &h, &[ids[t + 1]])?[0];
-        for i in 0..policies.len() {
-            nll[i].push(v);
-            lens[i].push(shared.len());
+    if shared_steps > 0 {
+        let hidden = model.forward_with(&ids[..shared_steps], Some(&mut shared), &mut NoCapture)?;
+        for start in (0..shared_steps).step_by(PREFILL_SCORE_ROWS) {
+            let rows = PREFILL_SCORE_ROWS.min(shared_steps - start);
+            let scores = score_rows(model, &hidden.narrow(0, start, rows)?, &ids[start + 1..start + 1 + rows])?;
+            for (r, v) in scores.into_iter().enumerate() {
+                for i in 0..policies.len() {
+                    nll[i].push(v);
+                    lens[i].push(start + r + 1);
+                }
+            }
         }
-        progress(t + 1, steps);
+        progress(shared_steps, steps);
     }
     let shared_wall = start.elapsed().as_secs_f64();
     let mut caches: Vec<(usize, PolicyCache)> = Vec::new();

@@ -314,17 +314,21 @@ impl Llama {
     /// hooks into `sink`, and returns the final-norm hidden states (T, d_model). With `cache` =
     /// `None` nothing is kept for later calls. Logits come from [`Llama::logits`].
     pub fn forward(&self, tokens: &[u32], cache: Option<&mut KvCache>, sink: &mut dyn CaptureSink) -> Result<Tensor> {
+        self.forward_with(tokens, cache.map(|c| c as &mut dyn KvStore), sink)
+    }
+
+    /// [`Llama::forward`] with any [`KvStore`] (e.g. a policy-managed cache being prefilled).
+    pub fn forward_with(&self, tokens: &[u32], store: Option<&mut dyn KvStore>, sink: &mut dyn CaptureSink) -> Result<Tensor> {
         if tokens.is_empty() {
             return Err(Error::input("no tokens to run: the text is empty"));
         }
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
             return Err(Error::input(format!("token id {bad} is outside the model's vocabulary of {}", self.cfg.vocab_size)));
         }
-        let past = cache.as_ref().map_or(0, |c| c.len);
+        let past = store.as_ref().map_or(0, |s| s.next_positions(1)[0]);
         let rows = past..past + tokens.len();
         let x = self.embed.index_select(&Tensor::new(tokens, &Device::Cpu)?, 0)?;
         emit(sink, HookPoint::Embed, &rows, &x)?;
-        let store = cache.map(|c| c as &mut dyn KvStore);
         self.run_layers(x, 0, &mut [Seq { store, mask: None }], sink)
     }
 
