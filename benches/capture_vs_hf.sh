@@ -20,7 +20,7 @@ for round in $(seq "$ROUNDS"); do
   cargo bench --bench capture --quiet -- --tokens "$T" --repeat "$R" --no-nll > "$out/ours_nonll_$round.json"
   "$PYTHON" benches/hf_capture_reference.py --tokens "$tok" --threads "$(nproc)" --repeat "$R" --logits-to-keep 1 2>/dev/null | tail -1 > "$out/hf_keep1_$round.json"
 done
-cat "$out"/*.json
+cat "$out"/ours_*.json "$out"/hf_*.json
 python3 - "$out" "$ROUNDS" <<'PY'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
