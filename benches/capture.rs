@@ -17,13 +17,7 @@ fn arg(name: &str) -> Option<String> {
 }
 
 fn peak_rss_mb() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
+    sinkscope::capture::memory::peak_rss_bytes().map_or(0.0, |b| b as f64 / (1u64 << 20) as f64)
 }
 
 fn main() {

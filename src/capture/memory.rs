@@ -50,17 +50,18 @@ pub fn estimate(cfg: &LlamaConfig, t: usize, weight_bytes: u64, save: Option<&Ho
 
 /// Memory the system reports as available (Linux `MemAvailable`), if known.
 pub fn available_bytes() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
+    proc_kb("/proc/meminfo", "MemAvailable:")
 }
 
 /// This process's peak resident set size so far (Linux `VmHWM`), if known.
 pub fn peak_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    proc_kb("/proc/self/status", "VmHWM:")
+}
+
+/// A "Key:   N kB" line of a /proc file, in bytes.
+fn proc_kb(file: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let kb: u64 = text.lines().find(|l| l.starts_with(key))?.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
 }
 

@@ -72,17 +72,21 @@ pub fn score(model: &Llama, hidden: &candle_core::Tensor, ids: &[u32]) -> Result
     let mut total = 0f64;
     for start in (0..t.saturating_sub(1)).step_by(LOGIT_ROWS) {
         let rows = LOGIT_ROWS.min(t - 1 - start);
-        let logits = model.logits(&hidden.narrow(0, start, rows)?)?;
-        let v = logits.dim(1)?;
-        let targets = &ids[start + 1..start + 1 + rows];
-        total += super::sink::with_f32(&logits, |x| {
-            use rayon::prelude::*;
-            x.par_chunks(v).zip(targets.par_iter()).map(|(row, &t)| token_nll(row, t as usize)).sum::<f64>()
-        })?;
+        total += token_nlls(model, &hidden.narrow(0, start, rows)?, &ids[start + 1..start + 1 + rows])?.iter().sum::<f64>();
     }
     let scored = t.saturating_sub(1);
     let mean = if scored > 0 { total / scored as f64 } else { 0.0 };
     Ok(NllSummary { mean_nll: mean, perplexity: mean.exp(), scored })
+}
+
+/// NLL of `targets[i]` under the logits of hidden row i (rows in parallel).
+pub fn token_nlls(model: &Llama, hidden: &candle_core::Tensor, targets: &[u32]) -> Result<Vec<f64>> {
+    let logits = model.logits(hidden)?;
+    let v = logits.dim(1)?;
+    super::sink::with_f32(&logits, |x| {
+        use rayon::prelude::*;
+        x.par_chunks(v).zip(targets.par_iter()).map(|(row, &t)| token_nll(row, t as usize)).collect()
+    })
 }
 
 /// −log softmax(row)[target]: exponentials in f32 after subtracting the max, summed in f64.

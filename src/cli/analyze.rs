@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use clap::Args;
 
-use super::capture::{prepare_out_dir, weight_bytes};
+use super::capture::{create_out_dir, prepare_out_dir, weight_bytes};
 use super::text::{read_input, tokenize_within_context};
 use super::ModelArgs;
 use crate::analysis::{aggregate, analyze_probe, AblationSummary, AnalysisReport, AnalysisSettings, ProbeCapture};
@@ -90,7 +90,7 @@ pub fn run(args: AnalyzeArgs) -> Result<()> {
         return Err(Error::input(format!("probe {} has {} tokens, more than the model's context of {context}", p.name, p.ids.len())));
     }
     let report = analyze(&lm, &args, &probes, ablation_input)?;
-    std::fs::create_dir_all(&args.out).map_err(|e| Error::file(&args.out, format!("cannot create the output directory ({e})")))?;
+    create_out_dir(&args.out)?;
     let path = args.out.join("report.json");
     write_json_atomic(&path, &report)?;
     if args.json {

@@ -93,6 +93,11 @@ pub fn prepare_out_dir(out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Creates `-o` (and its parents) right before the first file is written.
+pub fn create_out_dir(out: &Path) -> Result<()> {
+    std::fs::create_dir_all(out).map_err(|e| Error::file(out, format!("cannot create the output directory ({e})")))
+}
+
 /// Bytes the loaded weights occupy: f32 unless kept quantized (then roughly their file size).
 pub fn weight_bytes(lm: &LoadedModel) -> u64 {
     if lm.info.compute.starts_with("quantized") {
@@ -119,7 +124,7 @@ pub fn capture_to_dir(
     meta.insert("text".to_string(), text_source.to_string());
     meta.insert("n_tokens".to_string(), ids.len().to_string());
     meta.insert("sinkscope_version".to_string(), env!("CARGO_PKG_VERSION").to_string());
-    std::fs::create_dir_all(out).map_err(|e| Error::file(out, format!("cannot create the output directory ({e})")))?;
+    create_out_dir(out)?;
     let mut files = Vec::new();
     let arrays = out.join("reductions.safetensors");
     result.reducers.save_arrays(&arrays, meta.clone())?;

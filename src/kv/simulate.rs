@@ -12,8 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cache::PolicyCache;
 use super::policy::{Policy, PolicyKind};
-use crate::capture::run::token_nll;
-use crate::capture::sink::with_f32;
+use crate::capture::run::token_nlls;
 use crate::capture::NoCapture;
 use crate::error::{Error, Result};
 use crate::model::Llama;
@@ -71,7 +70,7 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], recompute_
         let hidden = model.forward_with(&ids[..shared_steps], Some(&mut shared), &mut NoCapture)?;
         for start in (0..shared_steps).step_by(PREFILL_SCORE_ROWS) {
             let rows = PREFILL_SCORE_ROWS.min(shared_steps - start);
-            let scores = score_rows(model, &hidden.narrow(0, start, rows)?, &ids[start + 1..start + 1 + rows])?;
+            let scores = token_nlls(model, &hidden.narrow(0, start, rows)?, &ids[start + 1..start + 1 + rows])?;
             for (r, v) in scores.into_iter().enumerate() {
                 for i in 0..policies.len() {
                     nll[i].push(v);
@@ -102,7 +101,7 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], recompute_
                 let mut stores: Vec<&mut dyn crate::model::llama::KvStore> = caches.iter_mut().map(|(_, c)| c as &mut dyn crate::model::llama::KvStore).collect();
                 model.decode_step(&tokens, &mut stores)?
             };
-            let scores = score_rows(model, &h, &vec![target; caches.len()])?;
+            let scores = token_nlls(model, &h, &vec![target; caches.len()])?;
             for ((i, c), s) in caches.iter_mut().zip(scores) {
                 nll[*i].push(s);
                 lens[*i].push(c.len());
@@ -121,7 +120,7 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], recompute_
             let from = (t + 1).saturating_sub(w);
             let hidden = model.forward(&ids[from..=t], None, &mut NoCapture)?;
             let last = hidden.narrow(0, t - from, 1)?;
-            nll[i].push(score_rows(model, &last, &[target])?[0]);
+            nll[i].push(token_nlls(model, &last, &[target])?[0]);
             lens[i].push(t + 1 - from);
             recompute_wall += t0.elapsed().as_secs_f64();
         }
@@ -149,12 +148,6 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], recompute_
             }
         })
         .collect())
-}
-
-fn score_rows(model: &Llama, hidden: &candle_core::Tensor, targets: &[u32]) -> Result<Vec<f64>> {
-    let logits = model.logits(hidden)?;
-    let v = logits.dim(1)?;
-    with_f32(&logits, |x| x.chunks(v).zip(targets).map(|(row, &t)| token_nll(row, t as usize)).collect())
 }
 
 /// exp(mean NLL) over the scored (non-NaN) steps.
