@@ -24,6 +24,8 @@ pub struct PolicyCache {
     /// Evictions so far.
     pub evictions: usize,
     table: RopeTable,
+    /// Whether `k_rot` is maintained: for `delta`, and for a shared prefix that may become one.
+    keep_rotated: bool,
 }
 
 impl PolicyCache {
@@ -37,7 +39,15 @@ impl PolicyCache {
             next_stream: 0,
             evictions: 0,
             table: RopeTable::empty(d_head)?,
+            keep_rotated: policy.positions == PositionMode::Delta,
         })
+    }
+
+    /// Also maintains rotated keys, so that [`PolicyCache::with_policy`] can hand the entries to a
+    /// `delta` policy.
+    pub fn keeping_rotated(mut self) -> Self {
+        self.keep_rotated = true;
+        self
     }
 
     /// Entries held (one per kept token, in every layer).
@@ -51,7 +61,12 @@ impl PolicyCache {
 
     /// The same entries under another policy (used when the shared prefix ends).
     pub fn with_policy(&self, policy: Policy) -> Self {
-        PolicyCache { policy, ..self.clone() }
+        let keep_rotated = policy.positions == PositionMode::Delta;
+        let mut c = PolicyCache { policy, keep_rotated, ..self.clone() };
+        if !keep_rotated {
+            c.k_rot.clear();
+        }
+        c
     }
 
     /// Applies the policy after a step; returns how many entries were evicted.
@@ -69,6 +84,9 @@ impl PolicyCache {
         for l in 0..self.k_pre.len() {
             self.k_pre[l] = cut(&self.k_pre[l])?;
             self.v[l] = cut(&self.v[l])?;
+            if !self.keep_rotated {
+                continue;
+            }
             let rot = cut(&self.k_rot[l])?;
             self.k_rot[l] = if self.policy.positions == PositionMode::Delta && n > b {
                 // Survivors after the hole move Δ slots left: rotate them back by −Δ (in f32,
@@ -97,15 +115,20 @@ impl KvStore for PolicyCache {
     }
 
     fn append(&mut self, layer: usize, k_pre: &Tensor, v: &Tensor, rope: &Rope, positions: &[usize]) -> Result<(Tensor, Tensor)> {
-        let k_rot = rope.rotate_cached(k_pre, positions, &mut self.table)?;
         if self.k_pre.len() <= layer {
             self.k_pre.push(k_pre.clone());
-            self.k_rot.push(k_rot);
             self.v.push(v.clone());
         } else {
             self.k_pre[layer] = Tensor::cat(&[&self.k_pre[layer], k_pre], 1)?;
-            self.k_rot[layer] = Tensor::cat(&[&self.k_rot[layer], &k_rot], 1)?;
             self.v[layer] = Tensor::cat(&[&self.v[layer], v], 1)?;
+        }
+        if self.keep_rotated {
+            let k_rot = rope.rotate_cached(k_pre, positions, &mut self.table)?;
+            if self.k_rot.len() <= layer {
+                self.k_rot.push(k_rot);
+            } else {
+                self.k_rot[layer] = Tensor::cat(&[&self.k_rot[layer], &k_rot], 1)?;
+            }
         }
         let n = self.k_pre[layer].dim(1)?;
         let keys = match self.policy.positions {

@@ -65,7 +65,11 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], recompute_
     let mut nll: Vec<Vec<f64>> = vec![Vec::with_capacity(steps); policies.len()];
     let mut lens: Vec<Vec<usize>> = vec![Vec::with_capacity(steps); policies.len()];
     let start = Instant::now();
+    let needs_rotated = policies.iter().any(|p| p.positions == super::policy::PositionMode::Delta);
     let mut shared = PolicyCache::new(Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: super::policy::PositionMode::Slot }, model.cfg.d_head)?;
+    if needs_rotated {
+        shared = shared.keeping_rotated();
+    }
     if shared_steps > 0 {
         let hidden = model.forward_with(&ids[..shared_steps], Some(&mut shared), &mut NoCapture)?;
         for start in (0..shared_steps).step_by(PREFILL_SCORE_ROWS) {
