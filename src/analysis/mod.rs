@@ -116,8 +116,9 @@ pub struct AnalysisReport {
     pub settings: AnalysisSettings,
     /// Token positions that act as sinks in any probe, ascending.
     pub sink_positions: Vec<usize>,
-    /// Sink_k^ε in percent over every (probe, layer, head), keyed by position k as a string.
-    pub sink_score: BTreeMap<String, f64>,
+    /// Sink_k^ε in percent over every (probe, layer, head), keyed by position k (a string in JSON,
+    /// in numeric order).
+    pub sink_score: BTreeMap<usize, f64>,
     /// Mean over probes, layers and heads of the attention paid to position 0.
     pub f_attn: f64,
     pub massive: MassiveSummary,
@@ -217,7 +218,7 @@ fn layer_norms(layer: usize, value: &[Vec<f32>], key: &[Vec<f32>], sinks: &[usiz
 pub fn aggregate(model: ModelInfo, settings: AnalysisSettings, probes: Vec<ProbeReport>, ablation: Option<AblationSummary>, wall_seconds: f64) -> AnalysisReport {
     let samples: Vec<&Alphas> = probes.iter().map(|p| &p.alpha).collect();
     let k_max = probes.iter().map(|p| p.alpha.first().and_then(|l| l.first()).map_or(0, Vec::len)).max().unwrap_or(0);
-    let sink_score = (0..k_max).map(|k| (k.to_string(), sink_score(&samples, k, settings.epsilon))).collect();
+    let sink_score = (0..k_max).map(|k| (k, sink_score(&samples, k, settings.epsilon))).collect();
     let mut positions: Vec<usize> = probes.iter().flat_map(|p| p.sink_positions.iter().map(|s| s.pos)).collect();
     positions.sort_unstable();
     positions.dedup();

@@ -151,7 +151,7 @@ pub fn format_summary(r: &AnalysisReport) -> String {
     let ts: Vec<String> = r.probes.iter().map(|p| p.n_tokens.to_string()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
     s.push_str(&format!("Sink_k^ε (% of probe·layer·head with α_k > ε; T = {}):", ts.join("/")));
     for k in 0..r.sink_score.len().min(8) {
-        s.push_str(&format!("  k={k}: {:.1}", r.sink_score[&k.to_string()]));
+        s.push_str(&format!("  k={k}: {:.1}", r.sink_score[&k]));
     }
     s.push_str(&format!("\nF-Attn (mean attention on position 0): {:.3}\n", r.f_attn));
     match r.massive.first_layer {
