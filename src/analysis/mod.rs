@@ -157,19 +157,19 @@ pub fn analyze_probe(c: &ProbeCapture<'_>, settings: &AnalysisSettings) -> Probe
         .map(|(l, layer)| {
             layer
                 .iter()
-                .map(|h| {
+                .enumerate()
+                .map(|(head, h)| {
                     let (sink_alpha, sink_pos) = sink_set
                         .iter()
                         .chain(std::iter::once(&0))
                         .map(|&k| (alpha(&h.col_mass, t, k), k))
                         .fold((0.0, None), |best, (a, k)| if a > best.0 { (a, Some(k)) } else { best });
-                    let sampled = att.entropy_rows[l].max(1) as f64;
                     HeadEvidence {
                         sink_alpha,
                         sink_pos,
-                        prev_token_mass: h.prev_mass / t.saturating_sub(1).max(1) as f64,
-                        self_mass: h.self_mass / t.max(1) as f64,
-                        normalized_entropy: if uniform > 0.0 { h.entropy_sum / sampled / uniform } else { 0.0 },
+                        prev_token_mass: att.prev_token_mass(l, head),
+                        self_mass: att.self_mass(l, head),
+                        normalized_entropy: if uniform > 0.0 { att.entropy_mean(l, head) / uniform } else { 0.0 },
                     }
                 })
                 .collect()

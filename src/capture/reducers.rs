@@ -56,11 +56,22 @@ impl AttentionStats {
     /// Gu et al.'s α_k = (1/(T−k)) Σ_{i≥k} A[i,k]: mean attention that queries at or after k pay
     /// to key k (0-indexed; causal masking makes A[i,k] = 0 for i < k).
     pub fn alpha(&self, layer: usize, head: usize, key: usize) -> f64 {
-        let t = self.rows[layer];
-        match self.heads[layer][head].col_mass.get(key) {
-            Some(&m) if t > key => m / (t - key) as f64,
-            _ => 0.0,
-        }
+        crate::analysis::sinks::alpha(&self.heads[layer][head].col_mass, self.rows[layer], key)
+    }
+
+    /// Mean A[i, i−1] over the query rows i ≥ 1.
+    pub fn prev_token_mass(&self, layer: usize, head: usize) -> f64 {
+        self.heads[layer][head].prev_mass / self.rows[layer].saturating_sub(1).max(1) as f64
+    }
+
+    /// Mean A[i, i] over the query rows.
+    pub fn self_mass(&self, layer: usize, head: usize) -> f64 {
+        self.heads[layer][head].self_mass / self.rows[layer].max(1) as f64
+    }
+
+    /// Mean row entropy (nats) over the sampled query rows.
+    pub fn entropy_mean(&self, layer: usize, head: usize) -> f64 {
+        self.heads[layer][head].entropy_sum / self.entropy_rows[layer].max(1) as f64
     }
 
     fn add_block(&mut self, layer: usize, rows: Range<usize>, keys: usize, a: &[f32]) {

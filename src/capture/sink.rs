@@ -93,20 +93,25 @@ impl TensorCollector {
 
     /// Writes every collected tensor to a safetensors file (F32, keyed by hook name), atomically.
     pub fn save(&self, path: &Path, metadata: BTreeMap<String, String>) -> Result<()> {
-        let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = self
-            .tensors
-            .iter()
-            .map(|(hook, (shape, data))| {
-                let bytes: &[u8] = bytemuck_f32(data);
-                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytes)
-                    .map(|v| (hook.to_string(), v))
-                    .map_err(|e| Error::Internal(format!("safetensors view for {hook}: {e}")))
-            })
-            .collect::<Result<_>>()?;
-        let bytes = safetensors::tensor::serialize(views, Some(metadata.into_iter().collect()))
-            .map_err(|e| Error::Internal(format!("safetensors serialize: {e}")))?;
-        crate::report::write_atomic(path, &bytes)
+        let tensors: Vec<(String, &[usize], &[f32])> =
+            self.tensors.iter().map(|(hook, (shape, data))| (hook.to_string(), shape.as_slice(), data.as_slice())).collect();
+        write_safetensors_f32(path, &tensors, metadata)
     }
+}
+
+/// Writes named F32 arrays ([name, shape, row-major data]) as one safetensors file, atomically.
+pub fn write_safetensors_f32(path: &Path, tensors: &[(String, &[usize], &[f32])], metadata: BTreeMap<String, String>) -> Result<()> {
+    let views = tensors
+        .iter()
+        .map(|(name, shape, data)| {
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.to_vec(), bytemuck_f32(data))
+                .map(|v| (name.clone(), v))
+                .map_err(|e| Error::Internal(format!("safetensors view for {name}: {e}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let bytes = safetensors::tensor::serialize(views, Some(metadata.into_iter().collect()))
+        .map_err(|e| Error::Internal(format!("safetensors serialize: {e}")))?;
+    crate::report::write_atomic(path, &bytes)
 }
 
 /// Views f32s as little-endian bytes (every supported target is little-endian; checked below).

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::hook::HookPoint;
 use super::reducers::{Activation, AttentionStats, KvNorms, QuantRiskReducer, ResidNorms, TopActivations};
 use super::sink::CaptureSink;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::LlamaConfig;
 
 /// Attention statistics, residual norms, top activations, k/v norms and (when asked for) int8
@@ -69,15 +69,13 @@ impl StandardReducers {
             });
             for h in 0..self.n_heads {
                 let alpha = (0..self.first_keys.min(t)).map(|k| self.attention.alpha(l, h, k)).collect();
-                let rows = t.max(1) as f64;
-                let sampled = self.attention.entropy_rows[l].max(1) as f64;
                 heads.push(HeadSummary {
                     layer: l,
                     head: h,
                     alpha,
-                    prev_token_mass: self.attention.heads[l][h].prev_mass / (t.saturating_sub(1).max(1)) as f64,
-                    self_mass: self.attention.heads[l][h].self_mass / rows,
-                    entropy_mean: self.attention.heads[l][h].entropy_sum / sampled,
+                    prev_token_mass: self.attention.prev_token_mass(l, h),
+                    self_mass: self.attention.self_mass(l, h),
+                    entropy_mean: self.attention.entropy_mean(l, h),
                 });
             }
         }
@@ -108,21 +106,8 @@ impl StandardReducers {
         }
         let d = self.top.max_abs_by_dim.first().map_or(0, Vec::len);
         arrays.push(("max_abs_by_dim".into(), vec![n_layers, d], self.top.max_abs_by_dim.concat()));
-        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = arrays
-            .into_iter()
-            .map(|(n, s, v)| (n, s, v.iter().flat_map(|x| x.to_le_bytes()).collect()))
-            .collect();
-        let views = bytes
-            .iter()
-            .map(|(n, s, b)| {
-                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b)
-                    .map(|v| (n.clone(), v))
-                    .map_err(|e| Error::Internal(format!("reduction array {n}: {e}")))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let out = safetensors::tensor::serialize(views, Some(metadata.into_iter().collect()))
-            .map_err(|e| Error::Internal(format!("safetensors serialize: {e}")))?;
-        crate::report::write_atomic(path, &out)
+        let tensors: Vec<(String, &[usize], &[f32])> = arrays.iter().map(|(n, s, v)| (n.clone(), s.as_slice(), v.as_slice())).collect();
+        super::sink::write_safetensors_f32(path, &tensors, metadata)
     }
 }
 
