@@ -37,7 +37,7 @@ fn main() {
     if let Some(path) = arg("--tokens-out") {
         std::fs::write(&path, serde_json::to_string(&ids).unwrap()).unwrap();
     }
-    let opts = CaptureOptions { first_keys: 16, top_k: 16, save: None, memory_limit: None, weight_bytes: 0, score, quant_risk: false };
+    let opts = CaptureOptions { first_keys: 16, top_k: 16, save: None, memory_limit: None, weight_bytes: 0, score, quant_risk: false, heatmap_bins: None };
     let mut walls = Vec::new();
     let mut sink_mean = 0.0;
     for _ in 0..repeat.max(1) {

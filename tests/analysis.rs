@@ -13,7 +13,7 @@ use sinkscope::probe::ProbeSet;
 const TOL: f64 = 1e-4;
 
 fn opts() -> CaptureOptions {
-    CaptureOptions { first_keys: 16, top_k: 16, save: None, memory_limit: None, weight_bytes: 0, score: true, quant_risk: false }
+    CaptureOptions { first_keys: 16, top_k: 16, save: None, memory_limit: None, weight_bytes: 0, score: true, quant_risk: false, heatmap_bins: None }
 }
 
 fn check_sink_parity(model_key: &str, file: &str) {

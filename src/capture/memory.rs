@@ -1,13 +1,13 @@
 //! Memory estimate for a capture, made before the model runs, so a capture that cannot fit is
 //! refused with the numbers instead of being killed halfway.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::hook::{HookFilter, HookPoint};
 use crate::model::LlamaConfig;
 
 /// Bytes by category.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MemoryEstimate {
     pub weights: u64,
     pub activations: u64,

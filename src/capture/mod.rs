@@ -2,6 +2,7 @@
 //! into, streaming reducers, the bundle `capture` runs, and the memory estimate checked first.
 
 pub mod ablation;
+pub mod heatmap;
 pub mod hook;
 pub mod memory;
 pub mod run;

@@ -7,7 +7,9 @@ use super::memory::{self, MemoryEstimate};
 use super::{FanOut, HookFilter, StandardReducers, TensorCollector};
 use crate::error::{Error, Result};
 use crate::model::Llama;
+use crate::report::heatmaps::Heatmaps;
 use crate::report::NllSummary;
+use super::heatmap::HeatmapReducer;
 
 /// Rows of logits computed at once when scoring (a full T×vocab matrix can be gigabytes).
 const LOGIT_ROWS: usize = 128;
@@ -27,11 +29,14 @@ pub struct CaptureOptions {
     pub score: bool,
     /// Also measure int8 quantization risk of every layer output.
     pub quant_risk: bool,
+    /// Keep every head's pattern pooled onto at most this many bins per axis (`heatmaps.safetensors`).
+    pub heatmap_bins: Option<usize>,
 }
 
 pub struct CaptureOutput {
     pub reducers: StandardReducers,
     pub tensors: Option<TensorCollector>,
+    pub heatmaps: Option<Heatmaps>,
     pub nll: Option<NllSummary>,
     pub estimate: MemoryEstimate,
     pub wall_seconds: f64,
@@ -55,15 +60,20 @@ pub fn capture(model: &Llama, ids: &[u32], opts: &CaptureOptions) -> Result<Capt
     let start = Instant::now();
     let mut reducers = StandardReducers::new(&model.cfg, ids.len(), opts.first_keys, opts.top_k, opts.quant_risk);
     let mut tensors = opts.save.clone().map(|f| TensorCollector::new(f, ids.len()));
+    let mut maps = opts.heatmap_bins.map(|g| HeatmapReducer::new(model.cfg.n_layers, model.cfg.n_heads, ids.len(), g, opts.first_keys));
     let hidden = {
         let mut sinks: Vec<&mut dyn super::CaptureSink> = vec![&mut reducers];
         if let Some(t) = tensors.as_mut() {
             sinks.push(t);
         }
+        if let Some(m) = maps.as_mut() {
+            sinks.push(m);
+        }
         model.forward(ids, None, &mut FanOut(sinks))?
     };
+    let heatmaps = maps.map(HeatmapReducer::finish);
     let nll = if opts.score { Some(score(model, &hidden, ids)?) } else { None };
-    Ok(CaptureOutput { reducers, tensors, nll, estimate, wall_seconds: start.elapsed().as_secs_f64() })
+    Ok(CaptureOutput { reducers, tensors, heatmaps, nll, estimate, wall_seconds: start.elapsed().as_secs_f64() })
 }
 
 /// Mean NLL of tokens 1..T given their prefixes, from final-norm hidden states (T, d).

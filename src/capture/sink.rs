@@ -9,7 +9,7 @@ use std::path::Path;
 use candle_core::{Storage, Tensor};
 
 use super::hook::{HookFilter, HookPoint};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Receives tensors from the forward pass.
 pub trait CaptureSink {
@@ -95,30 +95,8 @@ impl TensorCollector {
     pub fn save(&self, path: &Path, metadata: BTreeMap<String, String>) -> Result<()> {
         let tensors: Vec<(String, &[usize], &[f32])> =
             self.tensors.iter().map(|(hook, (shape, data))| (hook.to_string(), shape.as_slice(), data.as_slice())).collect();
-        write_safetensors_f32(path, &tensors, metadata)
+        crate::report::arrays::write_safetensors_f32(path, &tensors, metadata)
     }
-}
-
-/// Writes named F32 arrays ([name, shape, row-major data]) as one safetensors file, atomically.
-pub fn write_safetensors_f32(path: &Path, tensors: &[(String, &[usize], &[f32])], metadata: BTreeMap<String, String>) -> Result<()> {
-    let views = tensors
-        .iter()
-        .map(|(name, shape, data)| {
-            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.to_vec(), bytemuck_f32(data))
-                .map(|v| (name.clone(), v))
-                .map_err(|e| Error::Internal(format!("safetensors view for {name}: {e}")))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let bytes = safetensors::tensor::serialize(views, Some(metadata.into_iter().collect()))
-        .map_err(|e| Error::Internal(format!("safetensors serialize: {e}")))?;
-    crate::report::write_atomic(path, &bytes)
-}
-
-/// Views f32s as little-endian bytes (every supported target is little-endian; checked below).
-fn bytemuck_f32(data: &[f32]) -> &[u8] {
-    const _: () = assert!(cfg!(target_endian = "little"), "safetensors output assumes little-endian");
-    // SAFETY: f32 has no padding and any byte pattern is a valid u8.
-    unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data)) }
 }
 
 impl CaptureSink for TensorCollector {

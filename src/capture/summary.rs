@@ -107,7 +107,7 @@ impl StandardReducers {
         let d = self.top.max_abs_by_dim.first().map_or(0, Vec::len);
         arrays.push(("max_abs_by_dim".into(), vec![n_layers, d], self.top.max_abs_by_dim.concat()));
         let tensors: Vec<(String, &[usize], &[f32])> = arrays.iter().map(|(n, s, v)| (n.clone(), s.as_slice(), v.as_slice())).collect();
-        super::sink::write_safetensors_f32(path, &tensors, metadata)
+        crate::report::arrays::write_safetensors_f32(path, &tensors, metadata)
     }
 }
 

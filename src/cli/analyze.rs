@@ -17,6 +17,8 @@ use crate::capture::run::{capture, CaptureOptions};
 use crate::error::{Error, Result};
 use crate::model::LoadedModel;
 use crate::probe::{BuiltProbe, ProbeSet};
+use crate::report::heatmaps::Heatmaps;
+use crate::report::run::{ANALYSIS_FILE, HEATMAPS_FILE};
 use crate::report::write_json_atomic;
 
 #[derive(Args, Debug)]
@@ -51,6 +53,9 @@ pub struct AnalyzeArgs {
     /// Skip the causal sweep.
     #[arg(long)]
     pub no_ablation: bool,
+    /// Keep the first probe's attention maps pooled onto at most N×N bins (0 = none).
+    #[arg(long, default_value_t = 128)]
+    pub heatmap_bins: usize,
     /// Print report.json to stdout.
     #[arg(long)]
     pub json: bool,
@@ -70,7 +75,20 @@ pub fn run(args: AnalyzeArgs) -> Result<()> {
         (None, None) => Some(ProbeSet::load("default")?),
         (None, Some(_)) => None,
     };
-    let lm = args.model.load()?;
+    let mut lm = args.model.load()?;
+    let report = analyze_into(&mut lm, &args, file_text, set)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", format_summary(&report));
+        println!("report: {}", args.out.join(ANALYSIS_FILE).display());
+    }
+    Ok(())
+}
+
+/// Builds the probes, analyzes them, and writes report.json and the first probe's heatmaps into
+/// `args.out`.
+pub fn analyze_into(lm: &mut LoadedModel, args: &AnalyzeArgs, file_text: Option<String>, set: Option<ProbeSet>) -> Result<AnalysisReport> {
     let mut probes: Vec<BuiltProbe> = Vec::new();
     let mut ablation_input: Option<(Vec<u32>, Vec<usize>)> = None;
     if let (Some(text), Some(path)) = (&file_text, &args.file) {
@@ -89,27 +107,31 @@ pub fn run(args: AnalyzeArgs) -> Result<()> {
     if let Some(p) = probes.iter().find(|p| p.ids.len() > context) {
         return Err(Error::input(format!("probe {} has {} tokens, more than the model's context of {context}", p.name, p.ids.len())));
     }
-    let report = analyze(&lm, &args, &probes, ablation_input)?;
+    lm.fingerprint()?;
+    let (report, heatmaps) = analyze(lm, args, &probes, ablation_input)?;
     create_out_dir(&args.out)?;
-    let path = args.out.join("report.json");
-    write_json_atomic(&path, &report)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", format_summary(&report));
-        println!("report: {}", path.display());
+    if let Some(maps) = heatmaps {
+        let meta = [("model".to_string(), lm.info.source.clone()), ("probe".to_string(), probes[0].name.clone())].into_iter().collect();
+        maps.save(&args.out.join(HEATMAPS_FILE), meta)?;
     }
-    Ok(())
+    write_json_atomic(&args.out.join(ANALYSIS_FILE), &report)?;
+    Ok(report)
 }
 
-fn analyze(lm: &LoadedModel, args: &AnalyzeArgs, probes: &[BuiltProbe], ablation_input: Option<(Vec<u32>, Vec<usize>)>) -> Result<AnalysisReport> {
+fn analyze(lm: &LoadedModel, args: &AnalyzeArgs, probes: &[BuiltProbe], ablation_input: Option<(Vec<u32>, Vec<usize>)>) -> Result<(AnalysisReport, Option<Heatmaps>)> {
     let start = Instant::now();
     let settings = AnalysisSettings { epsilon: args.epsilon, first_keys: args.first_keys.max(1), ..AnalysisSettings::default() };
-    let opts = CaptureOptions { first_keys: settings.first_keys, top_k: 16, save: None, memory_limit: None, weight_bytes: weight_bytes(lm), score: true, quant_risk: true };
     let mut reports = Vec::with_capacity(probes.len());
+    let mut heatmaps = None;
     for (i, probe) in probes.iter().enumerate() {
         status(&format!("probe {}/{}: {} ({} tokens)", i + 1, probes.len(), probe.name, probe.ids.len()));
-        let out = capture(&lm.model, &probe.ids, &opts)?;
+        // The first probe's attention maps are kept for the figures and the dashboard.
+        let heatmap_bins = (i == 0 && args.heatmap_bins > 0).then_some(args.heatmap_bins);
+        let opts = CaptureOptions { first_keys: settings.first_keys, top_k: 16, save: None, memory_limit: None, weight_bytes: weight_bytes(lm), score: true, quant_risk: true, heatmap_bins };
+        let mut out = capture(&lm.model, &probe.ids, &opts)?;
+        if i == 0 {
+            heatmaps = out.heatmaps.take();
+        }
         let pieces = probe.ids.iter().map(|&id| lm.tokenizer.token_str(id)).collect();
         let quant_risk = out.reducers.quant.layers.clone();
         reports.push(analyze_probe(&ProbeCapture { probe, pieces, reducers: &out.reducers, quant_risk, nll: out.nll }, &settings));
@@ -132,7 +154,7 @@ fn analyze(lm: &LoadedModel, args: &AnalyzeArgs, probes: &[BuiltProbe], ablation
         None => None,
     };
     status("");
-    Ok(aggregate(lm.info.clone(), settings, reports, ablation, start.elapsed().as_secs_f64()))
+    Ok((aggregate(lm.info.clone(), settings, reports, ablation, start.elapsed().as_secs_f64()), heatmaps))
 }
 
 /// One progress line on stderr, overwritten in place on a terminal; silent otherwise.

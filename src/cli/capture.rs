@@ -12,6 +12,7 @@ use crate::capture::run::{capture, CaptureOptions, CaptureOutput};
 use crate::capture::HookFilter;
 use crate::error::{Error, Result};
 use crate::model::LoadedModel;
+use crate::report::run::{CAPTURE_FILE, HEATMAPS_FILE, REDUCTIONS_FILE};
 use crate::report::{write_json_atomic, CaptureReport, TokenInfo};
 
 #[derive(Args, Debug)]
@@ -49,6 +50,10 @@ pub struct CaptureArgs {
     /// Skip scoring the text's next-token loss (saves the T×vocab logits matmul).
     #[arg(long)]
     pub no_nll: bool,
+    /// Keep every head's attention map pooled onto at most N×N bins in heatmaps.safetensors
+    /// (exact when the text has at most N tokens; 0 = none).
+    #[arg(long, default_value_t = 128)]
+    pub heatmap_bins: usize,
     /// Print capture.json to stdout as well.
     #[arg(long)]
     pub json: bool,
@@ -60,7 +65,8 @@ pub fn run(args: CaptureArgs) -> Result<()> {
         return Err(Error::input("--hooks selects the tensors written by --save-tensors; add --save-tensors FILE.safetensors"));
     }
     prepare_out_dir(&args.out)?;
-    let lm = args.model.load()?;
+    let mut lm = args.model.load()?;
+    lm.fingerprint()?;
     let save = match &args.save_tensors {
         Some(_) => Some(HookFilter::parse(args.hooks.as_deref().unwrap_or("hook_pattern"), lm.model.cfg.n_layers)?),
         None => None,
@@ -73,6 +79,7 @@ pub fn run(args: CaptureArgs) -> Result<()> {
         weight_bytes: weight_bytes(&lm),
         score: !args.no_nll,
         quant_risk: false,
+        heatmap_bins: Some(args.heatmap_bins).filter(|&n| n > 0),
     };
     let report = capture_to_dir(&lm, &text, &text_source, args.max_tokens, &opts, &args.out, args.save_tensors.as_deref())?;
     if args.json {
@@ -126,17 +133,20 @@ pub fn capture_to_dir(
     meta.insert("sinkscope_version".to_string(), env!("CARGO_PKG_VERSION").to_string());
     create_out_dir(out)?;
     let mut files = Vec::new();
-    let arrays = out.join("reductions.safetensors");
-    result.reducers.save_arrays(&arrays, meta.clone())?;
-    files.push(arrays.display().to_string());
+    result.reducers.save_arrays(&out.join(REDUCTIONS_FILE), meta.clone())?;
+    files.push(REDUCTIONS_FILE.to_string());
+    if let Some(maps) = &result.heatmaps {
+        maps.save(&out.join(HEATMAPS_FILE), meta.clone())?;
+        files.push(HEATMAPS_FILE.to_string());
+    }
     if let (Some(path), Some(tensors)) = (save_tensors, &result.tensors) {
         tensors.save(path, meta)?;
         files.push(path.display().to_string());
     }
-    let summary_path = out.join("capture.json");
-    files.push(summary_path.display().to_string());
+    let summary_path = out.join(CAPTURE_FILE);
+    files.push(CAPTURE_FILE.to_string());
     let report = CaptureReport {
-        sinkscope_version: env!("CARGO_PKG_VERSION"),
+        sinkscope_version: env!("CARGO_PKG_VERSION").to_string(),
         model: lm.info.clone(),
         text_source: text_source.to_string(),
         n_tokens: ids.len(),

@@ -25,8 +25,9 @@ pub struct DemoArgs {
 
 pub fn run(args: DemoArgs) -> Result<()> {
     prepare_out_dir(&args.out)?;
-    let lm = args.model.load()?;
-    let opts = CaptureOptions { first_keys: 16, top_k: 16, save: None, memory_limit: None, weight_bytes: weight_bytes(&lm), score: true, quant_risk: false };
+    let mut lm = args.model.load()?;
+    lm.fingerprint()?;
+    let opts = CaptureOptions { first_keys: 16, top_k: 16, save: None, memory_limit: None, weight_bytes: weight_bytes(&lm), score: true, quant_risk: false, heatmap_bins: Some(128) };
     let report = capture_to_dir(&lm, DEMO_TEXT, "built-in demo text (Pride and Prejudice, opening)", None, &opts, &args.out, None)?;
     print!("{}", format_table(&report));
     Ok(())

@@ -2,16 +2,19 @@
 //! stream, and how many sink tokens this model needs pinned.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Args;
 
+use super::capture::{create_out_dir, prepare_out_dir};
 use super::ModelArgs;
 use crate::error::{Error, Result};
 use crate::kv::recommend::{recommend, Recommendation};
 use crate::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, StreamOutcome};
 use crate::model::LoadedModel;
+use crate::report::run::STREAM_FILE;
+use crate::report::{write_json_atomic, StreamReport, TokenInfo};
 
 /// The text a stream runs over.
 #[derive(Args, Debug)]
@@ -46,6 +49,9 @@ pub struct StreamArgs {
     /// Print the outcome (with per-token NLL and cache length) as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Also write the outcome as stream.json into this run directory (for `export` and `dash`).
+    #[arg(short = 'o', long)]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -74,6 +80,9 @@ pub struct RecommendArgs {
     pub recompute_every: usize,
     #[arg(long)]
     pub json: bool,
+    /// Also write the sweep (every policy's per-token NLL) as stream.json into this run directory.
+    #[arg(short = 'o', long)]
+    pub out: Option<PathBuf>,
 }
 
 /// Tokenizes the stream text from `start_char`, keeping `tokens` tokens.
@@ -114,7 +123,11 @@ fn progress_bar(label: &str) -> impl FnMut(usize, usize) {
 }
 
 pub fn run_stream(args: StreamArgs) -> Result<()> {
-    let lm = args.model.load()?;
+    if let Some(out) = &args.out {
+        prepare_out_dir(out)?;
+    }
+    let mut lm = args.model.load()?;
+    let start = Instant::now();
     let ids = stream_tokens(&lm, &args.text)?;
     let policy = Policy { kind: args.policy, sinks: if matches!(args.policy, PolicyKind::Sink | PolicyKind::Keep) { args.sinks } else { 0 }, cache: args.cache, positions: args.positions };
     for w in policy.validate(ids.len(), lm.model.cfg.context_len)? {
@@ -128,6 +141,9 @@ pub fn run_stream(args: StreamArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         print!("{}", format_outcome(&out));
+    }
+    if let Some(dir) = &args.out {
+        write_stream_report(&mut lm, &args.text, &ids, vec![out], None, start, dir)?;
     }
     Ok(())
 }
@@ -154,7 +170,11 @@ pub fn run_recommend(args: RecommendArgs) -> Result<()> {
     if args.sinks.is_empty() {
         return Err(Error::input("--sinks needs at least one value"));
     }
-    let lm = args.model.load()?;
+    if let Some(out) = &args.out {
+        prepare_out_dir(out)?;
+    }
+    let mut lm = args.model.load()?;
+    let start = Instant::now();
     let ids = stream_tokens(&lm, &args.text)?;
     let mut sinks = args.sinks.clone();
     sinks.sort_unstable();
@@ -192,7 +212,30 @@ pub fn run_recommend(args: RecommendArgs) -> Result<()> {
     } else {
         print!("{}", format_recommendation(&rec));
     }
+    if let Some(dir) = &args.out {
+        outcomes.extend(recompute);
+        write_stream_report(&mut lm, &args.text, &ids, outcomes, Some(rec), start, dir)?;
+    }
     Ok(())
+}
+
+/// Writes `stream.json` into the run directory `dir`.
+pub fn write_stream_report(lm: &mut LoadedModel, text: &StreamText, ids: &[u32], outcomes: Vec<StreamOutcome>, recommendation: Option<Recommendation>, start: Instant, dir: &Path) -> Result<PathBuf> {
+    lm.fingerprint()?;
+    let report = StreamReport {
+        sinkscope_version: env!("CARGO_PKG_VERSION").to_string(),
+        model: lm.info.clone(),
+        text_source: text.file.display().to_string(),
+        start_char: text.start_char,
+        tokens: ids.iter().enumerate().map(|(pos, &id)| TokenInfo { pos, id, piece: lm.tokenizer.token_str(id) }).collect(),
+        outcomes,
+        recommendation,
+        wall_seconds: start.elapsed().as_secs_f64(),
+    };
+    create_out_dir(dir)?;
+    let path = dir.join(STREAM_FILE);
+    write_json_atomic(&path, &report)?;
+    Ok(path)
 }
 
 pub fn format_recommendation(r: &Recommendation) -> String {

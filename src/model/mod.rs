@@ -11,7 +11,7 @@ pub mod source;
 pub mod tokenizer;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use candle_core::quantized::GgmlDType;
@@ -60,12 +60,49 @@ pub struct ModelInfo {
     pub rms_eps: f64,
     pub tied_embeddings: bool,
     pub n_params: usize,
+    /// SHA-256 of the weight files (set by the commands that write runs; see [`LoadedModel::fingerprint`]).
+    #[serde(default)]
+    pub sha256: Option<String>,
 }
 
 pub struct LoadedModel {
     pub model: Llama,
     pub tokenizer: Tokenizer,
     pub info: ModelInfo,
+}
+
+impl LoadedModel {
+    /// Records the SHA-256 of the weight files in `info.sha256` (hashing a 100 MB file takes about
+    /// a third of a second, so only commands that write a run pay for it).
+    pub fn fingerprint(&mut self) -> Result<()> {
+        if self.info.sha256.is_none() {
+            self.info.sha256 = Some(weights_sha256(Path::new(&self.info.source))?);
+        }
+        Ok(())
+    }
+}
+
+/// SHA-256 over the weight files of a model path: the file itself, or every `*.safetensors` of an
+/// HF directory in name order.
+pub fn weights_sha256(path: &Path) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    let files: Vec<PathBuf> = if path.is_dir() {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| Error::file(path, format!("cannot list ({e})")))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .collect();
+        v.sort();
+        v
+    } else {
+        vec![path.to_path_buf()]
+    };
+    let mut hasher = Sha256::new();
+    for f in &files {
+        let mut file = std::fs::File::open(f).map_err(|e| Error::file(f, format!("cannot open ({e})")))?;
+        std::io::copy(&mut file, &mut hasher).map_err(|e| Error::file(f, format!("cannot read ({e})")))?;
+    }
+    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
 pub fn load(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
@@ -118,6 +155,7 @@ fn base_info(source: &ModelSource, cfg: &LlamaConfig, architecture: String) -> M
         rms_eps: cfg.rms_eps,
         tied_embeddings: false,
         n_params: 0,
+        sha256: None,
     }
 }
 

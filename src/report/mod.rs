@@ -1,6 +1,10 @@
 //! Results as data: the serde records commands write, and atomic file output (temp file in the
 //! same directory, then rename), so an interrupted run never leaves a half-written file.
 
+pub mod arrays;
+pub mod heatmaps;
+pub mod run;
+
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -48,9 +52,9 @@ pub struct NllSummary {
 }
 
 /// What `sinkscope capture` writes as `capture.json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CaptureReport {
-    pub sinkscope_version: &'static str,
+    pub sinkscope_version: String,
     pub model: ModelInfo,
     /// Where the text came from: a file path, or "prompt".
     pub text_source: String,
@@ -67,4 +71,21 @@ pub struct CaptureReport {
     pub peak_rss_bytes: Option<u64>,
     /// Files written beside capture.json.
     pub files: Vec<String>,
+}
+
+/// What `sinkscope stream` / `recommend` write as `stream.json` with `-o`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StreamReport {
+    pub sinkscope_version: String,
+    pub model: ModelInfo,
+    /// The text file streamed.
+    pub text_source: String,
+    /// The character of the file the stream starts at.
+    pub start_char: usize,
+    pub tokens: Vec<TokenInfo>,
+    /// One per policy, with per-step NLL and cache length.
+    pub outcomes: Vec<crate::kv::StreamOutcome>,
+    /// Present for `recommend`.
+    pub recommendation: Option<crate::kv::recommend::Recommendation>,
+    pub wall_seconds: f64,
 }

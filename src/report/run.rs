@@ -1,0 +1,105 @@
+//! A run directory as one value: whichever of capture.json, report.json (analysis), stream.json,
+//! heatmaps.safetensors and reductions.safetensors a command wrote there, loaded and checked. The
+//! exporters and the dashboard read runs only through this.
+
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+
+use super::arrays::Arrays;
+use super::heatmaps::Heatmaps;
+use super::{CaptureReport, StreamReport, TokenInfo};
+use crate::analysis::AnalysisReport;
+use crate::error::{Error, Result};
+use crate::model::ModelInfo;
+
+pub const CAPTURE_FILE: &str = "capture.json";
+pub const ANALYSIS_FILE: &str = "report.json";
+pub const STREAM_FILE: &str = "stream.json";
+pub const HEATMAPS_FILE: &str = "heatmaps.safetensors";
+pub const REDUCTIONS_FILE: &str = "reductions.safetensors";
+
+/// Everything a run directory holds.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub dir: PathBuf,
+    pub capture: Option<CaptureReport>,
+    pub analysis: Option<AnalysisReport>,
+    pub stream: Option<StreamReport>,
+    pub heatmaps: Option<Heatmaps>,
+    /// Per-position arrays of the capture (see reports/README.md).
+    pub reductions: Option<Arrays>,
+}
+
+fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let bytes = std::fs::read(path).map_err(|e| Error::file(path, format!("cannot read ({e})")))?;
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| Error::file(path, format!("is not a file this sinkscope can read ({e}); re-run the command that made it")))
+}
+
+impl Run {
+    pub fn open(dir: &Path) -> Result<Run> {
+        if !dir.is_dir() {
+            return Err(Error::file(dir, "is not a directory; give the -o directory of `sinkscope capture`, `analyze`, `recommend` or `demo`"));
+        }
+        let heatmaps_path = dir.join(HEATMAPS_FILE);
+        let reductions_path = dir.join(REDUCTIONS_FILE);
+        let run = Run {
+            dir: dir.to_path_buf(),
+            capture: read_json(&dir.join(CAPTURE_FILE))?,
+            analysis: read_json(&dir.join(ANALYSIS_FILE))?,
+            stream: read_json(&dir.join(STREAM_FILE))?,
+            heatmaps: if heatmaps_path.exists() { Some(Heatmaps::load(&heatmaps_path)?) } else { None },
+            reductions: if reductions_path.exists() { Some(Arrays::read(&reductions_path, "capture")?) } else { None },
+        };
+        if run.capture.is_none() && run.analysis.is_none() && run.stream.is_none() {
+            return Err(Error::file(dir, format!("holds no sinkscope results (none of {CAPTURE_FILE}, {ANALYSIS_FILE}, {STREAM_FILE}); run `sinkscope demo` or `capture`/`analyze`/`recommend` with -o first")));
+        }
+        if let (Some(maps), Some(tokens)) = (&run.heatmaps, run.tokens()) {
+            if maps.n_tokens != tokens.len() {
+                return Err(Error::file(&heatmaps_path, format!("covers {} tokens but the run has {}; re-run the capture", maps.n_tokens, tokens.len())));
+            }
+        }
+        Ok(run)
+    }
+
+    pub fn model(&self) -> &ModelInfo {
+        match (&self.capture, &self.analysis, &self.stream) {
+            (Some(c), _, _) => &c.model,
+            (_, Some(a), _) => &a.model,
+            (_, _, Some(s)) => &s.model,
+            _ => unreachable!("Run::open requires one of the reports"),
+        }
+    }
+
+    /// The model's display name: its own name, else the file it came from.
+    pub fn model_name(&self) -> String {
+        let m = self.model();
+        m.name.clone().unwrap_or_else(|| Path::new(&m.source).file_name().map_or(m.source.clone(), |n| n.to_string_lossy().into_owned()))
+    }
+
+    /// The tokens the heatmaps and per-position arrays are indexed by: the capture's text, else the
+    /// analysis's first probe.
+    pub fn tokens(&self) -> Option<&[TokenInfo]> {
+        if let Some(c) = &self.capture {
+            return Some(&c.tokens);
+        }
+        self.analysis.as_ref().and_then(|a| a.probes.first()).map(|p| p.tokens.as_slice())
+    }
+
+    /// Name of the text the heatmaps belong to.
+    pub fn text_name(&self) -> String {
+        match (&self.capture, &self.analysis) {
+            (Some(c), _) => c.text_source.clone(),
+            (_, Some(a)) => a.probes.first().map_or("-".into(), |p| format!("probe {}", p.name)),
+            _ => "-".into(),
+        }
+    }
+
+    /// The run's id: its directory name.
+    pub fn id(&self) -> String {
+        self.dir.file_name().map_or("run".into(), |n| n.to_string_lossy().into_owned())
+    }
+}
