@@ -17,6 +17,8 @@ pub mod capture;
 pub mod analysis;
 pub mod kv;
 pub mod report;
+#[cfg(feature = "tui")]
+pub mod tui;
 pub mod cli;
 
 pub use error::{Error, Result};

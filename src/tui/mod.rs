@@ -1,0 +1,62 @@
+//! `sinkscope dash`: a terminal dashboard over a saved run. This module owns the terminal — raw
+//! mode, alternate screen and mouse capture, restored on exit and on panic — and the event loop,
+//! which redraws only after an event that maps to an action (no timer, so no flicker and no idle
+//! CPU). Everything shown comes from a [`Run`]: no model code and no candle here.
+
+pub mod app;
+pub mod data;
+pub mod event;
+pub mod export;
+pub mod layout;
+pub mod ui;
+pub mod views;
+pub mod widgets;
+
+use std::io::{stdout, IsTerminal};
+
+use ratatui::crossterm::event::{DisableMouseCapture, EnableMouseCapture};
+use ratatui::crossterm::execute;
+use ratatui::DefaultTerminal;
+
+use crate::error::{Error, Result};
+use crate::report::run::Run;
+use app::{update, Action, App, Effect};
+
+/// Opens the dashboard on `run` and returns when the user quits.
+pub fn run(run: Run) -> Result<()> {
+    if !stdout().is_terminal() {
+        return Err(Error::input("`sinkscope dash` needs an interactive terminal (stdout is not a TTY)"));
+    }
+    let mut app = App::new(run);
+    // Mouse capture is ours to undo; ratatui's hook (installed by try_init, and run first)
+    // restores raw mode and the main screen, then calls this one.
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let _ = execute!(stdout(), DisableMouseCapture);
+        previous(info);
+    }));
+    let mut terminal = ratatui::try_init().map_err(|e| Error::input(format!("cannot set up the terminal ({e})")))?;
+    let _ = execute!(stdout(), EnableMouseCapture);
+    let result = event_loop(&mut terminal, &mut app);
+    let _ = execute!(stdout(), DisableMouseCapture);
+    ratatui::restore();
+    result
+}
+
+fn event_loop(terminal: &mut DefaultTerminal, app: &mut App) -> Result<()> {
+    let size = terminal.size()?;
+    update(app, Action::Resize { width: size.width, height: size.height });
+    terminal.draw(|f| ui::render(f, app))?;
+    while !app.quit {
+        let ev = ratatui::crossterm::event::read()?;
+        let Some(action) = event::to_action(&ev) else { continue };
+        if update(app, action) == Effect::Export {
+            let msg = export::status_message(app);
+            update(app, Action::Status(msg));
+        }
+        if !app.quit {
+            terminal.draw(|f| ui::render(f, app))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,186 @@
+//! Overview: the model's facts, the text, which parts of the run are present, the sink-count
+//! recommendation, and the top findings (sink positions, Sink_k^ε, F-Attn, strongest sink heads,
+//! head classes, causal dependency, massive activations).
+
+use ratatui::layout::Rect;
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Paragraph, Wrap};
+use ratatui::Frame;
+
+use super::{block, heading, kv, quoted, DIM, WARN};
+use crate::analysis::heads::HeadClass;
+use crate::tui::app::App;
+use crate::tui::widgets::colour::short;
+
+pub fn render(f: &mut Frame, area: Rect, app: &App) {
+    let (left, right) = (model_lines(app), findings_lines(app));
+    if area.width >= 100 {
+        let lw = area.width * 45 / 100;
+        let l = Rect { width: lw, ..area };
+        let r = Rect { x: area.x + lw, width: area.width - lw, ..area };
+        column(f, l, "Model · text · run", left, app.overview_scroll);
+        column(f, r, "Findings", right, app.overview_scroll);
+    } else {
+        let mut all = left;
+        all.push(Line::from(""));
+        all.extend(right);
+        column(f, area, "Overview", all, app.overview_scroll);
+    }
+}
+
+fn column(f: &mut Frame, area: Rect, title: &str, lines: Vec<Line<'static>>, scroll: usize) {
+    let scroll = scroll.min(lines.len().saturating_sub(1)).min(u16::MAX as usize) as u16;
+    f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }).scroll((scroll, 0)).block(block(title)), area);
+}
+
+fn present(name: &str, yes: bool, hint: &str) -> Line<'static> {
+    if yes {
+        Line::from(vec![Span::raw(format!("  ✓ {name}"))])
+    } else {
+        Line::from(vec![Span::styled(format!("  ✗ {name}"), Style::new().fg(WARN)), Span::styled(format!("  ← {hint}"), Style::new().fg(DIM))])
+    }
+}
+
+fn human_count(n: usize) -> String {
+    match n {
+        n if n >= 1_000_000_000 => format!("{:.2}B", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{:.1}M", n as f64 / 1e6),
+        n if n >= 1_000 => format!("{:.1}K", n as f64 / 1e3),
+        n => n.to_string(),
+    }
+}
+
+fn model_lines(app: &App) -> Vec<Line<'static>> {
+    let run = &app.run;
+    let m = run.model();
+    let mut v = vec![
+        heading(&format!("{} ({}, {})", run.model_name(), m.architecture, m.format)),
+        kv("shape", format!("{} layers × {} heads ({} kv) · d_model {} · d_head {} · d_ff {}", m.n_layers, m.n_heads, m.n_kv_heads, m.d_model, m.d_head, m.d_ff)),
+        kv("size", format!("{} params · context {} · vocab {}", human_count(m.n_params), m.context_len, m.vocab_size)),
+        kv("weights", format!("{} · compute {}", m.quantization, m.compute)),
+        kv("rope", format!("{:?} θ={}", m.rope_layout, m.rope_theta).to_lowercase()),
+        kv("source", m.source.clone()),
+    ];
+    if let Some(sha) = &m.sha256 {
+        v.push(kv("sha256", format!("{}…", &sha[..sha.len().min(16)])));
+    }
+    v.push(Line::from(""));
+    v.push(heading("Text"));
+    v.push(kv("name", run.text_name()));
+    let n = run.tokens().map_or(0, <[_]>::len);
+    let mut tok = format!("{n} tokens");
+    if let Some(c) = &run.capture {
+        if c.truncated_tokens > 0 {
+            tok.push_str(&format!(" (+{} dropped by --max-tokens)", c.truncated_tokens));
+        }
+        if let Some(nll) = &c.nll {
+            tok.push_str(&format!(" · perplexity {:.3} over {} predictions", nll.perplexity, nll.scored));
+        }
+    }
+    v.push(kv("length", tok));
+    v.push(Line::from(""));
+    v.push(heading(&format!("Run {}", run.id())));
+    v.push(kv("dir", run.dir.display().to_string()));
+    v.push(present("capture.json", run.capture.is_some(), "sinkscope capture -m MODEL -f TEXT -o RUN_DIR"));
+    v.push(present("report.json (analysis)", run.analysis.is_some(), "sinkscope analyze -m MODEL -f TEXT -o RUN_DIR"));
+    v.push(present("stream.json", run.stream.is_some(), "sinkscope recommend -m MODEL -f TEXT --cache 256 -o RUN_DIR"));
+    v.push(present("heatmaps.safetensors", run.heatmaps.is_some(), "sinkscope capture … -o RUN_DIR"));
+    v.push(present("reductions.safetensors", run.reductions.is_some(), "sinkscope capture … -o RUN_DIR"));
+    v.push(Line::from(""));
+    v.push(heading("Sink-count recommendation"));
+    match run.stream.as_ref().and_then(|s| s.recommendation.as_ref()) {
+        Some(r) => {
+            let s = r.recommended_sinks.map_or("none needed (nothing was evicted)".to_string(), |s| format!("S = {s}"));
+            v.push(Line::from(vec![Span::raw("pin "), Span::styled(s, Style::new().add_modifier(Modifier::BOLD)), Span::raw(format!(" at cache W = {} (δ = {}%)", r.cache, r.delta * 100.0))]));
+            v.push(Line::from(r.verdict.clone()));
+        }
+        None => v.push(Line::from(Span::styled(
+            "no recommendation in this run: sinkscope recommend -m MODEL -f TEXT --cache 256 -o RUN_DIR",
+            Style::new().fg(WARN),
+        ))),
+    }
+    v
+}
+
+fn findings_lines(app: &App) -> Vec<Line<'static>> {
+    let (run, data) = (&app.run, &app.data);
+    let mut v = Vec::new();
+    v.push(heading("Sinks"));
+    match &run.analysis {
+        Some(a) => {
+            let token_of = |pos: usize| a.probes.iter().flat_map(|p| &p.sink_positions).find(|s| s.pos == pos).map(|s| crate::tui::data::display_piece(&s.token, data.byte_level));
+            let list: Vec<String> = a.sink_positions.iter().take(12).map(|&p| format!("{p} {}", quoted(token_of(p).as_ref()))).collect();
+            let more = a.sink_positions.len().saturating_sub(12);
+            v.push(kv(&format!("positions ({} probes)", a.probes.len()), format!("{}{}", list.join(", "), if more > 0 { format!(" +{more}") } else { String::new() })));
+            let t: Vec<usize> = a.probes.iter().map(|p| p.n_tokens).collect();
+            let (tmin, tmax) = (t.iter().min().copied().unwrap_or(0), t.iter().max().copied().unwrap_or(0));
+            let t = if tmin == tmax { format!("T = {tmin}") } else { format!("T = {tmin}–{tmax}") };
+            v.push(kv("Sink_k^ε", format!("% of (probe, layer, head) with α_k > ε, ε = {}, {t}", a.settings.epsilon)));
+            let cells: Vec<String> = a.sink_score.iter().map(|(k, s)| format!("{k}:{s:.1}")).collect();
+            for chunk in cells.chunks(8) {
+                v.push(Line::from(format!("  {}", chunk.join("  "))));
+            }
+            v.push(kv("F-Attn", format!("{:.3} (mean attention to position 0 over layers, heads, probes)", a.f_attn)));
+        }
+        None => v.push(Line::from(Span::styled("no analysis (report.json): sinkscope analyze -m MODEL -f TEXT -o RUN_DIR", Style::new().fg(WARN)))),
+    }
+    if !data.text_sinks.is_empty() {
+        let list: Vec<String> = data.text_sinks.iter().take(6).map(|s| format!("{} {} ({} heads)", s.pos, quoted(data.display.get(s.pos)), s.heads.len())).collect();
+        v.push(kv("this text", list.join(", ")));
+    }
+    v.push(Line::from(""));
+    v.push(heading("Strongest sink heads (α_0)"));
+    let mut heads: Vec<(f64, usize, usize)> =
+        (0..data.n_layers).flat_map(|l| (0..data.n_heads).filter_map(move |h| Some((data.alpha(l, h, 0)?, l, h)))).collect();
+    heads.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let top: Vec<String> = heads.iter().take(5).map(|(a, l, h)| format!("L{l}H{h} {a:.2}")).collect();
+    v.push(Line::from(format!("  {}", top.join(" · "))));
+    if let Some(classes) = &data.classes {
+        let count = |c: HeadClass| classes.iter().flatten().filter(|&&x| x == c).count();
+        v.push(kv(
+            "head classes",
+            format!("sink {} · previous-token {} · broad {} · content {}", count(HeadClass::Sink), count(HeadClass::PreviousToken), count(HeadClass::Broad), count(HeadClass::Content)),
+        ));
+    }
+    v.push(Line::from(""));
+    v.push(heading("Causal dependency (key masked → ΔNLL)"));
+    match run.analysis.as_ref().and_then(|a| a.ablation.as_ref()) {
+        Some(ab) => {
+            v.push(kv("sweep", format!("keys {:?} on {} tokens", ab.keys, ab.n_tokens)));
+            for r in ab.top_heads.iter().take(5) {
+                let who = r.head.map_or(format!("layer {}", r.layer), |h| format!("L{}H{h}", r.layer));
+                v.push(Line::from(format!("  {who} key {}: ΔNLL {:+.4} · KL {}", r.key_pos, r.delta_nll, short(r.kl))));
+            }
+            let mut layers: Vec<_> = ab.results.iter().filter(|r| r.head.is_none()).collect();
+            layers.sort_by(|a, b| b.delta_nll.total_cmp(&a.delta_nll));
+            if let Some(r) = layers.first() {
+                v.push(Line::from(format!("  whole layer {} key {}: ΔNLL {:+.4}", r.layer, r.key_pos, r.delta_nll)));
+            }
+        }
+        None => v.push(Line::from(Span::styled("no causal sweep: sinkscope analyze -m MODEL -f TEXT -o RUN_DIR", Style::new().fg(DIM)))),
+    }
+    v.push(Line::from(""));
+    v.push(heading("Massive activations (|h| > 100 and ≥ 1000 × median)"));
+    let massive_layers: Vec<&crate::tui::data::LayerRow> = data.layers.iter().filter(|l| !l.massive_dims.is_empty() || l.massive().next().is_some()).collect();
+    match (&run.analysis, massive_layers.first()) {
+        (Some(a), _) if a.massive.first_layer.is_some() => {
+            v.push(kv("first layer", a.massive.first_layer.map_or("-".into(), |l| l.to_string())));
+            v.push(kv("dims", a.massive.dims.iter().take(8).map(|d| d.to_string()).collect::<Vec<_>>().join(", ")));
+            v.push(kv("positions", a.massive.positions.iter().take(8).map(|p| p.to_string()).collect::<Vec<_>>().join(", ")));
+        }
+        (_, Some(first)) => {
+            let mut dims: Vec<usize> = massive_layers.iter().flat_map(|l| l.massive_dims.iter().copied()).collect();
+            dims.sort_unstable();
+            dims.dedup();
+            v.push(kv("first layer (this text)", first.layer.to_string()));
+            v.push(kv("dims", dims.iter().take(8).map(|d| d.to_string()).collect::<Vec<_>>().join(", ")));
+        }
+        _ if data.layers.is_empty() => v.push(Line::from(Span::styled("no per-layer magnitudes: sinkscope capture -m MODEL -f TEXT -o RUN_DIR", Style::new().fg(DIM)))),
+        _ => {
+            let peak = data.layers.iter().max_by(|a, b| a.max_abs.total_cmp(&b.max_abs));
+            v.push(Line::from(format!("  none: largest |h| {} (layer {})", peak.map_or("-".into(), |p| short(p.max_abs as f64)), peak.map_or(0, |p| p.layer))));
+        }
+    }
+    v
+}

@@ -1,0 +1,124 @@
+//! Streaming: rolling perplexity against tokens for every KV-cache policy (braille lines), the
+//! first eviction marked, the sweep table with the recommended sink count, and the verdict.
+
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::symbols::Marker;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Axis, Chart, Dataset, GraphType, Paragraph, Wrap};
+use ratatui::Frame;
+
+use super::{block, kv, missing, DIM};
+use crate::tui::app::App;
+use crate::tui::layout;
+use crate::tui::widgets::colour::{series, short};
+use crate::tui::widgets::put;
+
+pub fn render(f: &mut Frame, area: Rect, app: &App) {
+    let Some(stream) = &app.run.stream else {
+        missing(
+            f,
+            area,
+            "Streaming",
+            "No stream.json in this run: no KV-cache streaming results to show.",
+            "sinkscope recommend -m MODEL -f TEXT --cache 256 -o RUN_DIR   (or sinkscope stream … -o RUN_DIR)",
+        );
+        return;
+    };
+    let g = layout::streaming(area);
+    chart(f, g.chart, app);
+    table(f, g.table, app);
+    let mut v = Vec::new();
+    match &stream.recommendation {
+        Some(r) => {
+            let s = r.recommended_sinks.map_or("none needed".to_string(), |s| format!("S = {s}"));
+            v.push(Line::from(vec![Span::raw("Pin "), Span::styled(s, Style::new().fg(Color::LightGreen).add_modifier(Modifier::BOLD)), Span::raw(format!(" sink tokens at W = {}", r.cache))]));
+            v.push(kv("sweep", format!("{} tokens · δ = {}% · first eviction at step {}", r.tokens, r.delta * 100.0, r.first_eviction_step.map_or("-".into(), |s| s.to_string()))));
+            v.push(Line::from(""));
+            v.push(Line::from(r.verdict.clone()));
+        }
+        None => v.push(Line::from(Span::styled("stream.json from `sinkscope stream`: one policy, no sweep (run `recommend` for the sink-count table).", Style::new().fg(DIM)))),
+    }
+    v.push(Line::from(""));
+    v.push(kv("text", format!("{} from char {}", stream.text_source, stream.start_char)));
+    f.render_widget(Paragraph::new(v).wrap(Wrap { trim: false }).block(block("Recommendation")), g.verdict);
+}
+
+fn chart(f: &mut Frame, area: Rect, app: &App) {
+    let curves = &app.curves;
+    let x_max = curves.iter().filter_map(|c| c.points.last()).map(|p| p.0).fold(1.0, f64::max);
+    let ys = curves.iter().flat_map(|c| c.points.iter().map(|p| p.1)).filter(|y| y.is_finite());
+    let (lo, hi) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| (a.min(y), b.max(y)));
+    let (lo, hi) = if lo.is_finite() { (lo, hi) } else { (0.0, 1.0) };
+    let pad = ((hi - lo) * 0.05).max(1e-3);
+    let (lo, hi) = ((lo - pad).max(0.0), hi + pad);
+    let eviction = curves.iter().filter_map(|c| c.first_eviction).min();
+    let ev_line = eviction.map(|e| [(e as f64, lo), (e as f64, hi)]);
+    let cliff = app.curves.get(app.policy).and_then(|c| c.cliff).map(|s| [(s as f64, lo), (s as f64, hi)]);
+    let mut datasets = Vec::new();
+    if let Some(line) = &ev_line {
+        datasets.push(Dataset::default().name("first eviction").marker(Marker::Braille).graph_type(GraphType::Line).style(Style::new().fg(DIM)).data(line));
+    }
+    if let Some(line) = &cliff {
+        datasets.push(Dataset::default().name("cliff").marker(Marker::Braille).graph_type(GraphType::Line).style(Style::new().fg(Color::Red)).data(line));
+    }
+    // The selected policy is drawn last, on top of the others.
+    let order = (0..curves.len()).filter(|&i| i != app.policy).chain((app.policy < curves.len()).then_some(app.policy));
+    for i in order {
+        datasets.push(Dataset::default().name(curves[i].label.clone()).marker(Marker::Braille).graph_type(GraphType::Line).style(Style::new().fg(series(i))).data(&curves[i].points));
+    }
+    let mid = (lo + hi) / 2.0;
+    let title = format!(
+        "perplexity, rolling {} tokens, per policy · grey line: first eviction{}",
+        app.window,
+        eviction.map_or(String::new(), |e| format!(" (step {e})"))
+    );
+    let c = Chart::new(datasets)
+        .block(block(title))
+        .x_axis(Axis::default().title("token").bounds([0.0, x_max]).labels(vec![Span::raw("0"), Span::raw(format!("{:.0}", x_max / 2.0)), Span::raw(format!("{x_max:.0}"))]).style(Style::new().fg(DIM)))
+        .y_axis(Axis::default().title("PPL").bounds([lo, hi]).labels(vec![Span::raw(short(lo)), Span::raw(short(mid)), Span::raw(short(hi))]).style(Style::new().fg(DIM)))
+        .legend_position(None);
+    f.render_widget(c, area);
+}
+
+fn table(f: &mut Frame, area: Rect, app: &App) {
+    let Some(stream) = &app.run.stream else { return };
+    f.render_widget(block("Policies (↑/↓ select, w window)"), area);
+    let inner = layout::inner(area);
+    if inner.height == 0 {
+        return;
+    }
+    let buf = f.buffer_mut();
+    let w = inner.width as usize;
+    // Columns after the label: marker and swatch (3), star (3), then the numbers.
+    let label_w = w.saturating_sub(3 + 3 + 10 + 11 + 7 + 7 + 8).clamp(8, 44);
+    let header = format!("      {:<label_w$} {:>9} {:>10} {:>6} {:>6} {:>7}", "policy", "PPL", "after ev.", "×best", "cliff", "tok/s");
+    put(buf, inner.x, inner.y, header, w, Style::new().fg(DIM).add_modifier(Modifier::BOLD));
+    let rec = stream.recommendation.as_ref();
+    for (i, o) in stream.outcomes.iter().enumerate().take(inner.height as usize - 1) {
+        let row = rec.and_then(|r| r.table.iter().find(|t| t.label == o.label));
+        let recommended = rec.is_some_and(|r| r.recommended_sinks.is_some() && row.is_some_and(|t| t.sinks == r.recommended_sinks));
+        let ratio = row.and_then(|t| t.ratio_to_best).map_or("-".into(), |x| format!("{x:.3}"));
+        let y = inner.y + 1 + i as u16;
+        put(buf, inner.x, y, if i == app.policy { "▶" } else { " " }, 1, Style::new());
+        put(buf, inner.x + 1, y, "━━", 2, Style::new().fg(series(i)));
+        let line = format!(
+            " {} {:<label_w$} {:>9} {:>10} {:>6} {:>6} {:>7}",
+            if recommended { "★" } else { " " },
+            super::fit(&o.label, label_w),
+            format!("{:.3}", o.ppl),
+            o.ppl_after_eviction.map_or("-".into(), |p| format!("{p:.3}")),
+            ratio,
+            o.cliff_step.map_or("none".into(), |s| s.to_string()),
+            format!("{:.0}", o.tokens_per_s)
+        );
+        let mut style = Style::new();
+        if recommended {
+            style = style.fg(Color::LightGreen);
+        }
+        if i == app.policy {
+            style = style.add_modifier(Modifier::REVERSED);
+        }
+        put(buf, inner.x + 3, y, line, w.saturating_sub(3), style);
+    }
+}
