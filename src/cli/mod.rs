@@ -3,6 +3,8 @@
 
 mod analyze;
 mod capture;
+#[cfg(feature = "tui")]
+mod dash;
 mod demo;
 mod generate;
 mod info;
@@ -45,6 +47,10 @@ pub enum Command {
     /// Sweep the number of sink tokens at a fixed cache budget (plus the recompute reference) and
     /// recommend how many this model needs.
     Recommend(stream::RecommendArgs),
+    /// Browse a run in the terminal: heads, heatmaps, sinks, activations and streaming curves
+    /// (or compute one first with -m MODEL -f TEXT).
+    #[cfg(feature = "tui")]
+    Dash(dash::DashArgs),
 }
 
 /// Model selection shared by every command that loads one.
@@ -78,5 +84,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Analyze(a) => analyze::run(a),
         Command::Stream(a) => stream::run_stream(a),
         Command::Recommend(a) => stream::run_recommend(a),
+        #[cfg(feature = "tui")]
+        Command::Dash(a) => dash::run(a),
     }
 }

@@ -1,0 +1,83 @@
+//! `sinkscope dash`: open the terminal dashboard on a run directory, or first compute one
+//! (capture + analyze of a text) and open that.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::analyze::{analyze_into, AnalyzeArgs};
+use super::capture::{capture_to_dir, prepare_out_dir, weight_bytes};
+use super::text::read_input;
+use super::ModelArgs;
+use crate::capture::run::CaptureOptions;
+use crate::error::{Error, Result};
+use crate::report::run::Run;
+
+#[derive(Args, Debug)]
+pub struct DashArgs {
+    /// A run directory written by `capture`, `analyze`, `recommend`/`stream` or `demo` (with -o).
+    pub run: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Instead of a run: capture and analyze this text with -m, then open the result.
+    #[arg(short = 'f', long, conflicts_with = "run")]
+    pub file: Option<PathBuf>,
+    /// With -f: keep only the first T tokens.
+    #[arg(long, requires = "file")]
+    pub max_tokens: Option<usize>,
+    /// With -f: where the computed run goes (default reports/dash-<file stem>).
+    #[arg(short = 'o', long, requires = "file")]
+    pub out: Option<PathBuf>,
+    /// With -f: skip the causal key-masking sweep (faster; the Overview then has no ΔNLL).
+    #[arg(long, requires = "file")]
+    pub no_ablation: bool,
+}
+
+pub fn run(args: DashArgs) -> Result<()> {
+    // Before minutes of computing with -f, not after.
+    if !std::io::stdout().is_terminal() {
+        return Err(Error::input("`sinkscope dash` needs an interactive terminal (stdout is not a TTY); for files, use `capture`/`analyze` with -o"));
+    }
+    let dir = match (&args.run, &args.file) {
+        (Some(dir), None) => dir.clone(),
+        (None, Some(file)) => compute(&args, file)?,
+        _ => return Err(Error::input("give a run directory (`sinkscope dash RUN_DIR`) or a text to compute one (`sinkscope dash -m MODEL -f TEXT`)")),
+    };
+    let run = Run::open(&dir)?;
+    crate::tui::run(run)
+}
+
+/// Captures and analyzes `file` into the output directory; returns it.
+fn compute(args: &DashArgs, file: &std::path::Path) -> Result<PathBuf> {
+    let out = args.out.clone().unwrap_or_else(|| {
+        let stem = file.file_stem().map_or("text".into(), |s| s.to_string_lossy().into_owned());
+        PathBuf::from("reports").join(format!("dash-{stem}"))
+    });
+    prepare_out_dir(&out)?;
+    let (text, source) = read_input(None, Some(file))?;
+    let mut lm = args.model.load()?;
+    lm.fingerprint()?;
+    eprintln!("capturing {} …", file.display());
+    let opts = CaptureOptions { first_keys: 16, top_k: 16, save: None, memory_limit: None, weight_bytes: weight_bytes(&lm), score: true, quant_risk: false, heatmap_bins: Some(128) };
+    capture_to_dir(&lm, &text, &source, args.max_tokens, &opts, &out, None)?;
+    eprintln!("analyzing{} …", if args.no_ablation { "" } else { " (with the causal sweep; --no-ablation skips it)" });
+    let analyze = AnalyzeArgs {
+        model: args.model.clone(),
+        probes: None,
+        file: Some(file.to_path_buf()),
+        max_tokens: args.max_tokens,
+        out: out.clone(),
+        epsilon: 0.3,
+        first_keys: 16,
+        ablate_keys: None,
+        ablation_tokens: 256,
+        no_ablation: args.no_ablation,
+        // The capture already wrote this text's heatmaps.
+        heatmap_bins: 0,
+        json: false,
+    };
+    analyze_into(&mut lm, &analyze, Some(text), None)?;
+    eprintln!("wrote {}", out.display());
+    Ok(out)
+}
