@@ -764,6 +764,28 @@ mod tests {
     }
 
     #[test]
+    fn clicks_move_the_heatmap_cursor_the_token_and_the_policy() {
+        let mut a = app();
+        apply(&mut a, &[Action::Resize { width: 120, height: 40 }, Action::GoTab(Tab::Heatmap)]);
+        let body = layout::areas(120, 40).body;
+        let (rows, cols) = a.heat_dims().unwrap();
+        let g = layout::heatmap(body, rows, cols, &a.heat);
+        // Exact 64×64 map at magnification 1: cell (x, y) of the raster shows (2y, x).
+        update(&mut a, Action::Click { x: g.raster.x + 5, y: g.raster.y + 10 });
+        assert_eq!((a.heat.row, a.heat.col), (20, 5));
+        update(&mut a, Action::Click { x: g.raster.x + 100, y: g.raster.y });
+        assert_eq!((a.heat.row, a.heat.col), (20, 5), "a click beside the map changes nothing");
+        update(&mut a, Action::GoTab(Tab::Tokens));
+        let inner = layout::token_text_area(body);
+        update(&mut a, Action::Click { x: inner.x + 5, y: inner.y });
+        assert_eq!(a.token, 1, "'<s>' takes 3 cells, ' Once' the next 5");
+        update(&mut a, Action::GoTab(Tab::Streaming));
+        let table = layout::streaming(body).table;
+        update(&mut a, Action::Click { x: table.x + 4, y: table.y + 2 + 3 });
+        assert_eq!(a.policy, 3);
+    }
+
+    #[test]
     fn rolling_perplexity_skips_unscored_steps() {
         let nll = [0.0, f64::NAN, 2.0f64.ln(), 2.0f64.ln()];
         let p = rolling_ppl(&nll, 2);

@@ -80,6 +80,7 @@ pub fn build(app: &App) -> std::result::Result<Export, String> {
         }
         Tab::Heatmap => {
             let maps = run.heatmaps.as_ref().ok_or("no heatmaps in this run")?;
+            app.heat_dims().ok_or("the heatmaps do not cover the selected head")?;
             let src = source(app, maps);
             s.push_str("layer,head,query_from,query_to,key_from,key_to,attention\n");
             for r in 0..src.rows {
