@@ -10,6 +10,7 @@
 //! Sink Emerges", α_k and Sink_k^ε); Sun et al. 2024 (massive activations).
 
 pub mod error;
+pub mod serde_nan;
 pub mod textfile;
 pub mod model;
 pub mod probe;

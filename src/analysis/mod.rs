@@ -44,11 +44,17 @@ impl Default for AnalysisSettings {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LayerNorms {
     pub layer: usize,
+    /// NaN (JSON null) when the probe has no sink positions.
+    #[serde(deserialize_with = "crate::serde_nan::nan_if_null")]
     pub value_norm_sink: f64,
+    #[serde(deserialize_with = "crate::serde_nan::nan_if_null")]
     pub value_norm_rest: f64,
+    #[serde(deserialize_with = "crate::serde_nan::nan_if_null")]
     pub key_norm_sink: f64,
+    #[serde(deserialize_with = "crate::serde_nan::nan_if_null")]
     pub key_norm_rest: f64,
 }
+
 
 /// Everything measured on one probe.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -47,7 +47,7 @@ pub struct AnalyzeArgs {
     /// Key positions hidden in the causal sweep (default: the probe set's, 0,1,2,3).
     #[arg(long, value_delimiter = ',')]
     pub ablate_keys: Option<Vec<usize>>,
-    /// Tokens of -f used for the causal sweep.
+    /// Tokens used for the causal sweep (of -f, or at most this many of the probe set's text).
     #[arg(long, default_value_t = 256)]
     pub ablation_tokens: usize,
     /// Skip the causal sweep.
@@ -100,7 +100,10 @@ pub fn analyze_into(lm: &mut LoadedModel, args: &AnalyzeArgs, file_text: Option<
     if let Some(set) = &set {
         probes.extend(set.build(&lm.tokenizer)?);
         if ablation_input.is_none() {
-            ablation_input = set.build_ablation(&lm.tokenizer)?;
+            ablation_input = set.build_ablation(&lm.tokenizer)?.map(|(mut ids, keys)| {
+                ids.truncate(args.ablation_tokens.max(2));
+                (ids, keys)
+            });
         }
     }
     let context = lm.model.cfg.context_len;

@@ -6,6 +6,7 @@ mod capture;
 #[cfg(feature = "tui")]
 mod dash;
 mod demo;
+mod export;
 mod generate;
 mod info;
 mod stream;
@@ -51,6 +52,8 @@ pub enum Command {
     /// (or compute one first with -m MODEL -f TEXT).
     #[cfg(feature = "tui")]
     Dash(dash::DashArgs),
+    /// Write a run's Parquet tables, PNG/SVG figures and Markdown report (all four by default).
+    Export(export::ExportArgs),
 }
 
 /// Model selection shared by every command that loads one.
@@ -86,5 +89,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Recommend(a) => stream::run_recommend(a),
         #[cfg(feature = "tui")]
         Command::Dash(a) => dash::run(a),
+        Command::Export(a) => export::run(a),
     }
 }

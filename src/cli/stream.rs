@@ -174,8 +174,19 @@ pub fn run_recommend(args: RecommendArgs) -> Result<()> {
         prepare_out_dir(out)?;
     }
     let mut lm = args.model.load()?;
+    let rec = sweep_into(&mut lm, &args)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rec)?);
+    } else {
+        print!("{}", format_recommendation(&rec));
+    }
+    Ok(())
+}
+
+/// Runs the sink-count sweep on a loaded model (writing stream.json when `args.out` is set).
+pub fn sweep_into(lm: &mut LoadedModel, args: &RecommendArgs) -> Result<Recommendation> {
     let start = Instant::now();
-    let ids = stream_tokens(&lm, &args.text)?;
+    let ids = stream_tokens(lm, &args.text)?;
     let mut sinks = args.sinks.clone();
     sinks.sort_unstable();
     sinks.dedup();
@@ -207,16 +218,11 @@ pub fn run_recommend(args: RecommendArgs) -> Result<()> {
     let mut outcomes = simulate_with(&lm.model, &ids, &policies, args.recompute_every, &mut progress_bar(&format!("sweep of {} policies", policies.len())))?;
     let recompute = if args.no_recompute { None } else { outcomes.pop() };
     let rec = recommend(&outcomes, recompute.as_ref(), args.cache, args.delta);
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&rec)?);
-    } else {
-        print!("{}", format_recommendation(&rec));
-    }
     if let Some(dir) = &args.out {
         outcomes.extend(recompute);
-        write_stream_report(&mut lm, &args.text, &ids, outcomes, Some(rec), start, dir)?;
+        write_stream_report(lm, &args.text, &ids, outcomes, Some(rec.clone()), start, dir)?;
     }
-    Ok(())
+    Ok(rec)
 }
 
 /// Writes `stream.json` into the run directory `dir`.

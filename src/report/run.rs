@@ -77,7 +77,9 @@ impl Run {
     /// The model's display name: its own name, else the file it came from.
     pub fn model_name(&self) -> String {
         let m = self.model();
-        m.name.clone().unwrap_or_else(|| Path::new(&m.source).file_name().map_or(m.source.clone(), |n| n.to_string_lossy().into_owned()))
+        let file = || Path::new(&m.source).file_name().map_or(m.source.clone(), |n| n.to_string_lossy().into_owned());
+        // Some files name only their architecture ("llama"); the file says more.
+        m.name.clone().filter(|n| !n.eq_ignore_ascii_case(&m.architecture)).unwrap_or_else(file)
     }
 
     /// The tokens the heatmaps and per-position arrays are indexed by: the capture's text, else the

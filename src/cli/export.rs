@@ -1,0 +1,68 @@
+//! `sinkscope export RUN_DIR`: the run's Parquet tables, PNG/SVG figures and index.md.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::error::{Error, Result};
+use crate::report::export::{export, ExportOptions, Exported};
+use crate::report::run::Run;
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// A run directory written by `demo`, `capture`, `analyze` or `recommend -o`.
+    pub run_dir: PathBuf,
+    /// Parquet tables under RUN_DIR/tables/.
+    #[arg(long)]
+    pub parquet: bool,
+    /// PNG figures under RUN_DIR/figures/.
+    #[arg(long)]
+    pub png: bool,
+    /// SVG figures under RUN_DIR/figures/.
+    #[arg(long)]
+    pub svg: bool,
+    /// RUN_DIR/index.md, the findings with links to every figure and table.
+    #[arg(long)]
+    pub md: bool,
+    /// Heads that get heatmaps, as LAYER:HEAD pairs (default: the strongest sinks, the most
+    /// depended-on head, and a contrast head).
+    #[arg(long, value_delimiter = ',')]
+    pub heads: Option<Vec<String>>,
+}
+
+fn parse_head(s: &str) -> Result<(usize, usize)> {
+    let bad = || Error::input(format!("--heads expects LAYER:HEAD pairs such as 18:8, got `{s}`"));
+    let (l, h) = s.split_once(':').ok_or_else(bad)?;
+    Ok((l.trim().parse().map_err(|_| bad())?, h.trim().parse().map_err(|_| bad())?))
+}
+
+pub fn run(args: ExportArgs) -> Result<()> {
+    let heads = args.heads.as_ref().map(|v| v.iter().map(|s| parse_head(s)).collect::<Result<Vec<_>>>()).transpose()?;
+    let all = !(args.parquet || args.png || args.svg || args.md);
+    let opts = ExportOptions { parquet: all || args.parquet, png: all || args.png, svg: all || args.svg, md: all || args.md, heads };
+    let run = Run::open(&args.run_dir)?;
+    if let Some(maps) = &run.heatmaps {
+        for &(l, h) in opts.heads.iter().flatten() {
+            if l >= maps.n_layers || h >= maps.n_heads {
+                return Err(Error::input(format!("--heads {l}:{h} is outside this model's {} layers × {} heads", maps.n_layers, maps.n_heads)));
+            }
+        }
+    }
+    let done = export(&run, &opts)?;
+    print!("{}", format_exported(&done));
+    Ok(())
+}
+
+pub fn format_exported(e: &Exported) -> String {
+    let mut s = String::new();
+    for (name, path, rows) in &e.tables {
+        s.push_str(&format!("table  {name:<12} {rows:>7} rows  {}\n", path.display()));
+    }
+    if !e.figures.is_empty() {
+        s.push_str(&format!("figures {} files in {}\n", e.figures.len(), e.figures[0].parent().map_or(String::new(), |p| p.display().to_string())));
+    }
+    if let Some(i) = &e.index {
+        s.push_str(&format!("report {}\n", i.display()));
+    }
+    s
+}

@@ -1,0 +1,232 @@
+//! Which figures a run gets, and their data: picks the heads worth a heatmap (strongest sinks, the
+//! most depended-on head, a contrast head), and builds the plot structs from a [`Run`]. Drawing
+//! is `plot`'s job; this module only decides and extracts.
+
+#[cfg(feature = "plots")]
+use super::display_token;
+#[cfg(feature = "plots")]
+use super::plot::{BarChart, HeadGrid, HeadHeatmap, LineChart, Scale, MAX_LABELLED_TOKENS};
+use super::run::Run;
+#[cfg(feature = "plots")]
+use crate::capture::reducers::{MASSIVE_ABS, MASSIVE_RATIO};
+
+/// Per-head α_k over the run's main text: the capture's, else the analysis's mean over probes.
+/// [layer][head][k].
+pub fn head_alphas(run: &Run) -> Option<Vec<Vec<Vec<f64>>>> {
+    if let Some(c) = &run.capture {
+        let mut out: Vec<Vec<Vec<f64>>> = vec![Vec::new(); c.summary.layers.len()];
+        for h in &c.summary.heads {
+            out.get_mut(h.layer)?.push(h.alpha.clone());
+        }
+        return Some(out);
+    }
+    let a = run.analysis.as_ref()?;
+    let layers = a.heads.iter().map(|h| h.layer + 1).max()?;
+    let mut out: Vec<Vec<Vec<f64>>> = vec![Vec::new(); layers];
+    for h in &a.heads {
+        out[h.layer].push(h.alpha.clone());
+    }
+    Some(out)
+}
+
+/// The heads that get heatmaps: the three with the largest α_0, the head whose key-0 ablation
+/// hurts most (if analyzed), and the head with the smallest α_0 for contrast — deduplicated, in
+/// that order.
+pub fn default_heads(run: &Run) -> Vec<(usize, usize)> {
+    let Some(alphas) = head_alphas(run) else { return Vec::new() };
+    let mut all: Vec<((usize, usize), f64)> =
+        alphas.iter().enumerate().flat_map(|(l, hs)| hs.iter().enumerate().map(move |(h, a)| ((l, h), a.first().copied().unwrap_or(0.0)))).collect();
+    all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut heads: Vec<(usize, usize)> = all.iter().take(3).map(|x| x.0).collect();
+    if let Some(top) = run.analysis.as_ref().and_then(|a| a.ablation.as_ref()).and_then(|ab| ab.top_heads.first()) {
+        if let Some(h) = top.head {
+            heads.push((top.layer, h));
+        }
+    }
+    if let Some(last) = all.last() {
+        heads.push(last.0);
+    }
+    let mut seen = Vec::new();
+    heads.retain(|h| if seen.contains(h) { false } else { seen.push(*h); true });
+    heads
+}
+
+/// The sink positions worth an α grid: 0 plus up to two discovered others.
+pub fn grid_keys(run: &Run) -> Vec<usize> {
+    let mut keys = vec![0];
+    if let Some(a) = &run.analysis {
+        keys.extend(a.sink_positions.iter().copied().filter(|&k| k != 0 && k < a.settings.first_keys).take(2));
+    }
+    keys
+}
+
+#[cfg(feature = "plots")]
+pub fn alpha_grid(run: &Run, k: usize) -> Option<HeadGrid> {
+    let alphas = head_alphas(run)?;
+    let values: Vec<Vec<f64>> = alphas.iter().map(|hs| hs.iter().map(|a| a.get(k).copied().unwrap_or(0.0)).collect()).collect();
+    let token = run.tokens().and_then(|t| t.get(k)).map(|t| format!(" ({})", display_token(&t.piece))).unwrap_or_default();
+    let source = if run.capture.is_some() { run.text_name() } else { "mean over the analysis probes".into() };
+    Some(HeadGrid {
+        title: format!("{} — attention on position {k}{token}, α_{k} per head", run.model_name()),
+        subtitle: format!("α_k = mean over queries i ≥ k of A[i,k]; {source}"),
+        values,
+        value_label: format!("α_{k}"),
+    })
+}
+
+#[cfg(feature = "plots")]
+/// The full query × key map of one head, on the given colour scale.
+pub fn head_heatmap(run: &Run, layer: usize, head: usize, scale: Scale) -> Option<HeadHeatmap> {
+    let maps = run.heatmaps.as_ref()?;
+    if layer >= maps.n_layers || head >= maps.n_heads {
+        return None;
+    }
+    let g = maps.bins();
+    let tokens = token_labels(run, maps.exact() && g <= MAX_LABELLED_TOKENS);
+    let resolution = if maps.exact() { "exact pattern".to_string() } else { format!("{} tokens pooled onto {g}×{g} bins (row means of bin mass)", maps.n_tokens) };
+    Some(HeadHeatmap {
+        title: format!("{} — layer {layer}, head {head}", run.model_name()),
+        subtitle: format!("{}; {resolution}; {} colour scale", run.text_name(), if scale == Scale::Log { "log" } else { "linear" }),
+        values: maps.head(layer, head).to_vec(),
+        rows: g,
+        cols: g,
+        row_edges: maps.edges.clone(),
+        col_edges: maps.edges.clone(),
+        col_tokens: tokens.clone(),
+        row_tokens: tokens,
+        scale,
+    })
+}
+
+#[cfg(feature = "plots")]
+/// The first K keys of one head at full key resolution (every query bin), linear scale.
+pub fn head_early(run: &Run, layer: usize, head: usize) -> Option<HeadHeatmap> {
+    let maps = run.heatmaps.as_ref()?;
+    if layer >= maps.n_layers || head >= maps.n_heads || maps.first_keys == 0 {
+        return None;
+    }
+    let (g, k) = (maps.bins(), maps.first_keys);
+    let all = token_labels(run, true);
+    let col_tokens = all.as_ref().map(|t| t[..k.min(t.len())].to_vec());
+    let row_tokens = if maps.exact() && g <= MAX_LABELLED_TOKENS { all } else { None };
+    Some(HeadHeatmap {
+        title: format!("{} — layer {layer}, head {head}: the first {k} keys", run.model_name()),
+        subtitle: format!("{}; every query's attention on keys 0–{}; linear colour scale", run.text_name(), k - 1),
+        values: maps.head_early(layer, head).to_vec(),
+        rows: g,
+        cols: k,
+        row_edges: maps.edges.clone(),
+        col_edges: (0..=k).collect(),
+        col_tokens,
+        row_tokens,
+        scale: Scale::Linear,
+    })
+}
+
+#[cfg(feature = "plots")]
+fn token_labels(run: &Run, wanted: bool) -> Option<Vec<String>> {
+    wanted.then(|| run.tokens().map(|t| t.iter().map(|t| t.piece.clone()).collect())).flatten()
+}
+
+#[cfg(feature = "plots")]
+/// Per-layer max |h|, median |h| and mean residual norm of the captured text (log y).
+pub fn layer_magnitudes(run: &Run) -> Option<LineChart> {
+    let c = run.capture.as_ref()?;
+    let ls = &c.summary.layers;
+    let series = vec![
+        ("max |h| (layer output)".to_string(), ls.iter().map(|l| (l.layer as f64, l.max_abs as f64)).collect()),
+        ("median |h|".to_string(), ls.iter().map(|l| (l.layer as f64, l.median_abs as f64)).collect()),
+        ("mean ‖h‖ over positions".to_string(), ls.iter().map(|l| (l.layer as f64, l.resid_norm_mean_post)).collect()),
+        ("‖h‖ at position 0".to_string(), ls.iter().map(|l| (l.layer as f64, l.resid_norm_pos0_post as f64)).collect()),
+    ];
+    Some(LineChart {
+        title: format!("{} — activation magnitudes per layer", run.model_name()),
+        subtitle: format!("{}, {} tokens; residual stream after each layer", run.text_name(), c.n_tokens),
+        x_desc: "layer".into(),
+        y_desc: "magnitude".into(),
+        series,
+        log_y: true,
+        markers: Vec::new(),
+        points: true,
+    })
+}
+
+#[cfg(feature = "plots")]
+/// The hidden dims with the largest |h| anywhere in the residual stream, as bars (log y), with
+/// the massive-activation bar of |h| = 100 marked.
+pub fn massive_dims(run: &Run, n: usize) -> Option<BarChart> {
+    let (shape, data) = run.reductions.as_ref()?.get("max_abs_by_dim", 2)?;
+    let (layers, d) = (shape[0], shape[1]);
+    let mut best: Vec<(usize, f64, usize)> = (0..d)
+        .map(|dim| {
+            let (l, v) = (0..layers).map(|l| (l, data[l * d + dim] as f64)).fold((0, 0.0), |a, b| if b.1 > a.1 { b } else { a });
+            (dim, v, l)
+        })
+        .collect();
+    best.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    best.truncate(n);
+    let medians: Vec<f32> = run.capture.as_ref().map(|c| c.summary.layers.iter().map(|l| l.median_abs).collect()).unwrap_or_default();
+    // Sun et al.'s criterion: |h| > 100 and at least 1000× the layer's median |h|.
+    let massive = |v: f64, l: usize| v > MASSIVE_ABS as f64 && medians.get(l).is_some_and(|&m| v >= MASSIVE_RATIO as f64 * m as f64);
+    Some(BarChart {
+        title: format!("{} — largest |h| per hidden dim", run.model_name()),
+        subtitle: format!("{}; max over layers and positions of the residual stream; top {} of {d} dims", run.text_name(), best.len()),
+        x_desc: "hidden dim (layer of its max)".into(),
+        y_desc: "max |h| (log scale)".into(),
+        bars: best.iter().map(|&(dim, v, l)| (format!("{dim} · L{l}"), v, massive(v, l))).collect(),
+        highlight_label: "massive: |h| > 100 and ≥ 1000× the layer median".into(),
+        other_label: "not massive".into(),
+        reference: Some((MASSIVE_ABS as f64, "|h| = 100".into())),
+    })
+}
+
+/// Tokens in the rolling window of the perplexity curves.
+pub const PPL_WINDOW: usize = 64;
+
+/// exp of the mean of the finite NLLs among the last `window` steps, at every step from
+/// `window / 2` on whose window holds at least 4 scored steps (NaN marks an unscored step).
+pub fn rolling_ppl(nll: &[f64], window: usize) -> Vec<(f64, f64)> {
+    let (mut sum, mut n) = (0.0, 0usize);
+    let mut out = Vec::new();
+    for (i, &v) in nll.iter().enumerate() {
+        if v.is_finite() {
+            sum += v;
+            n += 1;
+        }
+        if i >= window && nll[i - window].is_finite() {
+            sum -= nll[i - window];
+            n -= 1;
+        }
+        if i >= window / 2 && n >= 4 {
+            out.push((i as f64, (sum / n as f64).exp()));
+        }
+    }
+    out
+}
+
+#[cfg(feature = "plots")]
+/// Rolling perplexity (exp of the mean NLL over the last [`PPL_WINDOW`] steps) per policy, with
+/// the first eviction and each policy's cliff marked.
+pub fn ppl_curves(run: &Run) -> Option<LineChart> {
+    let s = run.stream.as_ref()?;
+    // A policy scored only on some steps (recompute every K-th) would be a rolling mean over a few
+    // samples: too noisy to compare by eye, so it stays in the table only.
+    let (dense, sparse): (Vec<_>, Vec<_>) = s.outcomes.iter().partition(|o| o.nll.iter().all(|v| v.is_finite()));
+    let series = dense.iter().map(|o| (o.label.clone(), rolling_ppl(&o.nll, PPL_WINDOW))).collect();
+    let omitted = if sparse.is_empty() { String::new() } else { format!("; not drawn (scored on a subset of steps): {}", sparse.iter().map(|o| o.label.as_str()).collect::<Vec<_>>().join(", ")) };
+    let mut markers = Vec::new();
+    if let Some(e) = s.outcomes.iter().filter_map(|o| o.first_eviction_step).min() {
+        markers.push((e as f64, format!(" first eviction (step {e})")));
+    }
+    let cache = s.outcomes.iter().find(|o| o.policy.cache > 0).map(|o| o.policy.cache).unwrap_or(0);
+    Some(LineChart {
+        title: format!("{} — perplexity while streaming, per cache policy", run.model_name()),
+        subtitle: format!("{}; {} tokens; budget W = {cache}; rolling perplexity over {PPL_WINDOW} tokens{omitted}", s.text_source, s.tokens.len()),
+        x_desc: "tokens streamed".into(),
+        y_desc: "perplexity".into(),
+        series,
+        log_y: true,
+        markers,
+        points: false,
+    })
+}

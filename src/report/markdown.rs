@@ -1,0 +1,162 @@
+//! `index.md`: a run's findings in plain language with the numbers, linking every figure and
+//! table that exists beside it. Deterministic text from the run's files only.
+
+use std::fmt::Write;
+
+use super::export::{FigureSpec, FIGURES_DIR, TABLES_DIR};
+use super::display_token;
+use super::run::Run;
+use super::tables::Table;
+
+/// The index page of a run.
+pub fn index(run: &Run, figures: &[FigureSpec], tables: &[Table]) -> String {
+    let mut s = String::new();
+    let m = run.model();
+    let _ = writeln!(s, "# sinkscope report — {}\n", run.model_name());
+    let _ = writeln!(s, "Run `{}` · sinkscope {} · made by `sinkscope export`; every number below comes from the JSON files in this directory.\n", run.id(), version(run));
+    s.push_str("## Model\n\n| | |\n|---|---|\n");
+    let rows = [
+        ("source", format!("`{}` ({})", m.source, m.format)),
+        ("architecture", format!("{}: {} layers × {} heads ({} kv heads), d_model {}", m.architecture, m.n_layers, m.n_heads, m.n_kv_heads, m.d_model)),
+        ("context · vocab", format!("{} · {}", m.context_len, m.vocab_size)),
+        ("weights", format!("{} → {}", m.quantization, m.compute)),
+        ("tokenizer", format!("{} (adds BOS: {})", m.tokenizer, m.adds_bos)),
+        ("SHA-256", m.sha256.clone().map_or("-".into(), |h| format!("`{h}`"))),
+    ];
+    for (k, v) in rows {
+        let _ = writeln!(s, "| {k} | {v} |");
+    }
+    s.push('\n');
+    findings(run, &mut s);
+    if !figures.is_empty() {
+        s.push_str("## Figures\n\n");
+        for f in figures {
+            let png = run.dir.join(FIGURES_DIR).join(format!("{}.png", f.stem));
+            let svg = run.dir.join(FIGURES_DIR).join(format!("{}.svg", f.stem));
+            match (png.exists(), svg.exists()) {
+                (true, has_svg) => {
+                    let _ = writeln!(s, "### {}\n\n![{}]({FIGURES_DIR}/{}.png)\n", f.caption, f.caption, f.stem);
+                    if has_svg {
+                        let _ = writeln!(s, "[SVG]({FIGURES_DIR}/{}.svg)\n", f.stem);
+                    }
+                }
+                (false, true) => {
+                    let _ = writeln!(s, "### {}\n\n![{}]({FIGURES_DIR}/{}.svg)\n", f.caption, f.caption, f.stem);
+                }
+                (false, false) => {
+                    let _ = writeln!(s, "### {}\n\nNot drawn yet: `sinkscope export {} --png`.\n", f.caption, run.dir.display());
+                }
+            }
+        }
+    }
+    if !tables.is_empty() {
+        s.push_str("## Tables\n\nParquet, one row per fact; schemas in the sinkscope README (`notebooks-data/README.md`).\n\n| table | rows | file |\n|---|---:|---|\n");
+        for t in tables {
+            let path = run.dir.join(TABLES_DIR).join(format!("{}.parquet", t.name));
+            let link = if path.exists() { format!("[{TABLES_DIR}/{0}.parquet]({TABLES_DIR}/{0}.parquet)", t.name) } else { "not written (`export --parquet`)".into() };
+            let _ = writeln!(s, "| `{}` | {} | {link} |", t.name, t.n_rows());
+        }
+        s.push('\n');
+    }
+    s
+}
+
+fn version(run: &Run) -> String {
+    run.capture.as_ref().map(|c| c.sinkscope_version.clone()).or(run.analysis.as_ref().map(|a| a.sinkscope_version.clone())).or(run.stream.as_ref().map(|s| s.sinkscope_version.clone())).unwrap_or_default()
+}
+
+fn findings(run: &Run, s: &mut String) {
+    s.push_str("## Findings\n\n");
+    if let Some(c) = &run.capture {
+        let ppl = c.nll.as_ref().map_or(String::new(), |n| format!(", perplexity {:.2}", n.perplexity));
+        let _ = writeln!(s, "**Captured text.** {} — {} tokens{ppl}.\n", c.text_source, c.n_tokens);
+        let ls = &c.summary.layers;
+        if let Some(peak) = ls.iter().max_by(|a, b| a.mean_attention_pos0.total_cmp(&b.mean_attention_pos0)) {
+            let mean = ls.iter().map(|l| l.mean_attention_pos0).sum::<f64>() / ls.len().max(1) as f64;
+            let first = c.tokens.first().map_or(String::new(), |t| format!(" (`{}`)", display_token(&t.piece)));
+            let _ = writeln!(
+                s,
+                "- **Attention on the first token{first}.** Averaged over all layers and heads, a query pays {:.1}% of its attention to position 0; layer {} is the most sink-bound at {:.1}%.",
+                100.0 * mean,
+                peak.layer,
+                100.0 * peak.mean_attention_pos0
+            );
+        }
+        if let Some(top) = ls.iter().max_by(|a, b| a.max_abs.total_cmp(&b.max_abs)) {
+            let ratio = if top.median_abs > 0.0 { format!(", {:.0}× that layer's median |h| of {:.3}", top.max_abs / top.median_abs, top.median_abs) } else { String::new() };
+            let at = match (top.max_abs_pos, top.max_abs_dim) {
+                (Some(p), Some(d)) => format!(" at position {p} (`{}`), dim {d}", c.tokens.get(p).map_or(String::new(), |t| display_token(&t.piece))),
+                _ => String::new(),
+            };
+            let _ = writeln!(s, "- **Largest activation.** |h| = {:.1} after layer {}{at}{ratio}.", top.max_abs, top.layer);
+        }
+        s.push('\n');
+    }
+    if let Some(a) = &run.analysis {
+        let _ = writeln!(s, "**Sink diagnosis** over {} probes (ε = {}).\n", a.probes.len(), a.settings.epsilon);
+        let positions: Vec<String> = a.sink_positions.iter().map(|p| p.to_string()).collect();
+        let _ = writeln!(
+            s,
+            "- **Sink positions:** {}. F-Attn (mean attention on position 0 over probes, layers and heads) = {:.3}.",
+            if positions.is_empty() { "none found".into() } else { positions.join(", ") },
+            a.f_attn
+        );
+        let scores: Vec<String> = a.sink_score.iter().filter(|(_, v)| **v > 0.0).take(6).map(|(k, v)| format!("Sink_{k} = {v:.1}%")).collect();
+        if !scores.is_empty() {
+            let _ = writeln!(s, "- **Share of heads that sink** (α_k > ε): {}.", scores.join(", "));
+        }
+        let mut counts = std::collections::BTreeMap::new();
+        for h in &a.heads {
+            *counts.entry(h.class.to_string()).or_insert(0usize) += 1;
+        }
+        let classes: Vec<String> = counts.iter().map(|(c, n)| format!("{n} {c}")).collect();
+        let _ = writeln!(s, "- **Head classes** ({} heads): {}.", a.heads.len(), classes.join(", "));
+        match a.massive.first_layer {
+            Some(l) => {
+                let dims: Vec<String> = a.massive.dims.iter().take(5).map(|d| d.to_string()).collect();
+                let pos: Vec<String> = a.massive.positions.iter().take(5).map(|d| d.to_string()).collect();
+                let _ = writeln!(s, "- **Massive activations** (|h| > 100 and ≥ 1000× the layer median) from layer {l} on, in dims {} at positions {}.", dims.join(", "), pos.join(", "));
+            }
+            None => s.push_str("- **Massive activations:** none (no |h| > 100 at ≥ 1000× the layer median).\n"),
+        }
+        if let Some(ab) = &a.ablation {
+            if let Some(top) = ab.top_heads.first() {
+                let _ = writeln!(
+                    s,
+                    "- **Causal dependency.** Hiding key {} from layer {} head {} raises the next-token loss by {:+.3} nats (KL {:.3}) over {} tokens — the head that depends most on a sink.",
+                    top.key_pos,
+                    top.layer,
+                    top.head.unwrap_or(0),
+                    top.delta_nll,
+                    top.kl,
+                    ab.n_tokens
+                );
+            }
+        }
+        s.push('\n');
+    }
+    if let Some(st) = &run.stream {
+        let _ = writeln!(s, "**Streaming** over {} tokens of `{}`.\n", st.tokens.len(), st.text_source);
+        if let Some(r) = &st.recommendation {
+            let _ = writeln!(s, "- **Recommended sink count at W = {}: {}.** {}\n", r.cache, r.recommended_sinks.map_or("-".into(), |v| v.to_string()), r.verdict);
+            s.push_str("| policy | perplexity | after first eviction | × best | cliff |\n|---|---:|---:|---:|---|\n");
+            for row in &r.table {
+                let _ = writeln!(
+                    s,
+                    "| {} | {:.3} | {} | {} | {} |",
+                    row.label,
+                    row.ppl,
+                    row.ppl_after_eviction.map_or("-".into(), |p| format!("{p:.3}")),
+                    row.ratio_to_best.map_or("-".into(), |x| format!("{x:.3}")),
+                    row.cliff_step.map_or("none".into(), |c| format!("step {c}"))
+                );
+            }
+        } else {
+            s.push_str("| policy | perplexity | after first eviction | cliff |\n|---|---:|---:|---|\n");
+            for o in &st.outcomes {
+                let _ = writeln!(s, "| {} | {:.3} | {} | {} |", o.label, o.ppl, o.ppl_after_eviction.map_or("-".into(), |p| format!("{p:.3}")), o.cliff_step.map_or("none".into(), |c| format!("step {c}")));
+            }
+        }
+        s.push('\n');
+    }
+}

@@ -1,0 +1,455 @@
+//! Figures with plotters, as PNG (text drawn from the embedded DejaVu Sans, so no system fonts are
+//! needed) or SVG: per-head attention heatmaps, the layer × head α grid, per-layer activation
+//! magnitudes, massive-activation bars by dim and perplexity-vs-tokens curves per cache policy.
+//! Each figure is a plain data struct implementing [`Figure`]; [`save`] picks the backend from the
+//! file extension and writes atomically.
+
+use std::path::Path;
+use std::sync::Once;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::colors::colormaps::ViridisRGB;
+
+use super::display_token;
+use crate::error::{Error, Result};
+
+type DrawResult<T, DB> = std::result::Result<T, DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+
+/// The font family every figure uses; registered from embedded bytes on first use.
+const FONT: &str = "sans-serif";
+
+fn register_fonts() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // The DejaVu bytes are valid OpenType; a failure here would be a packaging bug.
+        let _ = plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular());
+        let _ = plotters::style::register_font(FONT, FontStyle::Bold, dejavu::sans::bold());
+    });
+}
+
+/// Something that draws itself onto any plotters backend.
+pub trait Figure {
+    /// Pixel size (also the SVG's size).
+    fn size(&self) -> (u32, u32);
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<(), DB>;
+}
+
+/// Renders `fig` to `path` (`.png` or `.svg`), atomically.
+pub fn save<F: Figure>(fig: &F, path: &Path) -> Result<()> {
+    register_fonts();
+    let fail = |e: String| Error::Internal(format!("drawing {}: {e}", path.display()));
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    match ext.as_str() {
+        "svg" => {
+            let mut svg = String::new();
+            {
+                let root = SVGBackend::with_string(&mut svg, fig.size()).into_drawing_area();
+                fig.draw(&root).map_err(|e| fail(e.to_string()))?;
+                root.present().map_err(|e| fail(e.to_string()))?;
+            }
+            super::write_atomic(path, svg.as_bytes())
+        }
+        "png" => {
+            let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            let name = path.file_name().map_or("figure".into(), |n| n.to_string_lossy().into_owned());
+            // The encoder picks PNG from the extension, so the temp file keeps it.
+            let tmp = dir.join(format!(".{name}.tmp-{}.png", std::process::id()));
+            let drawn = (|| {
+                let root = BitMapBackend::new(&tmp, fig.size()).into_drawing_area();
+                fig.draw(&root).map_err(|e| fail(e.to_string()))?;
+                root.present().map_err(|e| fail(e.to_string()))
+            })();
+            let renamed = drawn.and_then(|_| std::fs::rename(&tmp, path).map_err(|e| Error::file(path, format!("cannot write ({e})"))));
+            if renamed.is_err() {
+                let _ = std::fs::remove_file(&tmp);
+            }
+            renamed
+        }
+        _ => Err(Error::file(path, "has no .png or .svg extension")),
+    }
+}
+
+/// Colour scale of a heatmap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scale {
+    Linear,
+    /// log10 of the value, clipped below at [`LOG_FLOOR`].
+    Log,
+}
+
+/// Attention below this is drawn as the bottom of the log scale.
+pub const LOG_FLOOR: f64 = 1e-4;
+
+impl Scale {
+    fn map(self, v: f64) -> f64 {
+        match self {
+            Scale::Linear => v,
+            Scale::Log => v.max(LOG_FLOOR).log10(),
+        }
+    }
+    fn tick_label(self, x: f64) -> String {
+        match self {
+            Scale::Linear => format!("{x:.2}"),
+            Scale::Log => format!("1e{}", x.round() as i64),
+        }
+    }
+}
+
+fn viridis(t: f64) -> RGBColor {
+    ViridisRGB::get_color(t.clamp(0.0, 1.0))
+}
+
+/// Colour of a cell that the causal mask hides (never computed, not zero).
+const MASKED: RGBColor = RGBColor(236, 236, 236);
+
+/// Draws the title and a grey subtitle centred in a strip at the top; returns the area below.
+fn header<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, subtitle: &str) -> DrawResult<DrawingArea<DB, Shift>, DB> {
+    use plotters::style::text_anchor::{HPos, Pos, VPos};
+    let w = root.dim_in_pixel().0 as i32;
+    let (head, body) = root.split_vertically(66);
+    let centred = Pos::new(HPos::Center, VPos::Top);
+    head.draw(&Text::new(title.to_string(), (w / 2, 10), TextStyle::from((FONT, 21).into_font().style(FontStyle::Bold)).pos(centred)))?;
+    head.draw(&Text::new(subtitle.to_string(), (w / 2, 40), (FONT, 14).into_font().color(&RGBColor(90, 90, 90)).pos(centred)))?;
+    Ok(body)
+}
+
+/// A vertical colour bar from `lo` to `hi` (in mapped units) with ticks.
+fn draw_colorbar<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, lo: f64, hi: f64, scale: Scale, label: &str) -> DrawResult<(), DB> {
+    let mut chart = ChartBuilder::on(area).margin_top(50).margin_bottom(70).margin_right(10).y_label_area_size(58).build_cartesian_2d(0f64..1f64, lo..hi)?;
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .disable_x_axis()
+        .y_labels(if scale == Scale::Log { (hi - lo).round() as usize + 1 } else { 6 })
+        .y_label_formatter(&|y| scale.tick_label(*y))
+        .y_desc(label)
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 15))
+        .draw()?;
+    let steps = 200;
+    chart.draw_series((0..steps).map(|i| {
+        let a = lo + (hi - lo) * i as f64 / steps as f64;
+        let b = lo + (hi - lo) * (i + 1) as f64 / steps as f64;
+        Rectangle::new([(0.0, a), (1.0, b)], viridis(i as f64 / (steps - 1) as f64).filled())
+    }))?;
+    Ok(())
+}
+
+/// One head's attention map: rows are query bins, columns key bins (or the first K keys).
+pub struct HeadHeatmap {
+    pub title: String,
+    pub subtitle: String,
+    /// Row-major [rows × cols].
+    pub values: Vec<f32>,
+    pub rows: usize,
+    pub cols: usize,
+    /// Position range of each row bin and column bin (for the causal mask and tick labels).
+    pub row_edges: Vec<usize>,
+    pub col_edges: Vec<usize>,
+    /// Token labels per column / row, when each is one token and few enough to read.
+    pub col_tokens: Option<Vec<String>>,
+    pub row_tokens: Option<Vec<String>>,
+    pub scale: Scale,
+}
+
+/// Most tokens that still get one label each on an axis.
+pub const MAX_LABELLED_TOKENS: usize = 48;
+
+impl HeadHeatmap {
+    fn axis_label(edges: &[usize], tokens: &Option<Vec<String>>, v: f64) -> String {
+        if v.fract() != 0.0 {
+            return String::new();
+        }
+        let i = v.floor() as usize;
+        match tokens {
+            Some(t) => t.get(i).map_or(String::new(), |s| display_token(s)),
+            None => edges.get(i).map_or(String::new(), |p| p.to_string()),
+        }
+    }
+}
+
+impl Figure for HeadHeatmap {
+    fn size(&self) -> (u32, u32) {
+        (980, 860)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<(), DB> {
+        root.fill(&WHITE)?;
+        let (w, _) = self.size();
+        let body = header(root, &self.title, &self.subtitle)?;
+        let (main, bar) = body.split_horizontally(w - 120);
+        let max = self.values.iter().copied().fold(0f32, f32::max).max(1e-12) as f64;
+        let (lo, hi) = match self.scale {
+            Scale::Linear => (0.0, max),
+            Scale::Log => (LOG_FLOOR.log10(), max.log10().ceil().max(LOG_FLOOR.log10() + 1.0)),
+        };
+        let labelled = self.col_tokens.is_some();
+        let label_area = if labelled { 90 } else { 50 };
+        let mut chart = ChartBuilder::on(&main)
+            .margin(12)
+            .x_label_area_size(label_area)
+            .y_label_area_size(if self.row_tokens.is_some() { 100 } else { 60 })
+            .build_cartesian_2d(0f64..self.cols as f64, self.rows as f64..0f64)?;
+        let x_fmt = |v: &f64| Self::axis_label(&self.col_edges, &None, *v);
+        let y_fmt = |v: &f64| Self::axis_label(&self.row_edges, &None, *v);
+        // Token labels are drawn one per cell below (plotters' own ticks would skip some).
+        chart
+            .configure_mesh()
+            .disable_mesh()
+            .x_labels(if self.col_tokens.is_some() { 0 } else { 10 })
+            .y_labels(if self.row_tokens.is_some() { 0 } else { 10 })
+            .x_label_formatter(&x_fmt)
+            .y_label_formatter(&y_fmt)
+            .label_style((FONT, 14))
+            .x_desc(if self.col_tokens.is_some() { "key token" } else { "key position" })
+            .y_desc(if self.row_tokens.is_some() { "query token" } else { "query position" })
+            .axis_desc_style((FONT, 16))
+            .draw()?;
+        let base = main.get_base_pixel();
+        let to_main = |p: (i32, i32)| (p.0 - base.0, p.1 - base.1);
+        {
+            use plotters::style::text_anchor::{HPos, Pos, VPos};
+            let small = |n: usize| if n <= 24 { 13 } else { 11 };
+            if let Some(tokens) = &self.col_tokens {
+                let style = TextStyle::from((FONT, small(self.cols)).into_font()).transform(FontTransform::Rotate90).pos(Pos::new(HPos::Left, VPos::Center));
+                for (c, t) in tokens.iter().enumerate().take(self.cols) {
+                    let (x, y) = to_main(chart.backend_coord(&(c as f64 + 0.5, self.rows as f64)));
+                    main.draw(&Text::new(display_token(t), (x, y + 6), style.clone()))?;
+                }
+            }
+            if let Some(tokens) = &self.row_tokens {
+                let style = TextStyle::from((FONT, small(self.rows)).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
+                for (r, t) in tokens.iter().enumerate().take(self.rows) {
+                    let (x, y) = to_main(chart.backend_coord(&(0.0, r as f64 + 0.5)));
+                    main.draw(&Text::new(display_token(t), (x - 6, y), style.clone()))?;
+                }
+            }
+        }
+        let cells = (0..self.rows).flat_map(|r| (0..self.cols).map(move |c| (r, c)));
+        chart.draw_series(cells.map(|(r, c)| {
+            let (x, y) = (c as f64, r as f64);
+            // A key bin that starts after the query bin's last position is masked out entirely.
+            let masked = self.col_edges.get(c).zip(self.row_edges.get(r + 1)).is_some_and(|(&k0, &q_end)| k0 >= q_end);
+            let color = if masked {
+                MASKED
+            } else {
+                let m = self.scale.map(self.values[r * self.cols + c] as f64);
+                viridis((m - lo) / (hi - lo).max(1e-12))
+            };
+            Rectangle::new([(x, y), (x + 1.0, y + 1.0)], color.filled())
+        }))?;
+        draw_colorbar(&bar, lo, hi, self.scale, "attention")
+    }
+}
+
+/// A layer × head grid of one number per head (α_k by default).
+pub struct HeadGrid {
+    pub title: String,
+    pub subtitle: String,
+    /// [layer][head]
+    pub values: Vec<Vec<f64>>,
+    pub value_label: String,
+}
+
+impl Figure for HeadGrid {
+    fn size(&self) -> (u32, u32) {
+        let heads = self.values.first().map_or(1, Vec::len) as u32;
+        let layers = self.values.len() as u32;
+        ((260 + heads * 56).clamp(960, 1500), (190 + layers * 26).clamp(480, 1400))
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<(), DB> {
+        root.fill(&WHITE)?;
+        let (w, _) = self.size();
+        let body = header(root, &self.title, &self.subtitle)?;
+        let (main, bar) = body.split_horizontally(w - 120);
+        let layers = self.values.len();
+        let heads = self.values.first().map_or(0, Vec::len);
+        let hi = self.values.iter().flatten().copied().fold(0f64, f64::max).max(1e-12);
+        let mut chart = ChartBuilder::on(&main)
+            .margin(12)
+            .x_label_area_size(50)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..heads as f64, layers as f64..0f64)?;
+        chart
+            .configure_mesh()
+            .disable_mesh()
+            .x_labels(heads + 1)
+            .y_labels((layers + 1).min(31))
+            .x_label_formatter(&|v| if v.fract() == 0.0 && (*v as usize) < heads { format!("{}", *v as usize) } else { String::new() })
+            .y_label_formatter(&|v| if v.fract() == 0.0 && (*v as usize) < layers { format!("{}", *v as usize) } else { String::new() })
+            .x_label_offset(if heads > 0 { (main.dim_in_pixel().0 as i32 - 80) / heads as i32 / 2 } else { 0 })
+            .y_label_offset(if layers > 0 { (main.dim_in_pixel().1 as i32 - 110) / layers as i32 / 2 } else { 0 })
+            .x_desc("head")
+            .y_desc("layer")
+            .label_style((FONT, 13))
+            .axis_desc_style((FONT, 16))
+            .draw()?;
+        chart.draw_series(self.values.iter().enumerate().flat_map(|(l, row)| {
+            row.iter().enumerate().map(move |(h, &v)| Rectangle::new([(h as f64, l as f64), (h as f64 + 1.0, l as f64 + 1.0)], viridis(v / hi).filled()))
+        }))?;
+        // The values themselves when the cells are wide enough to hold them.
+        if heads <= 16 {
+            chart.draw_series(self.values.iter().enumerate().flat_map(|(l, row)| {
+                row.iter().enumerate().map(move |(h, &v)| {
+                    let color = if v / hi > 0.6 { BLACK } else { WHITE };
+                    Text::new(format!("{v:.2}"), (h as f64 + 0.18, l as f64 + 0.2), (FONT, 11).into_font().color(&color))
+                })
+            }))?;
+        }
+        draw_colorbar(&bar, 0.0, hi, Scale::Linear, &self.value_label)
+    }
+}
+
+/// Named series over one x axis, drawn as lines (log y when asked), with optional vertical markers.
+pub struct LineChart {
+    pub title: String,
+    pub subtitle: String,
+    pub x_desc: String,
+    pub y_desc: String,
+    pub series: Vec<(String, Vec<(f64, f64)>)>,
+    pub log_y: bool,
+    /// (x, label) drawn as dashed vertical lines.
+    pub markers: Vec<(f64, String)>,
+    /// Draw a dot on every point (for short, discrete x such as layers).
+    pub points: bool,
+}
+
+/// Distinguishable line colours (Okabe–Ito, colour-blind safe).
+const PALETTE: [RGBColor; 8] = [
+    RGBColor(0, 114, 178),
+    RGBColor(213, 94, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+    RGBColor(230, 159, 0),
+    RGBColor(86, 180, 233),
+    RGBColor(0, 0, 0),
+    RGBColor(240, 228, 66),
+];
+
+impl Figure for LineChart {
+    fn size(&self) -> (u32, u32) {
+        (1100, 640)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<(), DB> {
+        root.fill(&WHITE)?;
+        let pts = || self.series.iter().flat_map(|(_, s)| s.iter()).filter(|p| p.1.is_finite() && (!self.log_y || p.1 > 0.0));
+        let x_max = pts().map(|p| p.0).fold(1f64, f64::max);
+        let x_min = pts().map(|p| p.0).fold(x_max, f64::min).min(0.0);
+        let y_max = pts().map(|p| p.1).fold(f64::MIN_POSITIVE, f64::max);
+        let y_min = pts().map(|p| p.1).fold(y_max, f64::min);
+        let body = header(root, &self.title, &self.subtitle)?;
+        let mut builder = ChartBuilder::on(&body);
+        builder.margin(14).x_label_area_size(50).y_label_area_size(80);
+        let series_style = |i: usize| PALETTE[i % PALETTE.len()];
+        macro_rules! finish {
+            ($chart:expr, $y_desc:expr) => {{
+                let mut chart = $chart;
+                chart
+                    .configure_mesh()
+                    .x_desc(self.x_desc.as_str())
+                    .y_desc($y_desc)
+                    .x_labels(if self.points { (x_max - x_min).round() as usize + 1 } else { 10 })
+                    .x_label_formatter(&|x| if x.fract() == 0.0 { format!("{x:.0}") } else if self.points { String::new() } else { format!("{x:.1}") })
+                    .y_label_formatter(&|y| if *y >= 100.0 { format!("{y:.0}") } else if *y >= 1.0 { format!("{y:.1}") } else { format!("{y:.2e}") })
+                    .label_style((FONT, 14))
+                    .axis_desc_style((FONT, 16))
+                    .light_line_style(RGBColor(235, 235, 235))
+                    .bold_line_style(RGBColor(215, 215, 215))
+                    .draw()?;
+                for (i, (name, s)) in self.series.iter().enumerate() {
+                    let color = series_style(i);
+                    let data: Vec<(f64, f64)> = s.iter().copied().filter(|p| p.1.is_finite() && (!self.log_y || p.1 > 0.0)).collect();
+                    chart.draw_series(LineSeries::new(data.clone(), color.stroke_width(2)))?.label(name.as_str()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], color.stroke_width(3)));
+                    if self.points {
+                        chart.draw_series(data.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+                    }
+                }
+                let (y0, y1) = (chart.y_range().start, chart.y_range().end);
+                for (x, label) in &self.markers {
+                    chart.draw_series(DashedLineSeries::new(vec![(*x, y0), (*x, y1)], 6, 4, RGBColor(120, 120, 120).stroke_width(1)))?;
+                    chart.draw_series(std::iter::once(Text::new(label.clone(), (*x, y1), (FONT, 13).into_font().color(&RGBColor(90, 90, 90)).pos(plotters::style::text_anchor::Pos::new(plotters::style::text_anchor::HPos::Left, plotters::style::text_anchor::VPos::Top)))))?;
+                }
+                chart.configure_series_labels().position(SeriesLabelPosition::UpperRight).background_style(WHITE.mix(0.85)).border_style(RGBColor(200, 200, 200)).label_font((FONT, 13)).draw()?;
+            }};
+        }
+        // A log axis over less than a decade shows no ticks; such data reads better on a linear one.
+        let log_y = self.log_y && y_max / y_min.max(f64::MIN_POSITIVE) >= 10.0;
+        let y_desc = if log_y { format!("{} (log scale)", self.y_desc) } else { self.y_desc.clone() };
+        if log_y {
+            let lo = y_min.max(f64::MIN_POSITIVE) / 1.5;
+            // Headroom above the data for the legend.
+            let hi = y_max * 5.0;
+            finish!(builder.build_cartesian_2d(x_min..x_max, (lo..hi).log_scale())?, y_desc.as_str());
+        } else {
+            let pad = (y_max - y_min).abs().max(1e-9) * 0.08;
+            finish!(builder.build_cartesian_2d(x_min..x_max, (y_min - pad)..(y_max + 4.0 * pad))?, y_desc.as_str());
+        }
+        Ok(())
+    }
+}
+
+/// Bars with labels (e.g. max |h| per hidden dim), log y, highlighted bars in a second colour.
+pub struct BarChart {
+    pub title: String,
+    pub subtitle: String,
+    pub x_desc: String,
+    pub y_desc: String,
+    /// (label, value, highlighted), drawn left to right.
+    pub bars: Vec<(String, f64, bool)>,
+    /// What a highlighted bar means, for the legend.
+    pub highlight_label: String,
+    pub other_label: String,
+    /// A dashed horizontal reference line and its label.
+    pub reference: Option<(f64, String)>,
+}
+
+impl Figure for BarChart {
+    fn size(&self) -> (u32, u32) {
+        (1000, 620)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<(), DB> {
+        use plotters::style::text_anchor::{HPos, Pos, VPos};
+        root.fill(&WHITE)?;
+        let n = self.bars.len().max(1);
+        let hi = self.bars.iter().map(|b| b.1).fold(self.reference.as_ref().map_or(1.0, |r| r.0), f64::max) * 4.0;
+        let lo = self.bars.iter().map(|b| b.1).filter(|v| *v > 0.0).fold(hi, f64::min).min(1.0) / 2.0;
+        let body = header(root, &self.title, &self.subtitle)?;
+        let mut chart = ChartBuilder::on(&body).margin(14).x_label_area_size(100).y_label_area_size(80).build_cartesian_2d(0f64..n as f64, (lo..hi).log_scale())?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .y_label_formatter(&|y| if *y >= 1.0 { format!("{y:.0}") } else { format!("{y:.2}") })
+            .label_style((FONT, 14))
+            .x_desc(self.x_desc.as_str())
+            .y_desc(self.y_desc.as_str())
+            .axis_desc_style((FONT, 16))
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()?;
+        for (hot, label) in [(true, &self.highlight_label), (false, &self.other_label)] {
+            let color = if hot { PALETTE[1] } else { PALETTE[0] };
+            let bars: Vec<_> = self.bars.iter().enumerate().filter(|(_, b)| b.2 == hot).map(|(i, b)| Rectangle::new([(i as f64 + 0.15, lo), (i as f64 + 0.85, b.1.max(lo))], color.filled())).collect();
+            if !bars.is_empty() {
+                chart.draw_series(bars)?.label(label.as_str()).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled()));
+            }
+        }
+        if let Some((t, label)) = &self.reference {
+            chart.draw_series(DashedLineSeries::new(vec![(0.0, *t), (n as f64, *t)], 6, 4, RGBColor(90, 90, 90).stroke_width(1)))?;
+            let style = TextStyle::from((FONT, 13).into_font()).color(&RGBColor(60, 60, 60)).pos(Pos::new(HPos::Right, VPos::Bottom));
+            chart.draw_series(std::iter::once(Text::new(label.clone(), (n as f64 - 0.1, *t * 1.1), style)))?;
+        }
+        chart.configure_series_labels().position(SeriesLabelPosition::UpperRight).background_style(WHITE.mix(0.85)).border_style(RGBColor(200, 200, 200)).label_font((FONT, 13)).draw()?;
+        // One label per bar, centred under it (plotters' own ticks would skip some).
+        let base = body.get_base_pixel();
+        let style = TextStyle::from((FONT, 12).into_font()).transform(FontTransform::Rotate90).pos(Pos::new(HPos::Left, VPos::Center));
+        for (i, (label, _, _)) in self.bars.iter().enumerate() {
+            let (x, y) = chart.backend_coord(&(i as f64 + 0.5, lo));
+            body.draw(&Text::new(label.clone(), (x - base.0, y - base.1 + 6), style.clone()))?;
+        }
+        Ok(())
+    }
+}
