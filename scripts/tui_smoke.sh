@@ -107,9 +107,9 @@ expect "activations (next layer)" "▶"
 
 keys 6
 if [ "$HAS_STREAM" = 1 ]; then
-    expect "streaming" "Policies" "Recommendation" "perplexity, rolling 32 tokens"
+    expect "streaming" "Policies" "Recommendation" "rolling 32 tokens"
     keys Down w
-    expect "streaming (window 8)" "perplexity, rolling 8 tokens"
+    expect "streaming (window 8)" "rolling 8 tokens"
 else
     expect "streaming (no stream.json)" "No stream.json in this run" "sinkscope recommend"
 fi

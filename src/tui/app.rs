@@ -137,6 +137,9 @@ pub struct Curve {
     pub label: String,
     /// (step, exp(mean NLL over the window ending at step)).
     pub points: Vec<(f64, f64)>,
+    /// (step, ln of that perplexity): what the chart draws, so a few spikes do not flatten the
+    /// rest of the curves.
+    pub log_points: Vec<(f64, f64)>,
     pub first_eviction: Option<usize>,
     pub cliff: Option<usize>,
 }
@@ -288,7 +291,11 @@ impl App {
         self.curves = stream
             .outcomes
             .iter()
-            .map(|o| Curve { label: o.label.clone(), points: rolling_ppl(&o.nll, self.window), first_eviction: o.first_eviction_step, cliff: o.cliff_step })
+            .map(|o| {
+                let points = rolling_ppl(&o.nll, self.window);
+                let log_points = points.iter().map(|&(x, p)| (x, p.ln())).collect();
+                Curve { label: o.label.clone(), points, log_points, first_eviction: o.first_eviction_step, cliff: o.cliff_step }
+            })
             .collect();
     }
 

@@ -47,11 +47,12 @@ pub fn render(f: &mut Frame, area: Rect, app: &App) {
 fn chart(f: &mut Frame, area: Rect, app: &App) {
     let curves = &app.curves;
     let x_max = curves.iter().filter_map(|c| c.points.last()).map(|p| p.0).fold(1.0, f64::max);
-    let ys = curves.iter().flat_map(|c| c.points.iter().map(|p| p.1)).filter(|y| y.is_finite());
+    // The y axis is ln(PPL), labelled in PPL.
+    let ys = curves.iter().flat_map(|c| c.log_points.iter().map(|p| p.1)).filter(|y| y.is_finite());
     let (lo, hi) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| (a.min(y), b.max(y)));
     let (lo, hi) = if lo.is_finite() { (lo, hi) } else { (0.0, 1.0) };
     let pad = ((hi - lo) * 0.05).max(1e-3);
-    let (lo, hi) = ((lo - pad).max(0.0), hi + pad);
+    let (lo, hi) = (lo - pad, hi + pad);
     let eviction = curves.iter().filter_map(|c| c.first_eviction).min();
     let ev_line = eviction.map(|e| [(e as f64, lo), (e as f64, hi)]);
     let cliff = app.curves.get(app.policy).and_then(|c| c.cliff).map(|s| [(s as f64, lo), (s as f64, hi)]);
@@ -65,18 +66,18 @@ fn chart(f: &mut Frame, area: Rect, app: &App) {
     // The selected policy is drawn last, on top of the others.
     let order = (0..curves.len()).filter(|&i| i != app.policy).chain((app.policy < curves.len()).then_some(app.policy));
     for i in order {
-        datasets.push(Dataset::default().name(curves[i].label.clone()).marker(Marker::Braille).graph_type(GraphType::Line).style(Style::new().fg(series(i))).data(&curves[i].points));
+        datasets.push(Dataset::default().name(curves[i].label.clone()).marker(Marker::Braille).graph_type(GraphType::Line).style(Style::new().fg(series(i))).data(&curves[i].log_points));
     }
     let mid = (lo + hi) / 2.0;
     let title = format!(
-        "perplexity, rolling {} tokens, per policy · grey line: first eviction{}",
+        "perplexity (log scale), rolling {} tokens, per policy · grey line: first eviction{}",
         app.window,
         eviction.map_or(String::new(), |e| format!(" (step {e})"))
     );
     let c = Chart::new(datasets)
         .block(block(title))
         .x_axis(Axis::default().title("token").bounds([0.0, x_max]).labels(vec![Span::raw("0"), Span::raw(format!("{:.0}", x_max / 2.0)), Span::raw(format!("{x_max:.0}"))]).style(Style::new().fg(DIM)))
-        .y_axis(Axis::default().title("PPL").bounds([lo, hi]).labels(vec![Span::raw(short(lo)), Span::raw(short(mid)), Span::raw(short(hi))]).style(Style::new().fg(DIM)))
+        .y_axis(Axis::default().title("PPL").bounds([lo, hi]).labels(vec![Span::raw(short(lo.exp())), Span::raw(short(mid.exp())), Span::raw(short(hi.exp()))]).style(Style::new().fg(DIM)))
         .legend_position(None);
     f.render_widget(c, area);
 }
