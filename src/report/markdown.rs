@@ -121,9 +121,11 @@ fn findings(run: &Run, s: &mut String) {
         }
         if let Some(ab) = &a.ablation {
             if let Some(top) = ab.top_heads.first() {
+                // Below a hundredth of a nat no head can be said to depend on the hidden key.
+                let reading = if top.delta_nll >= 0.01 { "the head that depends most on an early key" } else { "negligible: no head depends on these keys" };
                 let _ = writeln!(
                     s,
-                    "- **Causal dependency.** Hiding key {} from layer {} head {} raises the next-token loss by {:+.3} nats (KL {:.3}) over {} tokens — the head that depends most on a sink.",
+                    "- **Causal dependency.** The largest single-head effect: hiding key {} from layer {} head {} changes the next-token loss by {:+.3} nats (KL {:.3}) over {} tokens — {reading}.",
                     top.key_pos,
                     top.layer,
                     top.head.unwrap_or(0),
