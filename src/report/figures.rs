@@ -3,7 +3,7 @@
 //! is `plot`'s job; this module only decides and extracts.
 
 #[cfg(feature = "plots")]
-use super::display_token;
+use super::tokens::label;
 #[cfg(feature = "plots")]
 use super::plot::{BarChart, HeadGrid, HeadHeatmap, LineChart, Scale, MAX_LABELLED_TOKENS};
 use super::run::Run;
@@ -64,7 +64,7 @@ pub fn grid_keys(run: &Run) -> Vec<usize> {
 pub fn alpha_grid(run: &Run, k: usize) -> Option<HeadGrid> {
     let alphas = head_alphas(run)?;
     let values: Vec<Vec<f64>> = alphas.iter().map(|hs| hs.iter().map(|a| a.get(k).copied().unwrap_or(0.0)).collect()).collect();
-    let token = run.tokens().and_then(|t| t.get(k)).map(|t| format!(" ({})", display_token(&t.piece))).unwrap_or_default();
+    let token = run.tokens().and_then(|t| t.get(k)).map(|t| format!(" ({})", label(&t.piece, run.byte_level()))).unwrap_or_default();
     let source = if run.capture.is_some() { run.text_name() } else { "mean over the analysis probes".into() };
     Some(HeadGrid {
         title: format!("{} — attention on position {k}{token}, α_{k} per head", run.model_name()),
@@ -125,7 +125,7 @@ pub fn head_early(run: &Run, layer: usize, head: usize) -> Option<HeadHeatmap> {
 
 #[cfg(feature = "plots")]
 fn token_labels(run: &Run, wanted: bool) -> Option<Vec<String>> {
-    wanted.then(|| run.tokens().map(|t| t.iter().map(|t| t.piece.clone()).collect())).flatten()
+    wanted.then(|| run.tokens().map(|t| t.iter().map(|t| label(&t.piece, run.byte_level())).collect())).flatten()
 }
 
 #[cfg(feature = "plots")]
@@ -148,6 +148,8 @@ pub fn layer_magnitudes(run: &Run) -> Option<LineChart> {
         log_y: true,
         markers: Vec::new(),
         points: true,
+        // The lines run high on the right (massive activations), the corner below them is free.
+        legend_bottom: true,
     })
 }
 
@@ -228,5 +230,6 @@ pub fn ppl_curves(run: &Run) -> Option<LineChart> {
         log_y: true,
         markers,
         points: false,
+        legend_bottom: false,
     })
 }

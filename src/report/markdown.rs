@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use super::export::{FigureSpec, FIGURES_DIR, TABLES_DIR};
-use super::display_token;
+use super::tokens::label;
 use super::run::Run;
 use super::tables::Table;
 
@@ -73,7 +73,7 @@ fn findings(run: &Run, s: &mut String) {
         let ls = &c.summary.layers;
         if let Some(peak) = ls.iter().max_by(|a, b| a.mean_attention_pos0.total_cmp(&b.mean_attention_pos0)) {
             let mean = ls.iter().map(|l| l.mean_attention_pos0).sum::<f64>() / ls.len().max(1) as f64;
-            let first = c.tokens.first().map_or(String::new(), |t| format!(" (`{}`)", display_token(&t.piece)));
+            let first = c.tokens.first().map_or(String::new(), |t| format!(" (`{}`)", label(&t.piece, run.byte_level())));
             let _ = writeln!(
                 s,
                 "- **Attention on the first token{first}.** Averaged over all layers and heads, a query pays {:.1}% of its attention to position 0; layer {} is the most sink-bound at {:.1}%.",
@@ -85,7 +85,7 @@ fn findings(run: &Run, s: &mut String) {
         if let Some(top) = ls.iter().max_by(|a, b| a.max_abs.total_cmp(&b.max_abs)) {
             let ratio = if top.median_abs > 0.0 { format!(", {:.0}× that layer's median |h| of {:.3}", top.max_abs / top.median_abs, top.median_abs) } else { String::new() };
             let at = match (top.max_abs_pos, top.max_abs_dim) {
-                (Some(p), Some(d)) => format!(" at position {p} (`{}`), dim {d}", c.tokens.get(p).map_or(String::new(), |t| display_token(&t.piece))),
+                (Some(p), Some(d)) => format!(" at position {p} (`{}`), dim {d}", c.tokens.get(p).map_or(String::new(), |t| label(&t.piece, run.byte_level()))),
                 _ => String::new(),
             };
             let _ = writeln!(s, "- **Largest activation.** |h| = {:.1} after layer {}{at}{ratio}.", top.max_abs, top.layer);

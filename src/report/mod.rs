@@ -12,6 +12,7 @@ pub mod parquet;
 pub mod plot;
 pub mod run;
 pub mod tables;
+pub mod tokens;
 
 use std::path::Path;
 
@@ -21,17 +22,6 @@ use crate::capture::memory::MemoryEstimate;
 use crate::capture::CaptureSummary;
 use crate::error::{Error, Result};
 use crate::model::ModelInfo;
-
-/// A readable form of a vocabulary piece for axis labels: byte-level space/newline markers and
-/// SentencePiece's ▁ become visible characters; long pieces are cut.
-pub fn display_token(piece: &str) -> String {
-    let s: String = piece.replace(['Ġ', '▁'], "·").replace('Ċ', "↵").replace('\n', "↵").replace('ĉ', "⇥");
-    if s.chars().count() > 12 {
-        format!("{}…", s.chars().take(11).collect::<String>())
-    } else {
-        s
-    }
-}
 
 /// Writes `bytes` to `path` via a temporary file and a rename.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {

@@ -11,7 +11,6 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
 
-use super::display_token;
 use crate::error::{Error, Result};
 
 type DrawResult<T, DB> = std::result::Result<T, DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
@@ -147,7 +146,7 @@ pub struct HeadHeatmap {
     /// Position range of each row bin and column bin (for the causal mask and tick labels).
     pub row_edges: Vec<usize>,
     pub col_edges: Vec<usize>,
-    /// Token labels per column / row, when each is one token and few enough to read.
+    /// Labels per column / row (display text of one token each), when few enough to read.
     pub col_tokens: Option<Vec<String>>,
     pub row_tokens: Option<Vec<String>>,
     pub scale: Scale,
@@ -163,7 +162,7 @@ impl HeadHeatmap {
         }
         let i = v.floor() as usize;
         match tokens {
-            Some(t) => t.get(i).map_or(String::new(), |s| display_token(s)),
+            Some(t) => t.get(i).cloned().unwrap_or_default(),
             None => edges.get(i).map_or(String::new(), |p| p.to_string()),
         }
     }
@@ -185,7 +184,7 @@ impl Figure for HeadHeatmap {
             Scale::Log => (LOG_FLOOR.log10(), max.log10().ceil().max(LOG_FLOOR.log10() + 1.0)),
         };
         let labelled = self.col_tokens.is_some();
-        let label_area = if labelled { 90 } else { 50 };
+        let label_area = if labelled { 110 } else { 50 };
         let mut chart = ChartBuilder::on(&main)
             .margin(12)
             .x_label_area_size(label_area)
@@ -215,14 +214,14 @@ impl Figure for HeadHeatmap {
                 let style = TextStyle::from((FONT, small(self.cols)).into_font()).transform(FontTransform::Rotate90).pos(Pos::new(HPos::Left, VPos::Center));
                 for (c, t) in tokens.iter().enumerate().take(self.cols) {
                     let (x, y) = to_main(chart.backend_coord(&(c as f64 + 0.5, self.rows as f64)));
-                    main.draw(&Text::new(display_token(t), (x, y + 6), style.clone()))?;
+                    main.draw(&Text::new(t.clone(), (x, y + 6), style.clone()))?;
                 }
             }
             if let Some(tokens) = &self.row_tokens {
                 let style = TextStyle::from((FONT, small(self.rows)).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
                 for (r, t) in tokens.iter().enumerate().take(self.rows) {
                     let (x, y) = to_main(chart.backend_coord(&(0.0, r as f64 + 0.5)));
-                    main.draw(&Text::new(display_token(t), (x - 6, y), style.clone()))?;
+                    main.draw(&Text::new(t.clone(), (x - 6, y), style.clone()))?;
                 }
             }
         }
@@ -314,6 +313,8 @@ pub struct LineChart {
     pub markers: Vec<(f64, String)>,
     /// Draw a dot on every point (for short, discrete x such as layers).
     pub points: bool,
+    /// Put the legend in the lower right corner instead of the upper right.
+    pub legend_bottom: bool,
 }
 
 /// Distinguishable line colours (Okabe–Ito, colour-blind safe).
@@ -372,7 +373,8 @@ impl Figure for LineChart {
                     chart.draw_series(DashedLineSeries::new(vec![(*x, y0), (*x, y1)], 6, 4, RGBColor(120, 120, 120).stroke_width(1)))?;
                     chart.draw_series(std::iter::once(Text::new(label.clone(), (*x, y1), (FONT, 13).into_font().color(&RGBColor(90, 90, 90)).pos(plotters::style::text_anchor::Pos::new(plotters::style::text_anchor::HPos::Left, plotters::style::text_anchor::VPos::Top)))))?;
                 }
-                chart.configure_series_labels().position(SeriesLabelPosition::UpperRight).background_style(WHITE.mix(0.85)).border_style(RGBColor(200, 200, 200)).label_font((FONT, 13)).draw()?;
+                let corner = if self.legend_bottom { SeriesLabelPosition::LowerRight } else { SeriesLabelPosition::UpperRight };
+                chart.configure_series_labels().position(corner).background_style(WHITE.mix(0.85)).border_style(RGBColor(200, 200, 200)).label_font((FONT, 13)).draw()?;
             }};
         }
         // A log axis over less than a decade shows no ticks; such data reads better on a linear one.

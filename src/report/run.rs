@@ -91,6 +91,11 @@ impl Run {
         self.analysis.as_ref().and_then(|a| a.probes.first()).map(|p| p.tokens.as_slice())
     }
 
+    /// Whether the tokens are GPT-2-style byte-level pieces (decoded for display).
+    pub fn byte_level(&self) -> bool {
+        self.tokens().is_some_and(|t| super::tokens::is_byte_level(&t.iter().map(|t| t.piece.as_str()).collect::<Vec<_>>()))
+    }
+
     /// Name of the text the heatmaps belong to.
     pub fn text_name(&self) -> String {
         match (&self.capture, &self.analysis) {
