@@ -186,3 +186,28 @@ fn export_refuses_bad_run_directories_clearly() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("heatmaps.safetensors"));
 }
+
+#[test]
+fn commands_share_one_run_directory() {
+    let _ = model_or_skip!("stories260K.gguf");
+    // analyze first: its first probe's heatmaps; then capture, whose heatmaps take over; then a
+    // second analyze must not overwrite them.
+    let dir = common::temp_dir("shared-run").join("run");
+    let d = dir.to_str().unwrap();
+    let ok = |args: &[&str]| {
+        let out = common::sinkscope(args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    ok(&["analyze", "-m", "stories260k", "--no-ablation", "-o", d]);
+    let run = Run::open(&dir).unwrap();
+    assert_eq!(run.heatmaps.as_ref().unwrap().n_tokens, run.analysis.as_ref().unwrap().probes[0].n_tokens);
+    ok(&["capture", "-m", "stories260k", "-f", "probes/texts/tinystories.txt", "--max-tokens", "40", "-o", d]);
+    ok(&["analyze", "-m", "stories260k", "--no-ablation", "-o", d]);
+    ok(&["recommend", "-m", "stories260k", "-f", "tests/fixtures/texts/tinystories.txt", "--tokens", "120", "--cache", "32", "--sinks", "0,2", "--no-recompute", "-o", d]);
+    let run = Run::open(&dir).unwrap();
+    assert_eq!(run.heatmaps.as_ref().unwrap().n_tokens, 40);
+    assert_eq!(run.model().sha256.as_deref().map(str::len), Some(64));
+    ok(&["export", d, "--parquet", "--md"]);
+    let index = std::fs::read_to_string(dir.join("index.md")).unwrap();
+    assert!(index.contains("40 tokens") && index.contains("Recommended sink count at W = 32"), "{index}");
+}

@@ -53,7 +53,8 @@ pub struct AnalyzeArgs {
     /// Skip the causal sweep.
     #[arg(long)]
     pub no_ablation: bool,
-    /// Keep the first probe's attention maps pooled onto at most N×N bins (0 = none).
+    /// Keep the first probe's attention maps pooled onto at most N×N bins (0 = none; never
+    /// written over the heatmaps of a capture in the same directory).
     #[arg(long, default_value_t = 128)]
     pub heatmap_bins: usize,
     /// Print report.json to stdout.
@@ -113,7 +114,9 @@ pub fn analyze_into(lm: &mut LoadedModel, args: &AnalyzeArgs, file_text: Option<
     lm.fingerprint()?;
     let (report, heatmaps) = analyze(lm, args, &probes, ablation_input)?;
     create_out_dir(&args.out)?;
-    if let Some(maps) = heatmaps {
+    // A capture in the same run directory owns heatmaps.safetensors (its tokens index them).
+    let captured = args.out.join(crate::report::run::CAPTURE_FILE).exists();
+    if let Some(maps) = heatmaps.filter(|_| !captured) {
         let meta = [("model".to_string(), lm.info.source.clone()), ("probe".to_string(), probes[0].name.clone())].into_iter().collect();
         maps.save(&args.out.join(HEATMAPS_FILE), meta)?;
     }
