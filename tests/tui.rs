@@ -253,10 +253,20 @@ fn export_writes_each_views_table_into_exports() {
         update(&mut app, Action::GoTab(tab));
         let msg = export::status_message(&app);
         assert!(msg.starts_with("exported"), "{msg}");
-        let path = std::fs::read_dir(dir.join("exports")).unwrap().map(|e| e.unwrap().path()).find(|p| p.file_name().unwrap().to_string_lossy().starts_with(name)).unwrap();
+        let path = std::fs::read_dir(dir.join("exports"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(name) && p.extension().is_some_and(|e| e == "csv" || e == "json"))
+            .unwrap();
         let body = std::fs::read_to_string(&path).unwrap();
         assert!(body.contains(header), "{name}: {body:.200}");
         assert!(msg.contains(&path.display().to_string()));
+    }
+    // Views that are figures also get the figure `sinkscope export` draws.
+    let head = format!("heatmap-L{}-H{}-linear.png", app.layer, app.head);
+    for png in ["alpha-grid-k0.png", head.as_str(), "layer-magnitudes.png", "ppl-curves.png"] {
+        let bytes = std::fs::read(dir.join("exports").join(png)).unwrap_or_else(|_| panic!("{png} not exported"));
+        assert_eq!(&bytes[..4], b"\x89PNG", "{png}");
     }
     let grid = std::fs::read_to_string(dir.join("exports/grid-alpha.csv")).unwrap();
     assert_eq!(grid.lines().count(), 1 + 5 * 8, "one row per head");

@@ -1,5 +1,6 @@
 //! `e`: the current view's numbers as a file in RUN_DIR/exports/ — CSV for tables (one row per
-//! fact), JSON for the overview — written atomically. Building the bytes is pure; only
+//! fact), JSON for the overview — plus, where the view is a figure, the same figure as `export`
+//! draws it (PNG, via `report::figures`), written atomically. Building the bytes is pure; only
 //! [`write`] touches the disk.
 
 use std::fmt::Write as _;
@@ -152,21 +153,52 @@ pub fn build(app: &App) -> std::result::Result<Export, String> {
     }
 }
 
-/// Writes the current view's export into RUN_DIR/exports/ and returns its path.
-pub fn write(app: &App) -> Result<PathBuf> {
+/// Writes the current view's export (and its figure, when it has one) into RUN_DIR/exports/;
+/// returns the paths written.
+pub fn write(app: &App) -> Result<Vec<PathBuf>> {
     let e = build(app).map_err(|why| Error::input(format!("nothing to export here: {why}")))?;
     let dir = app.run.dir.join("exports");
     std::fs::create_dir_all(&dir).map_err(|err| Error::file(&dir, format!("cannot create ({err})")))?;
     let path = dir.join(&e.name);
     write_atomic(&path, &e.bytes)?;
-    Ok(path)
+    let mut written = vec![path];
+    written.extend(figure(app, &dir)?);
+    Ok(written)
+}
+
+/// The view as a publication figure, drawn by the same code as `sinkscope export`.
+#[cfg(feature = "plots")]
+fn figure(app: &App, dir: &std::path::Path) -> Result<Option<PathBuf>> {
+    use crate::report::figures;
+    use crate::report::plot::{save, Figure, Scale};
+    fn drawn<F: Figure>(fig: Option<F>, path: PathBuf) -> Result<Option<PathBuf>> {
+        match fig {
+            Some(f) => save(&f, &path).map(|_| Some(path)),
+            None => Ok(None),
+        }
+    }
+    let (run, l, h) = (&app.run, app.layer, app.head);
+    match app.tab {
+        Tab::Grid => drawn(figures::alpha_grid(run, app.k), dir.join(format!("alpha-grid-k{}.png", app.k))),
+        Tab::Heatmap if app.heat.focus => drawn(figures::head_early(run, l, h), dir.join(format!("heatmap-L{l}-H{h}-first.png"))),
+        Tab::Heatmap if app.heat.log => drawn(figures::head_heatmap(run, l, h, Scale::Log), dir.join(format!("heatmap-L{l}-H{h}-log.png"))),
+        Tab::Heatmap => drawn(figures::head_heatmap(run, l, h, Scale::Linear), dir.join(format!("heatmap-L{l}-H{h}-linear.png"))),
+        Tab::Activations => drawn(figures::layer_magnitudes(run), dir.join("layer-magnitudes.png")),
+        Tab::Streaming => drawn(figures::ppl_curves(run), dir.join("ppl-curves.png")),
+        Tab::Overview | Tab::Tokens => Ok(None),
+    }
+}
+
+#[cfg(not(feature = "plots"))]
+fn figure(_: &App, _: &std::path::Path) -> Result<Option<PathBuf>> {
+    Ok(None)
 }
 
 /// The status-line message for an export attempt.
 pub fn status_message(app: &App) -> String {
     let what = build(app).map(|e| e.what).unwrap_or_default();
     match write(app) {
-        Ok(path) => format!("exported {what} → {}", path.display()),
+        Ok(paths) => format!("exported {what} → {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")),
         Err(e) => format!("export failed: {e}"),
     }
 }
