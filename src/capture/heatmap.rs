@@ -7,7 +7,8 @@ use std::ops::Range;
 use candle_core::Tensor;
 
 use super::hook::HookPoint;
-use super::sink::{with_f32, CaptureSink};
+use super::reducers::record_pattern;
+use super::sink::CaptureSink;
 use crate::error::Result;
 use crate::report::heatmaps::{bin_edges, Heatmaps};
 
@@ -72,11 +73,7 @@ impl CaptureSink for HeatmapReducer {
         matches!(hook, HookPoint::Pattern(_))
     }
     fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()> {
-        if let HookPoint::Pattern(l) = *hook {
-            let keys = value.dim(2)?;
-            with_f32(value, |a| self.add_block(l, rows, keys, a))?;
-        }
-        Ok(())
+        record_pattern(hook, rows, value, |l, rows, keys, a| self.add_block(l, rows, keys, a))
     }
 }
 

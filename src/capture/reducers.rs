@@ -105,16 +105,22 @@ impl AttentionStats {
     }
 }
 
+/// Hands a `hook_pattern` query block to `add(layer, query rows, keys, A)` as f32
+/// [head, rows, keys]; other hooks are ignored.
+pub fn record_pattern(hook: &HookPoint, rows: Range<usize>, value: &Tensor, add: impl FnOnce(usize, Range<usize>, usize, &[f32])) -> Result<()> {
+    if let HookPoint::Pattern(l) = *hook {
+        let keys = value.dim(2)?;
+        with_f32(value, |a| add(l, rows, keys, a))?;
+    }
+    Ok(())
+}
+
 impl CaptureSink for AttentionStats {
     fn wants(&self, hook: &HookPoint) -> bool {
         matches!(hook, HookPoint::Pattern(_))
     }
     fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()> {
-        if let HookPoint::Pattern(l) = *hook {
-            let keys = value.dim(2)?;
-            with_f32(value, |a| self.add_block(l, rows, keys, a))?;
-        }
-        Ok(())
+        record_pattern(hook, rows, value, |l, rows, keys, a| self.add_block(l, rows, keys, a))
     }
 }
 

@@ -72,6 +72,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn pieces_read_as_text() {
+        assert_eq!(display_piece("▁Once", false), " Once");
+        assert_eq!(display_piece("<0x0A>", false), "↵");
+        assert_eq!(display_piece("a\u{7}b", false), "a·b");
+        assert_eq!(display_piece("", false), "∅");
+        assert_eq!(display_piece("Ġthe", true), " the");
+        assert_eq!(display_piece("ĊĠĠ", true), "↵  ");
+        assert_eq!(display_piece("âĢĻ", true), "’", "three byte-alphabet characters, one UTF-8 character");
+        assert_eq!(display_piece("<|endoftext|>", true), "<|endoftext|>");
+        assert_eq!(display_piece("âĢ", true), "\u{FFFD}", "half a character");
+        assert!(is_byte_level(&["The", "Ġcat"]) && !is_byte_level(&["▁The", "Ġ"]) && !is_byte_level(&["<s>", "a"]));
+    }
+
+    #[test]
     fn labels_show_word_starts_and_decode_bytes() {
         assert_eq!(label("Ġtruth", true), "·truth");
         assert_eq!(label("▁Once", false), "·Once");
