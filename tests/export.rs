@@ -115,7 +115,7 @@ fn tables_carry_the_runs_numbers() {
 #[test]
 fn two_exports_of_the_same_run_are_byte_identical() {
     let (a, b) = (run_copy("ident-a"), run_copy("ident-b"));
-    let opts = ExportOptions { parquet: true, png: true, svg: true, md: true, heads: None };
+    let opts = ExportOptions { parquet: true, png: true, svg: true, md: true, heads: None, grid_keys: None };
     export(&Run::open(&a).unwrap(), &opts).unwrap();
     export(&Run::open(&b).unwrap(), &opts).unwrap();
     let (fa, fb) = (files_under(&a), files_under(&b));
@@ -137,10 +137,10 @@ fn two_exports_of_the_same_run_are_byte_identical() {
 #[test]
 fn export_command_writes_figures_and_an_index_that_links_them() {
     let dir = run_copy("cli");
-    let out = common::sinkscope(&["export", dir.to_str().unwrap(), "--heads", "4:0,1:4"]);
+    let out = common::sinkscope(&["export", dir.to_str().unwrap(), "--heads", "4:0,1:4", "--alpha-keys", "0,3"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let index = std::fs::read_to_string(dir.join("index.md")).unwrap();
-    for name in ["alpha-grid-k0", "heatmap-L4-H0-log", "heatmap-L1-H4-first16", "layer-magnitudes", "massive-dims", "ppl-curves"] {
+    for name in ["alpha-grid-k0", "alpha-grid-k3", "heatmap-L4-H0-log", "heatmap-L1-H4-first16", "layer-magnitudes", "massive-dims", "ppl-curves"] {
         let png = dir.join("figures").join(format!("{name}.png"));
         let bytes = std::fs::read(&png).unwrap_or_else(|_| panic!("{} missing", png.display()));
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{name}");
@@ -178,6 +178,9 @@ fn export_refuses_bad_run_directories_clearly() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("outside this model's 5 layers × 8 heads"));
     let out = common::sinkscope(&["export", dir.to_str().unwrap(), "--heads", "four"]);
     assert_eq!(out.status.code(), Some(2));
+    let out = common::sinkscope(&["export", dir.to_str().unwrap(), "--alpha-keys", "16"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("k < 16"));
 
     let dir = run_copy("export-truncated");
     let maps = std::fs::read(dir.join("heatmaps.safetensors")).unwrap();

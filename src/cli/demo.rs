@@ -98,7 +98,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     }
     eprintln!("[4/4] tables, figures and report");
     let run = Run::open(&args.out)?;
-    let done = export(&run, &ExportOptions { parquet: cfg!(feature = "parquet"), png: cfg!(feature = "plots"), svg: cfg!(feature = "plots"), md: true, heads: None })?;
+    let done = export(&run, &ExportOptions { parquet: cfg!(feature = "parquet"), png: cfg!(feature = "plots"), svg: cfg!(feature = "plots"), md: true, heads: None, grid_keys: None })?;
     print!("\n{}", super::export::format_exported(&done));
     println!("open {} — done in {:.0}s", args.out.join(crate::report::export::INDEX_FILE).display(), start.elapsed().as_secs_f64());
     Ok(())

@@ -28,6 +28,10 @@ pub struct ExportArgs {
     /// depended-on head, and a contrast head).
     #[arg(long, value_delimiter = ',')]
     pub heads: Option<Vec<String>>,
+    /// Key positions that get a layer × head grid of α_k (default: 0 and the discovered sink
+    /// positions below 16).
+    #[arg(long, value_delimiter = ',')]
+    pub alpha_keys: Option<Vec<usize>>,
 }
 
 fn parse_head(s: &str) -> Result<(usize, usize)> {
@@ -39,8 +43,12 @@ fn parse_head(s: &str) -> Result<(usize, usize)> {
 pub fn run(args: ExportArgs) -> Result<()> {
     let heads = args.heads.as_ref().map(|v| v.iter().map(|s| parse_head(s)).collect::<Result<Vec<_>>>()).transpose()?;
     let all = !(args.parquet || args.png || args.svg || args.md);
-    let opts = ExportOptions { parquet: all || args.parquet, png: all || args.png, svg: all || args.svg, md: all || args.md, heads };
+    let opts = ExportOptions { parquet: all || args.parquet, png: all || args.png, svg: all || args.svg, md: all || args.md, heads, grid_keys: args.alpha_keys.clone() };
     let run = Run::open(&args.run_dir)?;
+    let first_keys = run.capture.as_ref().map(|c| c.summary.first_keys).or(run.analysis.as_ref().map(|a| a.settings.first_keys)).unwrap_or(0);
+    if let Some(k) = opts.grid_keys.iter().flatten().find(|&&k| k >= first_keys) {
+        return Err(Error::input(format!("--alpha-keys {k}: this run has α_k for k < {first_keys} only (capture/analyze --first-keys)")));
+    }
     if let Some(maps) = &run.heatmaps {
         for &(l, h) in opts.heads.iter().flatten() {
             if l >= maps.n_layers || h >= maps.n_heads {

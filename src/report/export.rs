@@ -20,6 +20,8 @@ pub struct ExportOptions {
     pub md: bool,
     /// Heads that get heatmaps (default: [`figures::default_heads`]).
     pub heads: Option<Vec<(usize, usize)>>,
+    /// Key positions that get an α grid (default: [`figures::grid_keys`]).
+    pub grid_keys: Option<Vec<usize>>,
 }
 
 /// One figure of a run: its file stem under figures/ and what it shows.
@@ -56,10 +58,11 @@ impl Exported {
 }
 
 /// The figures this run has data for, in reading order.
-pub fn figure_specs(run: &Run, heads: Option<&[(usize, usize)]>) -> Vec<FigureSpec> {
+pub fn figure_specs(run: &Run, opts: &ExportOptions) -> Vec<FigureSpec> {
     let mut specs = Vec::new();
+    let heads = opts.heads.as_deref();
     if figures::head_alphas(run).is_some() {
-        for k in figures::grid_keys(run) {
+        for k in opts.grid_keys.clone().unwrap_or_else(|| figures::grid_keys(run)) {
             specs.push(FigureSpec { stem: format!("alpha-grid-k{k}"), caption: format!("Attention every head pays to position {k} (α_{k}), layer × head"), kind: FigureKind::Grid(k) });
         }
     }
@@ -132,7 +135,7 @@ pub fn export(run: &Run, opts: &ExportOptions) -> Result<Exported> {
         let dir = run.dir.join(FIGURES_DIR);
         make_dir(&dir)?;
         let exts: Vec<&str> = [(opts.png, "png"), (opts.svg, "svg")].into_iter().filter(|x| x.0).map(|x| x.1).collect();
-        for spec in figure_specs(run, opts.heads.as_deref()) {
+        for spec in figure_specs(run, opts) {
             for ext in &exts {
                 let path = dir.join(format!("{}.{ext}", spec.stem));
                 if draw(run, &spec, &path)? {
@@ -143,7 +146,7 @@ pub fn export(run: &Run, opts: &ExportOptions) -> Result<Exported> {
     }
     if opts.md {
         let path = run.dir.join(INDEX_FILE);
-        let specs = figure_specs(run, opts.heads.as_deref());
+        let specs = figure_specs(run, opts);
         let text = super::markdown::index(run, &specs, &tables(run));
         super::write_atomic(&path, text.as_bytes())?;
         out.index = Some(path);
