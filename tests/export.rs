@@ -213,4 +213,8 @@ fn commands_share_one_run_directory() {
     ok(&["export", d, "--parquet", "--md"]);
     let index = std::fs::read_to_string(dir.join("index.md")).unwrap();
     assert!(index.contains("40 tokens") && index.contains("Recommended sink count at W = 32"), "{index}");
+    // A new capture without maps removes the old ones (they index other tokens).
+    ok(&["capture", "-m", "stories260k", "-f", "probes/texts/tinystories.txt", "--max-tokens", "30", "--heatmap-bins", "0", "-o", d]);
+    let run = Run::open(&dir).unwrap();
+    assert!(run.heatmaps.is_none() && run.tokens().unwrap().len() == 30);
 }

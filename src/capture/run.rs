@@ -3,13 +3,13 @@
 
 use std::time::Instant;
 
+use super::heatmap::HeatmapReducer;
 use super::memory::{self, MemoryEstimate};
 use super::{FanOut, HookFilter, StandardReducers, TensorCollector};
 use crate::error::{Error, Result};
 use crate::model::Llama;
 use crate::report::heatmaps::Heatmaps;
 use crate::report::NllSummary;
-use super::heatmap::HeatmapReducer;
 
 /// Rows of logits computed at once when scoring (a full T×vocab matrix can be gigabytes).
 const LOGIT_ROWS: usize = 128;

@@ -135,9 +135,15 @@ pub fn capture_to_dir(
     let mut files = Vec::new();
     result.reducers.save_arrays(&out.join(REDUCTIONS_FILE), meta.clone())?;
     files.push(REDUCTIONS_FILE.to_string());
-    if let Some(maps) = &result.heatmaps {
-        maps.save(&out.join(HEATMAPS_FILE), meta.clone())?;
-        files.push(HEATMAPS_FILE.to_string());
+    match &result.heatmaps {
+        Some(maps) => {
+            maps.save(&out.join(HEATMAPS_FILE), meta.clone())?;
+            files.push(HEATMAPS_FILE.to_string());
+        }
+        // Maps of an earlier capture in this directory would describe other tokens.
+        None => {
+            let _ = std::fs::remove_file(out.join(HEATMAPS_FILE));
+        }
     }
     if let (Some(path), Some(tensors)) = (save_tensors, &result.tensors) {
         tensors.save(path, meta)?;
