@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::capture::reducers::{Activation, MASSIVE_ABS, MASSIVE_RATIO};
+use crate::capture::reducers::{is_massive, Activation};
 
 /// One massive element.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -53,7 +53,7 @@ pub fn find_massive(top: &[Vec<Activation>], above: &[Vec<Activation>], median: 
         let med = median.get(l).copied().unwrap_or(0.0);
         let before = elements.len();
         for a in candidates {
-            if a.value.abs() > MASSIVE_ABS && a.value.abs() >= MASSIVE_RATIO * med {
+            if is_massive(a.value, med) {
                 elements.push(MassiveElement {
                     layer: l,
                     pos: a.pos,

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::capture::reducers::{median_abs, MASSIVE_ABS, MASSIVE_RATIO};
+use crate::capture::reducers::{is_massive, median_abs};
 
 /// What per-tensor int8 quantization of a layer output would do to its ordinary (non-massive)
 /// activations, compared with per-token scales (the seeds' warning about outliers).
@@ -30,15 +30,14 @@ pub struct QuantRisk {
 pub fn quant_risk(layer: usize, x: &[f32], width: usize) -> QuantRisk {
     let median = median_abs(x);
     let max = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let is_massive = |v: f32| v.abs() > MASSIVE_ABS && v.abs() >= MASSIVE_RATIO * median;
-    let n_massive = x.iter().filter(|&&v| is_massive(v)).count();
+    let n_massive = x.iter().filter(|&&v| is_massive(v, median)).count();
     // (levels seen, zeros, signal power, noise power, count) for one scale per chunk of `chunk` values.
     let stats = |chunk: usize| {
         let mut seen = [false; 255];
         let (mut zeros, mut signal, mut noise, mut n) = (0usize, 0f64, 0f64, 0usize);
         for row in x.chunks(chunk) {
             let scale = row.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
-            for &v in row.iter().filter(|&&v| !is_massive(v)) {
+            for &v in row.iter().filter(|&&v| !is_massive(v, median)) {
                 let code = if scale > 0.0 { (v / scale).round().clamp(-127.0, 127.0) } else { 0.0 };
                 seen[(code as i32 + 127) as usize] = true;
                 zeros += (code == 0.0) as usize;

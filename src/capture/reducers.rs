@@ -170,6 +170,11 @@ pub struct Activation {
 pub const MASSIVE_ABS: f32 = 100.0;
 /// … and a massive activation is also at least this many times the layer's median |h|.
 pub const MASSIVE_RATIO: f32 = 1000.0;
+/// Sun et al.'s criterion: |h| > [`MASSIVE_ABS`] and |h| ≥ [`MASSIVE_RATIO`] × the layer's median |h|.
+pub fn is_massive(value: f32, median_abs: f32) -> bool {
+    value.abs() > MASSIVE_ABS && value.abs() >= MASSIVE_RATIO * median_abs
+}
+
 /// At most this many elements above [`MASSIVE_ABS`] are kept per layer (largest first).
 const ABOVE_CAP: usize = 4096;
 

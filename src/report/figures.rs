@@ -8,7 +8,7 @@ use super::tokens::label;
 use super::plot::{BarChart, HeadGrid, HeadHeatmap, LineChart, Scale, MAX_LABELLED_TOKENS};
 use super::run::Run;
 #[cfg(feature = "plots")]
-use crate::capture::reducers::{MASSIVE_ABS, MASSIVE_RATIO};
+use crate::capture::reducers::{is_massive, MASSIVE_ABS};
 
 /// Per-head α_k over the run's main text: the capture's, else the analysis's mean over probes.
 /// [layer][head][k].
@@ -169,7 +169,7 @@ pub fn massive_dims(run: &Run, n: usize) -> Option<BarChart> {
     best.truncate(n);
     let medians: Vec<f32> = run.capture.as_ref().map(|c| c.summary.layers.iter().map(|l| l.median_abs).collect()).unwrap_or_default();
     // Sun et al.'s criterion: |h| > 100 and at least 1000× the layer's median |h|.
-    let massive = |v: f64, l: usize| v > MASSIVE_ABS as f64 && medians.get(l).is_some_and(|&m| v >= MASSIVE_RATIO as f64 * m as f64);
+    let massive = |v: f64, l: usize| medians.get(l).is_some_and(|&m| is_massive(v as f32, m));
     Some(BarChart {
         title: format!("{} — largest |h| per hidden dim", run.model_name()),
         subtitle: format!("{}; max over layers and positions of the residual stream; top {} of {d} dims", run.text_name(), best.len()),

@@ -4,7 +4,7 @@
 
 use crate::analysis::heads::{HeadClass, HeadEvidence};
 use crate::analysis::sinks::{discover_sink_positions, SinkPosition};
-use crate::capture::reducers::{MASSIVE_ABS, MASSIVE_RATIO};
+use crate::capture::reducers::is_massive;
 use crate::report::run::Run;
 
 /// ε used for the text's own sink positions when the run has no analysis settings.
@@ -46,7 +46,7 @@ pub struct LayerRow {
 
 impl LayerRow {
     pub fn is_massive(&self, value: f32) -> bool {
-        value.abs() > MASSIVE_ABS && value.abs() >= MASSIVE_RATIO * self.median_abs
+        is_massive(value, self.median_abs)
     }
 
     /// The kept elements that are massive.
@@ -225,7 +225,7 @@ fn layer_rows(run: &Run) -> Vec<LayerRow> {
             return Vec::new();
         }
         let row = &values[layer * shape[1]..(layer + 1) * shape[1]];
-        let mut dims: Vec<usize> = (0..shape[1]).filter(|&d| row[d].abs() > MASSIVE_ABS && row[d].abs() >= MASSIVE_RATIO * median).collect();
+        let mut dims: Vec<usize> = (0..shape[1]).filter(|&d| is_massive(row[d], median)).collect();
         dims.sort_by(|&a, &b| row[b].abs().total_cmp(&row[a].abs()));
         dims
     };
