@@ -13,20 +13,7 @@ use crate::capture::reducers::{is_massive, MASSIVE_ABS};
 /// Per-head α_k over the run's main text: the capture's, else the analysis's mean over probes.
 /// [layer][head][k].
 pub fn head_alphas(run: &Run) -> Option<Vec<Vec<Vec<f64>>>> {
-    if let Some(c) = &run.capture {
-        let mut out: Vec<Vec<Vec<f64>>> = vec![Vec::new(); c.summary.layers.len()];
-        for h in &c.summary.heads {
-            out.get_mut(h.layer)?.push(h.alpha.clone());
-        }
-        return Some(out);
-    }
-    let a = run.analysis.as_ref()?;
-    let layers = a.heads.iter().map(|h| h.layer + 1).max()?;
-    let mut out: Vec<Vec<Vec<f64>>> = vec![Vec::new(); layers];
-    for h in &a.heads {
-        out[h.layer].push(h.alpha.clone());
-    }
-    Some(out)
+    run.capture_alphas().or_else(|| run.analysis_alphas())
 }
 
 /// The heads that get heatmaps: the three with the largest α_0, the head whose key-0 ablation

@@ -13,7 +13,7 @@ pub fn index(run: &Run, figures: &[FigureSpec], tables: &[Table]) -> String {
     let mut s = String::new();
     let m = run.model();
     let _ = writeln!(s, "# sinkscope report — {}\n", run.model_name());
-    let _ = writeln!(s, "Run `{}` · sinkscope {} · made by `sinkscope export`; every number below comes from the JSON files in this directory.\n", run.id(), version(run));
+    let _ = writeln!(s, "Run `{}` · sinkscope {} · made by `sinkscope export`; every number below comes from the JSON files in this directory.\n", run.id(), run.sinkscope_version());
     s.push_str("## Model\n\n| | |\n|---|---|\n");
     let rows = [
         ("source", format!("`{}` ({})", m.source, m.format)),
@@ -59,10 +59,6 @@ pub fn index(run: &Run, figures: &[FigureSpec], tables: &[Table]) -> String {
         s.push('\n');
     }
     s
-}
-
-fn version(run: &Run) -> String {
-    run.capture.as_ref().map(|c| c.sinkscope_version.clone()).or(run.analysis.as_ref().map(|a| a.sinkscope_version.clone())).or(run.stream.as_ref().map(|s| s.sinkscope_version.clone())).unwrap_or_default()
 }
 
 fn findings(run: &Run, s: &mut String) {

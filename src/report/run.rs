@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use super::arrays::Arrays;
 use super::heatmaps::Heatmaps;
 use super::{CaptureReport, StreamReport, TokenInfo};
+use crate::analysis::sinks::Alphas;
 use crate::analysis::AnalysisReport;
 use crate::error::{Error, Result};
 use crate::model::ModelInfo;
@@ -72,6 +73,39 @@ impl Run {
             (_, _, Some(s)) => &s.model,
             _ => unreachable!("Run::open requires one of the reports"),
         }
+    }
+
+    /// The sinkscope version that wrote the run (its first report's).
+    pub fn sinkscope_version(&self) -> &str {
+        [self.capture.as_ref().map(|c| &c.sinkscope_version), self.analysis.as_ref().map(|a| &a.sinkscope_version), self.stream.as_ref().map(|s| &s.sinkscope_version)]
+            .into_iter()
+            .flatten()
+            .next()
+            .map_or("", String::as_str)
+    }
+
+    /// α_k per [layer][head] on the captured text (capture.json).
+    pub fn capture_alphas(&self) -> Option<Alphas> {
+        let c = self.capture.as_ref()?;
+        Some(self.by_head(c.summary.heads.iter().map(|h| (h.layer, h.head, &h.alpha))))
+    }
+
+    /// α_k per [layer][head] of the analysis: the mean over its probes (none without heads).
+    pub fn analysis_alphas(&self) -> Option<Alphas> {
+        let a = self.analysis.as_ref().filter(|a| !a.heads.is_empty())?;
+        Some(self.by_head(a.heads.iter().map(|h| (h.layer, h.head, &h.alpha))))
+    }
+
+    /// A [layer][head] table sized by the model; heads outside it are ignored.
+    fn by_head<'a>(&self, heads: impl Iterator<Item = (usize, usize, &'a Vec<f64>)>) -> Alphas {
+        let m = self.model();
+        let mut table = vec![vec![Vec::new(); m.n_heads]; m.n_layers];
+        for (layer, head, alpha) in heads {
+            if let Some(slot) = table.get_mut(layer).and_then(|row| row.get_mut(head)) {
+                *slot = alpha.clone();
+            }
+        }
+        table
     }
 
     /// The model's display name: its own name, else the file it came from.

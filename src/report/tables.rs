@@ -124,13 +124,7 @@ struct Meta {
 }
 
 fn meta(run: &Run) -> Meta {
-    let version = [run.capture.as_ref().map(|c| &c.sinkscope_version), run.analysis.as_ref().map(|a| &a.sinkscope_version), run.stream.as_ref().map(|s| &s.sinkscope_version)]
-        .into_iter()
-        .flatten()
-        .next()
-        .cloned()
-        .unwrap_or_default();
-    Meta { model: run.model_name(), sha256: run.model().sha256.clone().unwrap_or_default(), version }
+    Meta { model: run.model_name(), sha256: run.model().sha256.clone().unwrap_or_default(), version: run.sinkscope_version().to_string() }
 }
 
 /// Every table the run has data for, in a fixed order.
@@ -164,14 +158,7 @@ struct AlphaSource<'a> {
 
 fn alpha_sources(run: &Run) -> Vec<AlphaSource<'_>> {
     let mut sources = Vec::new();
-    if let Some(c) = &run.capture {
-        let n_layers = c.summary.layers.len();
-        let mut alpha = vec![Vec::new(); n_layers];
-        for h in &c.summary.heads {
-            if let Some(layer) = alpha.get_mut(h.layer) {
-                layer.push(h.alpha.clone());
-            }
-        }
+    if let (Some(c), Some(alpha)) = (&run.capture, run.capture_alphas()) {
         let value_norm = run.reductions.as_ref().and_then(|r| r.get("value_norm", 3));
         sources.push(AlphaSource { probe: CAPTURE_PROBE.into(), tokens: &c.tokens, alpha, value_norm });
     }

@@ -171,25 +171,14 @@ impl Data {
 /// α per [layer][head][k]: the analysis's mean over probes (what its classes and Sink_k^ε use),
 /// else the capture's own text.
 fn alpha_table(run: &Run, n_layers: usize, n_heads: usize) -> (Vec<Vec<Vec<f64>>>, String) {
-    let mut table = vec![vec![Vec::new(); n_heads]; n_layers];
-    if let Some(a) = run.analysis.as_ref().filter(|a| !a.heads.is_empty()) {
-        for h in &a.heads {
-            if h.layer < n_layers && h.head < n_heads {
-                table[h.layer][h.head] = h.alpha.clone();
-            }
-        }
+    if let (Some(table), Some(a)) = (run.analysis_alphas(), &run.analysis) {
         let n = a.probes.len();
         return (table, format!("mean over {n} probe{} (report.json)", if n == 1 { "" } else { "s" }));
     }
-    if let Some(c) = &run.capture {
-        for h in &c.summary.heads {
-            if h.layer < n_layers && h.head < n_heads {
-                table[h.layer][h.head] = h.alpha.clone();
-            }
-        }
+    if let (Some(table), Some(c)) = (run.capture_alphas(), &run.capture) {
         return (table, format!("{} (capture.json)", c.text_source));
     }
-    (table, "none".into())
+    (vec![vec![Vec::new(); n_heads]; n_layers], "none".into())
 }
 
 /// Per-position column mass: the capture's reductions, else the heatmaps when they are exact
