@@ -87,22 +87,27 @@ pub fn figure_specs(run: &Run, opts: &ExportOptions) -> Vec<FigureSpec> {
     specs
 }
 
+/// Builds the figure of `spec` once and saves it to every path; false when the run lacks its data.
 #[cfg(feature = "plots")]
-fn draw(run: &Run, spec: &FigureSpec, path: &Path) -> Result<bool> {
-    use super::plot::{save, Scale};
-    let saved = match spec.kind {
-        FigureKind::Grid(k) => figures::alpha_grid(run, k).map(|f| save(&f, path)),
-        FigureKind::Heatmap(l, h, log) => figures::head_heatmap(run, l, h, if log { Scale::Log } else { Scale::Linear }).map(|f| save(&f, path)),
-        FigureKind::Early(l, h) => figures::head_early(run, l, h).map(|f| save(&f, path)),
-        FigureKind::Layers => figures::layer_magnitudes(run).map(|f| save(&f, path)),
-        FigureKind::Massive => figures::massive_dims(run, 24).map(|f| save(&f, path)),
-        FigureKind::Ppl => figures::ppl_curves(run).map(|f| save(&f, path)),
-    };
-    saved.transpose().map(|s| s.is_some())
+fn draw(run: &Run, spec: &FigureSpec, paths: &[PathBuf]) -> Result<bool> {
+    use super::plot::{save, Figure, Scale};
+    fn save_all<F: Figure>(fig: Option<F>, paths: &[PathBuf]) -> Result<bool> {
+        let Some(fig) = fig else { return Ok(false) };
+        paths.iter().try_for_each(|p| save(&fig, p))?;
+        Ok(true)
+    }
+    match spec.kind {
+        FigureKind::Grid(k) => save_all(figures::alpha_grid(run, k), paths),
+        FigureKind::Heatmap(l, h, log) => save_all(figures::head_heatmap(run, l, h, if log { Scale::Log } else { Scale::Linear }), paths),
+        FigureKind::Early(l, h) => save_all(figures::head_early(run, l, h), paths),
+        FigureKind::Layers => save_all(figures::layer_magnitudes(run), paths),
+        FigureKind::Massive => save_all(figures::massive_dims(run, 24), paths),
+        FigureKind::Ppl => save_all(figures::ppl_curves(run), paths),
+    }
 }
 
 #[cfg(not(feature = "plots"))]
-fn draw(_: &Run, _: &FigureSpec, _: &Path) -> Result<bool> {
+fn draw(_: &Run, _: &FigureSpec, _: &[PathBuf]) -> Result<bool> {
     Err(Error::input("this sinkscope was built without the `plots` feature; rebuild with default features for --png/--svg"))
 }
 
@@ -122,12 +127,14 @@ fn make_dir(dir: &Path) -> Result<()> {
 
 pub fn export(run: &Run, opts: &ExportOptions) -> Result<Exported> {
     let mut out = Exported::default();
+    let all_tables = if opts.parquet || opts.md { tables(run) } else { Vec::new() };
+    let specs = figure_specs(run, opts);
     if opts.parquet {
         let dir = run.dir.join(TABLES_DIR);
         make_dir(&dir)?;
-        for t in tables(run) {
+        for t in &all_tables {
             let path = dir.join(format!("{}.parquet", t.name));
-            write_table(&t, &path)?;
+            write_table(t, &path)?;
             out.tables.push((t.name.to_string(), path, t.n_rows()));
         }
     }
@@ -135,19 +142,16 @@ pub fn export(run: &Run, opts: &ExportOptions) -> Result<Exported> {
         let dir = run.dir.join(FIGURES_DIR);
         make_dir(&dir)?;
         let exts: Vec<&str> = [(opts.png, "png"), (opts.svg, "svg")].into_iter().filter(|x| x.0).map(|x| x.1).collect();
-        for spec in figure_specs(run, opts) {
-            for ext in &exts {
-                let path = dir.join(format!("{}.{ext}", spec.stem));
-                if draw(run, &spec, &path)? {
-                    out.figures.push(path);
-                }
+        for spec in &specs {
+            let paths: Vec<PathBuf> = exts.iter().map(|ext| dir.join(format!("{}.{ext}", spec.stem))).collect();
+            if draw(run, spec, &paths)? {
+                out.figures.extend(paths);
             }
         }
     }
     if opts.md {
         let path = run.dir.join(INDEX_FILE);
-        let specs = figure_specs(run, opts);
-        let text = super::markdown::index(run, &specs, &tables(run));
+        let text = super::markdown::index(run, &specs, &all_tables);
         super::write_atomic(&path, text.as_bytes())?;
         out.index = Some(path);
     }

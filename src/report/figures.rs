@@ -112,7 +112,10 @@ pub fn head_early(run: &Run, layer: usize, head: usize) -> Option<HeadHeatmap> {
 
 #[cfg(feature = "plots")]
 fn token_labels(run: &Run, wanted: bool) -> Option<Vec<String>> {
-    wanted.then(|| run.tokens().map(|t| t.iter().map(|t| label(&t.piece, run.byte_level())).collect())).flatten()
+    let tokens = run.tokens().filter(|_| wanted)?;
+    // Decided once for the whole text (it scans every token).
+    let byte_level = run.byte_level();
+    Some(tokens.iter().map(|t| label(&t.piece, byte_level)).collect())
 }
 
 #[cfg(feature = "plots")]
