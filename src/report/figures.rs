@@ -175,11 +175,13 @@ pub fn massive_dims(run: &Run, n: usize) -> Option<BarChart> {
 /// Tokens in the rolling window of the perplexity curves.
 pub const PPL_WINDOW: usize = 64;
 
-/// exp of the mean of the finite NLLs among the last `window` steps, at every step from
-/// `window / 2` on whose window holds at least 4 scored steps (NaN marks an unscored step).
-pub fn rolling_ppl(nll: &[f64], window: usize) -> Vec<(f64, f64)> {
+/// At every step, exp of the mean of the finite NLLs among the last `window` steps (NaN marks an
+/// unscored step); `None` where fewer than `min_scored` of them were scored. The figures and the
+/// dashboard both draw their curves from this.
+pub fn rolling_ppl(nll: &[f64], window: usize, min_scored: usize) -> Vec<Option<f64>> {
+    let window = window.max(1);
     let (mut sum, mut n) = (0.0, 0usize);
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(nll.len());
     for (i, &v) in nll.iter().enumerate() {
         if v.is_finite() {
             sum += v;
@@ -189,9 +191,7 @@ pub fn rolling_ppl(nll: &[f64], window: usize) -> Vec<(f64, f64)> {
             sum -= nll[i - window];
             n -= 1;
         }
-        if i >= window / 2 && n >= 4 {
-            out.push((i as f64, (sum / n as f64).exp()));
-        }
+        out.push((n >= min_scored.max(1)).then(|| (sum / n as f64).exp()));
     }
     out
 }
@@ -204,7 +204,9 @@ pub fn ppl_curves(run: &Run) -> Option<LineChart> {
     // A policy scored only on some steps (recompute every K-th) would be a rolling mean over a few
     // samples: too noisy to compare by eye, so it stays in the table only.
     let (dense, sparse): (Vec<_>, Vec<_>) = s.outcomes.iter().partition(|o| o.nll.iter().all(|v| v.is_finite()));
-    let series = dense.iter().map(|o| (o.label.clone(), rolling_ppl(&o.nll, PPL_WINDOW))).collect();
+    // From half a window on, so the first points are not means over a handful of tokens.
+    let curve = |nll: &[f64]| rolling_ppl(nll, PPL_WINDOW, 4).into_iter().enumerate().skip(PPL_WINDOW / 2).filter_map(|(i, p)| Some((i as f64, p?))).collect();
+    let series = dense.iter().map(|o| (o.label.clone(), curve(&o.nll))).collect();
     let omitted = if sparse.is_empty() { String::new() } else { format!("; not drawn (scored on a subset of steps): {}", sparse.iter().map(|o| o.label.as_str()).collect::<Vec<_>>().join(", ")) };
     let mut markers = Vec::new();
     if let Some(e) = s.outcomes.iter().filter_map(|o| o.first_eviction_step).min() {

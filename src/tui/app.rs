@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use super::data::Data;
 use super::layout;
+use crate::report::figures;
 use crate::report::run::Run;
 
 /// The views, in tab order.
@@ -324,30 +325,12 @@ impl App {
     }
 }
 
-/// exp(mean NLL) over the last `window` scored steps ending at each step; steps with a NaN NLL
-/// (not scored) are skipped. Thinned to at most [`MAX_CURVE_POINTS`] points.
+/// The rolling perplexity of `nll` over `window` steps (unscored steps skipped, see
+/// [`figures::rolling_ppl`]), thinned to at most [`MAX_CURVE_POINTS`] points (the last one kept).
 pub fn rolling_ppl(nll: &[f64], window: usize) -> Vec<(f64, f64)> {
-    let window = window.max(1);
     let stride = nll.len().div_ceil(MAX_CURVE_POINTS).max(1);
-    let (mut sum, mut count) = (0.0, 0usize);
-    let mut out = Vec::with_capacity(nll.len() / stride + 1);
-    for (i, &v) in nll.iter().enumerate() {
-        if v.is_finite() {
-            sum += v;
-            count += 1;
-        }
-        if i >= window {
-            let old = nll[i - window];
-            if old.is_finite() {
-                sum -= old;
-                count -= 1;
-            }
-        }
-        if count > 0 && (i % stride == 0 || i + 1 == nll.len()) {
-            out.push((i as f64, (sum / count as f64).exp()));
-        }
-    }
-    out
+    let last = nll.len().saturating_sub(1);
+    figures::rolling_ppl(nll, window, 1).into_iter().enumerate().filter(|&(i, _)| i % stride == 0 || i == last).filter_map(|(i, p)| Some((i as f64, p?))).collect()
 }
 
 fn step(value: usize, by: isize, len: usize) -> usize {
