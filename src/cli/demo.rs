@@ -80,7 +80,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
         crate::report::write_atomic(&text, STREAM_TEXT.as_bytes())?;
         let sweep_args = RecommendArgs {
             model: args.model.clone(),
-            text: StreamText { file: text, start_char: 0, tokens: args.stream_tokens },
+            text: StreamText { file: text, start_char: 0, tokens: args.stream_tokens, token_by_token: false },
             cache: args.cache,
             sinks: vec![0, 1, 2, 4, 8],
             delta: 0.02,

@@ -11,7 +11,7 @@ use super::capture::{create_out_dir, prepare_out_dir};
 use super::ModelArgs;
 use crate::error::{Error, Result};
 use crate::kv::recommend::{recommend, Recommendation};
-use crate::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, StreamOutcome};
+use crate::kv::{simulate_with, Policy, PolicyKind, PositionMode, SimOptions, StreamOutcome};
 use crate::model::LoadedModel;
 use crate::report::run::STREAM_FILE;
 use crate::report::{write_json_atomic, StreamReport, TokenInfo};
@@ -28,6 +28,10 @@ pub struct StreamText {
     /// Tokens in the stream.
     #[arg(long, default_value_t = 2000)]
     pub tokens: usize,
+    /// Decode one token per step (as a serving loop does) instead of replaying the cached
+    /// policies a block of queries at a time; the numbers agree to float rounding, this is slower.
+    #[arg(long)]
+    pub token_by_token: bool,
 }
 
 #[derive(Args, Debug)]
@@ -114,7 +118,7 @@ fn progress_bar(label: &str) -> impl FnMut(usize, usize) {
             let rate = done as f64 / start.elapsed().as_secs_f64().max(1e-9);
             let width = 30;
             let filled = width * done / total.max(1);
-            let _ = write!(std::io::stderr(), "\r\x1b[2K{label} [{}{}] {done}/{total} tokens, {rate:.1} tok/s", "#".repeat(filled), "-".repeat(width - filled));
+            let _ = write!(std::io::stderr(), "\r\x1b[2K{label} [{}{}] {done}/{total} policy-steps, {rate:.1}/s", "#".repeat(filled), "-".repeat(width - filled));
             if done == total {
                 let _ = writeln!(std::io::stderr());
             }
@@ -133,7 +137,8 @@ pub fn run_stream(args: StreamArgs) -> Result<()> {
     for w in policy.validate(ids.len(), lm.model.cfg.context_len)? {
         eprintln!("warning: {w}");
     }
-    let out = simulate(&lm.model, &ids, &[policy], &mut progress_bar(&policy.label()))?.remove(0);
+    let opts = SimOptions { token_by_token: args.text.token_by_token, ..SimOptions::default() };
+    let out = simulate_with(&lm.model, &ids, &[policy], opts, &mut progress_bar(&policy.label()))?.remove(0);
     if out.first_eviction_step.is_none() && policy.kind != PolicyKind::Dense {
         eprintln!("warning: the stream ended before the first eviction; ppl_after_eviction is undefined");
     }
@@ -215,7 +220,8 @@ pub fn sweep_into(lm: &mut LoadedModel, args: &RecommendArgs) -> Result<Recommen
     for w in &warnings {
         eprintln!("warning: {w}");
     }
-    let mut outcomes = simulate_with(&lm.model, &ids, &policies, args.recompute_every, &mut progress_bar(&format!("sweep of {} policies", policies.len())))?;
+    let opts = SimOptions { recompute_every: args.recompute_every, token_by_token: args.text.token_by_token };
+    let mut outcomes = simulate_with(&lm.model, &ids, &policies, opts, &mut progress_bar(&format!("sweep of {} policies", policies.len())))?;
     let recompute = if args.no_recompute { None } else { outcomes.pop() };
     let rec = recommend(&outcomes, recompute.as_ref(), args.cache, args.delta);
     if let Some(dir) = &args.out {

@@ -5,6 +5,7 @@ pub mod cache;
 pub mod policy;
 pub mod recommend;
 pub mod simulate;
+pub mod trace;
 
 pub use policy::{Policy, PolicyKind, PositionMode};
-pub use simulate::{simulate, simulate_with, StreamOutcome};
+pub use simulate::{simulate, simulate_with, SimOptions, StreamOutcome};

@@ -1,24 +1,30 @@
 //! The streaming simulator (StreamingLLM protocol, DESIGN §7): for t = 0…N−2 feed token t, record
-//! the NLL of token t+1, then let the policy evict. Policies are identical until their first
-//! eviction, so that prefix runs once — as one causal forward that fills the cache (the same
-//! computation as feeding its tokens one by one, to float rounding); after it, every cached
-//! policy advances in one batched decode step per token (decoding is bound by reading the weights,
-//! so a batch costs little more than one stream). `recompute` re-runs the last W tokens from
-//! scratch at each step.
+//! the NLL of token t+1, then let the policy evict.
+//!
+//! The tokens are known in advance (teacher forcing), and keys and values never change once
+//! computed, so a cached policy is replayed a block of queries at a time: each query sees exactly
+//! the keys the policy would hold at its step ([`PolicyTrace`] → `model::windowed`), which is the
+//! arithmetic of decoding token by token, run at matrix-multiply speed. Policies are identical
+//! until their first eviction, so that prefix runs once. `delta` positions (whose point is the
+//! rounding of re-rotated keys) and [`SimOptions::token_by_token`] decode one token per step, all
+//! such policies as one batch; `recompute` re-runs the last W tokens from scratch at each step.
 
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
 use super::cache::PolicyCache;
-use super::policy::{Policy, PolicyKind};
+use super::policy::{Policy, PolicyKind, PositionMode};
+use super::trace::PolicyTrace;
 use crate::capture::run::token_nlls;
 use crate::capture::NoCapture;
 use crate::error::{Error, Result};
+use crate::model::llama::KvStore;
+use crate::model::windowed::{QueryView, StreamKv};
 use crate::model::Llama;
 
-/// Logit rows scored at once while prefilling.
-const PREFILL_SCORE_ROWS: usize = 128;
+/// Queries per block when replaying a policy (the window's keys are re-read once per block).
+const STREAM_BLOCK: usize = 128;
 
 /// Steps averaged when looking for the perplexity cliff.
 pub const CLIFF_WINDOW: usize = 32;
@@ -46,113 +52,187 @@ pub struct StreamOutcome {
     pub tokens_per_s: f64,
 }
 
-/// Runs every policy over `ids`; `progress(done, total)` after each step.
-pub fn simulate(model: &Llama, ids: &[u32], policies: &[Policy], progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<StreamOutcome>> {
-    simulate_with(model, ids, policies, 1, progress)
+/// How the simulator runs (the numbers do not depend on it beyond float rounding).
+#[derive(Debug, Clone, Copy)]
+pub struct SimOptions {
+    /// `recompute` scores only every k-th step after the shared prefix (the others are NaN and
+    /// left out of its perplexities): each of its steps re-runs W tokens.
+    pub recompute_every: usize,
+    /// Decode every cached policy one token per step, prefix included (the reference the block
+    /// replay is tested against, and the honest baseline for speed comparisons).
+    pub token_by_token: bool,
 }
 
-/// As [`simulate`], but `recompute` scores only every `recompute_every`-th step after the shared
-/// prefix (the others are NaN and left out of its perplexities): each of its steps re-runs W
-/// tokens, so a long stream is otherwise dominated by it.
-pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], recompute_every: usize, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<StreamOutcome>> {
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions { recompute_every: 1, token_by_token: false }
+    }
+}
+
+/// Runs every policy over `ids`; `progress(done, total)` counts policy-steps.
+pub fn simulate(model: &Llama, ids: &[u32], policies: &[Policy], progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<StreamOutcome>> {
+    simulate_with(model, ids, policies, SimOptions::default(), progress)
+}
+
+/// Per-policy results being gathered.
+struct Track {
+    nll: Vec<f64>,
+    lens: Vec<usize>,
+    /// Seconds spent on this policy alone (its share of batched work).
+    wall: f64,
+}
+
+/// As [`simulate`], with options.
+pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<StreamOutcome>> {
     let n = ids.len();
     if n < 2 {
         return Err(Error::input("the stream needs at least 2 tokens"));
     }
     let steps = n - 1;
-    let rope = model.rope();
+    let every = opts.recompute_every.max(1);
     // The shared prefix: every policy sees the same cache until the smallest budget fills.
-    let shared_steps = policies.iter().filter(|p| p.kind != PolicyKind::Dense).map(|p| p.cache).min().unwrap_or(steps).min(steps);
-    let mut nll: Vec<Vec<f64>> = vec![Vec::with_capacity(steps); policies.len()];
-    let mut lens: Vec<Vec<usize>> = vec![Vec::with_capacity(steps); policies.len()];
+    let shared = policies.iter().filter(|p| p.kind != PolicyKind::Dense).map(|p| p.cache).min().unwrap_or(steps).min(steps);
+    let decoded = |p: &Policy| p.is_cached() && (opts.token_by_token || p.positions == PositionMode::Delta);
+    let total = shared + (steps - shared) * policies.len();
+    let mut done = 0;
+    let mut tracks: Vec<Track> = policies.iter().map(|_| Track { nll: Vec::with_capacity(steps), lens: Vec::with_capacity(steps), wall: 0.0 }).collect();
+
+    // The prefix, once: replayed in blocks, or decoded token by token into a policy cache.
     let start = Instant::now();
-    let needs_rotated = policies.iter().any(|p| p.positions == super::policy::PositionMode::Delta);
-    let mut shared = PolicyCache::new(Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: super::policy::PositionMode::Slot }, model.cfg.d_head)?;
-    if needs_rotated {
-        shared = shared.keeping_rotated();
-    }
-    if shared_steps > 0 {
-        let hidden = model.forward_with(&ids[..shared_steps], Some(&mut shared), &mut NoCapture)?;
-        for start in (0..shared_steps).step_by(PREFILL_SCORE_ROWS) {
-            let rows = PREFILL_SCORE_ROWS.min(shared_steps - start);
-            let scores = token_nlls(model, &hidden.narrow(0, start, rows)?, &ids[start + 1..start + 1 + rows])?;
-            for (r, v) in scores.into_iter().enumerate() {
-                for i in 0..policies.len() {
-                    nll[i].push(v);
-                    lens[i].push(start + r + 1);
-                }
-            }
+    let mut prefix_kv = StreamKv::new(0);
+    let mut prefix_cache: Option<PolicyCache> = None;
+    let mut prefix_nll = Vec::with_capacity(shared);
+    if opts.token_by_token {
+        let mut cache = PolicyCache::new(dense(), model.cfg.d_head)?.keeping_rotated();
+        for t in 0..shared {
+            let h = model.decode_step(&ids[t..t + 1], &mut [&mut cache])?;
+            prefix_nll.extend(token_nlls(model, &h, &ids[t + 1..t + 2])?);
+            progress(t + 1, total);
         }
-        progress(shared_steps, steps);
+        prefix_cache = Some(cache);
+    } else {
+        for b0 in (0..shared).step_by(STREAM_BLOCK) {
+            let b = STREAM_BLOCK.min(shared - b0);
+            let views: Vec<QueryView> = (b0..b0 + b).map(QueryView::dense).collect();
+            let h = model.forward_windowed(&ids[b0..b0 + b], &views, &mut prefix_kv)?;
+            prefix_nll.extend(token_nlls(model, &h, &ids[b0 + 1..b0 + b + 1])?);
+            progress(b0 + b, total);
+        }
+        if policies.iter().any(decoded) {
+            let mut cache = PolicyCache::new(dense(), model.cfg.d_head)?.keeping_rotated();
+            model.forward_with(&ids[..shared], Some(&mut cache), &mut NoCapture)?;
+            prefix_cache = Some(cache);
+        }
     }
-    let shared_wall = start.elapsed().as_secs_f64();
+    let prefix_wall = start.elapsed().as_secs_f64();
+    done += shared;
+    for tr in tracks.iter_mut() {
+        tr.nll.extend_from_slice(&prefix_nll);
+        tr.lens.extend(1..=shared);
+        tr.wall = prefix_wall;
+    }
+
+    // Cached policies replayed block by block, one policy after another.
+    for (i, p) in policies.iter().enumerate().filter(|(_, p)| p.is_cached() && !decoded(p)) {
+        let t0 = Instant::now();
+        let mut trace = PolicyTrace::after_prefix(*p, shared);
+        let mut kv = prefix_kv.pinning(if p.kind == PolicyKind::Dense { 0 } else { p.sinks })?;
+        for b0 in (shared..steps).step_by(STREAM_BLOCK) {
+            let b = STREAM_BLOCK.min(steps - b0);
+            let mut views = Vec::with_capacity(b);
+            for t in b0..b0 + b {
+                let (view, held) = trace.step(t)?;
+                views.push(view);
+                tracks[i].lens.push(held);
+            }
+            let h = model.forward_windowed(&ids[b0..b0 + b], &views, &mut kv)?;
+            tracks[i].nll.extend(token_nlls(model, &h, &ids[b0 + 1..b0 + b + 1])?);
+            done += b;
+            progress(done, total);
+        }
+        tracks[i].wall += t0.elapsed().as_secs_f64();
+    }
+
+    // Policies decoded one token per step (all of them as one batch), and `recompute`.
     let mut caches: Vec<(usize, PolicyCache)> = Vec::new();
-    for (i, p) in policies.iter().enumerate() {
-        if p.is_cached() {
-            let mut c = shared.with_policy(*p);
+    if let Some(prefix) = &prefix_cache {
+        let rope = model.rope();
+        for (i, p) in policies.iter().enumerate().filter(|(_, p)| decoded(p)) {
+            let mut c = prefix.with_policy(*p);
             c.evict(&rope)?;
             caches.push((i, c));
         }
     }
     let recompute: Vec<usize> = (0..policies.len()).filter(|&i| !policies[i].is_cached()).collect();
-    let mut cached_wall = 0.0;
-    let mut recompute_wall = 0.0;
-    for t in shared_steps..steps {
+    if caches.is_empty() && recompute.is_empty() {
+        return Ok(outcomes(policies, tracks, n, shared, every));
+    }
+    let rope = model.rope();
+    for t in shared..steps {
         let target = ids[t + 1];
         if !caches.is_empty() {
             let t0 = Instant::now();
             let tokens = vec![ids[t]; caches.len()];
             let h = {
-                let mut stores: Vec<&mut dyn crate::model::llama::KvStore> = caches.iter_mut().map(|(_, c)| c as &mut dyn crate::model::llama::KvStore).collect();
+                let mut stores: Vec<&mut dyn KvStore> = caches.iter_mut().map(|(_, c)| c as &mut dyn KvStore).collect();
                 model.decode_step(&tokens, &mut stores)?
             };
             let scores = token_nlls(model, &h, &vec![target; caches.len()])?;
+            let share = t0.elapsed().as_secs_f64() / caches.len() as f64;
             for ((i, c), s) in caches.iter_mut().zip(scores) {
-                nll[*i].push(s);
-                lens[*i].push(c.len());
+                tracks[*i].nll.push(s);
+                tracks[*i].lens.push(c.len());
+                tracks[*i].wall += share;
                 c.evict(&rope)?;
             }
-            cached_wall += t0.elapsed().as_secs_f64();
         }
         for &i in &recompute {
-            if (t - shared_steps) % recompute_every.max(1) != 0 {
-                nll[i].push(f64::NAN);
-                lens[i].push(policies[i].cache.min(t + 1));
+            let w = policies[i].cache.max(1);
+            let from = (t + 1).saturating_sub(w);
+            tracks[i].lens.push(t + 1 - from);
+            if (t - shared) % every != 0 {
+                tracks[i].nll.push(f64::NAN);
                 continue;
             }
             let t0 = Instant::now();
-            let w = policies[i].cache.max(1);
-            let from = (t + 1).saturating_sub(w);
             let hidden = model.forward(&ids[from..=t], None, &mut NoCapture)?;
             let last = hidden.narrow(0, t - from, 1)?;
-            nll[i].push(token_nlls(model, &last, &[target])?[0]);
-            lens[i].push(t + 1 - from);
-            recompute_wall += t0.elapsed().as_secs_f64();
+            tracks[i].nll.push(token_nlls(model, &last, &[target])?[0]);
+            tracks[i].wall += t0.elapsed().as_secs_f64();
         }
-        progress(t + 1, steps);
+        done += caches.len() + recompute.len();
+        progress(done, total);
     }
-    let after = steps - shared_steps;
-    Ok(policies
+    Ok(outcomes(policies, tracks, n, shared, every))
+}
+
+fn dense() -> Policy {
+    Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot }
+}
+
+/// Perplexities, first eviction, cliff and speed of each policy's gathered stream.
+fn outcomes(policies: &[Policy], tracks: Vec<Track>, n: usize, shared: usize, every: usize) -> Vec<StreamOutcome> {
+    let steps = n - 1;
+    policies
         .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let first_eviction_step = lens[i].iter().enumerate().find(|&(t, &len)| len < t + 1).map(|(t, _)| t);
-            let wall = shared_wall + if p.is_cached() { cached_wall / caches.len().max(1) as f64 } else { recompute_wall / recompute.len().max(1) as f64 };
-            let scored = if p.is_cached() { steps } else { shared_steps + after.div_ceil(recompute_every.max(1)) };
+        .zip(tracks)
+        .map(|(p, tr)| {
+            let first_eviction_step = tr.lens.iter().enumerate().find(|&(t, &len)| len < t + 1).map(|(t, _)| t);
+            let scored = if p.is_cached() { steps } else { shared + (steps - shared).div_ceil(every) };
             StreamOutcome {
                 policy: *p,
-                label: if !p.is_cached() && recompute_every > 1 { format!("{} (every {recompute_every}th step)", p.label()) } else { p.label() },
-                ppl: ppl(&nll[i]),
-                ppl_after_eviction: first_eviction_step.map(|s| ppl(&nll[i][s..])),
-                cliff_step: first_eviction_step.and_then(|s| find_cliff(&nll[i], s)),
+                label: if !p.is_cached() && every > 1 { format!("{} (every {every}th step)", p.label()) } else { p.label() },
+                ppl: ppl(&tr.nll),
+                ppl_after_eviction: first_eviction_step.map(|s| ppl(&tr.nll[s..])),
+                cliff_step: first_eviction_step.and_then(|s| find_cliff(&tr.nll, s)),
                 first_eviction_step,
                 tokens: n,
-                tokens_per_s: scored as f64 / wall.max(1e-9),
-                nll: std::mem::take(&mut nll[i]),
-                cache_len: std::mem::take(&mut lens[i]),
+                tokens_per_s: scored as f64 / tr.wall.max(1e-9),
+                nll: tr.nll,
+                cache_len: tr.lens,
             }
         })
-        .collect())
+        .collect()
 }
 
 /// exp(mean NLL) over the scored (non-NaN) steps.

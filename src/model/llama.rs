@@ -249,6 +249,59 @@ struct Seq<'a> {
     mask: Option<&'a KeyMask>,
 }
 
+/// The part of a layer where queries meet keys: given the layer's pre-RoPE q (rows, H, dh) and
+/// k, v (rows, KVH, dh), return the attention output (rows, H·dh). Plain and cached runs
+/// ([`SeqAttention`]) and teacher-forced policy streams (`model::windowed`) differ only here.
+pub(crate) trait Attend {
+    /// Positions of the rows, for hooks.
+    fn rows(&self) -> std::ops::Range<usize>;
+    fn attend(&mut self, model: &Llama, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, sink: &mut dyn CaptureSink) -> Result<Tensor>;
+    /// Called once every layer has run.
+    fn finish(&mut self) {}
+}
+
+/// Causal attention for sequences stacked along rows, each with its own KV store and key mask.
+struct SeqAttention<'s, 'a> {
+    seqs: &'s mut [Seq<'a>],
+    positions: Vec<Vec<usize>>,
+    tables: Vec<(Tensor, Tensor)>,
+    /// Rows per sequence.
+    t: usize,
+}
+
+impl Attend for SeqAttention<'_, '_> {
+    fn rows(&self) -> std::ops::Range<usize> {
+        let first = self.positions[0][0];
+        first..first + self.t
+    }
+
+    fn attend(&mut self, model: &Llama, l: usize, q: &Tensor, k: &Tensor, v: &Tensor, sink: &mut dyn CaptureSink) -> Result<Tensor> {
+        let t = self.t;
+        let mut outs = Vec::with_capacity(self.seqs.len());
+        for (s, seq) in self.seqs.iter_mut().enumerate() {
+            let part = |x: &Tensor| -> Result<Tensor> { Ok(x.narrow(0, s * t, t)?.transpose(0, 1)?.contiguous()?) };
+            let (cos, sin) = &self.tables[s];
+            let q = model.rope.apply(&part(q)?, cos, sin)?;
+            let (k_all, v_all) = match seq.store.as_deref_mut() {
+                Some(store) => store.append(l, &part(k)?, &part(v)?, &model.rope, &self.positions[s])?,
+                None => (model.rope.apply(&part(k)?, cos, sin)?, part(v)?),
+            };
+            let past = k_all.dim(1)? - t;
+            let layer_mask = seq.mask.filter(|m| m.layer == l);
+            outs.push(model.attention(l, &q, &k_all, &v_all, past, sink, layer_mask)?);
+        }
+        Ok(if outs.len() == 1 { outs.swap_remove(0) } else { Tensor::cat(&outs, 0)? })
+    }
+
+    fn finish(&mut self) {
+        for seq in self.seqs.iter_mut() {
+            if let Some(store) = seq.store.as_deref_mut() {
+                store.commit(self.t);
+            }
+        }
+    }
+}
+
 /// A loaded Llama-family model.
 pub struct Llama {
     pub cfg: LlamaConfig,
@@ -322,12 +375,9 @@ impl Llama {
         if tokens.is_empty() {
             return Err(Error::input("no tokens to run: the text is empty"));
         }
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
-            return Err(Error::input(format!("token id {bad} is outside the model's vocabulary of {}", self.cfg.vocab_size)));
-        }
         let past = store.as_ref().map_or(0, |s| s.next_positions(1)[0]);
         let rows = past..past + tokens.len();
-        let x = self.embed.index_select(&Tensor::new(tokens, &Device::Cpu)?, 0)?;
+        let x = self.embed_tokens(tokens)?;
         emit(sink, HookPoint::Embed, &rows, &x)?;
         self.run_layers(x, 0, &mut [Seq { store, mask: None }], sink)
     }
@@ -356,10 +406,7 @@ impl Llama {
         if tokens.len() != stores.len() || tokens.is_empty() {
             return Err(Error::Internal("decode_step needs one token per store".into()));
         }
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
-            return Err(Error::input(format!("token id {bad} is outside the model's vocabulary of {}", self.cfg.vocab_size)));
-        }
-        let x = self.embed.index_select(&Tensor::new(tokens, &Device::Cpu)?, 0)?;
+        let x = self.embed_tokens(tokens)?;
         let mut seqs: Vec<Seq> = stores.iter_mut().map(|s| Seq { store: Some(&mut **s), mask: None }).collect();
         self.run_layers(x, 0, &mut seqs, &mut crate::capture::NoCapture)
     }
@@ -367,14 +414,20 @@ impl Llama {
     /// Runs blocks `first_layer..` over `x`, which holds `seqs.len()` sequences of equal length
     /// stacked along rows. Projections and MLPs run on all rows at once; RoPE, the KV store and
     /// attention (with that sequence's mask) run per sequence.
-    fn run_layers(&self, mut x: Tensor, first_layer: usize, seqs: &mut [Seq<'_>], sink: &mut dyn CaptureSink) -> Result<Tensor> {
-        let dev = Device::Cpu;
+    fn run_layers(&self, x: Tensor, first_layer: usize, seqs: &mut [Seq<'_>], sink: &mut dyn CaptureSink) -> Result<Tensor> {
         let n_seq = seqs.len().max(1);
-        let total = x.dim(0)?;
-        let t = total / n_seq;
+        let t = x.dim(0)? / n_seq;
         let positions: Vec<Vec<usize>> = seqs.iter().map(|s| s.store.as_ref().map_or_else(|| (0..t).collect(), |st| st.next_positions(t))).collect();
-        let tables = positions.iter().map(|p| self.rope.tables(p, &dev)).collect::<Result<Vec<_>>>()?;
-        let rows = positions[0][0]..positions[0][0] + t;
+        let tables = positions.iter().map(|p| self.rope.tables(p, &Device::Cpu)).collect::<Result<Vec<_>>>()?;
+        let mut attend = SeqAttention { seqs, positions, tables, t };
+        self.run_blocks(x, first_layer, &mut attend, sink)
+    }
+
+    /// The layer stack over `x` (rows = tokens): RMSNorm, fused projections, `attend` for the part
+    /// where queries meet keys, output projection, SwiGLU MLP, hooks at every named point.
+    pub(crate) fn run_blocks(&self, mut x: Tensor, first_layer: usize, attend: &mut dyn Attend, sink: &mut dyn CaptureSink) -> Result<Tensor> {
+        let total = x.dim(0)?;
+        let rows = attend.rows();
         let eps = self.cfg.rms_eps as f32;
         let (h, kvh, dh) = (self.cfg.n_heads, self.cfg.n_kv_heads, self.cfg.d_head);
         for (l, block) in self.blocks.iter().enumerate().skip(first_layer) {
@@ -388,20 +441,7 @@ impl Llama {
             emit(sink, HookPoint::Q(l), &rows, &q)?;
             emit(sink, HookPoint::K(l), &rows, &k)?;
             emit(sink, HookPoint::V(l), &rows, &v)?;
-            let mut outs = Vec::with_capacity(n_seq);
-            for (s, seq) in seqs.iter_mut().enumerate() {
-                let part = |x: &Tensor| -> Result<Tensor> { Ok(x.narrow(0, s * t, t)?.transpose(0, 1)?.contiguous()?) };
-                let (cos, sin) = &tables[s];
-                let q = self.rope.apply(&part(&q)?, cos, sin)?;
-                let (k_all, v_all) = match seq.store.as_deref_mut() {
-                    Some(store) => store.append(l, &part(&k)?, &part(&v)?, &self.rope, &positions[s])?,
-                    None => (self.rope.apply(&part(&k)?, cos, sin)?, part(&v)?),
-                };
-                let past = k_all.dim(1)? - t;
-                let layer_mask = seq.mask.filter(|m| m.layer == l);
-                outs.push(self.attention(l, &q, &k_all, &v_all, past, sink, layer_mask)?);
-            }
-            let attn = if outs.len() == 1 { outs.swap_remove(0) } else { Tensor::cat(&outs, 0)? };
+            let attn = attend.attend(self, l, &q, &k, &v, sink)?;
             let attn_out = block.o_proj.forward(&attn)?;
             emit(sink, HookPoint::AttnOut(l), &rows, &attn_out)?;
             x = (x + attn_out)?;
@@ -412,14 +452,18 @@ impl Llama {
             x = (x + block.down.forward(&act)?)?;
             emit(sink, HookPoint::ResidPost(l), &rows, &x)?;
         }
-        for seq in seqs.iter_mut() {
-            if let Some(store) = seq.store.as_deref_mut() {
-                store.commit(t);
-            }
-        }
+        attend.finish();
         let out = candle_nn::ops::rms_norm(&x, &self.final_norm, eps)?;
         emit(sink, HookPoint::LnFinal, &rows, &out)?;
         Ok(out)
+    }
+
+    /// Embeds `tokens`, refusing ids outside the vocabulary.
+    pub(crate) fn embed_tokens(&self, tokens: &[u32]) -> Result<Tensor> {
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+            return Err(Error::input(format!("token id {bad} is outside the model's vocabulary of {}", self.cfg.vocab_size)));
+        }
+        Ok(self.embed.index_select(&Tensor::new(tokens, &Device::Cpu)?, 0)?)
     }
 
     /// The model's rotary embedding (for caches that place keys themselves).
@@ -522,21 +566,36 @@ fn scale_and_mask(row: &mut [f32], scale: f32, visible: usize) {
 
 /// Softmax over the first `visible` entries; the rest become exactly 0.
 fn softmax_prefix(row: &mut [f32], visible: usize) {
-    let (seen, future) = row.split_at_mut(visible.min(row.len()));
-    let max = seen.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    seen.iter_mut().for_each(|s| *s = exp_f32(*s - max));
-    // Eight partial sums so the loop vectorizes (a single f32 accumulator cannot be reordered).
-    let mut lanes = [0f32; 8];
-    let mut chunks = seen.chunks_exact(8);
-    for c in &mut chunks {
-        for (l, &v) in lanes.iter_mut().zip(c) {
-            *l += v;
+    let visible = visible.min(row.len());
+    softmax_segments(row, &[0..visible]);
+}
+
+/// Softmax over the entries inside `segments` (disjoint, in order); every other entry becomes
+/// exactly 0 (not e^−87: a hidden key must contribute nothing).
+pub(crate) fn softmax_segments(row: &mut [f32], segments: &[std::ops::Range<usize>]) {
+    let max = segments.iter().flat_map(|r| row[r.clone()].iter().copied()).fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    let mut end = 0;
+    for r in segments {
+        row[end..r.start].fill(0.0);
+        let seen = &mut row[r.clone()];
+        seen.iter_mut().for_each(|s| *s = exp_f32(*s - max));
+        // Eight partial sums so the loop vectorizes (a single f32 accumulator cannot be reordered).
+        let mut lanes = [0f32; 8];
+        let mut chunks = seen.chunks_exact(8);
+        for c in &mut chunks {
+            for (l, &v) in lanes.iter_mut().zip(c) {
+                *l += v;
+            }
         }
+        sum += lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>();
+        end = r.end;
     }
-    let sum: f32 = lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>();
+    row[end..].fill(0.0);
     let inv = 1.0 / sum;
-    seen.iter_mut().for_each(|s| *s *= inv);
-    future.fill(0.0);
+    for r in segments {
+        row[r.clone()].iter_mut().for_each(|s| *s *= inv);
+    }
 }
 
 /// e^x with ≤2 ulp error for x in [−87, 88] (Cephes' expf polynomial), written branch-free so

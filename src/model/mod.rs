@@ -9,6 +9,7 @@ pub mod llama2c;
 pub mod rope;
 pub mod source;
 pub mod tokenizer;
+pub mod windowed;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,101 @@
+//! A policy's cache bookkeeping without tensors: which stream tokens it holds at every step, and
+//! so which keys each query sees ([`QueryView`]) — what the block evaluator needs to replay the
+//! policy exactly.
+
+use super::policy::{Policy, PositionMode};
+use crate::error::{Error, Result};
+use crate::model::windowed::QueryView;
+
+/// The stream indices a policy's cache holds, slot by slot.
+#[derive(Debug, Clone)]
+pub struct PolicyTrace {
+    policy: Policy,
+    slots: Vec<usize>,
+}
+
+impl PolicyTrace {
+    /// The cache after the first `n` tokens ran and the policy evicted (the state at the end of
+    /// a shared prefix).
+    pub fn after_prefix(policy: Policy, n: usize) -> Self {
+        let mut trace = PolicyTrace { policy, slots: (0..n).collect() };
+        trace.evict();
+        trace
+    }
+
+    /// Appends token `t` and returns what its query sees and the cache length it saw; then
+    /// applies the policy.
+    pub fn step(&mut self, t: usize) -> Result<(QueryView, usize)> {
+        self.slots.push(t);
+        let view = self.view(t)?;
+        let held = self.slots.len();
+        self.evict();
+        Ok((view, held))
+    }
+
+    fn evict(&mut self) {
+        let range = self.policy.evict(self.slots.len());
+        self.slots.drain(range);
+    }
+
+    /// The cache (its last slot is `t`) as first tokens + one contiguous run up to `t`.
+    fn view(&self, t: usize) -> Result<QueryView> {
+        let pinned = self.slots.iter().enumerate().take_while(|&(i, &s)| i == s).count();
+        if pinned == self.slots.len() {
+            return Ok(QueryView::dense(t));
+        }
+        let from = self.slots[pinned];
+        if t + 1 - from != self.slots.len() - pinned {
+            return Err(Error::Internal(format!("{} keeps a cache that is not first tokens + a recent run", self.policy.label())));
+        }
+        let pinned_pos = match self.policy.positions {
+            // The query's own cache slot.
+            PositionMode::Slot => self.slots.len() - 1,
+            PositionMode::Original => t,
+            PositionMode::Delta => return Err(Error::Internal("delta positions are decoded token by token".into())),
+        };
+        Ok(QueryView { pinned, from, pinned_pos })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::PolicyKind;
+
+    fn policy(kind: PolicyKind, sinks: usize, cache: usize, positions: PositionMode) -> Policy {
+        Policy { kind, sinks, cache, positions }
+    }
+
+    #[test]
+    fn sink_views_pin_the_first_tokens_and_slide_the_rest() {
+        let mut tr = PolicyTrace::after_prefix(policy(PolicyKind::Sink, 2, 5, PositionMode::Slot), 4);
+        // Step 4: slots 0,1,2,3 + 4 = the whole prefix.
+        assert_eq!(tr.step(4).unwrap(), (QueryView::dense(4), 5));
+        // Evicted 2 → step 5 sees 0,1 | 3,4,5; the query sits at slot 4.
+        assert_eq!(tr.step(5).unwrap(), (QueryView { pinned: 2, from: 3, pinned_pos: 4 }, 5));
+        assert_eq!(tr.step(6).unwrap(), (QueryView { pinned: 2, from: 4, pinned_pos: 4 }, 5));
+    }
+
+    #[test]
+    fn window_and_original_positions() {
+        let mut tr = PolicyTrace::after_prefix(policy(PolicyKind::Window, 0, 3, PositionMode::Original), 3);
+        assert_eq!(tr.step(3).unwrap(), (QueryView { pinned: 0, from: 1, pinned_pos: 3 }, 3));
+        assert_eq!(tr.step(4).unwrap().0.from, 2);
+    }
+
+    #[test]
+    fn keep_half_discard_jumps_the_window() {
+        // keep N=1, W=6: at 6 entries discard (6−1)/2 = 2 after the first.
+        let mut tr = PolicyTrace::after_prefix(policy(PolicyKind::Keep, 1, 6, PositionMode::Slot), 6);
+        let (v, held) = tr.step(6).unwrap();
+        assert_eq!((v, held), (QueryView { pinned: 1, from: 3, pinned_pos: 4 }, 5));
+        let (v, _) = tr.step(7).unwrap();
+        assert_eq!(v, QueryView { pinned: 1, from: 3, pinned_pos: 5 });
+    }
+
+    #[test]
+    fn delta_is_not_replayed_in_blocks() {
+        let mut tr = PolicyTrace::after_prefix(policy(PolicyKind::Window, 0, 3, PositionMode::Delta), 3);
+        assert!(tr.step(3).is_err());
+    }
+}

@@ -1,0 +1,227 @@
+//! Teacher-forced streaming under a KV-cache policy, a block of queries at a time. Every cache
+//! policy here leaves a query the same shape of context: the stream's first few tokens (pinned)
+//! and a contiguous run of recent ones ending at the query ([`QueryView`]). Keys and values never
+//! change once computed, so a block of consecutive queries can run as one batched forward with
+//! a per-query mask instead of one decode step per token — the same arithmetic as decoding token
+//! by token (to float rounding), at matrix-multiply speed instead of weight-streaming speed.
+//!
+//! Positions: RoPE scores depend only on the query–key distance. A recent key sits as far from
+//! its query in the cache as in the stream (t − j, under `slot` and `original` alike), so recent
+//! keys and queries are rotated at stream positions; a pinned key s sits at slot s, so the query
+//! meets pinned keys at its own cache slot (`slot`) or stream position (`original`).
+
+use std::ops::Range;
+
+use candle_core::{Device, Tensor};
+use rayon::prelude::*;
+
+use super::llama::{softmax_segments, Attend, Llama};
+use crate::capture::{CaptureSink, NoCapture};
+use crate::error::{Error, Result};
+
+/// The keys one query at stream position t sees: tokens `0..pinned` and `from..=t`
+/// (`pinned ≤ from`; `pinned = 0, from = 0` is the whole prefix). `pinned_pos` is the rotary
+/// position at which the query meets the pinned keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueryView {
+    pub pinned: usize,
+    pub from: usize,
+    pub pinned_pos: usize,
+}
+
+impl QueryView {
+    /// The full causal prefix of the query at `t`.
+    pub fn dense(t: usize) -> Self {
+        QueryView { pinned: 0, from: 0, pinned_pos: t }
+    }
+
+    /// Keys visible to the query at `t` (its own included).
+    pub fn visible(&self, t: usize) -> usize {
+        self.pinned + (t + 1 - self.from)
+    }
+}
+
+/// Keys (rotated at their stream positions) and values of every layer for the tokens a stream's
+/// later queries may still see: the first `pin` tokens and a window of recent ones. Cloning is
+/// cheap (tensors are shared), which is how policies share a prefix.
+#[derive(Clone, Default)]
+pub struct StreamKv {
+    /// First tokens kept however far the window moves on.
+    pin: usize,
+    /// Stream index of the first windowed entry.
+    base: usize,
+    /// Tokens run so far (stream index of the next one).
+    len: usize,
+    /// Per layer (KVH, len − base, dh).
+    k: Vec<Tensor>,
+    v: Vec<Tensor>,
+    /// Per layer (KVH, pin, dh), saved when the window first moves past them.
+    pin_k: Vec<Tensor>,
+    pin_v: Vec<Tensor>,
+}
+
+impl StreamKv {
+    /// An empty stream that keeps its first `pin` tokens.
+    pub fn new(pin: usize) -> Self {
+        StreamKv { pin, ..Default::default() }
+    }
+
+    /// The same entries, keeping the first `pin` tokens from now on (they must still be held).
+    pub fn pinning(&self, pin: usize) -> Result<Self> {
+        if pin > 0 && self.base > 0 && pin > self.pin {
+            return Err(Error::Internal(format!("cannot pin {pin} tokens: the window already moved past them")));
+        }
+        Ok(StreamKv { pin, ..self.clone() })
+    }
+
+    /// Tokens run so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Entries held per layer (pinned and windowed): the memory a block evaluation needs.
+    pub fn held(&self) -> usize {
+        self.len - self.base + if self.base > 0 { self.pin } else { 0 }
+    }
+
+    /// Forgets windowed entries before stream index `to` (pinned ones are saved first).
+    fn forget_before(&mut self, to: usize) -> Result<()> {
+        if to <= self.base || self.k.is_empty() {
+            return Ok(());
+        }
+        if self.pin_k.is_empty() && self.pin > 0 {
+            if self.base > 0 || self.len < self.pin {
+                return Err(Error::Internal("pinned tokens were dropped before they were saved".into()));
+            }
+            self.pin_k = self.k.iter().map(|k| k.narrow(1, 0, self.pin)).collect::<candle_core::Result<_>>()?;
+            self.pin_v = self.v.iter().map(|v| v.narrow(1, 0, self.pin)).collect::<candle_core::Result<_>>()?;
+        }
+        let (skip, keep) = (to - self.base, self.len - to);
+        for t in self.k.iter_mut().chain(self.v.iter_mut()) {
+            *t = t.narrow(1, skip, keep)?;
+        }
+        self.base = to;
+        Ok(())
+    }
+
+    /// The first `n` pinned keys and values of `layer`.
+    fn pinned(&self, layer: usize, n: usize) -> Result<(Tensor, Tensor)> {
+        if self.base == 0 {
+            Ok((self.k[layer].narrow(1, 0, n)?, self.v[layer].narrow(1, 0, n)?))
+        } else {
+            Ok((self.pin_k[layer].narrow(1, 0, n)?, self.pin_v[layer].narrow(1, 0, n)?))
+        }
+    }
+}
+
+/// Attention of a block of consecutive stream queries, each with its own [`QueryView`].
+struct ViewAttention<'a> {
+    kv: &'a mut StreamKv,
+    views: &'a [QueryView],
+    /// Stream position of the block's first query.
+    start: usize,
+    /// RoPE tables at the queries' stream positions and at their pinned positions.
+    at_stream: (Tensor, Tensor),
+    at_pinned: Option<(Tensor, Tensor)>,
+}
+
+impl Attend for ViewAttention<'_> {
+    fn rows(&self) -> Range<usize> {
+        self.start..self.start + self.views.len()
+    }
+
+    fn attend(&mut self, model: &Llama, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, _sink: &mut dyn CaptureSink) -> Result<Tensor> {
+        let rope = model.rope();
+        let (b, h, dh) = q.dims3()?;
+        let kvh = k.dim(1)?;
+        let group = h / kvh;
+        let heads_first = |x: &Tensor| -> Result<Tensor> { Ok(x.transpose(0, 1)?.contiguous()?) };
+        let (cos, sin) = &self.at_stream;
+        let q_heads = heads_first(q)?;
+        let q_stream = rope.apply(&q_heads, cos, sin)?;
+        let k_new = rope.apply(&heads_first(k)?, cos, sin)?;
+        let v_new = heads_first(v)?;
+        let kv = &mut *self.kv;
+        if kv.k.len() <= layer {
+            kv.k.push(k_new);
+            kv.v.push(v_new);
+        } else {
+            kv.k[layer] = Tensor::cat(&[&kv.k[layer], &k_new], 1)?;
+            kv.v[layer] = Tensor::cat(&[&kv.v[layer], &v_new], 1)?;
+        }
+        let (base, n_window) = (kv.base, kv.k[layer].dim(1)?);
+        let pinned = self.views.iter().map(|v| v.pinned).max().unwrap_or(0);
+        let flat = |x: &Tensor| -> Result<Tensor> { Ok(x.reshape((kvh, group * b, dh))?) };
+        let window_scores = flat(&q_stream)?.matmul(&kv.k[layer].t()?)?;
+        let (scores, values) = match (&self.at_pinned, pinned) {
+            (Some((cos, sin)), p) if p > 0 => {
+                let (pk, pv) = kv.pinned(layer, p)?;
+                let (pk, pv) = (pk.contiguous()?, pv.contiguous()?);
+                let q_pinned = rope.apply(&q_heads, cos, sin)?;
+                let pinned_scores = flat(&q_pinned)?.matmul(&pk.t()?)?;
+                (Tensor::cat(&[&pinned_scores, &window_scores], 2)?, Tensor::cat(&[&pv, &kv.v[layer]], 1)?)
+            }
+            _ => (window_scores, kv.v[layer].clone()),
+        };
+        let cols = pinned + n_window;
+        let scale = 1.0 / (dh as f32).sqrt();
+        let mut a = scores.flatten_all()?.to_vec1::<f32>()?;
+        let (views, start) = (self.views, self.start);
+        // Rows are (kv head, group member, query r).
+        a.par_chunks_mut(cols).enumerate().for_each(|(row, s)| {
+            let r = row % b;
+            let (view, t) = (views[r], start + r);
+            let segments = [0..view.pinned, pinned + view.from - base..pinned + t + 1 - base];
+            for seg in &segments {
+                s[seg.clone()].iter_mut().for_each(|x| *x *= scale);
+            }
+            softmax_segments(s, &segments);
+        });
+        let pattern = Tensor::from_vec(a, (kvh, group * b, cols), &Device::Cpu)?;
+        let out = pattern.matmul(&values)?.reshape((h, b, dh))?;
+        Ok(out.transpose(0, 1)?.contiguous()?.reshape((b, h * dh))?)
+    }
+
+    fn finish(&mut self) {
+        self.kv.len += self.views.len();
+    }
+}
+
+impl Llama {
+    /// Runs the stream's next tokens (`tokens[r]` at stream position `kv.len() + r`), query r
+    /// seeing the keys `views[r]` names, and returns their final-norm hidden states. Views must
+    /// only move forward (`from` never decreases), never reach past the query, and pin at most
+    /// the tokens `kv` keeps pinned; keys no later query can see are dropped as the window moves.
+    pub fn forward_windowed(&self, tokens: &[u32], views: &[QueryView], kv: &mut StreamKv) -> Result<Tensor> {
+        if tokens.is_empty() || tokens.len() != views.len() {
+            return Err(Error::Internal("forward_windowed needs one view per token".into()));
+        }
+        let start = kv.len;
+        for (r, v) in views.iter().enumerate() {
+            let t = start + r;
+            let pinned_ok = v.pinned == 0 || (v.pinned <= kv.pin && v.pinned < v.from);
+            if v.from > t || !pinned_ok || v.from < kv.base {
+                return Err(Error::Internal(format!("query {t} has an impossible view {v:?} (window starts at {}, {} pinned)", kv.base, kv.pin)));
+            }
+        }
+        let oldest = views.iter().map(|v| v.from).min().unwrap_or(start);
+        kv.forget_before(oldest)?;
+        let dev = Device::Cpu;
+        let rope = self.rope();
+        let positions: Vec<usize> = (start..start + tokens.len()).collect();
+        let at_stream = rope.tables(&positions, &dev)?;
+        let at_pinned = if views.iter().any(|v| v.pinned > 0) {
+            let pos: Vec<usize> = views.iter().map(|v| v.pinned_pos).collect();
+            Some(rope.tables(&pos, &dev)?)
+        } else {
+            None
+        };
+        let x = self.embed_tokens(tokens)?;
+        let mut attend = ViewAttention { kv, views, start, at_stream, at_pinned };
+        self.run_blocks(x, 0, &mut attend, &mut NoCapture)
+    }
+}
