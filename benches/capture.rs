@@ -4,7 +4,7 @@
 //! `benches/capture_vs_hf.sh` runs it beside HF transformers on the same tokens.
 //!
 //!     cargo bench --bench capture -- [--model M] [--book FILE] [--tokens T] [--repeat R]
-//!                                    [--tokens-out FILE.json] [--no-nll]
+//!                                    [--tokens-out FILE.json] [--no-nll] [--bare]
 
 use std::time::Instant;
 
@@ -40,6 +40,17 @@ fn main() {
     let opts = CaptureOptions { first_keys: 16, top_k: 16, save: None, memory_limit: None, weight_bytes: 0, score, quant_risk: false, heatmap_bins: None };
     let mut walls = Vec::new();
     let mut sink_mean = 0.0;
+    if std::env::args().any(|a| a == "--bare") {
+        // The forward pass alone (no hooks, no reducers): what the capture machinery costs on top.
+        let mut bare = Vec::new();
+        for _ in 0..repeat.max(1) {
+            let t = Instant::now();
+            lm.model.forward(&ids, None, &mut sinkscope::capture::NoCapture).unwrap();
+            bare.push(t.elapsed().as_secs_f64());
+        }
+        bare.sort_by(f64::total_cmp);
+        eprintln!("bare forward: min {:.3} s, median {:.3} s", bare[0], bare[bare.len() / 2]);
+    }
     for _ in 0..repeat.max(1) {
         let t = Instant::now();
         let out = capture(&lm.model, &ids, &opts).unwrap();

@@ -139,7 +139,8 @@ impl ResidNorms {
 
 fn row_norms(value: &Tensor) -> Result<Vec<f32>> {
     let width = value.dims()[1..].iter().product::<usize>().max(1);
-    with_f32(value, |x| x.chunks(width).map(|r| r.iter().map(|v| v * v).sum::<f32>().sqrt()).collect())
+    use rayon::prelude::*;
+    with_f32(value, |x| x.par_chunks(width).map(|r| r.iter().map(|v| v * v).sum::<f32>().sqrt()).collect())
 }
 
 impl CaptureSink for ResidNorms {
@@ -262,17 +263,38 @@ impl CaptureSink for TopActivations {
         let width = value.dim(1)?;
         let k = self.k;
         let (top, median, by_dim, above) = with_f32(value, |x| {
+            use rayon::prelude::*;
+            // Row chunks in parallel (each its own top-k, per-dim max and elements over 100),
+            // beside the median's selection.
+            let chunk_rows = 64;
+            let scan = || {
+                x.par_chunks(chunk_rows * width.max(1))
+                    .enumerate()
+                    .map(|(c, chunk)| {
+                        let first = rows.start + c * chunk_rows;
+                        let mut by_dim = vec![0f32; width];
+                        let mut above = Vec::new();
+                        for (r, row) in chunk.chunks(width).enumerate() {
+                            for (d, (m, v)) in by_dim.iter_mut().zip(row).enumerate() {
+                                *m = m.max(v.abs());
+                                if v.abs() > MASSIVE_ABS {
+                                    above.push(Activation { pos: first + r, dim: d, value: *v });
+                                }
+                            }
+                        }
+                        (top_k_abs(chunk, width, first, k), by_dim, above)
+                    })
+                    .collect::<Vec<_>>()
+            };
+            let (parts, median) = rayon::join(scan, || median_abs(x));
             let mut by_dim = vec![0f32; width];
-            let mut above = Vec::new();
-            for (r, row) in x.chunks(width).enumerate() {
-                for (d, (m, v)) in by_dim.iter_mut().zip(row).enumerate() {
-                    *m = m.max(v.abs());
-                    if v.abs() > MASSIVE_ABS {
-                        above.push(Activation { pos: rows.start + r, dim: d, value: *v });
-                    }
-                }
+            let (mut top, mut above) = (Vec::new(), Vec::new());
+            for (t, d, a) in parts {
+                top.extend(t);
+                by_dim.iter_mut().zip(d).for_each(|(m, v)| *m = m.max(v));
+                above.extend(a);
             }
-            (top_k_abs(x, width, rows.start, k), median_abs(x), by_dim, above)
+            (top, median, by_dim, above)
         })?;
         let kept = &mut self.above[l];
         kept.extend(above);
@@ -280,7 +302,7 @@ impl CaptureSink for TopActivations {
         kept.truncate(ABOVE_CAP);
         let merged = &mut self.top[l];
         merged.extend(top);
-        merged.sort_by(|a, b| b.value.abs().total_cmp(&a.value.abs()).then(a.pos.cmp(&b.pos)));
+        merged.sort_by(|a, b| b.value.abs().total_cmp(&a.value.abs()).then(a.pos.cmp(&b.pos)).then(a.dim.cmp(&b.dim)));
         merged.truncate(k);
         self.median_abs[l] = median;
         let dims = &mut self.max_abs_by_dim[l];
