@@ -91,61 +91,7 @@ pub fn score(model: &Llama, hidden: &candle_core::Tensor, ids: &[u32]) -> Result
 
 /// NLL of `targets[i]` under the logits of hidden row i (rows in parallel).
 pub fn token_nlls(model: &Llama, hidden: &candle_core::Tensor, targets: &[u32]) -> Result<Vec<f64>> {
-    let logits = model.logits(hidden)?;
-    let v = logits.dim(1)?;
-    super::sink::with_f32(&logits, |x| {
-        use rayon::prelude::*;
-        x.par_chunks(v).zip(targets.par_iter()).map(|(row, &t)| token_nll(row, t as usize)).collect()
-    })
+    model.next_token_nll(hidden, targets)
 }
 
-/// −log softmax(row)[target]: exponentials after subtracting the max, in eight f32 lanes per
-/// 1,024-entry block (so a 49,152-entry row vectorizes, with the branch-free exp), blocks summed
-/// in f64. Scoring a text is one such row per token.
-pub fn token_nll(row: &[f32], target: usize) -> f64 {
-    use crate::model::llama::exp_f32;
-    let mut top = [f32::NEG_INFINITY; 8];
-    let chunks = row.chunks_exact(8);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for (m, &v) in top.iter_mut().zip(c) {
-            *m = if v > *m { v } else { *m };
-        }
-    }
-    let max = top.iter().chain(rest).copied().fold(f32::NEG_INFINITY, f32::max);
-    // f32 lanes over blocks of 1,024 entries (so the loop vectorizes), each block's sum added in f64.
-    let mut sum = 0f64;
-    for block in row.chunks(1024) {
-        let mut lanes = [0f32; 8];
-        let chunks = block.chunks_exact(8);
-        let rest = chunks.remainder();
-        for c in chunks {
-            for (l, &v) in lanes.iter_mut().zip(c) {
-                *l += exp_f32(v - max);
-            }
-        }
-        sum += lanes.iter().map(|&l| l as f64).sum::<f64>() + rest.iter().map(|&v| exp_f32(v - max) as f64).sum::<f64>();
-    }
-    (max as f64 + sum.ln()) - row[target] as f64
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn nll_of_uniform_row_is_log_vocab() {
-        let row = vec![0.5f32; 8];
-        assert!((super::token_nll(&row, 3) - 8f64.ln()).abs() < 1e-12);
-    }
-
-    #[test]
-    fn nll_matches_a_plain_f64_log_softmax() {
-        // 1,003 entries (not a multiple of 8), spread over ±30.
-        let row: Vec<f32> = (0..1003).map(|i| ((i * 7919) % 6000) as f32 / 100.0 - 30.0).collect();
-        let max = row.iter().copied().fold(f64::NEG_INFINITY, |m, v| m.max(v as f64));
-        let lse = max + row.iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln();
-        for target in [0, 500, 1002] {
-            let want = lse - row[target] as f64;
-            assert!((super::token_nll(&row, target) - want).abs() < 1e-6, "{target}");
-        }
-    }
-}
+pub use crate::model::scoring::token_nll;

@@ -94,8 +94,7 @@ struct Linear {
 }
 
 enum LinearWeight {
-    /// Stored transposed, (in, out) contiguous: candle's gemm runs ~25% faster on it than on a
-    /// transposed view of (out, in).
+    /// Stored transposed, (in, out) contiguous, so gemm reads the weight row by row.
     DenseT(Tensor),
     /// (out, in) used through a transposed view: the tied output head shares the embedding.
     Dense(Tensor),
@@ -118,8 +117,8 @@ impl Linear {
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let y = match &self.weight {
-            LinearWeight::DenseT(wt) => x.matmul(wt)?,
-            LinearWeight::Dense(w) => x.matmul(&w.t()?)?,
+            LinearWeight::DenseT(wt) => super::matmul::matmul_split_rows(x, wt, false)?,
+            LinearWeight::Dense(w) => super::matmul::matmul_split_rows(x, w, true)?,
             LinearWeight::Quant(q) => q.forward(x)?,
         };
         Ok(match &self.bias {
@@ -483,8 +482,38 @@ impl Llama {
         self.lm_head.forward(normed)
     }
 
+    /// NLL of `targets[r]` given final-norm hidden row r: a dense head is streamed in vocabulary
+    /// blocks (no rows × vocab matrix); a quantized one goes through [`Llama::logits`].
+    pub fn next_token_nll(&self, normed: &Tensor, targets: &[u32]) -> Result<Vec<f64>> {
+        use super::scoring::{streamed_nll, token_nll, HeadWeight};
+        let (rows, d) = normed.dims2()?;
+        if rows != targets.len() {
+            return Err(Error::Internal(format!("{rows} hidden rows for {} targets", targets.len())));
+        }
+        let vocab = self.cfg.vocab_size;
+        if let Some(&bad) = targets.iter().find(|&&t| t as usize >= vocab) {
+            return Err(Error::input(format!("token id {bad} is outside the model's vocabulary of {vocab}")));
+        }
+        let normed = normed.contiguous()?;
+        let dense = match (&self.lm_head.weight, &self.lm_head.bias) {
+            (LinearWeight::Dense(w), None) => Some((w, true)),
+            (LinearWeight::DenseT(w), None) => Some((w, false)),
+            _ => None,
+        };
+        if let Some((w, out_in)) = dense {
+            let w = w.contiguous()?;
+            return crate::capture::sink::with_f32(&w, |w| {
+                crate::capture::sink::with_f32(&normed, |x| streamed_nll(x, d, if out_in { HeadWeight::OutIn(w) } else { HeadWeight::InOut(w) }, vocab, targets))
+            })?;
+        }
+        let logits = self.logits(&normed)?;
+        crate::capture::sink::with_f32(&logits, |x| x.par_chunks(vocab).zip(targets.par_iter()).map(|(row, &t)| token_nll(row, t as usize)).collect())
+    }
+
     /// Causal softmax attention for q (H, T, dh) against all visible keys k/v (KVH, past+T, dh),
-    /// one block of query rows at a time. Returns (T, H·dh).
+    /// one block of query rows at a time; within a block every head runs as its own task
+    /// (scores, mask and softmax while its rows are in cache, then A·V straight into its columns
+    /// of the output). Returns (T, H·dh).
     #[allow(clippy::too_many_arguments)]
     fn attention(&self, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, past: usize, sink: &mut dyn CaptureSink, mask: Option<&KeyMask>) -> Result<Tensor> {
         let (h, t, dh) = q.dims3()?;
@@ -498,44 +527,93 @@ impl Llama {
         // Small enough blocks also skip most of the masked upper triangle (keys beyond the block's
         // last query are never multiplied).
         let block = (self.attention_block_bytes / per_row.max(1)).clamp(1, MAX_BLOCK_ROWS.min(t));
-        // (KVH, group, T, dh): the query heads that share one kv head, side by side.
-        let q = q.reshape((kvh, group, t, dh))?;
-        let mut outs = Vec::with_capacity(t.div_ceil(block));
-        for b0 in (0..t).step_by(block) {
-            let b = block.min(t - b0);
-            let visible = past + b0 + b;
-            let qb = q.narrow(2, b0, b)?.contiguous()?.reshape((kvh, group * b, dh))?;
-            let kb = k.narrow(1, 0, visible)?;
-            let vb = v.narrow(1, 0, visible)?;
-            let scores = qb.matmul(&kb.t()?)?;
-            let mut a = scores.flatten_all()?.to_vec1::<f32>()?;
-            drop(scores);
-            // Rows are (kv head, group member, query r); query r sees keys 0..=past+b0+r.
-            a.par_chunks_mut(visible).enumerate().for_each(|(row, s)| {
-                let query = past + b0 + row % b;
-                scale_and_mask(s, scale, query + 1);
-                // A knocked-out key is hidden from the chosen heads' later queries (row / b is the
-                // head: rows run over (kv head, group member, query)).
-                if let Some(m) = mask {
-                    if query > m.key && m.heads.contains(&(row / b)) {
-                        s[m.key] = f32::NEG_INFINITY;
+        let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
+        let width = h * dh;
+        let mut out = vec![0f32; t * width];
+        crate::capture::sink::with_f32(&q, |q| {
+            crate::capture::sink::with_f32(&k, |k| {
+                crate::capture::sink::with_f32(&v, |v| -> Result<()> {
+                    for b0 in (0..t).step_by(block) {
+                        let b = block.min(t - b0);
+                        let visible = past + b0 + b;
+                        let head_len = b * visible;
+                        let mut a = vec![0f32; h * head_len];
+                        // Scores: (b × dh) · (dh × visible) per head, scaled and causally masked.
+                        a.par_chunks_mut(head_len).enumerate().for_each(|(head, s)| {
+                            let kv = head / group;
+                            let qh = &q[(head * t + b0) * dh..][..b * dh];
+                            let kh = &k[kv * n_keys * dh..][..visible * dh];
+                            // SAFETY: s is b×visible, qh b×dh, kh visible×dh (read transposed).
+                            unsafe { gemm_f32(b, visible, dh, s.as_mut_ptr(), visible, 1, qh.as_ptr(), dh, 1, kh.as_ptr(), 1, dh) };
+                            for (r, row) in s.chunks_mut(visible).enumerate() {
+                                let query = past + b0 + r;
+                                scale_and_mask(row, scale, query + 1);
+                                // A knocked-out key is hidden from the chosen heads' later queries.
+                                if let Some(m) = mask {
+                                    if query > m.key && m.heads.contains(&head) {
+                                        row[m.key] = f32::NEG_INFINITY;
+                                    }
+                                }
+                            }
+                        });
+                        let rows = past + b0..past + b0 + b;
+                        if want_scores {
+                            let scores = Tensor::from_vec(a.clone(), (h, b, visible), &Device::Cpu)?;
+                            sink.record(&HookPoint::AttnScores(layer), rows.clone(), &scores)?;
+                        }
+                        a.par_chunks_mut(visible).enumerate().for_each(|(row, s)| softmax_prefix(s, past + b0 + row % b + 1));
+                        let pattern = Tensor::from_vec(a, (h, b, visible), &Device::Cpu)?;
+                        if want_pattern {
+                            sink.record(&HookPoint::Pattern(layer), rows, &pattern)?;
+                        }
+                        // Output: (b × visible) · (visible × dh) per head, into its columns.
+                        let dst = SendPtr(out.as_mut_ptr());
+                        crate::capture::sink::with_f32(&pattern, |a| {
+                            (0..h).into_par_iter().for_each(|head| {
+                                let kv = head / group;
+                                let ah = &a[head * head_len..][..head_len];
+                                let vh = &v[kv * n_keys * dh..][..visible * dh];
+                                // SAFETY: each head writes rows b0..b0+b, columns head·dh..(head+1)·dh
+                                // of the (t, h·dh) output: disjoint across heads.
+                                unsafe { gemm_f32(b, dh, visible, dst.at((b0 * width) + head * dh), width, 1, ah.as_ptr(), visible, 1, vh.as_ptr(), dh, 1) };
+                            })
+                        })?;
                     }
-                }
-            });
-            let rows = past + b0..past + b0 + b;
-            if want_scores {
-                let scores = Tensor::from_vec(a.clone(), (h, b, visible), &Device::Cpu)?;
-                sink.record(&HookPoint::AttnScores(layer), rows.clone(), &scores)?;
-            }
-            a.par_chunks_mut(visible).enumerate().for_each(|(row, s)| softmax_prefix(s, past + b0 + row % b + 1));
-            let pattern = Tensor::from_vec(a, (kvh, group * b, visible), &Device::Cpu)?;
-            if want_pattern {
-                sink.record(&HookPoint::Pattern(layer), rows, &pattern.reshape((h, b, visible))?)?;
-            }
-            outs.push(pattern.matmul(&vb)?.reshape((h, b, dh))?);
-        }
-        let out = if outs.len() == 1 { outs.pop().unwrap_or_else(|| unreachable!()) } else { Tensor::cat(&outs, 1)? };
-        Ok(out.transpose(0, 1)?.contiguous()?.reshape((t, h * dh))?)
+                    Ok(())
+                })
+            })
+        })????;
+        Ok(Tensor::from_vec(out, (t, width), &Device::Cpu)?)
+    }
+}
+
+/// A raw output pointer shared by tasks that write disjoint parts of one buffer.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: only used for disjoint writes (see its uses).
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    /// # Safety
+    /// `i` must lie inside the buffer.
+    unsafe fn at(&self, i: usize) -> *mut f32 {
+        unsafe { self.0.add(i) }
+    }
+}
+
+/// dst (m × n) = lhs (m × k) · rhs (k × n), single-threaded, every operand given by its row and
+/// column strides.
+///
+/// # Safety
+/// Every index the strides reach must lie inside its buffer.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_f32(m: usize, n: usize, k: usize, dst: *mut f32, dst_rs: usize, dst_cs: usize, lhs: *const f32, lhs_rs: usize, lhs_cs: usize, rhs: *const f32, rhs_rs: usize, rhs_cs: usize) {
+    unsafe {
+        gemm::gemm(
+            m, n, k, dst, dst_cs as isize, dst_rs as isize, false, lhs, lhs_cs as isize, lhs_rs as isize, rhs, rhs_cs as isize, rhs_rs as isize, 0.0, 1.0, false, false, false,
+            gemm::Parallelism::None,
+        )
     }
 }
 

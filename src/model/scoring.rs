@@ -1,0 +1,158 @@
+//! Next-token NLL from final-norm hidden states. Only log Σ exp(logits) and the target's logit
+//! are needed, so a dense output head is streamed in vocabulary blocks (each block's logits live
+//! in cache for one task, the head is read once per 512 rows) instead of materialising rows ×
+//! vocab logits and reading them back.
+
+use rayon::prelude::*;
+
+use super::llama::exp_f32;
+
+/// Vocabulary entries per task.
+const VOCAB_BLOCK: usize = 4096;
+/// Hidden rows scored per pass (bounds each task's logits to 512 × 4096 floats).
+const ROW_CHUNK: usize = 512;
+
+/// −log softmax(row)[target]: exponentials after subtracting the max, in eight f32 lanes per
+/// 1,024-entry block (so a 49,152-entry row vectorizes, with the branch-free exp), blocks summed
+/// in f64.
+pub fn token_nll(row: &[f32], target: usize) -> f64 {
+    let max = lane_max(row);
+    (max as f64 + sum_exp(row, max).ln()) - row[target] as f64
+}
+
+fn lane_max(row: &[f32]) -> f32 {
+    let mut top = [f32::NEG_INFINITY; 8];
+    let chunks = row.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (m, &v) in top.iter_mut().zip(c) {
+            *m = if v > *m { v } else { *m };
+        }
+    }
+    top.iter().chain(rest).copied().fold(f32::NEG_INFINITY, f32::max)
+}
+
+/// Σ exp(v − max) over the row.
+fn sum_exp(row: &[f32], max: f32) -> f64 {
+    let mut sum = 0f64;
+    for block in row.chunks(1024) {
+        let mut lanes = [0f32; 8];
+        let chunks = block.chunks_exact(8);
+        let rest = chunks.remainder();
+        for c in chunks {
+            for (l, &v) in lanes.iter_mut().zip(c) {
+                *l += exp_f32(v - max);
+            }
+        }
+        sum += lanes.iter().map(|&l| l as f64).sum::<f64>() + rest.iter().map(|&v| exp_f32(v - max) as f64).sum::<f64>();
+    }
+    sum
+}
+
+/// The output head's weight as the scorer reads it.
+pub(crate) enum HeadWeight<'a> {
+    /// (vocab, d) row-major: a Linear (out, in) weight, e.g. tied embeddings.
+    OutIn(&'a [f32]),
+    /// (d, vocab) row-major.
+    InOut(&'a [f32]),
+}
+
+/// One row's partial log-sum-exp over a vocabulary block.
+#[derive(Clone, Copy)]
+struct Partial {
+    max: f32,
+    sum: f64,
+    target: Option<f32>,
+}
+
+/// NLL of `targets[r]` under logits x[r] · W for x (rows, d) row-major.
+pub(crate) fn streamed_nll(x: &[f32], d: usize, head: HeadWeight<'_>, vocab: usize, targets: &[u32]) -> Vec<f64> {
+    let rows = targets.len();
+    debug_assert!(x.len() >= rows * d);
+    let mut out = Vec::with_capacity(rows);
+    for r0 in (0..rows).step_by(ROW_CHUNK) {
+        let m = ROW_CHUNK.min(rows - r0);
+        let xs = &x[r0 * d..(r0 + m) * d];
+        let ts = &targets[r0..r0 + m];
+        let blocks: Vec<Vec<Partial>> = (0..vocab)
+            .step_by(VOCAB_BLOCK)
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map(|j0| {
+                let vb = VOCAB_BLOCK.min(vocab - j0);
+                let mut logits = vec![0f32; m * vb];
+                // The block's (d, vb) slice of W: pointer and (row, column) strides.
+                let (w, rs, cs) = match head {
+                    HeadWeight::OutIn(w) => (&w[j0 * d..(j0 + vb) * d], 1, d),
+                    HeadWeight::InOut(w) => (&w[j0..(d - 1) * vocab + j0 + vb], vocab, 1),
+                };
+                // SAFETY: logits is m×vb, xs m×d; (p, j) ↦ p·rs + j·cs stays inside w's slice
+                // for p < d, j < vb.
+                unsafe {
+                    gemm::gemm(m, vb, d, logits.as_mut_ptr(), 1, vb as isize, false, xs.as_ptr(), 1, d as isize, w.as_ptr(), cs as isize, rs as isize, 0.0, 1.0, false, false, false, gemm::Parallelism::None);
+                }
+                logits
+                    .chunks(vb)
+                    .zip(ts)
+                    .map(|(row, &t)| {
+                        let max = lane_max(row);
+                        let t = t as usize;
+                        Partial { max, sum: sum_exp(row, max), target: (j0..j0 + vb).contains(&t).then(|| row[t - j0]) }
+                    })
+                    .collect()
+            })
+            .collect();
+        for r in 0..m {
+            // Combined in block order, so the result does not depend on scheduling.
+            let max = blocks.iter().map(|b| b[r].max).fold(f32::NEG_INFINITY, f32::max);
+            let sum: f64 = blocks.iter().map(|b| b[r].sum * ((b[r].max - max) as f64).exp()).sum();
+            let target = blocks.iter().find_map(|b| b[r].target).unwrap_or(f32::NAN);
+            out.push((max as f64 + sum.ln()) - target as f64);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nll_of_uniform_row_is_log_vocab() {
+        let row = vec![0.5f32; 8];
+        assert!((token_nll(&row, 3) - 8f64.ln()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn nll_matches_a_plain_f64_log_softmax() {
+        // 1,003 entries (not a multiple of 8), spread over ±30.
+        let row: Vec<f32> = (0..1003).map(|i| ((i * 7919) % 6000) as f32 / 100.0 - 30.0).collect();
+        let max = row.iter().copied().fold(f64::NEG_INFINITY, |m, v| m.max(v as f64));
+        let lse = max + row.iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln();
+        for target in [0, 500, 1002] {
+            let want = lse - row[target] as f64;
+            assert!((token_nll(&row, target) - want).abs() < 1e-6, "{target}");
+        }
+    }
+
+    #[test]
+    fn streamed_blocks_equal_full_rows_in_both_layouts() {
+        // 3 rows, d = 5, vocab = 9,001 (two full blocks and a ragged one).
+        let (rows, d, vocab) = (3, 5, 9001);
+        let x: Vec<f32> = (0..rows * d).map(|i| ((i * 13) % 7) as f32 * 0.5 - 1.5).collect();
+        let w: Vec<f32> = (0..vocab * d).map(|i| ((i * 7919) % 1000) as f32 * 0.004 - 2.0).collect();
+        let w_t: Vec<f32> = (0..d * vocab).map(|i| w[(i % vocab) * d + i / vocab]).collect();
+        let targets = [0u32, 4500, 9000];
+        let full: Vec<f64> = (0..rows)
+            .map(|r| {
+                let logits: Vec<f32> = (0..vocab).map(|j| (0..d).map(|p| x[r * d + p] * w[j * d + p]).sum()).collect();
+                token_nll(&logits, targets[r] as usize)
+            })
+            .collect();
+        for got in [streamed_nll(&x, d, HeadWeight::OutIn(&w), vocab, &targets), streamed_nll(&x, d, HeadWeight::InOut(&w_t), vocab, &targets)] {
+            for (g, f) in got.iter().zip(&full) {
+                assert!((g - f).abs() < 1e-5, "{g} vs {f}");
+            }
+        }
+    }
+}
