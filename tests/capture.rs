@@ -63,6 +63,36 @@ fn capture_writes_summary_reductions_and_tensors_that_agree() {
     }
 }
 
+/// `hook_attn_scores` (scaled, masked −∞) and `hook_pattern` saved together: the pattern is the
+/// row softmax of the scores (1e-6), and the scores are −∞ exactly above the diagonal.
+#[test]
+fn saved_scores_softmax_to_the_saved_pattern() {
+    let _ = model_or_skip!("stories260K.gguf");
+    let dir = common::temp_dir("capture-scores");
+    let tensors = dir.join("scores.safetensors");
+    let text = common::fixture("texts/tinystories.txt");
+    run_ok(&[
+        "capture", "-m", "stories260k", "-f", text.to_str().unwrap(), "-o", dir.join("run").to_str().unwrap(),
+        "--save-tensors", tensors.to_str().unwrap(), "--hooks", "blocks.2.attn.hook_attn_scores,blocks.2.attn.hook_pattern",
+    ]);
+    let full = Fixture::open(&tensors);
+    let (shape, scores) = full.f32("blocks.2.attn.hook_attn_scores");
+    let (_, pattern) = full.f32("blocks.2.attn.hook_pattern");
+    let (heads, t) = (shape[0], shape[1]);
+    for h in 0..heads {
+        for q in 0..t {
+            let s = &scores[(h * t + q) * t..(h * t + q + 1) * t];
+            assert!(s[q + 1..].iter().all(|&x| x == f32::NEG_INFINITY));
+            let max = s[..=q].iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let z: f64 = s[..=q].iter().map(|&x| (x as f64 - max).exp()).sum();
+            for k in 0..=q {
+                let want = (s[k] as f64 - max).exp() / z;
+                assert!((pattern[(h * t + q) * t + k] as f64 - want).abs() < 1e-6, "head {h} query {q} key {k}");
+            }
+        }
+    }
+}
+
 #[test]
 fn smollm2_sinks_on_position_zero_with_massive_activations() {
     let _ = model_or_skip!("SmolLM2-135M-Instruct.Q4_1.gguf");

@@ -554,14 +554,18 @@ impl Llama {
                                         row[m.key] = f32::NEG_INFINITY;
                                     }
                                 }
+                                // Softmax while the row is in cache, unless the raw scores are wanted first.
+                                if !want_scores {
+                                    softmax_prefix(row, query + 1);
+                                }
                             }
                         });
                         let rows = past + b0..past + b0 + b;
                         if want_scores {
                             let scores = Tensor::from_vec(a.clone(), (h, b, visible), &Device::Cpu)?;
                             sink.record(&HookPoint::AttnScores(layer), rows.clone(), &scores)?;
+                            a.par_chunks_mut(visible).enumerate().for_each(|(row, s)| softmax_prefix(s, past + b0 + row % b + 1));
                         }
-                        a.par_chunks_mut(visible).enumerate().for_each(|(row, s)| softmax_prefix(s, past + b0 + row % b + 1));
                         let pattern = Tensor::from_vec(a, (h, b, visible), &Device::Cpu)?;
                         if want_pattern {
                             sink.record(&HookPoint::Pattern(layer), rows, &pattern)?;
