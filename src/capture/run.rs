@@ -1,5 +1,5 @@
 //! One capture: check the memory estimate, run the forward pass once with the standard reducers
-//! (and a full-tensor collector when asked), and score the text's next-token loss in row chunks.
+//! (and a full-tensor collector when asked), and score the text's next-token loss.
 
 use std::time::Instant;
 
@@ -10,9 +10,6 @@ use crate::error::{Error, Result};
 use crate::model::Llama;
 use crate::report::heatmaps::Heatmaps;
 use crate::report::NllSummary;
-
-/// Rows of logits computed at once when scoring (a full T×vocab matrix can be gigabytes).
-const LOGIT_ROWS: usize = 128;
 
 pub struct CaptureOptions {
     /// Early key positions that get a per-head α in the summary.
@@ -78,13 +75,8 @@ pub fn capture(model: &Llama, ids: &[u32], opts: &CaptureOptions) -> Result<Capt
 
 /// Mean NLL of tokens 1..T given their prefixes, from final-norm hidden states (T, d).
 pub fn score(model: &Llama, hidden: &candle_core::Tensor, ids: &[u32]) -> Result<NllSummary> {
-    let t = ids.len();
-    let mut total = 0f64;
-    for start in (0..t.saturating_sub(1)).step_by(LOGIT_ROWS) {
-        let rows = LOGIT_ROWS.min(t - 1 - start);
-        total += token_nlls(model, &hidden.narrow(0, start, rows)?, &ids[start + 1..start + 1 + rows])?.iter().sum::<f64>();
-    }
-    let scored = t.saturating_sub(1);
+    let scored = ids.len().saturating_sub(1);
+    let total: f64 = if scored > 0 { token_nlls(model, &hidden.narrow(0, 0, scored)?, &ids[1..])?.iter().sum() } else { 0.0 };
     let mean = if scored > 0 { total / scored as f64 } else { 0.0 };
     Ok(NllSummary { mean_nll: mean, perplexity: mean.exp(), scored })
 }

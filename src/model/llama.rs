@@ -17,6 +17,8 @@ use crate::error::{Error, Result};
 const ATTENTION_BLOCK_BYTES: usize = 32 << 20;
 /// Query rows per block at most.
 const MAX_BLOCK_ROWS: usize = 128;
+/// Logit rows materialised at once when a quantized head cannot be streamed.
+const LOGIT_ROWS: usize = 128;
 
 /// Shape and numerics of a Llama-family model.
 #[derive(Debug, Clone, Serialize)]
@@ -506,8 +508,15 @@ impl Llama {
                 crate::capture::sink::with_f32(&normed, |x| streamed_nll(x, d, if out_in { HeadWeight::OutIn(w) } else { HeadWeight::InOut(w) }, vocab, targets))
             })?;
         }
-        let logits = self.logits(&normed)?;
-        crate::capture::sink::with_f32(&logits, |x| x.par_chunks(vocab).zip(targets.par_iter()).map(|(row, &t)| token_nll(row, t as usize)).collect())
+        // Row chunks: a full rows × vocab matrix can be gigabytes.
+        let mut out = Vec::with_capacity(rows);
+        for r0 in (0..rows).step_by(LOGIT_ROWS) {
+            let n = LOGIT_ROWS.min(rows - r0);
+            let logits = self.logits(&normed.narrow(0, r0, n)?)?;
+            let ts = &targets[r0..r0 + n];
+            out.extend(crate::capture::sink::with_f32(&logits, |x| x.par_chunks(vocab).zip(ts.par_iter()).map(|(row, &t)| token_nll(row, t as usize)).collect::<Vec<_>>())?);
+        }
+        Ok(out)
     }
 
     /// Causal softmax attention for q (H, T, dh) against all visible keys k/v (KVH, past+T, dh),
