@@ -180,7 +180,13 @@ fn recommend_json_has_the_recommendation_and_table() {
     let best = table[..3].iter().map(|row| row["ppl_after_eviction"].as_f64().unwrap()).fold(f64::INFINITY, f64::min);
     let first_ok = table[..3].iter().find(|row| row["ppl_after_eviction"].as_f64().unwrap() <= best * 1.02).unwrap();
     assert_eq!(first_ok["sinks"].as_u64().unwrap(), rec);
-    assert!(!r["verdict"].as_str().unwrap().is_empty());
+    let verdict = r["verdict"].as_str().unwrap();
+    assert!(verdict.contains("Recomputing") && !verdict.contains("estimated"), "{verdict}");
+    // A recompute scored on every 4th step is called an estimate in the verdict.
+    let sampled = common::sinkscope(&["recommend", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "200", "--cache", "48", "--sinks", "0,1,4", "--recompute-every", "4", "--json"]);
+    assert!(sampled.status.success(), "{}", String::from_utf8_lossy(&sampled.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&sampled.stdout).unwrap();
+    assert!(r["verdict"].as_str().unwrap().contains("estimated from"), "{}", r["verdict"]);
 }
 
 /// Per-token NLL against an independent PyTorch loop with a hand-managed cache

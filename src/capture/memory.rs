@@ -28,9 +28,10 @@ pub fn hook_elements(cfg: &LlamaConfig, hook: &HookPoint, t: u64) -> u64 {
     }
 }
 
-/// Estimates peak memory of a forward over `t` tokens with the standard reducers, plus the full
-/// tensors `save` selects. `weight_bytes` is the in-memory size of the loaded weights.
-pub fn estimate(cfg: &LlamaConfig, t: usize, weight_bytes: u64, save: Option<&HookFilter>) -> MemoryEstimate {
+/// Estimates peak memory of a forward over `t` tokens with the standard reducers, the pooled
+/// heatmaps when `heatmap` = Some((bins, first keys)), plus the full tensors `save` selects.
+/// `weight_bytes` is the in-memory size of the loaded weights.
+pub fn estimate(cfg: &LlamaConfig, t: usize, weight_bytes: u64, save: Option<&HookFilter>, heatmap: Option<(usize, usize)>) -> MemoryEstimate {
     let t64 = t as u64;
     let (d, ff, h, kvh, dh, l) = (cfg.d_model as u64, cfg.d_ff as u64, cfg.n_heads as u64, cfg.n_kv_heads as u64, cfg.d_head as u64, cfg.n_layers as u64);
     // Live per-layer tensors: residual, normed input, q|k|v, roped copies, attention output,
@@ -41,6 +42,11 @@ pub fn estimate(cfg: &LlamaConfig, t: usize, weight_bytes: u64, save: Option<&Ho
     let activations = per_layer + attention_block + logits_chunk;
     // Column masses (f64) per layer, head and key; norms and top-k are smaller.
     let reducers = l * h * t64 * 8 + l * t64 * 3 * 4 + 2 * l * kvh * t64 * 4 + l * d * 4;
+    // Heatmaps: per layer and head a G×G grid and G×K early columns, f32.
+    let reducers = reducers + heatmap.map_or(0, |(bins, k)| {
+        let g = bins.min(t).max(1) as u64;
+        l * h * g * (g + k.min(t) as u64) * 4
+    });
     let saved_tensors = save
         .map(|f| HookPoint::all(cfg.n_layers).iter().filter(|hk| f.matches(hk)).map(|hk| hook_elements(cfg, hk, t64) * 4).sum())
         .unwrap_or(0);
@@ -90,10 +96,13 @@ mod tests {
     fn full_patterns_dominate_and_scale_quadratically() {
         let cfg = smollm();
         let all = HookFilter::parse("hook_pattern", 30).unwrap();
-        let e = estimate(&cfg, 8192, 0, Some(&all));
+        let e = estimate(&cfg, 8192, 0, Some(&all), None);
         // DESIGN §5: 30·9·8192²·4 bytes ≈ 72 GB.
         assert_eq!(e.saved_tensors, 30 * 9 * 8192 * 8192 * 4);
-        let reduced = estimate(&cfg, 8192, 0, None);
+        let reduced = estimate(&cfg, 8192, 0, None, None);
         assert!(reduced.total < 2 << 30, "reducers-only capture at 8k should fit in 2 GiB: {reduced:?}");
+        // The pooled heatmaps: 30 layers × 9 heads × 128 bins × (128 + 16) columns of f32 ≈ 20 MB.
+        let with_maps = estimate(&cfg, 8192, 0, None, Some((128, 16)));
+        assert_eq!(with_maps.reducers - reduced.reducers, 30 * 9 * 128 * (128 + 16) * 4);
     }
 }

@@ -40,7 +40,7 @@ pub struct CaptureOutput {
 }
 
 pub fn capture(model: &Llama, ids: &[u32], opts: &CaptureOptions) -> Result<CaptureOutput> {
-    let estimate = memory::estimate(&model.cfg, ids.len(), opts.weight_bytes, opts.save.as_ref());
+    let estimate = memory::estimate(&model.cfg, ids.len(), opts.weight_bytes, opts.save.as_ref(), opts.heatmap_bins.map(|g| (g, opts.first_keys)));
     if let Some(limit) = opts.memory_limit.or_else(memory::available_bytes) {
         if estimate.total > limit {
             return Err(Error::input(format!(

@@ -88,7 +88,16 @@ fn verdict(sweep: &[StreamOutcome], recompute: Option<&StreamOutcome>, rec: Opti
         }
     }
     if let (Some(r), Some(ps)) = (recompute.and_then(|r| r.ppl_after_eviction), at(s)) {
-        v.push_str(&format!(" Recomputing the window from scratch gives {r:.2}; S={s} is {} {}.", pct((ps - r).abs() / r), if ps >= r { "above it" } else { "below it" }));
+        // A recompute scored on every k-th step only is an estimate: its label says which steps.
+        let sampled = recompute.filter(|o| o.nll.iter().any(|v| v.is_nan())).map_or(String::new(), |o| {
+            let scored = o.nll.iter().filter(|v| !v.is_nan()).count();
+            format!(" (estimated from {scored} of {} steps)", o.nll.len())
+        });
+        v.push_str(&format!(
+            " Recomputing the window from scratch gives {r:.2}{sampled}; S={s} is {} {}.",
+            pct((ps - r).abs() / r),
+            if ps >= r { "above it" } else { "below it" }
+        ));
     }
     v
 }
