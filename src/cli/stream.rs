@@ -223,6 +223,7 @@ pub fn sweep_into(lm: &mut LoadedModel, args: &RecommendArgs) -> Result<Recommen
     let opts = SimOptions { recompute_every: args.recompute_every, token_by_token: args.text.token_by_token };
     let mut outcomes = simulate_with(&lm.model, &ids, &policies, opts, &mut progress_bar(&format!("sweep of {} policies", policies.len())))?;
     let recompute = if args.no_recompute { None } else { outcomes.pop() };
+    crate::kv::recommend::cliffs_against_best(&mut outcomes);
     let rec = recommend(&outcomes, recompute.as_ref(), args.cache, args.delta);
     if let Some(dir) = &args.out {
         outcomes.extend(recompute);

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::simulate::StreamOutcome;
+use super::simulate::{find_cliff_against, StreamOutcome};
 
 /// One row of the evidence table.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -30,6 +30,17 @@ pub struct Recommendation {
     pub recommended_sinks: Option<usize>,
     pub table: Vec<SweepRow>,
     pub verdict: String,
+}
+
+/// Re-dates every sweep policy's cliff against the best policy of the sweep (lowest
+/// post-eviction perplexity) on the same tokens, instead of against its own pre-eviction
+/// baseline: a passage of the text that is hard for every policy is then not a cliff.
+pub fn cliffs_against_best(sweep: &mut [StreamOutcome]) {
+    let best = sweep.iter().filter(|o| o.ppl_after_eviction.is_some()).min_by(|a, b| a.ppl_after_eviction.unwrap_or(f64::INFINITY).total_cmp(&b.ppl_after_eviction.unwrap_or(f64::INFINITY)));
+    let Some(reference) = best.map(|o| o.nll.clone()) else { return };
+    for o in sweep.iter_mut() {
+        o.cliff_step = o.first_eviction_step.and_then(|fe| find_cliff_against(&o.nll, &reference, fe));
+    }
 }
 
 /// Builds the recommendation from the sink sweep (S ascending; S = 0 is a plain window) and the

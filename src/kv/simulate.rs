@@ -259,6 +259,26 @@ pub fn find_cliff(nll: &[f64], first_eviction: usize) -> Option<usize> {
     (first_eviction..=nll.len() - w).find(|&s| nll[s..s + w].iter().sum::<f64>() / w as f64 > threshold)
 }
 
+/// Mean per-step NLL excess over a reference stream (the same tokens under another policy) that
+/// marks a cliff: over 32 steps the policy is 1.65× as perplexed as the reference.
+pub const RELATIVE_CLIFF_NATS: f64 = 0.5;
+
+/// The first step s ≥ `first_eviction` where the policy's NLL over [s, s+32) exceeds
+/// `reference`'s on the same steps by more than [`RELATIVE_CLIFF_NATS`] on average. Text
+/// difficulty cancels, so a hard passage that raises every policy alike is not a cliff. Steps
+/// either side left unscored (NaN) are skipped; a window needs half its steps scored.
+pub fn find_cliff_against(nll: &[f64], reference: &[f64], first_eviction: usize) -> Option<usize> {
+    let w = CLIFF_WINDOW;
+    let n = nll.len().min(reference.len());
+    if n < first_eviction + w {
+        return None;
+    }
+    (first_eviction..=n - w).find(|&s| {
+        let diffs: Vec<f64> = (s..s + w).map(|t| nll[t] - reference[t]).filter(|d| !d.is_nan()).collect();
+        diffs.len() >= w / 2 && diffs.iter().sum::<f64>() / diffs.len() as f64 > RELATIVE_CLIFF_NATS
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,6 +296,20 @@ mod tests {
         let mut wobble = vec![2.0; 130];
         wobble[80..88].iter_mut().for_each(|v| *v = 6.0);
         assert_eq!(find_cliff(&wobble, 64), None);
+    }
+
+    #[test]
+    fn a_hard_passage_is_no_cliff_against_a_reference() {
+        // Both streams get 2 nats harder over steps 80..120; only the second one then stays
+        // 1 nat above the reference from step 150 on.
+        let reference: Vec<f64> = (0..260).map(|t| if (80..120).contains(&t) { 4.5 } else { 2.5 }).collect();
+        let same = reference.clone();
+        assert_eq!(find_cliff_against(&same, &reference, 64), None);
+        let collapsing: Vec<f64> = reference.iter().enumerate().map(|(t, v)| if t >= 150 { v + 1.0 } else { *v }).collect();
+        let c = find_cliff_against(&collapsing, &reference, 64).unwrap();
+        assert!((134..=150).contains(&c), "{c}");
+        // The self-baseline rule flags the shared hard passage.
+        assert!(find_cliff(&same, 64).is_some());
     }
 
     #[test]
