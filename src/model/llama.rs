@@ -9,7 +9,9 @@ use candle_core::{Device, Module, Tensor};
 use rayon::prelude::*;
 use serde::Serialize;
 
+use super::matmul::gemm_f32;
 use super::rope::{Rope, RopeLayout};
+use gemm::Parallelism;
 use crate::capture::{CaptureSink, HookPoint};
 use crate::error::{Error, Result};
 
@@ -553,7 +555,7 @@ impl Llama {
                             let qh = &q[(head * t + b0) * dh..][..b * dh];
                             let kh = &k[kv * n_keys * dh..][..visible * dh];
                             // SAFETY: s is b×visible, qh b×dh, kh visible×dh (read transposed).
-                            unsafe { gemm_f32(b, visible, dh, s.as_mut_ptr(), visible, 1, qh.as_ptr(), dh, 1, kh.as_ptr(), 1, dh) };
+                            unsafe { gemm_f32(b, visible, dh, (s.as_mut_ptr(), visible, 1), (qh.as_ptr(), dh, 1), (kh.as_ptr(), 1, dh), Parallelism::None) };
                             for (r, row) in s.chunks_mut(visible).enumerate() {
                                 let query = past + b0 + r;
                                 scale_and_mask(row, scale, query + 1);
@@ -588,7 +590,7 @@ impl Llama {
                                 let vh = &v[kv * n_keys * dh..][..visible * dh];
                                 // SAFETY: each head writes rows b0..b0+b, columns head·dh..(head+1)·dh
                                 // of the (t, h·dh) output: disjoint across heads.
-                                unsafe { gemm_f32(b, dh, visible, dst.at((b0 * width) + head * dh), width, 1, ah.as_ptr(), visible, 1, vh.as_ptr(), dh, 1) };
+                                unsafe { gemm_f32(b, dh, visible, (dst.at(b0 * width + head * dh), width, 1), (ah.as_ptr(), visible, 1), (vh.as_ptr(), dh, 1), Parallelism::None) };
                             })
                         })?;
                     }
@@ -612,21 +614,6 @@ impl SendPtr {
     /// `i` must lie inside the buffer.
     unsafe fn at(&self, i: usize) -> *mut f32 {
         unsafe { self.0.add(i) }
-    }
-}
-
-/// dst (m × n) = lhs (m × k) · rhs (k × n), single-threaded, every operand given by its row and
-/// column strides.
-///
-/// # Safety
-/// Every index the strides reach must lie inside its buffer.
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_f32(m: usize, n: usize, k: usize, dst: *mut f32, dst_rs: usize, dst_cs: usize, lhs: *const f32, lhs_rs: usize, lhs_cs: usize, rhs: *const f32, rhs_rs: usize, rhs_cs: usize) {
-    unsafe {
-        gemm::gemm(
-            m, n, k, dst, dst_cs as isize, dst_rs as isize, false, lhs, lhs_cs as isize, lhs_rs as isize, rhs, rhs_cs as isize, rhs_rs as isize, 0.0, 1.0, false, false, false,
-            gemm::Parallelism::None,
-        )
     }
 }
 

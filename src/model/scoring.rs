@@ -6,6 +6,7 @@
 use rayon::prelude::*;
 
 use super::llama::exp_f32;
+use super::matmul::gemm_f32;
 
 /// Vocabulary entries per task.
 const VOCAB_BLOCK: usize = 4096;
@@ -87,10 +88,8 @@ pub(crate) fn streamed_nll(x: &[f32], d: usize, head: HeadWeight<'_>, vocab: usi
                     HeadWeight::InOut(w) => (&w[j0..(d - 1) * vocab + j0 + vb], vocab, 1),
                 };
                 // SAFETY: logits is m×vb, xs m×d; (p, j) ↦ p·rs + j·cs stays inside w's slice
-                // for p < d, j < vb.
-                unsafe {
-                    gemm::gemm(m, vb, d, logits.as_mut_ptr(), 1, vb as isize, false, xs.as_ptr(), 1, d as isize, w.as_ptr(), cs as isize, rs as isize, 0.0, 1.0, false, false, false, gemm::Parallelism::None);
-                }
+                // for p < d, j < vb; the task owns its logits.
+                unsafe { gemm_f32(m, vb, d, (logits.as_mut_ptr(), vb, 1), (xs.as_ptr(), d, 1), (w.as_ptr(), rs, cs), gemm::Parallelism::None) };
                 logits
                     .chunks(vb)
                     .zip(ts)
