@@ -4,7 +4,7 @@
 
 mod common;
 
-use sinkscope::capture::run::token_nll;
+use sinkscope::model::scoring::token_nll;
 use sinkscope::capture::NoCapture;
 use sinkscope::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
 use sinkscope::model::{load, LoadOptions, LoadedModel};

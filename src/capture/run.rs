@@ -76,14 +76,7 @@ pub fn capture(model: &Llama, ids: &[u32], opts: &CaptureOptions) -> Result<Capt
 /// Mean NLL of tokens 1..T given their prefixes, from final-norm hidden states (T, d).
 pub fn score(model: &Llama, hidden: &candle_core::Tensor, ids: &[u32]) -> Result<NllSummary> {
     let scored = ids.len().saturating_sub(1);
-    let total: f64 = if scored > 0 { token_nlls(model, &hidden.narrow(0, 0, scored)?, &ids[1..])?.iter().sum() } else { 0.0 };
+    let total: f64 = if scored > 0 { model.next_token_nll(&hidden.narrow(0, 0, scored)?, &ids[1..])?.iter().sum() } else { 0.0 };
     let mean = if scored > 0 { total / scored as f64 } else { 0.0 };
     Ok(NllSummary { mean_nll: mean, perplexity: mean.exp(), scored })
 }
-
-/// NLL of `targets[i]` under the logits of hidden row i (rows in parallel).
-pub fn token_nlls(model: &Llama, hidden: &candle_core::Tensor, targets: &[u32]) -> Result<Vec<f64>> {
-    model.next_token_nll(hidden, targets)
-}
-
-pub use crate::model::scoring::token_nll;

@@ -16,7 +16,6 @@ use serde::{Deserialize, Serialize};
 use super::cache::PolicyCache;
 use super::policy::{Policy, PolicyKind, PositionMode};
 use super::trace::PolicyTrace;
-use crate::capture::run::token_nlls;
 use crate::capture::NoCapture;
 use crate::error::{Error, Result};
 use crate::model::llama::KvStore;
@@ -106,7 +105,7 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
         let mut cache = PolicyCache::new(dense(), model.cfg.d_head)?.keeping_rotated();
         for t in 0..shared {
             let h = model.decode_step(&ids[t..t + 1], &mut [&mut cache])?;
-            prefix_nll.extend(token_nlls(model, &h, &ids[t + 1..t + 2])?);
+            prefix_nll.extend(model.next_token_nll(&h, &ids[t + 1..t + 2])?);
             progress(t + 1, total);
         }
         prefix_cache = Some(cache);
@@ -115,7 +114,7 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
             let b = STREAM_BLOCK.min(shared - b0);
             let views: Vec<QueryView> = (b0..b0 + b).map(QueryView::dense).collect();
             let h = model.forward_windowed(&ids[b0..b0 + b], &views, &mut prefix_kv)?;
-            prefix_nll.extend(token_nlls(model, &h, &ids[b0 + 1..b0 + b + 1])?);
+            prefix_nll.extend(model.next_token_nll(&h, &ids[b0 + 1..b0 + b + 1])?);
             progress(b0 + b, total);
         }
         if policies.iter().any(decoded) {
@@ -146,7 +145,7 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
                 tracks[i].lens.push(held);
             }
             let h = model.forward_windowed(&ids[b0..b0 + b], &views, &mut kv)?;
-            tracks[i].nll.extend(token_nlls(model, &h, &ids[b0 + 1..b0 + b + 1])?);
+            tracks[i].nll.extend(model.next_token_nll(&h, &ids[b0 + 1..b0 + b + 1])?);
             done += b;
             progress(done, total);
         }
@@ -154,9 +153,9 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
     }
 
     // Policies decoded one token per step (all of them as one batch), and `recompute`.
+    let rope = model.rope();
     let mut caches: Vec<(usize, PolicyCache)> = Vec::new();
     if let Some(prefix) = &prefix_cache {
-        let rope = model.rope();
         for (i, p) in policies.iter().enumerate().filter(|(_, p)| decoded(p)) {
             let mut c = prefix.with_policy(*p);
             c.evict(&rope)?;
@@ -167,7 +166,6 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
     if caches.is_empty() && recompute.is_empty() {
         return Ok(outcomes(policies, tracks, n, shared, every));
     }
-    let rope = model.rope();
     for t in shared..steps {
         let target = ids[t + 1];
         if !caches.is_empty() {
@@ -177,7 +175,7 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
                 let mut stores: Vec<&mut dyn KvStore> = caches.iter_mut().map(|(_, c)| c as &mut dyn KvStore).collect();
                 model.decode_step(&tokens, &mut stores)?
             };
-            let scores = token_nlls(model, &h, &vec![target; caches.len()])?;
+            let scores = model.next_token_nll(&h, &vec![target; caches.len()])?;
             let share = t0.elapsed().as_secs_f64() / caches.len() as f64;
             for ((i, c), s) in caches.iter_mut().zip(scores) {
                 tracks[*i].nll.push(s);
@@ -197,7 +195,7 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
             let t0 = Instant::now();
             let hidden = model.forward(&ids[from..=t], None, &mut NoCapture)?;
             let last = hidden.narrow(0, t - from, 1)?;
-            tracks[i].nll.push(token_nlls(model, &last, &[target])?[0]);
+            tracks[i].nll.push(model.next_token_nll(&last, &[target])?[0]);
             tracks[i].wall += t0.elapsed().as_secs_f64();
         }
         done += caches.len() + recompute.len();

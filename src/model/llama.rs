@@ -463,10 +463,16 @@ impl Llama {
 
     /// Embeds `tokens`, refusing ids outside the vocabulary.
     pub(crate) fn embed_tokens(&self, tokens: &[u32]) -> Result<Tensor> {
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
-            return Err(Error::input(format!("token id {bad} is outside the model's vocabulary of {}", self.cfg.vocab_size)));
-        }
+        self.check_ids(tokens)?;
         Ok(self.embed.index_select(&Tensor::new(tokens, &Device::Cpu)?, 0)?)
+    }
+
+    /// Refuses token ids outside the vocabulary (inputs to embed, targets to score).
+    fn check_ids(&self, ids: &[u32]) -> Result<()> {
+        match ids.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+            Some(&bad) => Err(Error::input(format!("token id {bad} is outside the model's vocabulary of {}", self.cfg.vocab_size))),
+            None => Ok(()),
+        }
     }
 
     /// The model's rotary embedding (for caches that place keys themselves).
@@ -494,10 +500,8 @@ impl Llama {
         if rows != targets.len() {
             return Err(Error::Internal(format!("{rows} hidden rows for {} targets", targets.len())));
         }
+        self.check_ids(targets)?;
         let vocab = self.cfg.vocab_size;
-        if let Some(&bad) = targets.iter().find(|&&t| t as usize >= vocab) {
-            return Err(Error::input(format!("token id {bad} is outside the model's vocabulary of {vocab}")));
-        }
         let normed = normed.contiguous()?;
         let dense = match (&self.lm_head.weight, &self.lm_head.bias) {
             (LinearWeight::Dense(w), None) => Some((w, true)),
