@@ -222,7 +222,13 @@ impl Ord for ByAbs {
 /// The k largest-|x| elements of a row-major [rows, width] block, largest first.
 pub fn top_k_abs(x: &[f32], width: usize, first_row: usize, k: usize) -> Vec<Activation> {
     let mut heap: BinaryHeap<Reverse<ByAbs>> = BinaryHeap::with_capacity(k + 1);
+    // |x| of the heap's smallest once it is full: anything smaller cannot enter, and most
+    // elements are rejected by this one comparison (ties still go through the full order).
+    let mut floor = f32::NEG_INFINITY;
     for (i, &v) in x.iter().enumerate() {
+        if v.abs() < floor {
+            continue;
+        }
         let item = ByAbs(v.abs(), first_row + i / width, i % width, v);
         if heap.len() < k {
             heap.push(Reverse(item));
@@ -231,6 +237,9 @@ pub fn top_k_abs(x: &[f32], width: usize, first_row: usize, k: usize) -> Vec<Act
                 heap.pop();
                 heap.push(Reverse(item));
             }
+        }
+        if heap.len() == k {
+            floor = heap.peek().map_or(floor, |Reverse(min)| min.0);
         }
     }
     let mut out: Vec<ByAbs> = heap.into_iter().map(|Reverse(b)| b).collect();
@@ -409,6 +418,20 @@ mod tests {
         assert_eq!(top, vec![Activation { pos: 10, dim: 1, value: -300.0 }, Activation { pos: 11, dim: 1, value: 150.0 }]);
         assert_eq!(median_abs(&x), (1.5 + 2.0) / 2.0);
         assert_eq!(median_abs(&[3.0, -1.0, 2.0]), 2.0);
+    }
+
+    #[test]
+    fn top_k_equals_a_full_sort_with_ties() {
+        // Many equal magnitudes of both signs: the order is |x|, then earlier position, then
+        // lower dim, exactly as a full sort gives it.
+        let x: Vec<f32> = (0..997).map(|i| (((i * 37) % 23) as f32 - 11.0) * 0.5).collect();
+        let width = 7;
+        for k in [0, 1, 5, 16, 40] {
+            let mut all: Vec<Activation> = x.iter().enumerate().map(|(i, &v)| Activation { pos: 3 + i / width, dim: i % width, value: v }).collect();
+            all.sort_by(|a, b| b.value.abs().total_cmp(&a.value.abs()).then(a.pos.cmp(&b.pos)).then(a.dim.cmp(&b.dim)));
+            all.truncate(k);
+            assert_eq!(top_k_abs(&x, width, 3, k), all, "k = {k}");
+        }
     }
 
     #[test]

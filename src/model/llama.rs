@@ -559,10 +559,14 @@ impl Llama {
                             let qh = &q[(head * t + b0) * dh..][..b * dh];
                             let kh = &k[kv * n_keys * dh..][..visible * dh];
                             // SAFETY: s is b×visible, qh b×dh, kh visible×dh (read transposed).
-                            unsafe { gemm_f32(b, visible, dh, (s.as_mut_ptr(), visible, 1), (qh.as_ptr(), dh, 1), (kh.as_ptr(), 1, dh), Parallelism::None) };
+                            // The 1/√dh scale is applied by the kernel to each finished dot product.
+                            unsafe { gemm_f32(b, visible, dh, (s.as_mut_ptr(), visible, 1), (qh.as_ptr(), dh, 1), (kh.as_ptr(), 1, dh), scale, Parallelism::None) };
                             for (r, row) in s.chunks_mut(visible).enumerate() {
                                 let query = past + b0 + r;
-                                scale_and_mask(row, scale, query + 1);
+                                // Future keys show as −∞ in saved scores; softmax ignores them anyway.
+                                if want_scores {
+                                    row[query + 1..].fill(f32::NEG_INFINITY);
+                                }
                                 // A knocked-out key is hidden from the chosen heads' later queries.
                                 if let Some(m) = mask {
                                     if query > m.key && m.heads.contains(&head) {
@@ -594,7 +598,7 @@ impl Llama {
                                 let vh = &v[kv * n_keys * dh..][..visible * dh];
                                 // SAFETY: each head writes rows b0..b0+b, columns head·dh..(head+1)·dh
                                 // of the (t, h·dh) output: disjoint across heads.
-                                unsafe { gemm_f32(b, dh, visible, (dst.at(b0 * width + head * dh), width, 1), (ah.as_ptr(), visible, 1), (vh.as_ptr(), dh, 1), Parallelism::None) };
+                                unsafe { gemm_f32(b, dh, visible, (dst.at(b0 * width + head * dh), width, 1), (ah.as_ptr(), visible, 1), (vh.as_ptr(), dh, 1), 1.0, Parallelism::None) };
                             })
                         })?;
                     }
@@ -637,13 +641,6 @@ fn swiglu(gate_up: &Tensor) -> Result<Tensor> {
         out
     })?;
     Ok(Tensor::from_vec(out, (t, ff), &Device::Cpu)?)
-}
-
-/// Multiplies the visible scores by `scale` and sets the masked (future) ones to −∞.
-fn scale_and_mask(row: &mut [f32], scale: f32, visible: usize) {
-    let (seen, future) = row.split_at_mut(visible.min(row.len()));
-    seen.iter_mut().for_each(|s| *s *= scale);
-    future.fill(f32::NEG_INFINITY);
 }
 
 /// Softmax over the first `visible` entries; the rest become exactly 0.
@@ -753,9 +750,8 @@ mod tests {
 
     #[test]
     fn masked_softmax_rows() {
-        let mut row = vec![1.0, 2.0, 3.0, 100.0];
-        scale_and_mask(&mut row, 0.5, 3);
-        assert_eq!(row[3], f32::NEG_INFINITY);
+        // The future entry (100) is ignored, whatever it holds, and comes back as exactly 0.
+        let mut row = vec![0.5, 1.0, 1.5, 100.0];
         softmax_prefix(&mut row, 3);
         let e: Vec<f32> = [0.5f32, 1.0, 1.5].iter().map(|x| x.exp()).collect();
         let z: f32 = e.iter().sum();

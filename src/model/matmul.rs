@@ -46,18 +46,18 @@ fn product(x: &[f32], w: &[f32], y: &mut [f32], (rows, k, n): (usize, usize, usi
     debug_assert!(x.len() >= rows * k && w.len() >= k * n && y.len() >= rows * n);
     // SAFETY: x holds rows×k and y rows×n elements (row-major); w holds k×n elements, and
     // (p, j) ↦ p·w_rs + j·w_cs stays inside it for p < k, j < n.
-    unsafe { gemm_f32(rows, n, k, (y.as_mut_ptr(), n, 1), (x.as_ptr(), k, 1), (w.as_ptr(), w_rs, w_cs), par) };
+    unsafe { gemm_f32(rows, n, k, (y.as_mut_ptr(), n, 1), (x.as_ptr(), k, 1), (w.as_ptr(), w_rs, w_cs), 1.0, par) };
 }
 
-/// dst (m × n) = lhs (m × k) · rhs (k × n), each operand given as (pointer, row stride, column
+/// dst (m × n) = scale · lhs (m × k) · rhs (k × n), each operand given as (pointer, row stride, column
 /// stride) in elements: the one place the crate calls gemm.
 ///
 /// # Safety
 /// Every index the strides reach for the given sizes must lie inside its buffer, and no other
 /// thread may touch the part of dst written.
-pub(crate) unsafe fn gemm_f32(m: usize, n: usize, k: usize, dst: (*mut f32, usize, usize), lhs: (*const f32, usize, usize), rhs: (*const f32, usize, usize), par: Parallelism) {
+pub(crate) unsafe fn gemm_f32(m: usize, n: usize, k: usize, dst: (*mut f32, usize, usize), lhs: (*const f32, usize, usize), rhs: (*const f32, usize, usize), scale: f32, par: Parallelism) {
     let s = |x: usize| x as isize;
-    unsafe { gemm(m, n, k, dst.0, s(dst.2), s(dst.1), false, lhs.0, s(lhs.2), s(lhs.1), rhs.0, s(rhs.2), s(rhs.1), 0.0, 1.0, false, false, false, par) }
+    unsafe { gemm(m, n, k, dst.0, s(dst.2), s(dst.1), false, lhs.0, s(lhs.2), s(lhs.1), rhs.0, s(rhs.2), s(rhs.1), 0.0, scale, false, false, false, par) }
 }
 
 #[cfg(test)]

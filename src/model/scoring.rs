@@ -89,7 +89,7 @@ pub(crate) fn streamed_nll(x: &[f32], d: usize, head: HeadWeight<'_>, vocab: usi
                 };
                 // SAFETY: logits is m×vb, xs m×d; (p, j) ↦ p·rs + j·cs stays inside w's slice
                 // for p < d, j < vb; the task owns its logits.
-                unsafe { gemm_f32(m, vb, d, (logits.as_mut_ptr(), vb, 1), (xs.as_ptr(), d, 1), (w.as_ptr(), rs, cs), gemm::Parallelism::None) };
+                unsafe { gemm_f32(m, vb, d, (logits.as_mut_ptr(), vb, 1), (xs.as_ptr(), d, 1), (w.as_ptr(), rs, cs), 1.0, gemm::Parallelism::None) };
                 logits
                     .chunks(vb)
                     .zip(ts)
