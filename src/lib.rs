@@ -11,6 +11,7 @@
 
 pub mod error;
 pub mod serde_nan;
+pub mod simd;
 pub mod textfile;
 pub mod model;
 pub mod probe;

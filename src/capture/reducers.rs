@@ -86,9 +86,7 @@ impl AttentionStats {
                 let q = rows.start + r;
                 let row = &a[(h * block + r) * keys..(h * block + r + 1) * keys];
                 let visible = (q + 1).min(keys);
-                for (c, &v) in acc.col_mass.iter_mut().zip(&row[..visible]) {
-                    *c += v as f64;
-                }
+                add_to_f64(&mut acc.col_mass, &row[..visible]);
                 if q >= 1 && q - 1 < keys {
                     acc.prev_mass += row[q - 1] as f64;
                 }
@@ -102,6 +100,15 @@ impl AttentionStats {
         });
         self.rows[layer] += block;
         self.entropy_rows[layer] += rows.filter(|q| q % stride == 0).count();
+    }
+}
+
+crate::simd::vectorized_fn! {
+    /// sums[i] += x[i] in f64 (the first x.len() entries).
+    fn add_to_f64(sums: &mut [f64], x: &[f32]) {
+        for (c, &v) in sums.iter_mut().zip(x) {
+            *c += v as f64;
+        }
     }
 }
 

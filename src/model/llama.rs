@@ -634,9 +634,7 @@ fn swiglu(gate_up: &Tensor) -> Result<Tensor> {
         let mut out = vec![0f32; t * ff];
         out.par_chunks_mut(ff).zip(x.par_chunks(two_ff)).for_each(|(o, row)| {
             let (g, u) = row.split_at(ff);
-            for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
-                *o = g / (1.0 + exp_f32(-g)) * u;
-            }
+            silu_times(g, u, o)
         });
         out
     })?;
@@ -649,31 +647,42 @@ fn softmax_prefix(row: &mut [f32], visible: usize) {
     softmax_segments(row, &[0..visible]);
 }
 
-/// Softmax over the entries inside `segments` (disjoint, in order); every other entry becomes
-/// exactly 0 (not e^−87: a hidden key must contribute nothing).
-pub(crate) fn softmax_segments(row: &mut [f32], segments: &[std::ops::Range<usize>]) {
-    let max = segments.iter().flat_map(|r| row[r.clone()].iter().copied()).fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0f32;
-    let mut end = 0;
-    for r in segments {
-        row[end..r.start].fill(0.0);
-        let seen = &mut row[r.clone()];
-        seen.iter_mut().for_each(|s| *s = exp_f32(*s - max));
-        // Eight partial sums so the loop vectorizes (a single f32 accumulator cannot be reordered).
-        let mut lanes = [0f32; 8];
-        let mut chunks = seen.chunks_exact(8);
-        for c in &mut chunks {
-            for (l, &v) in lanes.iter_mut().zip(c) {
-                *l += v;
+crate::simd::vectorized_fn! {
+    /// Softmax over the entries inside `segments` (disjoint, in order); every other entry becomes
+    /// exactly 0 (not e^−87: a hidden key must contribute nothing).
+    pub(crate) fn softmax_segments(row: &mut [f32], segments: &[std::ops::Range<usize>]) {
+        let max = segments.iter().flat_map(|r| row[r.clone()].iter().copied()).fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0f32;
+        let mut end = 0;
+        for r in segments {
+            row[end..r.start].fill(0.0);
+            let seen = &mut row[r.clone()];
+            seen.iter_mut().for_each(|s| *s = exp_f32(*s - max));
+            // Eight partial sums so the loop vectorizes (a single f32 accumulator cannot be reordered).
+            let mut lanes = [0f32; 8];
+            let mut chunks = seen.chunks_exact(8);
+            for c in &mut chunks {
+                for (l, &v) in lanes.iter_mut().zip(c) {
+                    *l += v;
+                }
             }
+            sum += lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>();
+            end = r.end;
         }
-        sum += lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>();
-        end = r.end;
+        row[end..].fill(0.0);
+        let inv = 1.0 / sum;
+        for r in segments {
+            row[r.clone()].iter_mut().for_each(|s| *s *= inv);
+        }
     }
-    row[end..].fill(0.0);
-    let inv = 1.0 / sum;
-    for r in segments {
-        row[r.clone()].iter_mut().for_each(|s| *s *= inv);
+}
+
+crate::simd::vectorized_fn! {
+    /// out = silu(g) · u, elementwise.
+    fn silu_times(g: &[f32], u: &[f32], out: &mut [f32]) {
+        for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
+            *o = g / (1.0 + exp_f32(-g)) * u;
+        }
     }
 }
 

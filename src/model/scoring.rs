@@ -33,21 +33,23 @@ fn lane_max(row: &[f32]) -> f32 {
     top.iter().chain(rest).copied().fold(f32::NEG_INFINITY, f32::max)
 }
 
-/// Σ exp(v − max) over the row.
-fn sum_exp(row: &[f32], max: f32) -> f64 {
-    let mut sum = 0f64;
-    for block in row.chunks(1024) {
-        let mut lanes = [0f32; 8];
-        let chunks = block.chunks_exact(8);
-        let rest = chunks.remainder();
-        for c in chunks {
-            for (l, &v) in lanes.iter_mut().zip(c) {
-                *l += exp_f32(v - max);
+crate::simd::vectorized_fn! {
+    /// Σ exp(v − max) over the row.
+    fn sum_exp(row: &[f32], max: f32) -> f64 {
+        let mut sum = 0f64;
+        for block in row.chunks(1024) {
+            let mut lanes = [0f32; 8];
+            let chunks = block.chunks_exact(8);
+            let rest = chunks.remainder();
+            for c in chunks {
+                for (l, &v) in lanes.iter_mut().zip(c) {
+                    *l += exp_f32(v - max);
+                }
             }
+            sum += lanes.iter().map(|&l| l as f64).sum::<f64>() + rest.iter().map(|&v| exp_f32(v - max) as f64).sum::<f64>();
         }
-        sum += lanes.iter().map(|&l| l as f64).sum::<f64>() + rest.iter().map(|&v| exp_f32(v - max) as f64).sum::<f64>();
+        sum
     }
-    sum
 }
 
 /// The output head's weight as the scorer reads it.
