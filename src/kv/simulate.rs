@@ -222,7 +222,7 @@ fn outcomes(policies: &[Policy], tracks: Vec<Track>, n: usize, shared: usize, ev
                 label: if !p.is_cached() && every > 1 { format!("{} (every {every}th step)", p.label()) } else { p.label() },
                 ppl: ppl(&tr.nll),
                 ppl_after_eviction: first_eviction_step.map(|s| ppl(&tr.nll[s..])),
-                cliff_step: first_eviction_step.and_then(|s| find_cliff(&tr.nll, s)),
+                cliff_step: first_eviction_step.and_then(|s| find_cliff(&tr.nll, s, p.cache)),
                 first_eviction_step,
                 tokens: n,
                 tokens_per_s: scored as f64 / tr.wall.max(1e-9),
@@ -242,11 +242,14 @@ pub fn ppl(nll: &[f64]) -> f64 {
     (scored.iter().sum::<f64>() / scored.len() as f64).exp()
 }
 
-/// The first step s ≥ `first_eviction` where the mean NLL over [s, s+32) exceeds the mean over
-/// the (up to) 64 steps before the first eviction by more than max(1.5 nats, 50%): where
-/// perplexity falls off a cliff rather than wobbling with the text. `None` when it never does (or
-/// the stream is too short to tell).
-pub fn find_cliff(nll: &[f64], first_eviction: usize) -> Option<usize> {
+/// The first step s in [`first_eviction`, `first_eviction` + `horizon`] where the mean NLL over
+/// [s, s+32) exceeds the mean over the (up to) 64 steps before the first eviction by more than
+/// max(1.5 nats, 50%): where perplexity falls off a cliff as the evictions begin rather than
+/// wobbling with the text. `horizon` is the cache size: one cache length after the first eviction,
+/// everything the stream held then is gone, and a later rise has no reference here to tell a hard
+/// passage from a collapse (`recommend` dates cliffs against the best policy instead). `None` when
+/// it never does (or the stream is too short to tell).
+pub fn find_cliff(nll: &[f64], first_eviction: usize, horizon: usize) -> Option<usize> {
     let w = CLIFF_WINDOW;
     let base = CLIFF_BASELINE.min(first_eviction);
     if base < w / 2 || nll.len() < first_eviction + w {
@@ -254,7 +257,8 @@ pub fn find_cliff(nll: &[f64], first_eviction: usize) -> Option<usize> {
     }
     let before = nll[first_eviction - base..first_eviction].iter().sum::<f64>() / base as f64;
     let threshold = before + (0.5 * before).max(1.5);
-    (first_eviction..=nll.len() - w).find(|&s| nll[s..s + w].iter().sum::<f64>() / w as f64 > threshold)
+    let last = (nll.len() - w).min(first_eviction + horizon);
+    (first_eviction..=last).find(|&s| nll[s..s + w].iter().sum::<f64>() / w as f64 > threshold)
 }
 
 /// Mean per-step NLL excess over a reference stream (the same tokens under another policy) that
@@ -286,14 +290,26 @@ mod tests {
         let mut nll = vec![2.0; 70];
         nll.extend(vec![8.0; 60]);
         // Evictions start at step 64; the jump at 70 is found once the rolling window tips.
-        let c = find_cliff(&nll, 64).unwrap();
+        let c = find_cliff(&nll, 64, 64).unwrap();
         assert!((64..=70).contains(&c), "{c}");
-        assert_eq!(find_cliff(&vec![2.0; 130], 64), None);
-        assert_eq!(find_cliff(&nll, 4), None);
+        assert_eq!(find_cliff(&vec![2.0; 130], 64, 64), None);
+        assert_eq!(find_cliff(&nll, 4, 64), None);
         // A short wobble (8 tokens at +4 nats) is not a cliff.
         let mut wobble = vec![2.0; 130];
         wobble[80..88].iter_mut().for_each(|v| *v = 6.0);
-        assert_eq!(find_cliff(&wobble, 64), None);
+        assert_eq!(find_cliff(&wobble, 64, 64), None);
+    }
+
+    #[test]
+    fn a_rise_beyond_one_cache_length_after_the_first_eviction_is_no_cliff() {
+        // Cache 64, first eviction at 64: a long hard passage from step 400 is the text's.
+        let mut nll = vec![2.0; 600];
+        nll[400..500].iter_mut().for_each(|v| *v = 8.0);
+        assert_eq!(find_cliff(&nll, 64, 64), None);
+        // The same jump inside the horizon is a cliff.
+        nll[100..200].iter_mut().for_each(|v| *v = 8.0);
+        let c = find_cliff(&nll, 64, 64).unwrap();
+        assert!((69..=100).contains(&c), "{c}");
     }
 
     #[test]
@@ -307,7 +323,7 @@ mod tests {
         let c = find_cliff_against(&collapsing, &reference, 64).unwrap();
         assert!((134..=150).contains(&c), "{c}");
         // The self-baseline rule flags the shared hard passage.
-        assert!(find_cliff(&same, 64).is_some());
+        assert!(find_cliff(&same, 64, 64).is_some());
     }
 
     #[test]
