@@ -1,10 +1,11 @@
 //! Capture benchmark (a plain harness, not a timed test): loads a model once, then times `capture`
-//! (forward pass with every layer's pattern reduced, plus NLL scoring unless --no-nll) R times on
-//! T tokens of a book, and prints one JSON line with min/median wall time and peak RSS (VmHWM).
-//! `benches/capture_vs_hf.sh` runs it beside HF transformers on the same tokens.
+//! (forward pass with every layer's pattern reduced) on T tokens of a book R times with NLL scoring
+//! (all-position logits) and R times without, alternating so drift hits both alike, and prints one
+//! JSON line with min/median wall time of each and peak RSS (VmHWM). `benches/capture_vs_hf.sh`
+//! runs it beside HF transformers on the same tokens.
 //!
 //!     cargo bench --bench capture -- [--model M] [--book FILE] [--tokens T] [--repeat R]
-//!                                    [--tokens-out FILE.json] [--no-nll] [--bare]
+//!                                    [--tokens-out FILE.json] [--bare]
 
 use std::time::Instant;
 
@@ -25,7 +26,6 @@ fn main() {
     let book = arg("--book").unwrap_or_else(|| "../shared/corpora/pg1342_pride_and_prejudice.txt".into());
     let n: usize = arg("--tokens").and_then(|v| v.parse().ok()).unwrap_or(512);
     let repeat: usize = arg("--repeat").and_then(|v| v.parse().ok()).unwrap_or(5);
-    let score = !std::env::args().any(|a| a == "--no-nll");
     let t0 = Instant::now();
     let lm = load(&model, &LoadOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     let load_s = t0.elapsed().as_secs_f64();
@@ -37,8 +37,7 @@ fn main() {
     if let Some(path) = arg("--tokens-out") {
         std::fs::write(&path, serde_json::to_string(&ids).unwrap()).unwrap();
     }
-    let opts = CaptureOptions { first_keys: 16, top_k: 16, save: None, memory_limit: None, weight_bytes: 0, score, quant_risk: false, heatmap_bins: None };
-    let mut walls = Vec::new();
+    let opts = |score| CaptureOptions { first_keys: 16, top_k: 16, save: None, memory_limit: None, weight_bytes: 0, score, quant_risk: false, heatmap_bins: None };
     let mut sink_mean = 0.0;
     if std::env::args().any(|a| a == "--bare") {
         // The forward pass alone (no hooks, no reducers): what the capture machinery costs on top.
@@ -51,23 +50,30 @@ fn main() {
         bare.sort_by(f64::total_cmp);
         eprintln!("bare forward: min {:.3} s, median {:.3} s", bare[0], bare[bare.len() / 2]);
     }
-    for _ in 0..repeat.max(1) {
-        let t = Instant::now();
-        let out = capture(&lm.model, &ids, &opts).unwrap();
-        walls.push(t.elapsed().as_secs_f64());
-        let s = out.reducers.summarize();
-        sink_mean = s.layers.iter().map(|l| l.mean_attention_pos0).sum::<f64>() / s.layers.len() as f64;
+    // walls[0]: with NLL scoring, walls[1]: without.
+    let mut walls = [Vec::new(), Vec::new()];
+    for i in 0..repeat.max(1) {
+        for without in [i % 2, 1 - i % 2] {
+            let t = Instant::now();
+            let out = capture(&lm.model, &ids, &opts(without == 0)).unwrap();
+            walls[without].push(t.elapsed().as_secs_f64());
+            let s = out.reducers.summarize();
+            sink_mean = s.layers.iter().map(|l| l.mean_attention_pos0).sum::<f64>() / s.layers.len() as f64;
+        }
     }
-    walls.sort_by(f64::total_cmp);
+    let stats = |w: &mut Vec<f64>| {
+        w.sort_by(f64::total_cmp);
+        serde_json::json!({ "wall_s_min": w[0], "wall_s_median": w[w.len() / 2] })
+    };
+    let (with_logits, without_logits) = (stats(&mut walls[0]), stats(&mut walls[1]));
     println!(
         "{}",
         serde_json::json!({
             "impl": "sinkscope",
             "tokens": n,
-            "nll": score,
-            "repeat": walls.len(),
-            "wall_s_min": walls[0],
-            "wall_s_median": walls[walls.len() / 2],
+            "repeat": walls[0].len(),
+            "with_logits": with_logits,
+            "without_logits": without_logits,
             "load_s": load_s,
             "peak_rss_mb": peak_rss_mb(),
             "sink_mean": sink_mean,
