@@ -23,9 +23,9 @@ out=$(mktemp -d)
 tok="$out/tokens.json"
 cargo build --release --benches --bins --quiet
 "$PYTHON" benches/hf_capture_e2e.py --convert "$out/hf-model" 2>/dev/null
-ours() { cargo bench --bench capture --quiet -- --tokens "$T" --repeat "$R" --tokens-out "$tok" > "$out/ours_$1.json"; }
+ours() { cargo bench --bench capture --quiet -- --tokens "$T" --repeat "$R" > "$out/ours_$1.json"; }
 hf() { "$PYTHON" benches/hf_capture_reference.py --tokens "$tok" --threads "$(nproc)" --repeat "$R" --model-dir "$out/hf-model" 2>/dev/null | tail -1 > "$out/hf_$1.json"; }
-ours 0  # writes the token file
+cargo bench --bench capture --quiet -- --tokens "$T" --repeat 1 --tokens-out "$tok" > /dev/null  # the shared tokens
 for round in $(seq "$ROUNDS"); do
   if (( round % 2 )); then ours "$round"; hf "$round"; else hf "$round"; ours "$round"; fi
 done

@@ -26,13 +26,17 @@ GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TOKENIZER = MODELS / "smollm2-135m-tokenizer"
 
 
-def load_model(model_dir):
+def load_model(model_dir, models=MODELS):
+    """SmolLM2 in float32, eager attention: from `model_dir` (safetensors) or the GGUF in `models`."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    if model_dir:
-        return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
-    return AutoModelForCausalLM.from_pretrained(MODELS, gguf_file=GGUF, dtype=torch.float32, attn_implementation="eager").eval()
+    where, kw = (model_dir, {}) if model_dir else (models, {"gguf_file": GGUF})
+    try:
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, attn_implementation="eager", **kw)
+    except TypeError:  # older transformers
+        model = AutoModelForCausalLM.from_pretrained(where, torch_dtype=torch.float32, attn_implementation="eager", **kw)
+    return model.eval()
 
 
 def main():

@@ -15,19 +15,14 @@ peak_rss_mb, tokens, torch (plus a few extras).
 
 import argparse
 import json
-import os
 import resource
 import time
 from pathlib import Path
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM
 
-REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("SINKSCOPE_SHARED", REPO.parent / "shared")).resolve()
-MODELS = SHARED / "models"
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+from hf_capture_e2e import MODELS, load_model  # benches/ is on the path when run as a script
 
 
 def main():
@@ -44,13 +39,7 @@ def main():
     assert isinstance(ids, list) and all(isinstance(i, int) for i in ids) and ids, "tokens must be a JSON list of ints"
 
     t0 = time.perf_counter()
-    kw = dict(attn_implementation="eager") if args.model_dir else dict(gguf_file=GGUF, attn_implementation="eager")
-    where = args.model_dir or args.models
-    try:
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **kw)
-    except TypeError:  # older transformers
-        model = AutoModelForCausalLM.from_pretrained(where, torch_dtype=torch.float32, **kw)
-    model.eval()
+    model = load_model(args.model_dir, Path(args.models))
     load_s = time.perf_counter() - t0
 
     def capture(tok_ids, logits_to_keep=0):

@@ -553,7 +553,8 @@ impl Llama {
                         let visible = past + b0 + b;
                         let head_len = b * visible;
                         let mut a = vec![0f32; h * head_len];
-                        // Scores: (b × dh) · (dh × visible) per head, scaled and causally masked.
+                        // Scores: (b × dh) · (dh × visible) per head, scaled by the kernel; then the
+                        // knocked-out key and softmax (or, when raw scores are saved, the causal −∞ first).
                         a.par_chunks_mut(head_len).enumerate().for_each(|(head, s)| {
                             let kv = head / group;
                             let qh = &q[(head * t + b0) * dh..][..b * dh];
