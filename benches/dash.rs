@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use sinkscope::report::run::Run;
-use sinkscope::tui::app::{update, Action, App, Tab};
+use sinkscope::tui::action::Action;
+use sinkscope::tui::state::{App, Tab};
+use sinkscope::tui::update::update;
 use sinkscope::tui::ui;
 
 const FRAMES: usize = 50;

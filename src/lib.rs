@@ -1,24 +1,34 @@
 //! sinkscope: where a transformer language model parks its attention (attention sinks), which
 //! hidden dimensions carry massive activations, and what a KV cache loses by evicting them.
 //!
-//! Modules in data-flow order: [`model`] (loading + instrumented forward) and [`probe`] (what to
-//! run) → [`capture`] (hook names, sinks, streaming reducers, the capture and ablation runs) →
-//! [`analysis`] (sink metrics, massive activations, head classes, dependency) → [`report`] (serde
-//! records, atomic files) → [`cli`].
+//! Layers, bottom to top. A module imports only modules of lower layers (never its own layer's
+//! siblings, never a higher one), and no two files import each other through any chain;
+//! `tests/layers.rs` reads this list and checks every `use crate::…` and inline path against it.
+//!
+//! - L0 `error`: one error type, one line per user-facing failure
+//! - L1 `io` (atomic files, JSON, safetensors arrays, text input) · `numerics` (SIMD dispatch, e^x, softmax, SwiGLU)
+//! - L2 `metrics`: the papers' definitions on plain numbers (α_k, massive activation, quantization risk, ΔNLL/KL)
+//! - L3 `model`: sources, loaders, tokenizers, the hook vocabulary (`HookPoint`, `CaptureSink`), the forward pass, NLL scoring
+//! - L4 `capture` (reducers, heatmaps, memory estimate, capture and ablation runs) · `kv` (cache policies, simulator, recommendation) · `probe` (probe sets)
+//! - L5 `analysis`: pure functions from captured reductions to findings
+//! - L6 `report`: run-directory records, the `Run` loader, tables, Parquet, figures, Markdown
+//! - L7 `pipeline` (capture/analyze/stream/demo jobs with plain options) · `tui` (the dashboard over a `Run`)
+//! - L8 `cli`: clap parsing and printing over `pipeline` and `tui`
 //!
 //! References: Xiao et al. 2023 (StreamingLLM, attention sinks); Gu et al. 2024 ("When Attention
 //! Sink Emerges", α_k and Sink_k^ε); Sun et al. 2024 (massive activations).
 
 pub mod error;
-pub mod serde_nan;
-pub mod simd;
-pub mod textfile;
+pub mod io;
+pub mod numerics;
+pub mod metrics;
 pub mod model;
-pub mod probe;
 pub mod capture;
-pub mod analysis;
 pub mod kv;
+pub mod probe;
+pub mod analysis;
 pub mod report;
+pub mod pipeline;
 #[cfg(feature = "tui")]
 pub mod tui;
 pub mod cli;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::model::Tokenizer;
+use crate::model::tokenizer::Tokenizer;
 
 const DEFAULT_SET: &str = include_str!("../probes/default.toml");
 /// Texts the built-in set refers to, so the binary works from any directory.
@@ -105,7 +105,7 @@ impl ProbeSet {
                 .find(|(name, _)| Path::new(name) == file)
                 .map(|(_, text)| text.to_string())
                 .ok_or_else(|| Error::Internal(format!("built-in probe text {} missing", file.display()))),
-            Some(dir) => crate::textfile::read_text_file(&dir.join(file)),
+            Some(dir) => crate::io::text::read_text_file(&dir.join(file)),
         }
     }
 

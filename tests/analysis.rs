@@ -6,7 +6,8 @@ mod common;
 
 use sinkscope::analysis::sinks::{alpha, f_attn, sink_score, Alphas};
 use sinkscope::capture::run::{capture, CaptureOptions};
-use sinkscope::capture::{HookFilter, HookPoint, TensorCollector};
+use sinkscope::capture::collector::TensorCollector;
+use sinkscope::model::hook::{HookFilter, HookPoint};
 use sinkscope::model::{load, KeyMask, LoadOptions};
 use sinkscope::probe::ProbeSet;
 

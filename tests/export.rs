@@ -8,7 +8,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use polars::prelude::{AnyValue, DataType};
-use sinkscope::report::export::{export, ExportOptions};
+use sinkscope::report::bundle::ExportOptions;
+use sinkscope::report::export::export;
 use sinkscope::report::parquet::{read_frame, write_table};
 use sinkscope::report::run::Run;
 use sinkscope::report::tables::{tables, ColumnData};

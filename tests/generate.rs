@@ -3,7 +3,7 @@
 
 mod common;
 
-use sinkscope::cli::generate_text;
+use sinkscope::pipeline::generate::generate_text;
 use sinkscope::model::{load, LoadOptions};
 
 fn expected_stdout() -> String {

@@ -5,7 +5,7 @@
 mod common;
 
 use sinkscope::model::scoring::token_nll;
-use sinkscope::capture::NoCapture;
+use sinkscope::model::sink::NoCapture;
 use sinkscope::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
 use sinkscope::model::{load, LoadOptions, LoadedModel};
 

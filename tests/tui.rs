@@ -12,7 +12,9 @@ use ratatui::buffer::Buffer;
 use ratatui::text::Span;
 use ratatui::Terminal;
 use sinkscope::report::run::Run;
-use sinkscope::tui::app::{update, Action, App, GridColour, Tab};
+use sinkscope::tui::action::Action;
+use sinkscope::tui::state::{App, GridColour, Tab};
+use sinkscope::tui::update::update;
 use sinkscope::tui::{export, ui};
 
 /// The committed run, by a relative path so the snapshots do not depend on the checkout's place.

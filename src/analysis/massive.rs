@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::capture::reducers::{is_massive, Activation};
+use crate::capture::reducers::Activation;
+use crate::metrics::massive::is_massive;
 
 /// One massive element.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

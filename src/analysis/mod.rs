@@ -2,24 +2,21 @@
 //! positions, massive activations, head classes, causal head dependency, quantization risk — and
 //! their aggregation over probes into an [`AnalysisReport`]. Never loads a model.
 
-pub mod ablation;
 pub mod heads;
 pub mod massive;
-pub mod quant;
 pub mod sinks;
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::capture::StandardReducers;
-use crate::model::ModelInfo;
+use crate::capture::ablation::AblationResult;
+use crate::capture::summary::StandardReducers;
+use crate::metrics::quant::QuantRisk;
+use crate::model::info::{ModelInfo, NllSummary, TokenInfo};
 use crate::probe::BuiltProbe;
-use crate::report::{NllSummary, TokenInfo};
-use ablation::AblationResult;
 use heads::{classify, uniform_entropy, HeadClass, HeadEvidence};
 use massive::{find_massive, recurring_dims, MassiveReport};
-use quant::QuantRisk;
 use sinks::{alpha, discover_sink_positions, f_attn, sink_score, Alphas, SinkPosition};
 
 /// Settings every finding depends on.
@@ -45,13 +42,13 @@ impl Default for AnalysisSettings {
 pub struct LayerNorms {
     pub layer: usize,
     /// NaN (JSON null) when the probe has no sink positions.
-    #[serde(deserialize_with = "crate::serde_nan::nan_if_null")]
+    #[serde(deserialize_with = "crate::io::serde_nan::nan_if_null")]
     pub value_norm_sink: f64,
-    #[serde(deserialize_with = "crate::serde_nan::nan_if_null")]
+    #[serde(deserialize_with = "crate::io::serde_nan::nan_if_null")]
     pub value_norm_rest: f64,
-    #[serde(deserialize_with = "crate::serde_nan::nan_if_null")]
+    #[serde(deserialize_with = "crate::io::serde_nan::nan_if_null")]
     pub key_norm_sink: f64,
-    #[serde(deserialize_with = "crate::serde_nan::nan_if_null")]
+    #[serde(deserialize_with = "crate::io::serde_nan::nan_if_null")]
     pub key_norm_rest: f64,
 }
 

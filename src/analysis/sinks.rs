@@ -10,13 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// α_k from a head's column mass Σ_i A[i,k] over T query rows.
-pub fn alpha(col_mass: &[f64], t: usize, k: usize) -> f64 {
-    match col_mass.get(k) {
-        Some(&m) if t > k => m / (t - k) as f64,
-        _ => 0.0,
-    }
-}
+pub use crate::metrics::sinks::alpha;
 
 /// α for one sample: [layer][head][k] for k < K.
 pub type Alphas = Vec<Vec<Vec<f64>>>;

@@ -4,11 +4,24 @@
 //! next-token distributions of the tokens after k.
 
 use candle_core::Tensor;
+use serde::{Deserialize, Serialize};
 
-use super::{HookFilter, HookPoint, TensorCollector};
-use crate::analysis::ablation::{compare_rows, log_softmax_rows, AblationResult};
+use super::collector::TensorCollector;
 use crate::error::{Error, Result};
-use crate::model::{KeyMask, Llama};
+use crate::metrics::divergence::{compare_rows, log_softmax_rows};
+use crate::model::hook::{HookFilter, HookPoint};
+use crate::model::llama::{KeyMask, Llama};
+
+/// One masked variant's effect.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AblationResult {
+    pub layer: usize,
+    /// The masked head; `None` when every head of the layer is masked.
+    pub head: Option<usize>,
+    pub key_pos: usize,
+    pub delta_nll: f64,
+    pub kl: f64,
+}
 
 /// Logit rows scored at once (128 × vocab floats: 24 MiB for a 49k vocabulary — large enough for
 /// an efficient matmul, small enough for the allocator to reuse the buffer).

@@ -6,11 +6,11 @@ use std::ops::Range;
 
 use candle_core::Tensor;
 
-use super::hook::HookPoint;
+use super::heatmaps::{bin_edges, Heatmaps};
 use super::reducers::record_pattern;
-use super::sink::CaptureSink;
 use crate::error::Result;
-use crate::report::heatmaps::{bin_edges, Heatmaps};
+use crate::model::hook::HookPoint;
+use crate::model::sink::CaptureSink;
 
 pub struct HeatmapReducer {
     maps: Heatmaps,

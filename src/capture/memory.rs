@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::hook::{HookFilter, HookPoint};
-use crate::model::LlamaConfig;
+use crate::model::hook::{HookFilter, HookPoint};
+use crate::model::llama::LlamaConfig;
 
 /// Bytes by category.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -83,7 +83,7 @@ pub fn human(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::RopeLayout;
+    use crate::model::rope::RopeLayout;
 
     fn smollm() -> LlamaConfig {
         LlamaConfig {

@@ -1,15 +1,13 @@
-//! The vocabulary between model and analysis: hook names, the sink trait the forward pass pushes
-//! into, streaming reducers, the bundle `capture` runs, and the memory estimate checked first.
+//! What a pass is reduced to as it streams by: the reducers (per-head attention statistics,
+//! activations, norms, pooled heatmaps), the full-tensor collector for `--save-tensors`, the
+//! memory estimate checked first, the summary records they produce, and the capture and causal
+//! ablation runs that drive the forward pass through them.
 
 pub mod ablation;
+pub mod collector;
 pub mod heatmap;
-pub mod hook;
+pub mod heatmaps;
 pub mod memory;
-pub mod run;
 pub mod reducers;
-pub mod sink;
+pub mod run;
 pub mod summary;
-
-pub use hook::{HookFilter, HookPoint};
-pub use sink::{CaptureSink, FanOut, NoCapture, TensorCollector};
-pub use summary::{CaptureSummary, StandardReducers};

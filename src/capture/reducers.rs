@@ -8,10 +8,13 @@ use std::ops::Range;
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
-use super::hook::HookPoint;
-use super::sink::{with_f32, CaptureSink};
-use crate::analysis::quant::{quant_risk, QuantRisk};
 use crate::error::Result;
+use crate::metrics::massive::{median_abs, MASSIVE_ABS};
+use crate::metrics::quant::{quant_risk, QuantRisk};
+use crate::metrics::sinks::alpha;
+use crate::model::hook::HookPoint;
+use crate::model::sink::CaptureSink;
+use crate::numerics::tensor::with_f32;
 
 /// Query rows per layer on which the row entropy is computed (it costs a logarithm per entry).
 const ENTROPY_SAMPLE_ROWS: usize = 64;
@@ -56,7 +59,7 @@ impl AttentionStats {
     /// Gu et al.'s α_k = (1/(T−k)) Σ_{i≥k} A[i,k]: mean attention that queries at or after k pay
     /// to key k (0-indexed; causal masking makes A[i,k] = 0 for i < k).
     pub fn alpha(&self, layer: usize, head: usize, key: usize) -> f64 {
-        crate::analysis::sinks::alpha(&self.heads[layer][head].col_mass, self.rows[layer], key)
+        alpha(&self.heads[layer][head].col_mass, self.rows[layer], key)
     }
 
     /// Mean A[i, i−1] over the query rows i ≥ 1.
@@ -103,7 +106,7 @@ impl AttentionStats {
     }
 }
 
-crate::simd::vectorized_fn! {
+crate::numerics::simd::vectorized_fn! {
     /// sums[i] += x[i] in f64 (the first x.len() entries).
     fn add_to_f64(sums: &mut [f64], x: &[f32]) {
         for (c, &v) in sums.iter_mut().zip(x) {
@@ -172,15 +175,6 @@ pub struct Activation {
     pub pos: usize,
     pub dim: usize,
     pub value: f32,
-}
-
-/// Elements above this |h| are all kept (Sun et al.'s absolute bar for a massive activation).
-pub const MASSIVE_ABS: f32 = 100.0;
-/// … and a massive activation is also at least this many times the layer's median |h|.
-pub const MASSIVE_RATIO: f32 = 1000.0;
-/// Sun et al.'s criterion: |h| > [`MASSIVE_ABS`] and |h| ≥ [`MASSIVE_RATIO`] × the layer's median |h|.
-pub fn is_massive(value: f32, median_abs: f32) -> bool {
-    value.abs() > MASSIVE_ABS && value.abs() >= MASSIVE_RATIO * median_abs
 }
 
 /// At most this many elements above [`MASSIVE_ABS`] are kept per layer (largest first).
@@ -252,22 +246,6 @@ pub fn top_k_abs(x: &[f32], width: usize, first_row: usize, k: usize) -> Vec<Act
     let mut out: Vec<ByAbs> = heap.into_iter().map(|Reverse(b)| b).collect();
     out.sort_by(|a, b| b.cmp(a));
     out.into_iter().map(|ByAbs(_, pos, dim, value)| Activation { pos, dim, value }).collect()
-}
-
-/// Median of |x| (mean of the two middle values for an even count).
-pub fn median_abs(x: &[f32]) -> f32 {
-    if x.is_empty() {
-        return 0.0;
-    }
-    let mut v: Vec<f32> = x.iter().map(|a| a.abs()).collect();
-    let mid = v.len() / 2;
-    let (_, &mut upper, _) = v.select_nth_unstable_by(mid, f32::total_cmp);
-    if v.len() % 2 == 1 {
-        upper
-    } else {
-        let lower = v[..mid].iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        (lower + upper) / 2.0
-    }
 }
 
 impl CaptureSink for TopActivations {

@@ -3,14 +3,18 @@
 
 use std::time::Instant;
 
+use super::collector::TensorCollector;
 use super::heatmap::HeatmapReducer;
+use super::heatmaps::Heatmaps;
 use super::memory::{self, MemoryEstimate};
-use super::{FanOut, HookFilter, StandardReducers, TensorCollector};
+use super::summary::StandardReducers;
 use crate::error::{Error, Result};
-use crate::model::Llama;
-use crate::report::heatmaps::Heatmaps;
-use crate::report::NllSummary;
+use crate::model::hook::HookFilter;
+use crate::model::info::NllSummary;
+use crate::model::llama::Llama;
+use crate::model::sink::{CaptureSink, FanOut};
 
+#[derive(Debug, Clone)]
 pub struct CaptureOptions {
     /// Early key positions that get a per-head α in the summary.
     pub first_keys: usize,
@@ -28,6 +32,14 @@ pub struct CaptureOptions {
     pub quant_risk: bool,
     /// Keep every head's pattern pooled onto at most this many bins per axis (`heatmaps.safetensors`).
     pub heatmap_bins: Option<usize>,
+}
+
+impl Default for CaptureOptions {
+    /// What `capture` does with no flags: α for the first 16 keys, 16 activations per layer,
+    /// the text scored, heatmaps on 128 × 128 bins, no saved tensors, no quantization risk.
+    fn default() -> Self {
+        CaptureOptions { first_keys: 16, top_k: 16, save: None, memory_limit: None, weight_bytes: 0, score: true, quant_risk: false, heatmap_bins: Some(128) }
+    }
 }
 
 pub struct CaptureOutput {
@@ -59,7 +71,7 @@ pub fn capture(model: &Llama, ids: &[u32], opts: &CaptureOptions) -> Result<Capt
     let mut tensors = opts.save.clone().map(|f| TensorCollector::new(f, ids.len()));
     let mut maps = opts.heatmap_bins.map(|g| HeatmapReducer::new(model.cfg.n_layers, model.cfg.n_heads, ids.len(), g, opts.first_keys));
     let hidden = {
-        let mut sinks: Vec<&mut dyn super::CaptureSink> = vec![&mut reducers];
+        let mut sinks: Vec<&mut dyn CaptureSink> = vec![&mut reducers];
         if let Some(t) = tensors.as_mut() {
             sinks.push(t);
         }

@@ -9,11 +9,11 @@ use std::path::Path;
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
-use super::hook::HookPoint;
 use super::reducers::{Activation, AttentionStats, KvNorms, QuantRiskReducer, ResidNorms, TopActivations};
-use super::sink::CaptureSink;
 use crate::error::Result;
-use crate::model::LlamaConfig;
+use crate::model::hook::HookPoint;
+use crate::model::llama::LlamaConfig;
+use crate::model::sink::CaptureSink;
 
 /// Attention statistics, residual norms, top activations, k/v norms and (when asked for) int8
 /// quantization risk, fed in one pass.
@@ -107,7 +107,7 @@ impl StandardReducers {
         let d = self.top.max_abs_by_dim.first().map_or(0, Vec::len);
         arrays.push(("max_abs_by_dim".into(), vec![n_layers, d], self.top.max_abs_by_dim.concat()));
         let tensors: Vec<(String, &[usize], &[f32])> = arrays.iter().map(|(n, s, v)| (n.clone(), s.as_slice(), v.as_slice())).collect();
-        crate::report::arrays::write_safetensors_f32(path, &tensors, metadata)
+        crate::io::arrays::write_safetensors_f32(path, &tensors, metadata)
     }
 }
 

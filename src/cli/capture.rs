@@ -1,19 +1,16 @@
 //! `sinkscope capture`: run a text through the model with streaming reducers and write
 //! `capture.json` + `reductions.safetensors` (+ full tensors with --save-tensors).
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Args;
 
-use super::text::{read_input, tokenize_within_context};
-use super::ModelArgs;
-use crate::capture::run::{capture, CaptureOptions, CaptureOutput};
-use crate::capture::HookFilter;
+use super::model_args::ModelArgs;
+use crate::capture::memory::human;
+use crate::capture::run::CaptureOptions;
 use crate::error::{Error, Result};
-use crate::model::LoadedModel;
-use crate::report::run::{CAPTURE_FILE, HEATMAPS_FILE, REDUCTIONS_FILE};
-use crate::report::{write_json_atomic, CaptureReport, TokenInfo};
+use crate::io::text::read_input;
+use crate::pipeline::capture::{capture_into, prepare_out_dir, CaptureJob};
 
 #[derive(Args, Debug)]
 pub struct CaptureArgs {
@@ -66,105 +63,22 @@ pub fn run(args: CaptureArgs) -> Result<()> {
     }
     prepare_out_dir(&args.out)?;
     let mut lm = args.model.load()?;
-    lm.fingerprint()?;
-    let save = match &args.save_tensors {
-        Some(_) => Some(HookFilter::parse(args.hooks.as_deref().unwrap_or("hook_pattern"), lm.model.cfg.n_layers)?),
-        None => None,
-    };
-    let opts = CaptureOptions {
+    let options = CaptureOptions {
         first_keys: args.first_keys,
-        top_k: args.top_k.max(1),
-        save,
+        top_k: args.top_k,
         memory_limit: args.memory_limit_mb.map(|mb| mb << 20),
-        weight_bytes: weight_bytes(&lm),
         score: !args.no_nll,
-        quant_risk: false,
         heatmap_bins: Some(args.heatmap_bins).filter(|&n| n > 0),
+        ..CaptureOptions::default()
     };
-    let report = capture_to_dir(&lm, &text, &text_source, args.max_tokens, &opts, &args.out, args.save_tensors.as_deref())?;
+    let job = CaptureJob { text: &text, text_source: &text_source, max_tokens: args.max_tokens, hooks: args.hooks.as_deref(), save_tensors: args.save_tensors.as_deref(), options };
+    let report = capture_into(&mut lm, &job, &args.out)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         let ppl = report.nll.as_ref().map(|n| format!(" (perplexity {:.3})", n.perplexity)).unwrap_or_default();
-        let rss = report.peak_rss_bytes.map(|b| format!(", peak RSS {}", crate::capture::memory::human(b))).unwrap_or_default();
+        let rss = report.peak_rss_bytes.map(|b| format!(", peak RSS {}", human(b))).unwrap_or_default();
         eprintln!("captured {} tokens in {:.2}s{ppl}{rss}; wrote {}", report.n_tokens, report.wall_seconds, report.files.join(", "));
     }
     Ok(())
-}
-
-/// Checks `-o` can be a directory; it is created only once there is something to write.
-pub fn prepare_out_dir(out: &Path) -> Result<()> {
-    if out.exists() && !out.is_dir() {
-        return Err(Error::file(out, "exists and is not a directory; -o needs a directory"));
-    }
-    Ok(())
-}
-
-/// Creates `-o` (and its parents) right before the first file is written.
-pub fn create_out_dir(out: &Path) -> Result<()> {
-    std::fs::create_dir_all(out).map_err(|e| Error::file(out, format!("cannot create the output directory ({e})")))
-}
-
-/// Bytes the loaded weights occupy: f32 unless kept quantized (then roughly their file size).
-pub fn weight_bytes(lm: &LoadedModel) -> u64 {
-    if lm.info.compute.starts_with("quantized") {
-        std::fs::metadata(&lm.info.source).map(|m| m.len()).unwrap_or(0)
-    } else {
-        lm.info.n_params as u64 * 4
-    }
-}
-
-/// Tokenizes, captures, and writes every output file into `out`; capture.json is written last.
-pub fn capture_to_dir(
-    lm: &LoadedModel,
-    text: &str,
-    text_source: &str,
-    max_tokens: Option<usize>,
-    opts: &CaptureOptions,
-    out: &Path,
-    save_tensors: Option<&Path>,
-) -> Result<CaptureReport> {
-    let (ids, dropped) = tokenize_within_context(lm, text, max_tokens)?;
-    let result: CaptureOutput = capture(&lm.model, &ids, opts)?;
-    let mut meta = BTreeMap::new();
-    meta.insert("model".to_string(), lm.info.source.clone());
-    meta.insert("text".to_string(), text_source.to_string());
-    meta.insert("n_tokens".to_string(), ids.len().to_string());
-    meta.insert("sinkscope_version".to_string(), env!("CARGO_PKG_VERSION").to_string());
-    create_out_dir(out)?;
-    let mut files = Vec::new();
-    result.reducers.save_arrays(&out.join(REDUCTIONS_FILE), meta.clone())?;
-    files.push(REDUCTIONS_FILE.to_string());
-    match &result.heatmaps {
-        Some(maps) => {
-            maps.save(&out.join(HEATMAPS_FILE), meta.clone())?;
-            files.push(HEATMAPS_FILE.to_string());
-        }
-        // Maps of an earlier capture in this directory would describe other tokens.
-        None => {
-            let _ = std::fs::remove_file(out.join(HEATMAPS_FILE));
-        }
-    }
-    if let (Some(path), Some(tensors)) = (save_tensors, &result.tensors) {
-        tensors.save(path, meta)?;
-        files.push(path.display().to_string());
-    }
-    let summary_path = out.join(CAPTURE_FILE);
-    files.push(CAPTURE_FILE.to_string());
-    let report = CaptureReport {
-        sinkscope_version: env!("CARGO_PKG_VERSION").to_string(),
-        model: lm.info.clone(),
-        text_source: text_source.to_string(),
-        n_tokens: ids.len(),
-        truncated_tokens: dropped,
-        tokens: ids.iter().enumerate().map(|(pos, &id)| TokenInfo { pos, id, piece: lm.tokenizer.token_str(id) }).collect(),
-        nll: result.nll,
-        summary: result.reducers.summarize(),
-        memory_estimate: result.estimate,
-        wall_seconds: result.wall_seconds,
-        peak_rss_bytes: crate::capture::memory::peak_rss_bytes(),
-        files,
-    };
-    write_json_atomic(&summary_path, &report)?;
-    Ok(report)
 }

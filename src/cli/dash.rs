@@ -6,12 +6,12 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::analyze::{analyze_into, AnalyzeArgs};
-use super::capture::{capture_to_dir, prepare_out_dir, weight_bytes};
-use super::text::read_input;
-use super::ModelArgs;
-use crate::capture::run::CaptureOptions;
+use super::model_args::ModelArgs;
+use super::progress::TerminalProgress;
 use crate::error::{Error, Result};
+use crate::io::text::read_input;
+use crate::pipeline::capture::prepare_out_dir;
+use crate::pipeline::demo::capture_and_analyze;
 use crate::report::run::Run;
 
 #[derive(Args, Debug)]
@@ -55,29 +55,9 @@ fn compute(args: &DashArgs, file: &std::path::Path) -> Result<PathBuf> {
         PathBuf::from("reports").join(format!("dash-{stem}"))
     });
     prepare_out_dir(&out)?;
-    let (text, source) = read_input(None, Some(file))?;
+    let (text, _) = read_input(None, Some(file))?;
     let mut lm = args.model.load()?;
-    lm.fingerprint()?;
-    eprintln!("capturing {} …", file.display());
-    let opts = CaptureOptions { first_keys: 16, top_k: 16, save: None, memory_limit: None, weight_bytes: weight_bytes(&lm), score: true, quant_risk: false, heatmap_bins: Some(128) };
-    capture_to_dir(&lm, &text, &source, args.max_tokens, &opts, &out, None)?;
-    eprintln!("analyzing{} …", if args.no_ablation { "" } else { " (with the causal sweep; --no-ablation skips it)" });
-    let analyze = AnalyzeArgs {
-        model: args.model.clone(),
-        probes: None,
-        file: Some(file.to_path_buf()),
-        max_tokens: args.max_tokens,
-        out: out.clone(),
-        epsilon: 0.3,
-        first_keys: 16,
-        ablate_keys: None,
-        ablation_tokens: 256,
-        no_ablation: args.no_ablation,
-        // The capture already wrote this text's heatmaps.
-        heatmap_bins: 0,
-        json: false,
-    };
-    analyze_into(&mut lm, &analyze, Some(text), None)?;
+    capture_and_analyze(&mut lm, file, &text, args.max_tokens, !args.no_ablation, &out, &mut TerminalProgress::new())?;
     eprintln!("wrote {}", out.display());
     Ok(out)
 }

@@ -4,8 +4,10 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::format::format_exported;
 use crate::error::{Error, Result};
-use crate::report::export::{export, ExportOptions, Exported};
+use crate::report::bundle::ExportOptions;
+use crate::report::export::export;
 use crate::report::run::Run;
 
 #[derive(Args, Debug)]
@@ -59,18 +61,4 @@ pub fn run(args: ExportArgs) -> Result<()> {
     let done = export(&run, &opts)?;
     print!("{}", format_exported(&done));
     Ok(())
-}
-
-pub fn format_exported(e: &Exported) -> String {
-    let mut s = String::new();
-    for (name, path, rows) in &e.tables {
-        s.push_str(&format!("table  {name:<12} {rows:>7} rows  {}\n", path.display()));
-    }
-    if !e.figures.is_empty() {
-        s.push_str(&format!("figures {} files in {}\n", e.figures.len(), e.figures[0].parent().map_or(String::new(), |p| p.display().to_string())));
-    }
-    if let Some(i) = &e.index {
-        s.push_str(&format!("report {}\n", i.display()));
-    }
-    s
 }

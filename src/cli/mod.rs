@@ -1,5 +1,5 @@
-//! Command-line surface: clap definitions and one function per subcommand. Thin: every command
-//! is model → capture → report calls into the library.
+//! Command-line surface: clap definitions and one function per subcommand. Thin: each command
+//! parses its flags into a plain options struct, calls one `pipeline` job, and prints the result.
 
 mod analyze;
 mod capture;
@@ -7,19 +7,16 @@ mod capture;
 mod dash;
 mod demo;
 mod export;
+mod format;
 mod generate;
 mod info;
+mod model_args;
+mod progress;
 mod stream;
-mod text;
 
-use std::path::PathBuf;
-
-use clap::{Args, Parser, Subcommand};
-
-pub use generate::{generate, generate_text};
+use clap::{Parser, Subcommand};
 
 use crate::error::Result;
-use crate::model::{LoadOptions, LoadedModel};
 
 #[derive(Parser, Debug)]
 #[command(name = "sinkscope", version, about = "Where a transformer parks its attention, and what breaks when a KV cache throws those positions away")]
@@ -54,28 +51,6 @@ pub enum Command {
     Dash(dash::DashArgs),
     /// Write a run's Parquet tables, PNG/SVG figures and Markdown report (all four by default).
     Export(export::ExportArgs),
-}
-
-/// Model selection shared by every command that loads one.
-#[derive(Args, Debug, Clone)]
-pub struct ModelArgs {
-    /// A .gguf file, a llama2.c .bin (tokenizer beside it), an HF directory, a hub id
-    /// (owner/name, via the HF cache), or an alias: smollm2-135m, stories260k.
-    #[arg(short = 'm', long = "model", default_value = crate::model::source::DEFAULT_MODEL)]
-    pub model: String,
-    /// Keep GGUF weights quantized for matmuls (faster, less memory, not exact). Default:
-    /// dequantize everything to f32 so analysis is exact.
-    #[arg(long)]
-    pub quantized: bool,
-    /// Use this tokenizer.json (or llama2.c tok*.bin) instead of the model's own.
-    #[arg(long)]
-    pub tokenizer: Option<PathBuf>,
-}
-
-impl ModelArgs {
-    pub fn load(&self) -> Result<LoadedModel> {
-        crate::model::load(&self.model, &LoadOptions { quantized: self.quantized, tokenizer: self.tokenizer.clone() })
-    }
 }
 
 pub fn run(cli: Cli) -> Result<()> {

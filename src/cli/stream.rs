@@ -1,20 +1,17 @@
 //! `sinkscope stream` and `sinkscope recommend`: what a cache policy does to perplexity over a long
 //! stream, and how many sink tokens this model needs pinned.
 
-use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::path::PathBuf;
 
 use clap::Args;
 
-use super::capture::{create_out_dir, prepare_out_dir};
-use super::ModelArgs;
-use crate::error::{Error, Result};
-use crate::kv::recommend::{recommend, Recommendation};
-use crate::kv::{simulate_with, Policy, PolicyKind, PositionMode, SimOptions, StreamOutcome};
-use crate::model::LoadedModel;
-use crate::report::run::STREAM_FILE;
-use crate::report::{write_json_atomic, StreamReport, TokenInfo};
+use super::format::{format_outcome, format_recommendation};
+use super::model_args::ModelArgs;
+use super::progress::TerminalProgress;
+use crate::error::Result;
+use crate::kv::policy::{Policy, PolicyKind, PositionMode};
+use crate::pipeline::capture::prepare_out_dir;
+use crate::pipeline::stream::{stream_into, sweep_into, StreamSource, SweepOptions};
 
 /// The text a stream runs over.
 #[derive(Args, Debug)]
@@ -89,40 +86,9 @@ pub struct RecommendArgs {
     pub out: Option<PathBuf>,
 }
 
-/// Tokenizes the stream text from `start_char`, keeping `tokens` tokens.
-pub fn stream_tokens(lm: &LoadedModel, t: &StreamText) -> Result<Vec<u32>> {
-    let text = crate::textfile::read_text_file(&t.file)?;
-    let start = text.char_indices().nth(t.start_char).map(|(i, _)| i).ok_or_else(|| {
-        Error::file(&t.file, format!("has only {} characters, fewer than --start-char {}", text.chars().count(), t.start_char))
-    })?;
-    let mut ids = lm.tokenizer.encode(&text[start..])?;
-    if t.tokens < 2 {
-        return Err(Error::input("--tokens must be at least 2"));
-    }
-    if ids.len() < t.tokens {
-        eprintln!("warning: {} gives only {} tokens from character {}; streaming all of them", t.file.display(), ids.len(), t.start_char);
-    }
-    ids.truncate(t.tokens);
-    if ids.len() < 2 {
-        return Err(Error::file(&t.file, "gives fewer than 2 tokens; nothing to stream"));
-    }
-    Ok(ids)
-}
-
-fn progress_bar(label: &str) -> impl FnMut(usize, usize) {
-    let start = Instant::now();
-    let tty = std::io::stderr().is_terminal();
-    let label = label.to_string();
-    move |done, total| {
-        if tty && (done % 8 == 0 || done == total) {
-            let rate = done as f64 / start.elapsed().as_secs_f64().max(1e-9);
-            let width = 30;
-            let filled = width * done / total.max(1);
-            let _ = write!(std::io::stderr(), "\r\x1b[2K{label} [{}{}] {done}/{total} policy-steps, {rate:.1}/s", "#".repeat(filled), "-".repeat(width - filled));
-            if done == total {
-                let _ = writeln!(std::io::stderr());
-            }
-        }
+impl StreamText {
+    fn source(&self) -> StreamSource {
+        StreamSource { file: self.file.clone(), start_char: self.start_char, tokens: self.tokens, token_by_token: self.token_by_token }
     }
 }
 
@@ -131,139 +97,36 @@ pub fn run_stream(args: StreamArgs) -> Result<()> {
         prepare_out_dir(out)?;
     }
     let mut lm = args.model.load()?;
-    let start = Instant::now();
-    let ids = stream_tokens(&lm, &args.text)?;
-    let policy = Policy { kind: args.policy, sinks: if matches!(args.policy, PolicyKind::Sink | PolicyKind::Keep) { args.sinks } else { 0 }, cache: args.cache, positions: args.positions };
-    for w in policy.validate(ids.len(), lm.model.cfg.context_len)? {
-        eprintln!("warning: {w}");
-    }
-    let opts = SimOptions { token_by_token: args.text.token_by_token, ..SimOptions::default() };
-    let out = simulate_with(&lm.model, &ids, &[policy], opts, &mut progress_bar(&policy.label()))?.remove(0);
-    if out.first_eviction_step.is_none() && policy.kind != PolicyKind::Dense {
-        eprintln!("warning: the stream ended before the first eviction; ppl_after_eviction is undefined");
-    }
+    let policy = Policy { kind: args.policy, sinks: args.sinks, cache: args.cache, positions: args.positions };
+    let outcome = stream_into(&mut lm, &args.text.source(), policy, args.out.as_deref(), &mut TerminalProgress::new())?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        println!("{}", serde_json::to_string_pretty(&outcome)?);
     } else {
-        print!("{}", format_outcome(&out));
-    }
-    if let Some(dir) = &args.out {
-        write_stream_report(&mut lm, &args.text, &ids, vec![out], None, start, dir)?;
+        print!("{}", format_outcome(&outcome));
     }
     Ok(())
 }
 
-pub fn format_outcome(o: &StreamOutcome) -> String {
-    let opt = |v: Option<f64>| v.map_or("-".into(), |p| format!("{p:.3}"));
-    format!(
-        "{}: {} tokens, perplexity {:.3}, after first eviction {} (first eviction at step {}), cliff {}, max cache {} entries, {:.1} tokens/s\n",
-        o.label,
-        o.tokens,
-        o.ppl,
-        opt(o.ppl_after_eviction),
-        o.first_eviction_step.map_or("-".into(), |s| s.to_string()),
-        o.cliff_step.map_or("none".into(), |s| format!("at step {s}")),
-        o.cache_len.iter().max().copied().unwrap_or(0),
-        o.tokens_per_s
-    )
-}
-
 pub fn run_recommend(args: RecommendArgs) -> Result<()> {
-    if !(args.delta >= 0.0 && args.delta.is_finite()) {
-        return Err(Error::input("--delta must be a finite number ≥ 0"));
-    }
-    if args.sinks.is_empty() {
-        return Err(Error::input("--sinks needs at least one value"));
-    }
+    let opts = SweepOptions {
+        source: args.text.source(),
+        cache: args.cache,
+        sinks: args.sinks.clone(),
+        delta: args.delta,
+        positions: args.positions,
+        recompute: !args.no_recompute,
+        recompute_every: args.recompute_every,
+    };
+    opts.validate()?;
     if let Some(out) = &args.out {
         prepare_out_dir(out)?;
     }
     let mut lm = args.model.load()?;
-    let rec = sweep_into(&mut lm, &args)?;
+    let rec = sweep_into(&mut lm, &opts, args.out.as_deref(), &mut TerminalProgress::new())?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rec)?);
     } else {
         print!("{}", format_recommendation(&rec));
     }
     Ok(())
-}
-
-/// Runs the sink-count sweep on a loaded model (writing stream.json when `args.out` is set).
-pub fn sweep_into(lm: &mut LoadedModel, args: &RecommendArgs) -> Result<Recommendation> {
-    let start = Instant::now();
-    let ids = stream_tokens(lm, &args.text)?;
-    let mut sinks = args.sinks.clone();
-    sinks.sort_unstable();
-    sinks.dedup();
-    let mut policies: Vec<Policy> = sinks
-        .iter()
-        .map(|&s| Policy { kind: if s == 0 { PolicyKind::Window } else { PolicyKind::Sink }, sinks: s, cache: args.cache, positions: args.positions })
-        .collect();
-    if !args.no_recompute {
-        policies.push(Policy { kind: PolicyKind::Recompute, sinks: 0, cache: args.cache, positions: args.positions });
-    }
-    let mut warnings = Vec::new();
-    for p in &policies {
-        for w in p.validate(ids.len(), lm.model.cfg.context_len)? {
-            if !warnings.contains(&w) {
-                warnings.push(w);
-            }
-        }
-    }
-    if ids.len() <= args.cache + 1 {
-        return Err(Error::input(format!(
-            "the stream has {} tokens, too few for --cache {}: nothing would be evicted; use more --tokens or a smaller --cache",
-            ids.len(),
-            args.cache
-        )));
-    }
-    for w in &warnings {
-        eprintln!("warning: {w}");
-    }
-    let opts = SimOptions { recompute_every: args.recompute_every, token_by_token: args.text.token_by_token };
-    let mut outcomes = simulate_with(&lm.model, &ids, &policies, opts, &mut progress_bar(&format!("sweep of {} policies", policies.len())))?;
-    let recompute = if args.no_recompute { None } else { outcomes.pop() };
-    crate::kv::recommend::cliffs_against_best(&mut outcomes);
-    let rec = recommend(&outcomes, recompute.as_ref(), args.cache, args.delta);
-    if let Some(dir) = &args.out {
-        outcomes.extend(recompute);
-        write_stream_report(lm, &args.text, &ids, outcomes, Some(rec.clone()), start, dir)?;
-    }
-    Ok(rec)
-}
-
-/// Writes `stream.json` into the run directory `dir`.
-pub fn write_stream_report(lm: &mut LoadedModel, text: &StreamText, ids: &[u32], outcomes: Vec<StreamOutcome>, recommendation: Option<Recommendation>, start: Instant, dir: &Path) -> Result<PathBuf> {
-    lm.fingerprint()?;
-    let report = StreamReport {
-        sinkscope_version: env!("CARGO_PKG_VERSION").to_string(),
-        model: lm.info.clone(),
-        text_source: text.file.display().to_string(),
-        start_char: text.start_char,
-        tokens: ids.iter().enumerate().map(|(pos, &id)| TokenInfo { pos, id, piece: lm.tokenizer.token_str(id) }).collect(),
-        outcomes,
-        recommendation,
-        wall_seconds: start.elapsed().as_secs_f64(),
-    };
-    create_out_dir(dir)?;
-    let path = dir.join(STREAM_FILE);
-    write_json_atomic(&path, &report)?;
-    Ok(path)
-}
-
-pub fn format_recommendation(r: &Recommendation) -> String {
-    let mut s = format!("sink-count sweep at a budget of W = {} entries (S sinks inside it), {} tokens\n\n", r.cache, r.tokens);
-    s.push_str("policy                                        ppl      ppl after eviction   ×best   cliff\n");
-    for row in &r.table {
-        s.push_str(&format!(
-            "{:<44} {:>8.3}  {:>18}  {:>6}  {}\n",
-            row.label,
-            row.ppl,
-            row.ppl_after_eviction.map_or("-".into(), |p| format!("{p:.3}")),
-            row.ratio_to_best.map_or("-".into(), |x| format!("{x:.3}")),
-            row.cliff_step.map_or("none".into(), |c| format!("step {c}"))
-        ));
-    }
-    s.push_str(&format!("\nrecommended sinks: {}\n{}\n", r.recommended_sinks.map_or("-".into(), |v| v.to_string()), r.verdict));
-    s
 }

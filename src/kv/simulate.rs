@@ -16,11 +16,10 @@ use serde::{Deserialize, Serialize};
 use super::cache::PolicyCache;
 use super::policy::{Policy, PolicyKind, PositionMode};
 use super::trace::PolicyTrace;
-use crate::capture::NoCapture;
 use crate::error::{Error, Result};
-use crate::model::llama::KvStore;
+use crate::model::llama::{KvStore, Llama};
+use crate::model::sink::NoCapture;
 use crate::model::windowed::{QueryView, StreamKv};
-use crate::model::Llama;
 
 /// Queries per block when replaying a policy (the window's keys are re-read once per block).
 const STREAM_BLOCK: usize = 128;
@@ -36,7 +35,7 @@ pub struct StreamOutcome {
     pub policy: Policy,
     pub label: String,
     /// NLL (nats) of token t+1 at step t.
-    #[serde(deserialize_with = "crate::serde_nan::nans_if_null")]
+    #[serde(deserialize_with = "crate::io::serde_nan::nans_if_null")]
     pub nll: Vec<f64>,
     /// Entries the query of step t could see (the cache's length, its own entry included).
     pub cache_len: Vec<usize>,

@@ -60,7 +60,7 @@ impl PolicyTrace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::PolicyKind;
+    use crate::kv::policy::PolicyKind;
 
     fn policy(kind: PolicyKind, sinks: usize, cache: usize, positions: PositionMode) -> Policy {
         Policy { kind, sinks, cache, positions }

@@ -8,8 +8,8 @@ use candle_core::{Device, Tensor};
 use gemm::{gemm, Parallelism};
 use rayon::prelude::*;
 
-use crate::capture::sink::with_f32;
 use crate::error::{Error, Result};
+use crate::numerics::tensor::with_f32;
 
 /// Rows per share below which the whole product runs as one gemm.
 const MIN_SPLIT_ROWS: usize = 32;

@@ -5,8 +5,8 @@
 
 use rayon::prelude::*;
 
-use super::llama::exp_f32;
 use super::matmul::gemm_f32;
+use crate::numerics::kernels::exp_f32;
 
 /// Vocabulary entries per task.
 const VOCAB_BLOCK: usize = 4096;
@@ -33,7 +33,7 @@ fn lane_max(row: &[f32]) -> f32 {
     top.iter().chain(rest).copied().fold(f32::NEG_INFINITY, f32::max)
 }
 
-crate::simd::vectorized_fn! {
+crate::numerics::simd::vectorized_fn! {
     /// Σ exp(v − max) over the row.
     fn sum_exp(row: &[f32], max: f32) -> f64 {
         let mut sum = 0f64;

@@ -15,9 +15,12 @@ use std::ops::Range;
 use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
-use super::llama::{softmax_segments, Attend, Llama};
-use crate::capture::{CaptureSink, NoCapture};
+use super::llama::attention::Attend;
+use super::llama::Llama;
+use super::rope::Rope;
+use super::sink::{CaptureSink, NoCapture};
 use crate::error::{Error, Result};
+use crate::numerics::kernels::softmax_segments;
 
 /// The keys one query at stream position t sees: tokens `0..pinned` and `from..=t`
 /// (`pinned ≤ from`; `pinned = 0, from = 0` is the whole prefix). `pinned_pos` is the rotary
@@ -134,8 +137,7 @@ impl Attend for ViewAttention<'_> {
         self.start..self.start + self.views.len()
     }
 
-    fn attend(&mut self, model: &Llama, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, _sink: &mut dyn CaptureSink) -> Result<Tensor> {
-        let rope = model.rope();
+    fn attend(&mut self, rope: &Rope, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, _sink: &mut dyn CaptureSink) -> Result<Tensor> {
         let (b, h, dh) = q.dims3()?;
         let kvh = k.dim(1)?;
         let group = h / kvh;

@@ -8,7 +8,7 @@ use super::tokens::label;
 use super::plot::{BarChart, HeadGrid, HeadHeatmap, LineChart, Scale, MAX_LABELLED_TOKENS};
 use super::run::Run;
 #[cfg(feature = "plots")]
-use crate::capture::reducers::{is_massive, MASSIVE_ABS};
+use crate::metrics::massive::{is_massive, MASSIVE_ABS};
 
 /// Per-head α_k over the run's main text: the capture's, else the analysis's mean over probes.
 /// [layer][head][k].

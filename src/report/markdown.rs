@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::export::{FigureSpec, FIGURES_DIR, TABLES_DIR};
+use super::bundle::{FigureSpec, FIGURES_DIR, TABLES_DIR};
 use super::tokens::label;
 use super::run::Run;
 use super::tables::Table;

@@ -9,6 +9,7 @@ use polars::prelude::*;
 
 use super::tables::{ColumnData, Table};
 use crate::error::{Error, Result};
+use crate::io::write_atomic;
 
 /// The polars frame of one table (column types: u32 → UInt32, f64 → Float64, str → String,
 /// bool → Boolean; nullable columns keep their nulls).
@@ -42,7 +43,7 @@ pub fn write_table(table: &Table, path: &Path) -> Result<()> {
         .set_parallel(false)
         .finish(&mut df)
         .map_err(|e| Error::Internal(format!("writing {}: {e}", path.display())))?;
-    super::write_atomic(path, &bytes)
+    write_atomic(path, &bytes)
 }
 
 /// Reads a Parquet file back into a frame.

@@ -12,6 +12,7 @@ use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
 
 use crate::error::{Error, Result};
+use crate::io::write_atomic;
 
 type DrawResult<T, DB> = std::result::Result<T, DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
 
@@ -47,7 +48,7 @@ pub fn save<F: Figure>(fig: &F, path: &Path) -> Result<()> {
                 fig.draw(&root).map_err(|e| fail(e.to_string()))?;
                 root.present().map_err(|e| fail(e.to_string()))?;
             }
-            super::write_atomic(path, svg.as_bytes())
+            write_atomic(path, svg.as_bytes())
         }
         "png" => {
             let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));

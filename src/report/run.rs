@@ -6,13 +6,14 @@ use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 
-use super::arrays::Arrays;
-use super::heatmaps::Heatmaps;
-use super::{CaptureReport, StreamReport, TokenInfo};
+use super::records::{CaptureReport, StreamReport};
+use super::tokens::is_byte_level;
 use crate::analysis::sinks::Alphas;
 use crate::analysis::AnalysisReport;
+use crate::capture::heatmaps::Heatmaps;
 use crate::error::{Error, Result};
-use crate::model::ModelInfo;
+use crate::io::arrays::Arrays;
+use crate::model::info::{ModelInfo, TokenInfo};
 
 pub const CAPTURE_FILE: &str = "capture.json";
 pub const ANALYSIS_FILE: &str = "report.json";
@@ -127,7 +128,7 @@ impl Run {
 
     /// Whether the tokens are GPT-2-style byte-level pieces (decoded for display).
     pub fn byte_level(&self) -> bool {
-        self.tokens().is_some_and(|t| super::tokens::is_byte_level(&t.iter().map(|t| t.piece.as_str()).collect::<Vec<_>>()))
+        self.tokens().is_some_and(|t| is_byte_level(&t.iter().map(|t| t.piece.as_str()).collect::<Vec<_>>()))
     }
 
     /// Name of the text the heatmaps belong to.

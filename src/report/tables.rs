@@ -3,9 +3,10 @@
 //! Parquet writer and the figures consume them. Column names and types are a public contract
 //! (documented in notebooks-data/README.md) — change them only deliberately.
 
+use super::records::StreamReport;
 use super::run::Run;
-use super::TokenInfo;
-use crate::analysis::massive::find_massive;
+use crate::analysis::massive::{find_massive, MassiveElement};
+use crate::model::info::TokenInfo;
 
 /// The probe name of rows that come from `capture.json` rather than from an analysis probe.
 pub const CAPTURE_PROBE: &str = "capture";
@@ -295,7 +296,7 @@ fn layers(run: &Run, m: &Meta) -> Table {
 
 /// `massive`: every massive element (|h| > 100 and ≥ 1000× the layer's median |h|).
 fn massive(run: &Run, m: &Meta) -> Table {
-    let mut rows: Vec<(String, crate::analysis::massive::MassiveElement)> = Vec::new();
+    let mut rows: Vec<(String, MassiveElement)> = Vec::new();
     if let Some(c) = &run.capture {
         let top: Vec<_> = c.summary.layers.iter().map(|l| l.top.clone()).collect();
         let median: Vec<f32> = c.summary.layers.iter().map(|l| l.median_abs).collect();
@@ -363,7 +364,7 @@ fn ablation(run: &Run, m: &Meta) -> Option<Table> {
 }
 
 /// `stream_nll`: per (policy, step), the NLL of the next token and what the query could see.
-fn stream_nll(s: &super::StreamReport, m: &Meta) -> Table {
+fn stream_nll(s: &StreamReport, m: &Meta) -> Table {
     let rows: Vec<(usize, usize)> = s.outcomes.iter().enumerate().flat_map(|(o, out)| (0..out.nll.len()).map(move |step| (o, step))).collect();
     let o = |r: &(usize, usize)| &s.outcomes[r.0];
     Builder::new(&rows, m)
@@ -384,7 +385,7 @@ fn stream_nll(s: &super::StreamReport, m: &Meta) -> Table {
 }
 
 /// `recommend`: the sink-count sweep's evidence table, one row per policy.
-fn recommend(s: &super::StreamReport, m: &Meta) -> Table {
+fn recommend(s: &StreamReport, m: &Meta) -> Table {
     let empty = Vec::new();
     let rec = s.recommendation.as_ref();
     let rows = rec.map_or(&empty, |r| &r.table);

@@ -4,7 +4,7 @@
 
 use crate::analysis::heads::{HeadClass, HeadEvidence};
 use crate::analysis::sinks::{discover_sink_positions, SinkPosition};
-use crate::capture::reducers::is_massive;
+use crate::metrics::massive::is_massive;
 use crate::report::run::Run;
 
 /// ε used for the text's own sink positions when the run has no analysis settings.

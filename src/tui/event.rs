@@ -3,7 +3,8 @@
 
 use ratatui::crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEventKind};
 
-use super::app::{Action, Tab, PAN_STEP};
+use super::action::Action;
+use super::state::{Tab, PAN_STEP};
 
 pub fn to_action(event: &Event) -> Option<Action> {
     match event {

@@ -6,10 +6,10 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use super::app::{App, Tab};
+use super::state::{App, Tab};
 use super::views::heatmap::source;
 use crate::error::{Error, Result};
-use crate::report::write_atomic;
+use crate::io::write_atomic;
 
 /// A file to write: its name in exports/ and contents.
 #[derive(Debug, Clone, PartialEq)]

@@ -4,7 +4,7 @@
 use ratatui::layout::Rect;
 use ratatui::text::Span;
 
-use super::app::{HeatmapView, Tab};
+use super::state::{HeatmapView, Tab};
 
 /// The three horizontal bands of every screen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,12 +3,14 @@
 //! which redraws only after an event that maps to an action (no timer, so no flicker and no idle
 //! CPU). Everything shown comes from a [`Run`]: no model code and no candle here.
 
-pub mod app;
+pub mod action;
 pub mod data;
 pub mod event;
 pub mod export;
 pub mod layout;
+pub mod state;
 pub mod ui;
+pub mod update;
 pub mod views;
 pub mod widgets;
 
@@ -20,7 +22,9 @@ use ratatui::DefaultTerminal;
 
 use crate::error::{Error, Result};
 use crate::report::run::Run;
-use app::{update, Action, App, Effect};
+use action::{Action, Effect};
+use state::App;
+use update::update;
 
 /// Opens the dashboard on `run` and returns when the user quits.
 pub fn run(run: Run) -> Result<()> {

@@ -4,7 +4,7 @@
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::Frame;
 
-use super::app::{App, Tab};
+use super::state::{App, Tab};
 use super::layout::{self, TAB_PREFIX};
 use super::views;
 use super::widgets::put;

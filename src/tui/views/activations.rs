@@ -10,8 +10,8 @@ use ratatui::widgets::{Axis, Chart, Dataset, GraphType, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::{block, heading, kv, missing, quoted, DIM};
-use crate::capture::reducers::MASSIVE_ABS;
-use crate::tui::app::App;
+use crate::metrics::massive::MASSIVE_ABS;
+use crate::tui::state::App;
 use crate::tui::layout::{self, scroll};
 use crate::tui::widgets::colour::{decade, series, short};
 use crate::tui::widgets::put;

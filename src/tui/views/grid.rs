@@ -11,7 +11,7 @@ use ratatui::Frame;
 
 use super::{bar, block, heading, kv, missing, quoted, DIM, WARN};
 use crate::analysis::heads::HeadClass;
-use crate::tui::app::{App, GridColour};
+use crate::tui::state::{App, GridColour};
 use crate::tui::layout::{self, GridGeom};
 use crate::tui::widgets::colour::{class_colour, class_letter, sequential, short, text_on};
 use crate::tui::widgets::put;

@@ -9,8 +9,8 @@ use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::{block, fit, heading, kv, missing, quoted, DIM};
-use crate::report::heatmaps::Heatmaps;
-use crate::tui::app::App;
+use crate::capture::heatmaps::Heatmaps;
+use crate::tui::state::App;
 use crate::tui::layout::{self, HeatGeom};
 use crate::tui::widgets::colour::{short, Scale};
 use crate::tui::widgets::heatmap::{colour_bar, paint, raster, HeatSource};

@@ -10,7 +10,7 @@ use ratatui::Frame;
 
 use super::{block, heading, kv, quoted, DIM, WARN};
 use crate::analysis::heads::HeadClass;
-use crate::tui::app::App;
+use crate::tui::state::App;
 use crate::tui::widgets::colour::short;
 
 pub fn render(f: &mut Frame, area: Rect, app: &App) {

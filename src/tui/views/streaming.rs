@@ -9,7 +9,7 @@ use ratatui::widgets::{Axis, Chart, Dataset, GraphType, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::{block, kv, missing, DIM};
-use crate::tui::app::App;
+use crate::tui::state::App;
 use crate::tui::layout;
 use crate::tui::widgets::colour::{series, short};
 use crate::tui::widgets::put;

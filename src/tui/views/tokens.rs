@@ -9,7 +9,7 @@ use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::{block, fit, heading, kv, missing, DIM, WARN};
-use crate::tui::app::{App, TokenMeasure, TokenScope};
+use crate::tui::state::{App, TokenMeasure, TokenScope};
 use crate::tui::layout;
 use crate::tui::widgets::colour::{sequential, short, text_on};
 use crate::tui::widgets::put;

@@ -124,7 +124,7 @@ pub fn colour_bar(buf: &mut Buffer, area: Rect, scale: &Scale) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tui::app::HeatmapView;
+    use crate::tui::state::HeatmapView;
     use crate::tui::layout;
 
     /// A 4×4 causal pattern.

@@ -1,5 +1,5 @@
-//! Reading a user's text file: empty, binary and non-UTF-8 files are refused with a message that
-//! names the file and says how to fix it.
+//! Reading the user's text (`-p` or a file): empty, binary and non-UTF-8 input is refused with a
+//! message that names the file and says how to fix it.
 
 use std::path::Path;
 
@@ -22,3 +22,14 @@ pub fn read_text_file(path: &Path) -> Result<String> {
     })
 }
 
+
+/// Text from `-p` or `-f`, and where it came from.
+pub fn read_input(prompt: Option<&str>, file: Option<&Path>) -> Result<(String, String)> {
+    match (prompt, file) {
+        (Some(_), Some(_)) => Err(Error::input("give either -p TEXT or -f FILE, not both")),
+        (Some(p), None) if p.is_empty() => Err(Error::input("the text given with -p is empty")),
+        (Some(p), None) => Ok((p.to_owned(), "prompt".into())),
+        (None, Some(path)) => Ok((read_text_file(path)?, path.display().to_string())),
+        (None, None) => Err(Error::input("no text: pass -p TEXT or -f FILE")),
+    }
+}

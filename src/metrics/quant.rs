@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::capture::reducers::{is_massive, median_abs};
+use super::massive::{is_massive, median_abs};
 
 /// What per-tensor int8 quantization of a layer output would do to its ordinary (non-massive)
 /// activations, compared with per-token scales (the seeds' warning about outliers).

@@ -1,69 +1,17 @@
-//! The capture interface the forward pass pushes into: `CaptureSink` (ask first with `wants`, so
-//! unwanted hooks cost nothing), a fan-out over several sinks, and `TensorCollector`, which keeps
-//! full tensors of selected hooks and saves them as safetensors keyed by hook name.
+//! `TensorCollector`: keeps the full tensors of the hooks a filter selects (`--save-tensors`) and
+//! saves them as safetensors keyed by hook name.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::Path;
 
-use candle_core::{Storage, Tensor};
+use candle_core::Tensor;
 
-use super::hook::{HookFilter, HookPoint};
 use crate::error::Result;
-
-/// Receives tensors from the forward pass.
-pub trait CaptureSink {
-    /// Whether `record` should be called for this hook; the forward pass skips work otherwise.
-    fn wants(&self, hook: &HookPoint) -> bool;
-
-    /// One tensor of `hook` (shapes in [`HookPoint`]'s docs). `rows` are the absolute positions
-    /// covered along the position axis — the query axis for attention maps, which arrive in
-    /// query blocks whose key axis spans every visible key (0..rows.end).
-    fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()>;
-}
-
-/// Captures nothing (plain inference).
-pub struct NoCapture;
-
-impl CaptureSink for NoCapture {
-    fn wants(&self, _: &HookPoint) -> bool {
-        false
-    }
-    fn record(&mut self, _: &HookPoint, _: Range<usize>, _: &Tensor) -> Result<()> {
-        Ok(())
-    }
-}
-
-/// Forwards each hook to every sink that wants it.
-pub struct FanOut<'a>(pub Vec<&'a mut dyn CaptureSink>);
-
-impl CaptureSink for FanOut<'_> {
-    fn wants(&self, hook: &HookPoint) -> bool {
-        self.0.iter().any(|s| s.wants(hook))
-    }
-    fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()> {
-        for sink in self.0.iter_mut() {
-            if sink.wants(hook) {
-                sink.record(hook, rows.clone(), value)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Runs `f` on the tensor's f32 data without copying when it is a contiguous CPU tensor.
-pub fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
-    {
-        let (storage, layout) = t.storage_and_layout();
-        if let (Storage::Cpu(cpu), Some((start, end))) = (&*storage, layout.contiguous_offsets()) {
-            if let Ok(all) = cpu.as_slice::<f32>() {
-                return Ok(f(&all[start..end]));
-            }
-        }
-    }
-    let owned = t.flatten_all()?.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?;
-    Ok(f(&owned))
-}
+use crate::io::arrays::write_safetensors_f32;
+use crate::model::hook::{HookFilter, HookPoint};
+use crate::model::sink::CaptureSink;
+use crate::numerics::tensor::with_f32;
 
 /// Keeps the full tensors of the hooks a filter selects, for `--save-tensors`.
 pub struct TensorCollector {
@@ -95,7 +43,7 @@ impl TensorCollector {
     pub fn save(&self, path: &Path, metadata: BTreeMap<String, String>) -> Result<()> {
         let tensors: Vec<(String, &[usize], &[f32])> =
             self.tensors.iter().map(|(hook, (shape, data))| (hook.to_string(), shape.as_slice(), data.as_slice())).collect();
-        crate::report::arrays::write_safetensors_f32(path, &tensors, metadata)
+        write_safetensors_f32(path, &tensors, metadata)
     }
 }
 

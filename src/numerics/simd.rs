@@ -30,7 +30,7 @@ macro_rules! vectorized_fn {
                 portable($($arg),*)
             }
             #[cfg(target_arch = "x86_64")]
-            if $crate::simd::has_avx2_fma() {
+            if $crate::numerics::simd::has_avx2_fma() {
                 // SAFETY: the CPU has the features `wide` is compiled for.
                 return unsafe { wide($($arg),*) };
             }
@@ -39,21 +39,3 @@ macro_rules! vectorized_fn {
     };
 }
 pub(crate) use vectorized_fn;
-
-#[cfg(test)]
-mod tests {
-    vectorized_fn! {
-        fn shifted_exps(x: &[f32], out: &mut Vec<f32>) {
-            out.extend(x.iter().map(|&v| crate::model::llama::exp_f32(v) * 0.5 + v));
-        }
-    }
-
-    #[test]
-    fn same_result_with_and_without_wide_vectors() {
-        let x: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.37).sin() * 20.0).collect();
-        let mut wide = Vec::new();
-        shifted_exps(&x, &mut wide);
-        let portable: Vec<f32> = x.iter().map(|&v| crate::model::llama::exp_f32(v) * 0.5 + v).collect();
-        assert_eq!(wide, portable);
-    }
-}

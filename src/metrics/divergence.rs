@@ -1,23 +1,11 @@
 //! Head dependency, causally (DESIGN §6): hide key position k from one head (or a whole layer) and
 //! measure how the next-token predictions of the later tokens change — ΔNLL (mean over the scored
 //! rows of NLL_masked − NLL_clean, nats) and KL(P_clean ‖ P_masked) (mean over rows, nats).
-//! This module holds the result type and the math; `capture::ablation` runs the masked passes.
+//! This module holds the math; `capture::ablation` runs the masked passes and owns the result type.
 
 use rayon::prelude::*;
-use serde::{Deserialize, Serialize};
 
-use crate::model::llama::exp_f32;
-
-/// One masked variant's effect.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AblationResult {
-    pub layer: usize,
-    /// The masked head; `None` when every head of the layer is masked.
-    pub head: Option<usize>,
-    pub key_pos: usize,
-    pub delta_nll: f64,
-    pub kl: f64,
-}
+use crate::numerics::kernels::exp_f32;
 
 /// log-softmax of each row of a [rows, vocab] matrix (exponentials in f32, sums in f64), rows in
 /// parallel.

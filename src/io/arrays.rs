@@ -18,7 +18,7 @@ pub fn write_safetensors_f32(path: &Path, tensors: &[(String, &[usize], &[f32])]
         .collect::<Result<Vec<_>>>()?;
     let bytes = safetensors::tensor::serialize(views, Some(metadata.into_iter().collect()))
         .map_err(|e| Error::Internal(format!("safetensors serialize: {e}")))?;
-    crate::report::write_atomic(path, &bytes)
+    super::atomic::write_atomic(path, &bytes)
 }
 
 /// Views f32s as little-endian bytes (every supported target is little-endian; checked below).

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::arrays::Arrays;
 use crate::error::{Error, Result};
+use crate::io::arrays::{write_safetensors_f32, Arrays};
 
 /// Pooled attention maps for every (layer, head) of one capture.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,7 +74,7 @@ impl Heatmaps {
             ("grid".into(), &grid_shape, &self.grid),
             ("early".into(), &early_shape, &self.early),
         ];
-        super::arrays::write_safetensors_f32(path, &tensors, meta)
+        write_safetensors_f32(path, &tensors, meta)
     }
 
     pub fn load(path: &Path) -> Result<Heatmaps> {

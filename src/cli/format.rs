@@ -1,0 +1,142 @@
+//! What each command prints: plain-text tables of a model, a capture, a diagnosis, a stream, a
+//! sweep and an export.
+
+use crate::analysis::AnalysisReport;
+use crate::kv::recommend::Recommendation;
+use crate::kv::simulate::StreamOutcome;
+use crate::model::info::ModelInfo;
+use crate::report::export::Exported;
+use crate::report::records::CaptureReport;
+
+pub fn format_info(i: &ModelInfo) -> String {
+    let rows: Vec<(&str, String)> = vec![
+        ("source", format!("{} ({})", i.source, i.format)),
+        ("name", i.name.clone().unwrap_or_else(|| "-".into())),
+        ("architecture", i.architecture.clone()),
+        ("layers", i.n_layers.to_string()),
+        ("heads", format!("{} (kv heads {}, head size {})", i.n_heads, i.n_kv_heads, i.d_head)),
+        ("d_model", i.d_model.to_string()),
+        ("d_ff", i.d_ff.to_string()),
+        ("context", i.context_len.to_string()),
+        ("vocab", i.vocab_size.to_string()),
+        ("tokenizer", format!("{}{}", i.tokenizer, if i.adds_bos { ", adds BOS" } else { ", no BOS" })),
+        ("quantization", i.quantization.clone()),
+        ("compute", i.compute.to_string()),
+        ("rope", format!("{}, theta {}", i.rope_layout, i.rope_theta)),
+        ("rms eps", format!("{:e}", i.rms_eps)),
+        ("embeddings", if i.tied_embeddings { "tied".into() } else { "untied".into() }),
+        ("parameters", format!("{:.1}M", i.n_params as f64 / 1e6)),
+    ];
+    rows.iter().map(|(k, v)| format!("{k:<13} {v}\n")).collect()
+}
+
+pub fn format_table(r: &CaptureReport) -> String {
+    let name = r.model.name.clone().unwrap_or_else(|| r.model.source.clone());
+    let mut s = format!(
+        "sinkscope demo — {name}: {} layers × {} heads, {} tokens of {}\nperplexity {} · capture {:.2}s\n\n",
+        r.model.n_layers,
+        r.model.n_heads,
+        r.n_tokens,
+        r.text_source,
+        r.nll.as_ref().map_or("-".to_string(), |n| format!("{:.2}", n.perplexity)),
+        r.wall_seconds
+    );
+    s.push_str("layer  attn→pos0   max|h|  at (pos, dim)    median|h|   max/median\n");
+    for l in &r.summary.layers {
+        let at = match (l.max_abs_pos, l.max_abs_dim) {
+            (Some(p), Some(d)) => format!("({p}, {d})"),
+            _ => "-".into(),
+        };
+        let ratio = if l.median_abs > 0.0 { l.max_abs / l.median_abs } else { f32::INFINITY };
+        s.push_str(&format!(
+            "{:>5}  {:>9.3}  {:>7.1}  {:<14}  {:>9.4}  {:>11.0}\n",
+            l.layer, l.mean_attention_pos0, l.max_abs, at, l.median_abs, ratio
+        ));
+    }
+    s.push_str("\nattn→pos0: mean over heads of α₀, the average attention queries pay to position 0.\n");
+    s
+}
+
+pub fn format_summary(r: &AnalysisReport) -> String {
+    let name = r.model.name.clone().unwrap_or_else(|| r.model.source.clone());
+    let mut s = format!("sinkscope analyze — {name}: {} probes, ε = {}\n\n", r.probes.len(), r.settings.epsilon);
+    s.push_str(&format!("sink positions: {:?}\n", r.sink_positions));
+    let ts: Vec<String> = r.probes.iter().map(|p| p.n_tokens.to_string()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    s.push_str(&format!("Sink_k^ε (% of probe·layer·head with α_k > ε; T = {}):", ts.join("/")));
+    for k in 0..r.sink_score.len().min(8) {
+        s.push_str(&format!("  k={k}: {:.1}", r.sink_score[&k]));
+    }
+    s.push_str(&format!("\nF-Attn (mean attention on position 0): {:.3}\n", r.f_attn));
+    match r.massive.first_layer {
+        Some(l) => s.push_str(&format!(
+            "massive activations: from layer {l}, dims {:?}, positions {:?}\n",
+            &r.massive.dims[..r.massive.dims.len().min(8)],
+            &r.massive.positions[..r.massive.positions.len().min(8)]
+        )),
+        None => s.push_str("massive activations: none (no |h| > 100 and ≥ 1000× the layer median)\n"),
+    }
+    let mut counts = std::collections::BTreeMap::new();
+    for h in &r.heads {
+        *counts.entry(h.class.to_string()).or_insert(0) += 1;
+    }
+    s.push_str(&format!("head classes: {}\n", counts.iter().map(|(c, n)| format!("{c} {n}")).collect::<Vec<_>>().join(", ")));
+    s.push_str("\nper probe:  name                    T   F-Attn  sinks        perplexity\n");
+    for p in &r.probes {
+        let sinks: Vec<usize> = p.sink_positions.iter().map(|s| s.pos).take(4).collect();
+        let ppl = p.nll.as_ref().map_or("-".into(), |n| format!("{:.2}", n.perplexity));
+        s.push_str(&format!("            {:<22} {:>4}  {:>6.3}  {:<12} {ppl}\n", p.name, p.n_tokens, p.f_attn, format!("{sinks:?}")));
+    }
+    if let Some(a) = &r.ablation {
+        s.push_str(&format!("\ncausal dependency ({} tokens, keys {:?}, {:.0}s): heads whose masking hurts most\n", a.n_tokens, a.keys, a.wall_seconds));
+        for t in &a.top_heads {
+            s.push_str(&format!("  L{}H{} without key {}: ΔNLL {:+.4} nats, KL {:.4}\n", t.layer, t.head.unwrap_or(0), t.key_pos, t.delta_nll, t.kl));
+        }
+    }
+    s
+}
+
+pub fn format_outcome(o: &StreamOutcome) -> String {
+    let opt = |v: Option<f64>| v.map_or("-".into(), |p| format!("{p:.3}"));
+    format!(
+        "{}: {} tokens, perplexity {:.3}, after first eviction {} (first eviction at step {}), cliff {}, max cache {} entries, {:.1} tokens/s\n",
+        o.label,
+        o.tokens,
+        o.ppl,
+        opt(o.ppl_after_eviction),
+        o.first_eviction_step.map_or("-".into(), |s| s.to_string()),
+        o.cliff_step.map_or("none".into(), |s| format!("at step {s}")),
+        o.cache_len.iter().max().copied().unwrap_or(0),
+        o.tokens_per_s
+    )
+}
+
+pub fn format_recommendation(r: &Recommendation) -> String {
+    let mut s = format!("sink-count sweep at a budget of W = {} entries (S sinks inside it), {} tokens\n\n", r.cache, r.tokens);
+    s.push_str("policy                                        ppl      ppl after eviction   ×best   cliff\n");
+    for row in &r.table {
+        s.push_str(&format!(
+            "{:<44} {:>8.3}  {:>18}  {:>6}  {}\n",
+            row.label,
+            row.ppl,
+            row.ppl_after_eviction.map_or("-".into(), |p| format!("{p:.3}")),
+            row.ratio_to_best.map_or("-".into(), |x| format!("{x:.3}")),
+            row.cliff_step.map_or("none".into(), |c| format!("step {c}"))
+        ));
+    }
+    s.push_str(&format!("\nrecommended sinks: {}\n{}\n", r.recommended_sinks.map_or("-".into(), |v| v.to_string()), r.verdict));
+    s
+}
+
+pub fn format_exported(e: &Exported) -> String {
+    let mut s = String::new();
+    for (name, path, rows) in &e.tables {
+        s.push_str(&format!("table  {name:<12} {rows:>7} rows  {}\n", path.display()));
+    }
+    if !e.figures.is_empty() {
+        s.push_str(&format!("figures {} files in {}\n", e.figures.len(), e.figures[0].parent().map_or(String::new(), |p| p.display().to_string())));
+    }
+    if let Some(i) = &e.index {
+        s.push_str(&format!("report {}\n", i.display()));
+    }
+    s
+}

@@ -1,0 +1,30 @@
+//! The model flags every command that loads one shares (`-m`, `--quantized`, `--tokenizer`).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::error::Result;
+use crate::model::load::{load, LoadOptions, LoadedModel};
+
+/// Model selection shared by every command that loads one.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// A .gguf file, a llama2.c .bin (tokenizer beside it), an HF directory, a hub id
+    /// (owner/name, via the HF cache), or an alias: smollm2-135m, stories260k.
+    #[arg(short = 'm', long = "model", default_value = crate::model::source::DEFAULT_MODEL)]
+    pub model: String,
+    /// Keep GGUF weights quantized for matmuls (faster, less memory, not exact). Default:
+    /// dequantize everything to f32 so analysis is exact.
+    #[arg(long)]
+    pub quantized: bool,
+    /// Use this tokenizer.json (or llama2.c tok*.bin) instead of the model's own.
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+}
+
+impl ModelArgs {
+    pub fn load(&self) -> Result<LoadedModel> {
+        load(&self.model, &LoadOptions { quantized: self.quantized, tokenizer: self.tokenizer.clone() })
+    }
+}

@@ -1,0 +1,80 @@
+//! The terminal side of [`Progress`]: stage lines and warnings on stderr, transient status lines
+//! and progress bars only on a terminal, and (for the demo) each finished stage's table on stdout.
+
+use std::io::{IsTerminal, Write};
+use std::time::Instant;
+
+use super::format;
+use crate::pipeline::progress::{Finished, Progress};
+
+/// Prints a job's progress the way every command does.
+pub struct TerminalProgress {
+    tty: bool,
+    /// Print each finished stage's result (the demo's tables) on stdout.
+    show_results: bool,
+    /// The current progress bar's label and start.
+    bar: Option<(String, Instant)>,
+}
+
+impl TerminalProgress {
+    pub fn new() -> Self {
+        TerminalProgress { tty: std::io::stderr().is_terminal(), show_results: false, bar: None }
+    }
+
+    /// Also prints every finished stage's table, as the demo does.
+    pub fn with_results() -> Self {
+        TerminalProgress { show_results: true, ..TerminalProgress::new() }
+    }
+}
+
+impl Default for TerminalProgress {
+    fn default() -> Self {
+        TerminalProgress::new()
+    }
+}
+
+impl Progress for TerminalProgress {
+    fn stage(&mut self, message: &str) {
+        eprintln!("{message}");
+    }
+
+    fn status(&mut self, message: &str) {
+        if self.tty {
+            let mut err = std::io::stderr();
+            let _ = write!(err, "\r\x1b[2K{message}");
+            let _ = err.flush();
+        }
+    }
+
+    fn warning(&mut self, message: &str) {
+        eprintln!("warning: {message}");
+    }
+
+    fn steps(&mut self, label: &str, done: usize, total: usize) {
+        if self.bar.as_ref().is_none_or(|(l, _)| l != label) {
+            self.bar = Some((label.to_string(), Instant::now()));
+        }
+        let Some((_, start)) = &self.bar else { return };
+        if self.tty && (done % 8 == 0 || done == total) {
+            let rate = done as f64 / start.elapsed().as_secs_f64().max(1e-9);
+            let width = 30;
+            let filled = width * done / total.max(1);
+            let _ = write!(std::io::stderr(), "\r\x1b[2K{label} [{}{}] {done}/{total} policy-steps, {rate:.1}/s", "#".repeat(filled), "-".repeat(width - filled));
+            if done == total {
+                let _ = writeln!(std::io::stderr());
+            }
+        }
+    }
+
+    fn finished(&mut self, result: Finished<'_>) {
+        if !self.show_results {
+            return;
+        }
+        match result {
+            Finished::Capture(r) => print!("{}", format::format_table(r)),
+            Finished::Analysis(r) => print!("\n{}", format::format_summary(r)),
+            Finished::Sweep(r) => print!("\n{}", format::format_recommendation(r)),
+            Finished::Export(e) => print!("\n{}", format::format_exported(e)),
+        }
+    }
+}

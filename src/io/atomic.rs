@@ -1,0 +1,28 @@
+//! Atomic file output: a temp file in the same directory, then a rename, so an interrupted run
+//! never leaves a half-written file.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+/// Writes `bytes` to `path` via a temporary file and a rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().ok_or_else(|| Error::file(path, "is not a file path"))?;
+    let tmp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
+    let result = std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path));
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::file(path, format!("cannot write ({e})")));
+    }
+    Ok(())
+}
+
+/// Writes `value` as pretty JSON with a final newline, atomically.
+pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(value)?;
+    bytes.push(b'\n');
+    write_atomic(path, &bytes)
+}

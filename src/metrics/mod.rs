@@ -1,0 +1,8 @@
+//! The papers' definitions as pure functions on plain numbers, shared by the reducers that compute
+//! them while a pass streams by and by the analyses, figures and dashboard that read them back:
+//! α_k, the massive-activation criterion, int8 quantization risk, and ΔNLL / KL between predictions.
+
+pub mod divergence;
+pub mod massive;
+pub mod quant;
+pub mod sinks;

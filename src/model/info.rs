@@ -1,0 +1,55 @@
+//! What is known about a loaded model and a text under it, as serializable records: the facts
+//! `sinkscope info` shows, the tokens of a text, and its next-token loss.
+
+use serde::{Deserialize, Serialize};
+
+use super::rope::RopeLayout;
+
+/// What `sinkscope info` reports.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ModelInfo {
+    pub source: String,
+    pub format: String,
+    pub architecture: String,
+    pub name: Option<String>,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub d_model: usize,
+    pub d_head: usize,
+    pub d_ff: usize,
+    pub context_len: usize,
+    pub vocab_size: usize,
+    pub tokenizer: String,
+    pub adds_bos: bool,
+    /// Storage types of the weights in the file, e.g. "Q4_1 ×210, F32 ×61, Q8_0 ×1".
+    pub quantization: String,
+    /// Whether matmuls run on quantized weights (`--quantized`) or dequantized f32.
+    pub compute: String,
+    pub rope_layout: RopeLayout,
+    pub rope_theta: f64,
+    pub rms_eps: f64,
+    pub tied_embeddings: bool,
+    pub n_params: usize,
+    /// SHA-256 of the weight files (set by the commands that write runs; see [`LoadedModel::fingerprint`]).
+    #[serde(default)]
+    pub sha256: Option<String>,
+}
+
+/// One token of the captured text.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TokenInfo {
+    pub pos: usize,
+    pub id: u32,
+    /// The vocabulary entry (e.g. "Ġthe", "▁Once", "<s>").
+    pub piece: String,
+}
+
+/// Next-token loss of the captured text under the model.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NllSummary {
+    /// Mean negative log-likelihood in nats over `scored` predictions (each token from its prefix).
+    pub mean_nll: f64,
+    pub perplexity: f64,
+    pub scored: usize,
+}

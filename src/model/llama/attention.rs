@@ -1,0 +1,181 @@
+//! Where queries meet keys: the `Attend` seam between the layer stack and attention, and causal
+//! softmax attention over stacked sequences computed in query blocks (no layer ever holds a full
+//! T×T pattern), each head of a block its own task.
+
+use candle_core::{Device, Tensor};
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+use super::kv::{KeyMask, KvStore};
+use crate::error::Result;
+use crate::model::hook::HookPoint;
+use crate::model::matmul::gemm_f32;
+use crate::model::rope::Rope;
+use crate::model::sink::CaptureSink;
+use crate::numerics::kernels::softmax_prefix;
+use crate::numerics::tensor::with_f32;
+
+/// Upper bound on one query block's score matrix, so attention memory is independent of T².
+pub(crate) const ATTENTION_BLOCK_BYTES: usize = 32 << 20;
+/// Query rows per block at most.
+const MAX_BLOCK_ROWS: usize = 128;
+/// One sequence of a (possibly stacked) forward: where its keys go, and an optional key mask.
+pub(crate) struct Seq<'a> {
+    pub(crate) store: Option<&'a mut dyn KvStore>,
+    pub(crate) mask: Option<&'a KeyMask>,
+}
+
+/// The part of a layer where queries meet keys: given the layer's pre-RoPE q (rows, H, dh) and
+/// k, v (rows, KVH, dh), return the attention output (rows, H·dh). Plain and cached runs
+/// ([`SeqAttention`]) and teacher-forced policy streams (`model::windowed`) differ only here.
+pub(crate) trait Attend {
+    /// Positions of the rows, for hooks.
+    fn rows(&self) -> std::ops::Range<usize>;
+    fn attend(&mut self, rope: &Rope, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, sink: &mut dyn CaptureSink) -> Result<Tensor>;
+    /// Called once every layer has run.
+    fn finish(&mut self) {}
+}
+
+/// Causal attention for sequences stacked along rows, each with its own KV store and key mask.
+pub(crate) struct SeqAttention<'s, 'a> {
+    pub(crate) seqs: &'s mut [Seq<'a>],
+    pub(crate) positions: Vec<Vec<usize>>,
+    pub(crate) tables: Vec<(Tensor, Tensor)>,
+    /// Rows per sequence.
+    pub(crate) t: usize,
+    /// Bytes of one query block's scores at most (see [`attention`]).
+    pub(crate) block_bytes: usize,
+}
+
+impl Attend for SeqAttention<'_, '_> {
+    fn rows(&self) -> std::ops::Range<usize> {
+        let first = self.positions[0][0];
+        first..first + self.t
+    }
+
+    fn attend(&mut self, rope: &Rope, l: usize, q: &Tensor, k: &Tensor, v: &Tensor, sink: &mut dyn CaptureSink) -> Result<Tensor> {
+        let t = self.t;
+        let mut outs = Vec::with_capacity(self.seqs.len());
+        for (s, seq) in self.seqs.iter_mut().enumerate() {
+            let part = |x: &Tensor| -> Result<Tensor> { Ok(x.narrow(0, s * t, t)?.transpose(0, 1)?.contiguous()?) };
+            let (cos, sin) = &self.tables[s];
+            let q = rope.apply(&part(q)?, cos, sin)?;
+            let (k_all, v_all) = match seq.store.as_deref_mut() {
+                Some(store) => store.append(l, &part(k)?, &part(v)?, rope, &self.positions[s])?,
+                None => (rope.apply(&part(k)?, cos, sin)?, part(v)?),
+            };
+            let past = k_all.dim(1)? - t;
+            let layer_mask = seq.mask.filter(|m| m.layer == l);
+            outs.push(attention(self.block_bytes, l, &q, &k_all, &v_all, past, sink, layer_mask)?);
+        }
+        Ok(if outs.len() == 1 { outs.swap_remove(0) } else { Tensor::cat(&outs, 0)? })
+    }
+
+    fn finish(&mut self) {
+        for seq in self.seqs.iter_mut() {
+            if let Some(store) = seq.store.as_deref_mut() {
+                store.commit(self.t);
+            }
+        }
+    }
+}
+
+/// Causal softmax attention for q (H, T, dh) against all visible keys k/v (KVH, past+T, dh),
+/// one block of query rows at a time; within a block every head runs as its own task
+/// (scores, mask and softmax while its rows are in cache, then A·V straight into its columns
+/// of the output). Returns (T, H·dh).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention(block_bytes: usize, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, past: usize, sink: &mut dyn CaptureSink, mask: Option<&KeyMask>) -> Result<Tensor> {
+    let (h, t, dh) = q.dims3()?;
+    let kvh = k.dim(0)?;
+    let group = h / kvh;
+    let n_keys = past + t;
+    let scale = 1.0 / (dh as f32).sqrt();
+    let want_pattern = sink.wants(&HookPoint::Pattern(layer));
+    let want_scores = sink.wants(&HookPoint::AttnScores(layer));
+    let per_row = h * n_keys * std::mem::size_of::<f32>() * if want_scores { 2 } else { 1 };
+    // Small enough blocks also skip most of the masked upper triangle (keys beyond the block's
+    // last query are never multiplied).
+    let block = (block_bytes / per_row.max(1)).clamp(1, MAX_BLOCK_ROWS.min(t));
+    let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
+    let width = h * dh;
+    let mut out = vec![0f32; t * width];
+    with_f32(&q, |q| {
+        with_f32(&k, |k| {
+            with_f32(&v, |v| -> Result<()> {
+                for b0 in (0..t).step_by(block) {
+                    let b = block.min(t - b0);
+                    let visible = past + b0 + b;
+                    let head_len = b * visible;
+                    let mut a = vec![0f32; h * head_len];
+                    // Scores: (b × dh) · (dh × visible) per head, scaled by the kernel; then the
+                    // knocked-out key and softmax (or, when raw scores are saved, the causal −∞ first).
+                    a.par_chunks_mut(head_len).enumerate().for_each(|(head, s)| {
+                        let kv = head / group;
+                        let qh = &q[(head * t + b0) * dh..][..b * dh];
+                        let kh = &k[kv * n_keys * dh..][..visible * dh];
+                        // SAFETY: s is b×visible, qh b×dh, kh visible×dh (read transposed).
+                        // The 1/√dh scale is applied by the kernel to each finished dot product.
+                        unsafe { gemm_f32(b, visible, dh, (s.as_mut_ptr(), visible, 1), (qh.as_ptr(), dh, 1), (kh.as_ptr(), 1, dh), scale, Parallelism::None) };
+                        for (r, row) in s.chunks_mut(visible).enumerate() {
+                            let query = past + b0 + r;
+                            // Future keys show as −∞ in saved scores; softmax ignores them anyway.
+                            if want_scores {
+                                row[query + 1..].fill(f32::NEG_INFINITY);
+                            }
+                            // A knocked-out key is hidden from the chosen heads' later queries.
+                            if let Some(m) = mask {
+                                if query > m.key && m.heads.contains(&head) {
+                                    row[m.key] = f32::NEG_INFINITY;
+                                }
+                            }
+                            // Softmax while the row is in cache, unless the raw scores are wanted first.
+                            if !want_scores {
+                                softmax_prefix(row, query + 1);
+                            }
+                        }
+                    });
+                    let rows = past + b0..past + b0 + b;
+                    if want_scores {
+                        let scores = Tensor::from_vec(a.clone(), (h, b, visible), &Device::Cpu)?;
+                        sink.record(&HookPoint::AttnScores(layer), rows.clone(), &scores)?;
+                        a.par_chunks_mut(visible).enumerate().for_each(|(row, s)| softmax_prefix(s, past + b0 + row % b + 1));
+                    }
+                    let pattern = Tensor::from_vec(a, (h, b, visible), &Device::Cpu)?;
+                    if want_pattern {
+                        sink.record(&HookPoint::Pattern(layer), rows, &pattern)?;
+                    }
+                    // Output: (b × visible) · (visible × dh) per head, into its columns.
+                    let dst = SendPtr(out.as_mut_ptr());
+                    with_f32(&pattern, |a| {
+                        (0..h).into_par_iter().for_each(|head| {
+                            let kv = head / group;
+                            let ah = &a[head * head_len..][..head_len];
+                            let vh = &v[kv * n_keys * dh..][..visible * dh];
+                            // SAFETY: each head writes rows b0..b0+b, columns head·dh..(head+1)·dh
+                            // of the (t, h·dh) output: disjoint across heads.
+                            unsafe { gemm_f32(b, dh, visible, (dst.at(b0 * width + head * dh), width, 1), (ah.as_ptr(), visible, 1), (vh.as_ptr(), dh, 1), 1.0, Parallelism::None) };
+                        })
+                    })?;
+                }
+                Ok(())
+            })
+        })
+    })????;
+    Ok(Tensor::from_vec(out, (t, width), &Device::Cpu)?)
+}
+
+/// A raw output pointer shared by tasks that write disjoint parts of one buffer.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: only used for disjoint writes (see its uses).
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    /// # Safety
+    /// `i` must lie inside the buffer.
+    unsafe fn at(&self, i: usize) -> *mut f32 {
+        unsafe { self.0.add(i) }
+    }
+}

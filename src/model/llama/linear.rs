@@ -1,0 +1,91 @@
+//! The model's linear maps: y = x Wᵀ (+ b) over dense (pre-transposed, or shared with the
+//! embedding) or quantized weights, and fused projections of one input (q|k|v, gate|up).
+
+use candle_core::quantized::QMatMul;
+use candle_core::{Device, Module, Tensor};
+
+use super::config::Param;
+use crate::error::Result;
+use crate::model::matmul::matmul_split_rows;
+
+/// y = x Wᵀ (+ b) for x of shape (T, in).
+pub(crate) struct Linear {
+    pub(crate) weight: LinearWeight,
+    pub(crate) bias: Option<Tensor>,
+}
+
+pub(crate) enum LinearWeight {
+    /// Stored transposed, (in, out) contiguous, so gemm reads the weight row by row.
+    DenseT(Tensor),
+    /// (out, in) used through a transposed view: the tied output head shares the embedding.
+    Dense(Tensor),
+    Quant(QMatMul),
+}
+
+impl Linear {
+    pub(crate) fn new(p: Param, bias: Option<Tensor>) -> Result<Self> {
+        let weight = match p {
+            Param::Dense(t) => LinearWeight::DenseT(t.t()?.contiguous()?),
+            Param::Quant(q) => LinearWeight::Quant(QMatMul::from_arc(q)?),
+        };
+        Ok(Linear { weight, bias })
+    }
+
+    /// A linear map that reads `w` (out, in) in place, without a transposed copy.
+    pub(crate) fn shared(w: Tensor) -> Self {
+        Linear { weight: LinearWeight::Dense(w), bias: None }
+    }
+
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = match &self.weight {
+            LinearWeight::DenseT(wt) => matmul_split_rows(x, wt, false)?,
+            LinearWeight::Dense(w) => matmul_split_rows(x, w, true)?,
+            LinearWeight::Quant(q) => q.forward(x)?,
+        };
+        Ok(match &self.bias {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        })
+    }
+}
+
+/// Several projections of the same input. Dense weights are concatenated into one matmul at load
+/// time (q|k|v, gate|up); quantized ones stay separate.
+pub(crate) struct Projection {
+    parts: Vec<Linear>,
+}
+
+impl Projection {
+    pub(crate) fn new(params: Vec<(Param, Option<Tensor>)>) -> Result<Self> {
+        let widths: Vec<usize> = params.iter().map(|(p, _)| p.shape()[0]).collect();
+        if params.iter().all(|(p, _)| matches!(p, Param::Dense(_))) {
+            let ws: Vec<Tensor> = params.iter().map(|(p, _)| p.dequantize()).collect::<Result<_>>()?;
+            let bias = if params.iter().any(|(_, b)| b.is_some()) {
+                let bs: Vec<Tensor> = params
+                    .iter()
+                    .zip(&widths)
+                    .map(|((_, b), &w)| match b {
+                        Some(b) => Ok(b.clone()),
+                        None => Ok(Tensor::zeros(w, candle_core::DType::F32, &Device::Cpu)?),
+                    })
+                    .collect::<Result<_>>()?;
+                Some(Tensor::cat(&bs, 0)?)
+            } else {
+                None
+            };
+            let fused = Linear::new(Param::Dense(Tensor::cat(&ws, 0)?), bias)?;
+            Ok(Projection { parts: vec![fused] })
+        } else {
+            let parts = params.into_iter().map(|(p, b)| Linear::new(p, b)).collect::<Result<_>>()?;
+            Ok(Projection { parts })
+        }
+    }
+
+    /// All projections side by side: (T, Σ widths).
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self.parts.as_slice() {
+            [fused] => fused.forward(x),
+            parts => Ok(Tensor::cat(&parts.iter().map(|p| p.forward(x)).collect::<Result<Vec<_>>>()?, 1)?),
+        }
+    }
+}

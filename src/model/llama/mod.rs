@@ -1,0 +1,290 @@
+//! The Llama-family forward pass (Llama, Mistral, Qwen2-style, SmolLM, TinyLlama, llama2.c) with
+//! capture hooks: RMSNorm, grouped-query attention computed in query blocks (no layer ever holds a
+//! full T×T pattern), SwiGLU, RoPE in the weights' own layout, tied or untied output.
+
+pub mod attention;
+pub mod config;
+pub mod kv;
+pub mod linear;
+
+use candle_core::{Device, Tensor};
+use rayon::prelude::*;
+
+use attention::{Attend, Seq, SeqAttention, ATTENTION_BLOCK_BYTES};
+pub use config::{LlamaConfig, Param};
+pub use kv::{KeyMask, KvCache, KvStore};
+use linear::{Linear, LinearWeight, Projection};
+use crate::error::{Error, Result};
+use crate::model::hook::HookPoint;
+use crate::model::rope::Rope;
+use crate::model::scoring::{streamed_nll, token_nll, HeadWeight};
+use crate::model::sink::{CaptureSink, NoCapture};
+use crate::numerics::kernels::swiglu;
+use crate::numerics::tensor::with_f32;
+
+/// Logit rows materialised at once when a quantized head cannot be streamed.
+const LOGIT_ROWS: usize = 128;
+
+struct Block {
+    attn_norm: Tensor,
+    qkv: Projection,
+    o_proj: Linear,
+    ffn_norm: Tensor,
+    gate_up: Projection,
+    down: Linear,
+}
+
+/// A loaded Llama-family model.
+pub struct Llama {
+    pub cfg: LlamaConfig,
+    embed: Tensor,
+    blocks: Vec<Block>,
+    final_norm: Tensor,
+    lm_head: Linear,
+    rope: Rope,
+    attention_block_bytes: usize,
+}
+
+/// Fetches a weight by its GGUF-style name (`token_embd.weight`, `blk.3.attn_q.weight`, …);
+/// `None` when the file has no such tensor.
+pub type ParamSource<'a> = dyn FnMut(&str) -> Result<Option<Param>> + 'a;
+
+impl Llama {
+    /// Builds the model from a weight source, checking every shape against `cfg`.
+    pub fn load(cfg: LlamaConfig, source_path: &std::path::Path, get: &mut ParamSource<'_>) -> Result<Self> {
+        cfg.validate(source_path)?;
+        let (d, dh, h, kv, ff) = (cfg.d_model, cfg.d_head, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff);
+        let embed_param = take_req(get, source_path, "token_embd.weight", &[cfg.vocab_size, d])?;
+        let mut blocks = Vec::with_capacity(cfg.n_layers);
+        for l in 0..cfg.n_layers {
+            let n = |s: &str| format!("blk.{l}.{s}");
+            let attn_norm = take_req(get, source_path, &n("attn_norm.weight"), &[d])?.dequantize()?;
+            let q = take_req(get, source_path, &n("attn_q.weight"), &[h * dh, d])?;
+            let k = take_req(get, source_path, &n("attn_k.weight"), &[kv * dh, d])?;
+            let v = take_req(get, source_path, &n("attn_v.weight"), &[kv * dh, d])?;
+            let o = take_req(get, source_path, &n("attn_output.weight"), &[d, h * dh])?;
+            let ffn_norm = take_req(get, source_path, &n("ffn_norm.weight"), &[d])?.dequantize()?;
+            let gate = take_req(get, source_path, &n("ffn_gate.weight"), &[ff, d])?;
+            let up = take_req(get, source_path, &n("ffn_up.weight"), &[ff, d])?;
+            let down = take_req(get, source_path, &n("ffn_down.weight"), &[d, ff])?;
+            // Qwen2-style q/k/v biases are optional.
+            let mut bias = |name: &str, width: usize| -> Result<Option<Tensor>> {
+                take_opt(get, source_path, &n(name), &[width])?.map(|p| p.dequantize()).transpose()
+            };
+            let (qb, kb, vb) = (bias("attn_q.bias", h * dh)?, bias("attn_k.bias", kv * dh)?, bias("attn_v.bias", kv * dh)?);
+            blocks.push(Block {
+                attn_norm,
+                qkv: Projection::new(vec![(q, qb), (k, kb), (v, vb)])?,
+                o_proj: Linear::new(o, None)?,
+                ffn_norm,
+                gate_up: Projection::new(vec![(gate, None), (up, None)])?,
+                down: Linear::new(down, None)?,
+            });
+        }
+        let final_norm = take_req(get, source_path, "output_norm.weight", &[d])?.dequantize()?;
+        let embed = embed_param.dequantize()?;
+        let lm_head = match take_opt(get, source_path, "output.weight", &[cfg.vocab_size, d])? {
+            Some(p) => Linear::new(p, None)?,
+            // Tied embeddings: the output head is the embedding matrix itself.
+            None => match embed_param {
+                Param::Quant(q) => Linear::new(Param::Quant(q), None)?,
+                Param::Dense(_) => Linear::shared(embed.clone()),
+            },
+        };
+        let rope = Rope { theta: cfg.rope_theta, d_head: cfg.d_head, layout: cfg.rope_layout };
+        Ok(Llama { cfg, embed, blocks, final_norm, lm_head, rope, attention_block_bytes: ATTENTION_BLOCK_BYTES })
+    }
+
+    /// Runs `tokens` after whatever `cache` holds (positions continue from `cache.len()`), pushing
+    /// hooks into `sink`, and returns the final-norm hidden states (T, d_model). With `cache` =
+    /// `None` nothing is kept for later calls. Logits come from [`Llama::logits`].
+    pub fn forward(&self, tokens: &[u32], cache: Option<&mut KvCache>, sink: &mut dyn CaptureSink) -> Result<Tensor> {
+        self.forward_with(tokens, cache.map(|c| c as &mut dyn KvStore), sink)
+    }
+
+    /// [`Llama::forward`] with any [`KvStore`] (e.g. a policy-managed cache being prefilled).
+    pub fn forward_with(&self, tokens: &[u32], store: Option<&mut dyn KvStore>, sink: &mut dyn CaptureSink) -> Result<Tensor> {
+        if tokens.is_empty() {
+            return Err(Error::input("no tokens to run: the text is empty"));
+        }
+        let past = store.as_ref().map_or(0, |s| s.next_positions(1)[0]);
+        let rows = past..past + tokens.len();
+        let x = self.embed_tokens(tokens)?;
+        emit(sink, HookPoint::Embed, &rows, &x)?;
+        self.run_layers(x, 0, &mut [Seq { store, mask: None }], sink)
+    }
+
+    /// Re-runs layers `layer..` from that layer's input (`resid_pre`, (T, d_model), positions
+    /// 0..T) once per mask — all masks must name `layer` — and returns each variant's final-norm
+    /// hidden states. Layers before the masked one cannot see a mask, so callers reuse one clean
+    /// pass for every variant; the variants are stacked so projections and MLPs run as one batch.
+    pub fn forward_masked(&self, resid_pre: &Tensor, masks: &[KeyMask]) -> Result<Vec<Tensor>> {
+        let Some(layer) = masks.first().map(|m| m.layer) else { return Ok(Vec::new()) };
+        if layer >= self.cfg.n_layers || masks.iter().any(|m| m.layer != layer) {
+            return Err(Error::input(format!("masks must all name one layer below {}", self.cfg.n_layers)));
+        }
+        let t = resid_pre.dim(0)?;
+        let x = Tensor::cat(&vec![resid_pre; masks.len()], 0)?;
+        let mut seqs: Vec<Seq> = masks.iter().map(|m| Seq { store: None, mask: Some(m) }).collect();
+        let hidden = self.run_layers(x, layer, &mut seqs, &mut NoCapture)?;
+        (0..masks.len()).map(|s| Ok(hidden.narrow(0, s * t, t)?)).collect()
+    }
+
+    /// One decode step for several independent sequences: `tokens[s]` is appended to `stores[s]`
+    /// (each store places and keeps keys its own way). Projections and MLPs run on all sequences
+    /// as one batch — decoding is bound by reading the weights, so a batch costs little more than
+    /// one. Returns the final-norm hidden states, one row per sequence.
+    pub fn decode_step(&self, tokens: &[u32], stores: &mut [&mut dyn KvStore]) -> Result<Tensor> {
+        if tokens.len() != stores.len() || tokens.is_empty() {
+            return Err(Error::Internal("decode_step needs one token per store".into()));
+        }
+        let x = self.embed_tokens(tokens)?;
+        let mut seqs: Vec<Seq> = stores.iter_mut().map(|s| Seq { store: Some(&mut **s), mask: None }).collect();
+        self.run_layers(x, 0, &mut seqs, &mut NoCapture)
+    }
+
+    /// Runs blocks `first_layer..` over `x`, which holds `seqs.len()` sequences of equal length
+    /// stacked along rows. Projections and MLPs run on all rows at once; RoPE, the KV store and
+    /// attention (with that sequence's mask) run per sequence.
+    fn run_layers(&self, x: Tensor, first_layer: usize, seqs: &mut [Seq<'_>], sink: &mut dyn CaptureSink) -> Result<Tensor> {
+        let n_seq = seqs.len().max(1);
+        let t = x.dim(0)? / n_seq;
+        let positions: Vec<Vec<usize>> = seqs.iter().map(|s| s.store.as_ref().map_or_else(|| (0..t).collect(), |st| st.next_positions(t))).collect();
+        let tables = positions.iter().map(|p| self.rope.tables(p, &Device::Cpu)).collect::<Result<Vec<_>>>()?;
+        let mut attend = SeqAttention { seqs, positions, tables, t, block_bytes: self.attention_block_bytes };
+        self.run_blocks(x, first_layer, &mut attend, sink)
+    }
+
+    /// The layer stack over `x` (rows = tokens): RMSNorm, fused projections, `attend` for the part
+    /// where queries meet keys, output projection, SwiGLU MLP, hooks at every named point.
+    pub(crate) fn run_blocks(&self, mut x: Tensor, first_layer: usize, attend: &mut dyn Attend, sink: &mut dyn CaptureSink) -> Result<Tensor> {
+        let total = x.dim(0)?;
+        let rows = attend.rows();
+        let eps = self.cfg.rms_eps as f32;
+        let (h, kvh, dh) = (self.cfg.n_heads, self.cfg.n_kv_heads, self.cfg.d_head);
+        for (l, block) in self.blocks.iter().enumerate().skip(first_layer) {
+            emit(sink, HookPoint::ResidPre(l), &rows, &x)?;
+            let xn = candle_nn::ops::rms_norm(&x, &block.attn_norm, eps)?;
+            let qkv = block.qkv.forward(&xn)?;
+            let (nq, nkv) = (h * dh, kvh * dh);
+            let q = qkv.narrow(1, 0, nq)?.reshape((total, h, dh))?;
+            let k = qkv.narrow(1, nq, nkv)?.reshape((total, kvh, dh))?;
+            let v = qkv.narrow(1, nq + nkv, nkv)?.reshape((total, kvh, dh))?;
+            emit(sink, HookPoint::Q(l), &rows, &q)?;
+            emit(sink, HookPoint::K(l), &rows, &k)?;
+            emit(sink, HookPoint::V(l), &rows, &v)?;
+            let attn = attend.attend(&self.rope, l, &q, &k, &v, sink)?;
+            let attn_out = block.o_proj.forward(&attn)?;
+            emit(sink, HookPoint::AttnOut(l), &rows, &attn_out)?;
+            x = (x + attn_out)?;
+            emit(sink, HookPoint::ResidMid(l), &rows, &x)?;
+            let xn = candle_nn::ops::rms_norm(&x, &block.ffn_norm, eps)?;
+            let act = swiglu(&block.gate_up.forward(&xn)?)?;
+            emit(sink, HookPoint::MlpPost(l), &rows, &act)?;
+            x = (x + block.down.forward(&act)?)?;
+            emit(sink, HookPoint::ResidPost(l), &rows, &x)?;
+        }
+        attend.finish();
+        let out = candle_nn::ops::rms_norm(&x, &self.final_norm, eps)?;
+        emit(sink, HookPoint::LnFinal, &rows, &out)?;
+        Ok(out)
+    }
+
+    /// Embeds `tokens`, refusing ids outside the vocabulary.
+    pub(crate) fn embed_tokens(&self, tokens: &[u32]) -> Result<Tensor> {
+        self.check_ids(tokens)?;
+        Ok(self.embed.index_select(&Tensor::new(tokens, &Device::Cpu)?, 0)?)
+    }
+
+    /// Refuses token ids outside the vocabulary (inputs to embed, targets to score).
+    fn check_ids(&self, ids: &[u32]) -> Result<()> {
+        match ids.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+            Some(&bad) => Err(Error::input(format!("token id {bad} is outside the model's vocabulary of {}", self.cfg.vocab_size))),
+            None => Ok(()),
+        }
+    }
+
+    /// The model's rotary embedding (for caches that place keys themselves).
+    pub fn rope(&self) -> Rope {
+        self.rope.clone()
+    }
+
+    /// Caps the bytes of one query block's scores (default 32 MiB); smaller means more, shorter
+    /// blocks. Results do not depend on it.
+    pub fn set_attention_block_bytes(&mut self, bytes: usize) {
+        self.attention_block_bytes = bytes.max(1);
+    }
+
+    /// Logits (rows, vocab) for final-norm hidden states (rows, d_model). Callers with long inputs
+    /// pass row chunks: a full T×vocab matrix can be gigabytes.
+    pub fn logits(&self, normed: &Tensor) -> Result<Tensor> {
+        self.lm_head.forward(normed)
+    }
+
+    /// NLL of `targets[r]` given final-norm hidden row r: a dense head is streamed in vocabulary
+    /// blocks (no rows × vocab matrix); a quantized one goes through [`Llama::logits`].
+    pub fn next_token_nll(&self, normed: &Tensor, targets: &[u32]) -> Result<Vec<f64>> {
+        let (rows, d) = normed.dims2()?;
+        if rows != targets.len() {
+            return Err(Error::Internal(format!("{rows} hidden rows for {} targets", targets.len())));
+        }
+        self.check_ids(targets)?;
+        let vocab = self.cfg.vocab_size;
+        let normed = normed.contiguous()?;
+        let dense = match (&self.lm_head.weight, &self.lm_head.bias) {
+            (LinearWeight::Dense(w), None) => Some((w, true)),
+            (LinearWeight::DenseT(w), None) => Some((w, false)),
+            _ => None,
+        };
+        if let Some((w, out_in)) = dense {
+            let w = w.contiguous()?;
+            return with_f32(&w, |w| {
+                with_f32(&normed, |x| streamed_nll(x, d, if out_in { HeadWeight::OutIn(w) } else { HeadWeight::InOut(w) }, vocab, targets))
+            })?;
+        }
+        // Row chunks: a full rows × vocab matrix can be gigabytes.
+        let mut out = Vec::with_capacity(rows);
+        for r0 in (0..rows).step_by(LOGIT_ROWS) {
+            let n = LOGIT_ROWS.min(rows - r0);
+            let logits = self.logits(&normed.narrow(0, r0, n)?)?;
+            let ts = &targets[r0..r0 + n];
+            out.extend(with_f32(&logits, |x| x.par_chunks(vocab).zip(ts.par_iter()).map(|(row, &t)| token_nll(row, t as usize)).collect::<Vec<_>>())?);
+        }
+        Ok(out)
+    }
+}
+
+fn emit(sink: &mut dyn CaptureSink, hook: HookPoint, rows: &std::ops::Range<usize>, value: &Tensor) -> Result<()> {
+    if sink.wants(&hook) {
+        let value = if value.is_contiguous() { value.clone() } else { value.contiguous()? };
+        sink.record(&hook, rows.clone(), &value)?;
+    }
+    Ok(())
+}
+
+/// Fetches a required weight and checks its shape.
+fn take_req(get: &mut ParamSource<'_>, path: &std::path::Path, name: &str, shape: &[usize]) -> Result<Param> {
+    take_opt(get, path, name, shape)?
+        .ok_or_else(|| Error::file(path, format!("tensor {name} is missing; the file is incomplete or not a Llama-family model")))
+}
+
+/// Fetches an optional weight and checks its shape.
+fn take_opt(get: &mut ParamSource<'_>, path: &std::path::Path, name: &str, shape: &[usize]) -> Result<Option<Param>> {
+    match get(name)? {
+        Some(p) => {
+            check_shape(path, name, &p.shape(), shape)?;
+            Ok(Some(p))
+        }
+        None => Ok(None),
+    }
+}
+
+fn check_shape(path: &std::path::Path, name: &str, got: &[usize], want: &[usize]) -> Result<()> {
+    if got != want {
+        return Err(Error::file(
+            path,
+            format!("tensor {name} has shape {got:?} but the model configuration implies {want:?}; the file's metadata and weights disagree"),
+        ));
+    }
+    Ok(())
+}

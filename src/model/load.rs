@@ -1,0 +1,275 @@
+//! Loading: a `-m MODEL` argument → a [`LoadedModel`] (the network, its tokenizer and the facts
+//! `sinkscope info` shows), from GGUF, llama2.c or an HF directory, and the weights' fingerprint.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use candle_core::quantized::GgmlDType;
+
+use super::gguf;
+use super::hf;
+use super::info::ModelInfo;
+use super::llama::{Llama, LlamaConfig, Param};
+use super::llama2c;
+use super::rope::RopeLayout;
+use super::source::{resolve, ModelSource};
+use super::tokenizer::Tokenizer;
+use crate::error::{Error, Result};
+
+/// How to load a model.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// Keep GGUF quantized matmul weights quantized (faster load, less memory, inexact analysis).
+    /// By default every tensor is dequantized to f32 so analysis is exact.
+    pub quantized: bool,
+    /// A tokenizer.json (or llama2.c tok.bin) to use instead of the model's own.
+    pub tokenizer: Option<PathBuf>,
+}
+
+pub struct LoadedModel {
+    pub model: Llama,
+    pub tokenizer: Tokenizer,
+    pub info: ModelInfo,
+}
+
+impl LoadedModel {
+    /// Records the SHA-256 of the weight files in `info.sha256` (hashing a 100 MB file takes about
+    /// a third of a second, so only commands that write a run pay for it).
+    pub fn fingerprint(&mut self) -> Result<()> {
+        if self.info.sha256.is_none() {
+            self.info.sha256 = Some(weights_sha256(Path::new(&self.info.source))?);
+        }
+        Ok(())
+    }
+}
+
+/// SHA-256 over the weight files of a model path: the file itself, or every `*.safetensors` of an
+/// HF directory in name order.
+pub fn weights_sha256(path: &Path) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    let files: Vec<PathBuf> = if path.is_dir() {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| Error::file(path, format!("cannot list ({e})")))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .collect();
+        v.sort();
+        v
+    } else {
+        vec![path.to_path_buf()]
+    };
+    let mut hasher = Sha256::new();
+    for f in &files {
+        let mut file = std::fs::File::open(f).map_err(|e| Error::file(f, format!("cannot open ({e})")))?;
+        std::io::copy(&mut file, &mut hasher).map_err(|e| Error::file(f, format!("cannot read ({e})")))?;
+    }
+    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+pub fn load(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
+    let source = resolve(spec)?;
+    load_source(&source, opts)
+}
+
+pub fn load_source(source: &ModelSource, opts: &LoadOptions) -> Result<LoadedModel> {
+    let (model, own_tokenizer, mut info) = match source {
+        ModelSource::Gguf(path) => load_gguf(path, opts)?,
+        ModelSource::Llama2c { model } => load_llama2c(model, opts)?,
+        ModelSource::HfDir(dir) => load_hf(dir, opts)?,
+    };
+    let tokenizer = match &opts.tokenizer {
+        Some(path) if path.extension().is_some_and(|e| e == "bin") => Tokenizer::from_llama2c(path, model.cfg.vocab_size)?,
+        Some(path) => Tokenizer::from_json_file(path)?,
+        None => own_tokenizer.ok_or_else(|| Error::Internal("loader returned no tokenizer".into()))?,
+    };
+    if tokenizer.vocab_size() > model.cfg.vocab_size {
+        return Err(Error::file(
+            source.path(),
+            format!("the tokenizer has {} tokens but the model's vocabulary is {}; they do not belong together", tokenizer.vocab_size(), model.cfg.vocab_size),
+        ));
+    }
+    info.tokenizer = tokenizer.kind().to_owned();
+    info.adds_bos = tokenizer.adds_bos();
+    Ok(LoadedModel { model, tokenizer, info })
+}
+
+fn base_info(source: &ModelSource, cfg: &LlamaConfig, architecture: String) -> ModelInfo {
+    ModelInfo {
+        source: source.path().display().to_string(),
+        format: source.format().to_string(),
+        architecture,
+        name: None,
+        n_layers: cfg.n_layers,
+        n_heads: cfg.n_heads,
+        n_kv_heads: cfg.n_kv_heads,
+        d_model: cfg.d_model,
+        d_head: cfg.d_head,
+        d_ff: cfg.d_ff,
+        context_len: cfg.context_len,
+        vocab_size: cfg.vocab_size,
+        tokenizer: String::new(),
+        adds_bos: false,
+        quantization: String::new(),
+        compute: "f32 (dequantized)".into(),
+        rope_layout: cfg.rope_layout,
+        rope_theta: cfg.rope_theta,
+        rms_eps: cfg.rms_eps,
+        tied_embeddings: false,
+        n_params: 0,
+        sha256: None,
+    }
+}
+
+/// The GGUF architectures whose tensors follow the Llama layout, and their RoPE pairing
+/// (llama.cpp permutes llama q/k rows to adjacent pairs; qwen2 keeps NEOX half-split).
+fn gguf_rope_layout(arch: &str) -> Option<RopeLayout> {
+    match arch {
+        "llama" | "mistral" => Some(RopeLayout::Interleaved),
+        "qwen2" => Some(RopeLayout::HalfSplit),
+        _ => None,
+    }
+}
+
+fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Option<Tokenizer>, ModelInfo)> {
+    let file = gguf::GgufFile::open(path)?;
+    let arch = file.architecture()?.to_owned();
+    let layout = gguf_rope_layout(&arch).ok_or_else(|| {
+        Error::file(path, format!("unknown architecture '{arch}'; sinkscope supports Llama-family GGUF models (llama, mistral, qwen2)"))
+    })?;
+    if let Some(kind) = file.get(&format!("{arch}.rope.scaling.type")).and_then(gguf::Value::as_str) {
+        if kind != "none" {
+            return Err(Error::file(path, format!("RoPE scaling '{kind}' is not supported yet")));
+        }
+    }
+    let key = |k: &str| format!("{arch}.{k}");
+    let n_heads = file.req_u64(&key("attention.head_count"))? as usize;
+    let d_model = file.req_u64(&key("embedding_length"))? as usize;
+    let vocab_size = file
+        .tensors
+        .get("token_embd.weight")
+        .map(|t| t.shape[0])
+        .ok_or_else(|| Error::file(path, "tensor token_embd.weight is missing; the GGUF file is incomplete"))?;
+    let cfg = LlamaConfig {
+        n_layers: file.req_u64(&key("block_count"))? as usize,
+        n_heads,
+        n_kv_heads: file.get(&key("attention.head_count_kv")).and_then(gguf::Value::as_u64).map_or(n_heads, |v| v as usize),
+        d_model,
+        d_head: file
+            .get(&key("attention.key_length"))
+            .and_then(gguf::Value::as_u64)
+            .map_or(d_model / n_heads.max(1), |v| v as usize),
+        d_ff: file.req_u64(&key("feed_forward_length"))? as usize,
+        vocab_size,
+        context_len: file.req_u64(&key("context_length"))? as usize,
+        rope_theta: file.opt_f64(&key("rope.freq_base")).unwrap_or(10000.0),
+        rope_layout: layout,
+        rms_eps: file.opt_f64(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
+    };
+    let tokenizer = match &opts.tokenizer {
+        Some(_) => None,
+        None => Some(Tokenizer::from_gguf(&file)?),
+    };
+    let mut info = base_info(&ModelSource::Gguf(path.to_path_buf()), &cfg, arch);
+    info.name = file.get("general.name").and_then(gguf::Value::as_str).map(str::to_owned);
+    info.tied_embeddings = !file.has_tensor("output.weight");
+    info.quantization = dtype_summary(file.tensors.values().map(|t| t.dtype));
+    info.n_params = file.tensors.values().map(|t| t.shape.iter().product::<usize>()).sum();
+    if opts.quantized {
+        info.compute = "quantized matmuls (--quantized)".into();
+    }
+    let quantized = opts.quantized;
+    let model = Llama::load(cfg, path, &mut |name| {
+        if !file.has_tensor(name) {
+            return Ok(None);
+        }
+        let qt = file.qtensor(name)?;
+        let keep_quantized = quantized && qt.rank() == 2 && !matches!(qt.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+        Ok(Some(if keep_quantized { Param::Quant(Arc::new(qt)) } else { Param::Dense(qt.dequantize(&candle_core::Device::Cpu)?) }))
+    })?;
+    Ok((model, tokenizer, info))
+}
+
+fn dtype_summary(dtypes: impl Iterator<Item = GgmlDType>) -> String {
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for d in dtypes {
+        *counts.entry(format!("{d:?}")).or_default() += 1;
+    }
+    let mut v: Vec<(String, usize)> = counts.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    v.iter().map(|(d, n)| format!("{d} ×{n}")).collect::<Vec<_>>().join(", ")
+}
+
+fn load_llama2c(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Option<Tokenizer>, ModelInfo)> {
+    let mut file = llama2c::Llama2cFile::open(path)?;
+    let cfg = file.cfg.clone();
+    let tokenizer = match &opts.tokenizer {
+        Some(_) => None,
+        None => Some(Tokenizer::from_llama2c(&file.find_tokenizer(path)?, cfg.vocab_size)?),
+    };
+    let mut info = base_info(&ModelSource::Llama2c { model: path.to_path_buf() }, &cfg, "llama (llama2.c)".into());
+    info.tied_embeddings = file.shared_classifier;
+    info.quantization = "F32".into();
+    let l = cfg.n_layers;
+    let (d, ff, v, kv) = (cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_kv_heads * cfg.d_head);
+    info.n_params = v * d * if file.shared_classifier { 1 } else { 2 } + d + l * (2 * d + 2 * d * d + 2 * kv * d + 3 * ff * d);
+    let model = Llama::load(cfg, path, &mut |name| Ok(file.param(name)))?;
+    Ok((model, tokenizer, info))
+}
+
+fn load_hf(dir: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Option<Tokenizer>, ModelInfo)> {
+    let (cfg, tied, model_type) = hf::read_config(dir)?;
+    let tokenizer = match &opts.tokenizer {
+        Some(_) => None,
+        None => Some(Tokenizer::from_json_file(&dir.join("tokenizer.json"))?),
+    };
+    let weights = hf::HfWeights::open(dir)?;
+    let mut info = base_info(&ModelSource::HfDir(dir.to_path_buf()), &cfg, model_type);
+    info.tied_embeddings = tied || weights.get("lm_head.weight")?.is_none();
+    info.quantization = "none (safetensors)".into();
+    let tied = info.tied_embeddings;
+    let mut n_params = 0usize;
+    let model = Llama::load(cfg, dir, &mut |name| {
+        let p = weights.param(name, tied)?;
+        if let Some(p) = &p {
+            n_params += p.shape().iter().product::<usize>();
+        }
+        Ok(p)
+    })?;
+    info.n_params = n_params;
+    Ok((model, tokenizer, info))
+}
+
+impl LoadedModel {
+    /// Tokenizes `text`, keeping at most `max_tokens`, and refuses more tokens than the model's
+    /// context. Returns the ids and how many tokens were dropped.
+    pub fn tokenize_within_context(&self, text: &str, max_tokens: Option<usize>) -> Result<(Vec<u32>, usize)> {
+        let mut ids = self.tokenizer.encode(text)?;
+        if ids.is_empty() {
+            return Err(Error::input("the text gives no tokens"));
+        }
+        if max_tokens == Some(0) {
+            return Err(Error::input("--max-tokens must be at least 1"));
+        }
+        let context = self.model.cfg.context_len;
+        let limit = max_tokens.unwrap_or(usize::MAX);
+        let dropped = ids.len().saturating_sub(limit);
+        ids.truncate(limit);
+        if ids.len() > context {
+            return Err(Error::input(format!(
+                "the text is {} tokens, longer than the model's context of {context}; pass --max-tokens {context} (or fewer) to use its first tokens",
+                ids.len()
+            )));
+        }
+        Ok((ids, dropped))
+    }
+
+    /// Bytes the loaded weights occupy: f32 unless kept quantized (then roughly their file size).
+    pub fn weight_bytes(&self) -> u64 {
+        if self.info.compute.starts_with("quantized") {
+            std::fs::metadata(&self.info.source).map(|m| m.len()).unwrap_or(0)
+        } else {
+            self.info.n_params as u64 * 4
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! The capture interface the forward pass pushes into: `CaptureSink` (ask first with `wants`, so
+//! unwanted hooks cost nothing), `NoCapture` for plain inference, and a fan-out over several sinks.
+//! The forward pass owns this vocabulary; `capture` implements it.
+
+use std::ops::Range;
+
+use candle_core::Tensor;
+
+use super::hook::HookPoint;
+use crate::error::Result;
+
+/// Receives tensors from the forward pass.
+pub trait CaptureSink {
+    /// Whether `record` should be called for this hook; the forward pass skips work otherwise.
+    fn wants(&self, hook: &HookPoint) -> bool;
+
+    /// One tensor of `hook` (shapes in [`HookPoint`]'s docs). `rows` are the absolute positions
+    /// covered along the position axis — the query axis for attention maps, which arrive in
+    /// query blocks whose key axis spans every visible key (0..rows.end).
+    fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()>;
+}
+
+/// Captures nothing (plain inference).
+pub struct NoCapture;
+
+impl CaptureSink for NoCapture {
+    fn wants(&self, _: &HookPoint) -> bool {
+        false
+    }
+    fn record(&mut self, _: &HookPoint, _: Range<usize>, _: &Tensor) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Forwards each hook to every sink that wants it.
+pub struct FanOut<'a>(pub Vec<&'a mut dyn CaptureSink>);
+
+impl CaptureSink for FanOut<'_> {
+    fn wants(&self, hook: &HookPoint) -> bool {
+        self.0.iter().any(|s| s.wants(hook))
+    }
+    fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()> {
+        for sink in self.0.iter_mut() {
+            if sink.wants(hook) {
+                sink.record(hook, rows.clone(), value)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,128 @@
+//! The vocabulary embedded in a GGUF file (`tokenizer.ggml.*`): `llama` SentencePiece vocabularies
+//! become an [`SpmTokenizer`]; `gpt2` byte-level BPE is rebuilt as a `tokenizers` pipeline with
+//! llama.cpp's pre-tokenizer for `tokenizer.ggml.pre`.
+
+use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::Split;
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::{AddedToken, SplitDelimiterBehavior};
+
+use super::spm::{SpmTokenizer, TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED};
+use crate::error::{Error, Result};
+use crate::model::gguf::{GgufFile, Value};
+
+/// GPT-2's pre-tokenizer regex and the llama-3 / qwen2 variants, as llama.cpp names them by
+/// `tokenizer.ggml.pre`.
+const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// A GGUF file's tokenizer, as built from its metadata.
+pub enum Embedded {
+    Spm(SpmTokenizer),
+    ByteLevel { inner: tokenizers::Tokenizer, kind: String, bos: Option<u32>, add_bos: bool, eos: Vec<u32> },
+}
+
+/// Builds the tokenizer embedded in a GGUF file (`tokenizer.ggml.*`).
+pub fn read(gguf: &GgufFile) -> Result<Embedded> {
+    let bad = |what: &str| Error::file(&gguf.path, format!("embedded tokenizer: {what}. Pass --tokenizer tokenizer.json to use another one."));
+    let model = gguf.get("tokenizer.ggml.model").and_then(Value::as_str).ok_or_else(|| bad("tokenizer.ggml.model is missing"))?;
+    let tokens: Vec<String> = gguf
+        .get("tokenizer.ggml.tokens")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("tokenizer.ggml.tokens is missing"))?
+        .iter()
+        .map(|v| v.as_str().map(str::to_owned))
+        .collect::<Option<_>>()
+        .ok_or_else(|| bad("tokenizer.ggml.tokens holds non-strings"))?;
+    let types: Vec<i64> = match gguf.get("tokenizer.ggml.token_type").and_then(Value::as_array) {
+        Some(a) => a.iter().map(|v| v.as_f64().map(|x| x as i64).unwrap_or(1)).collect(),
+        None => vec![1; tokens.len()],
+    };
+    if types.len() != tokens.len() {
+        return Err(bad("token_type and tokens differ in length"));
+    }
+    let n_tokens = tokens.len();
+    let id = |key: &str| gguf.get(key).and_then(Value::as_u64).and_then(|v| u32::try_from(v).ok()).filter(|&v| (v as usize) < n_tokens);
+    let bos = id("tokenizer.ggml.bos_token_id");
+    let eos: Vec<u32> = id("tokenizer.ggml.eos_token_id").into_iter().chain(id("tokenizer.ggml.eot_token_id")).collect();
+    let flag = |key: &str| gguf.get(key).and_then(Value::as_bool);
+    match model {
+        "llama" => {
+            let scores: Vec<f32> = match gguf.get("tokenizer.ggml.scores").and_then(Value::as_array) {
+                Some(a) => a.iter().map(|v| v.as_f64().unwrap_or(0.0) as f32).collect(),
+                None => return Err(bad("a llama vocabulary needs tokenizer.ggml.scores")),
+            };
+            if scores.len() != tokens.len() {
+                return Err(bad("scores and tokens differ in length"));
+            }
+            Ok(Embedded::Spm(SpmTokenizer::new(
+                tokens,
+                scores,
+                types,
+                bos,
+                eos,
+                id("tokenizer.ggml.unknown_token_id"),
+                flag("tokenizer.ggml.add_bos_token").unwrap_or(true),
+                flag("tokenizer.ggml.add_space_prefix").unwrap_or(true),
+                "gguf llama (SentencePiece BPE)",
+            )))
+        }
+        "gpt2" => {
+            let merges = gguf
+                .get("tokenizer.ggml.merges")
+                .and_then(Value::as_array)
+                .ok_or_else(|| bad("a gpt2 vocabulary needs tokenizer.ggml.merges"))?;
+            let merges: Vec<(String, String)> = merges
+                .iter()
+                .map(|m| m.as_str().and_then(|s| s.split_once(' ')).map(|(a, b)| (a.to_owned(), b.to_owned())))
+                .collect::<Option<_>>()
+                .ok_or_else(|| bad("a merge is not of the form \"a b\""))?;
+            let pre = gguf.get("tokenizer.ggml.pre").and_then(Value::as_str).unwrap_or("default");
+            let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+            let bpe = BPE::builder()
+                .vocab_and_merges(vocab, merges)
+                .build()
+                .map_err(|e| bad(&format!("cannot build BPE ({e})")))?;
+            let mut inner = tokenizers::Tokenizer::new(bpe);
+            inner.with_pre_tokenizer(Some(byte_level_pre_tokenizer(pre).ok_or_else(|| {
+                bad(&format!("pre-tokenizer '{pre}' is not supported (known: default, gpt2, smollm, llama3, llama-bpe, qwen2)"))
+            })?));
+            inner.with_decoder(Some(ByteLevel::default()));
+            let specials: Vec<AddedToken> = tokens
+                .iter()
+                .zip(&types)
+                .filter(|(_, &t)| t == TOKEN_TYPE_CONTROL || t == TOKEN_TYPE_USER_DEFINED)
+                .map(|(tok, _)| AddedToken::from(tok.clone(), true))
+                .collect();
+            inner.add_special_tokens(specials).map_err(|e| bad(&format!("cannot add special tokens ({e})")))?;
+            Ok(Embedded::ByteLevel {
+                inner,
+                kind: format!("gguf gpt2 (byte-level BPE, pre={pre})"),
+                bos,
+                add_bos: flag("tokenizer.ggml.add_bos_token").unwrap_or(false),
+                eos,
+            })
+        }
+        other => Err(bad(&format!("tokenizer model '{other}' is not supported (known: llama, gpt2)"))),
+    }
+}
+
+/// llama.cpp's pre-tokenizers by `tokenizer.ggml.pre`, expressed as a `tokenizers` pipeline.
+fn byte_level_pre_tokenizer(pre: &str) -> Option<PreTokenizerWrapper> {
+    let byte_level = ByteLevel::new(false, true, true);
+    let regex_split = |re: &str| -> Option<PreTokenizerWrapper> {
+        let split = Split::new(tokenizers::pre_tokenizers::split::SplitPattern::Regex(re.into()), SplitDelimiterBehavior::Isolated, false).ok()?;
+        Some(PreTokenizerWrapper::Sequence(Sequence::new(vec![split.into(), ByteLevel::new(false, true, false).into()])))
+    };
+    match pre {
+        "default" | "gpt2" | "gpt-2" => Some(byte_level.into()),
+        // SmolLM2 (and llama.cpp's `smollm`): each digit on its own before GPT-2's split.
+        "smollm" => Some(PreTokenizerWrapper::Sequence(Sequence::new(vec![Digits::new(true).into(), byte_level.into()]))),
+        "llama3" | "llama-bpe" | "llama-v3" => regex_split(LLAMA3_REGEX),
+        "qwen2" => regex_split(QWEN2_REGEX),
+        _ => None,
+    }
+}

@@ -1,0 +1,98 @@
+//! Text generation with a KV cache: greedy or sampled continuation of a prompt, emitting each
+//! newly decoded piece as soon as it is whole text.
+
+use crate::error::{Error, Result};
+use crate::model::llama::KvCache;
+use crate::model::load::LoadedModel;
+use crate::model::sink::NoCapture;
+
+/// Generates up to `n` tokens after `prompt`, calling `emit` with each newly decoded piece of
+/// text; returns the generated ids. Stops at an end-of-sequence token, at BOS (llama2.c's rule),
+/// or at the end of the model's context.
+pub fn generate(lm: &LoadedModel, prompt: &str, n: usize, temperature: f64, seed: u64, emit: &mut dyn FnMut(&str)) -> Result<Vec<u32>> {
+    let mut ids = lm.tokenizer.encode(prompt)?;
+    if ids.is_empty() {
+        match lm.tokenizer.bos() {
+            Some(bos) => ids.push(bos),
+            None => return Err(Error::input("this model's tokenizer has no BOS token to start from; give a prompt with -p")),
+        }
+    }
+    let context = lm.model.cfg.context_len;
+    if ids.len() >= context {
+        return Err(Error::input(format!("the prompt is {} tokens, which fills the model's context of {context}", ids.len())));
+    }
+    let mut printed = lm.tokenizer.decode(&ids);
+    let mut cache = KvCache::default();
+    let mut rng = XorShift(seed.max(1));
+    let mut step_input = ids.clone();
+    let mut generated = Vec::new();
+    while generated.len() < n && ids.len() < context {
+        let hidden = lm.model.forward(&step_input, Some(&mut cache), &mut NoCapture)?;
+        let last = hidden.narrow(0, hidden.dim(0)? - 1, 1)?;
+        let logits: Vec<f32> = lm.model.logits(&last)?.flatten_all()?.to_vec1()?;
+        let next = if temperature == 0.0 { argmax(&logits) } else { sample(&logits, temperature, &mut rng) };
+        if lm.tokenizer.eos().contains(&next) || Some(next) == lm.tokenizer.bos() {
+            break;
+        }
+        ids.push(next);
+        generated.push(next);
+        let text = lm.tokenizer.decode(&ids);
+        // Emit only once the text extends what was printed (a multi-byte character can span tokens).
+        if let Some(new) = text.strip_prefix(printed.as_str()) {
+            if !new.is_empty() && !new.ends_with('\u{FFFD}') {
+                emit(new);
+                printed = text;
+            }
+        }
+        step_input = vec![next];
+    }
+    // Whatever is still held back (an incomplete character at the very end) is emitted as is.
+    let text = lm.tokenizer.decode(&ids);
+    if let Some(rest) = text.strip_prefix(printed.as_str()).filter(|r| !r.is_empty()) {
+        emit(rest);
+    }
+    Ok(generated)
+}
+
+/// Greedy continuation of `prompt` as text (what `sinkscope generate` prints) and its token ids.
+pub fn generate_text(lm: &LoadedModel, prompt: &str, n: usize) -> Result<(String, Vec<u32>)> {
+    let mut text = String::new();
+    let ids = generate(lm, prompt, n, 0.0, 0, &mut |piece| text.push_str(piece))?;
+    Ok((text, ids))
+}
+
+pub fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// A small deterministic generator for sampling (xorshift64*).
+struct XorShift(u64);
+
+impl XorShift {
+    fn next_f64(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn sample(logits: &[f32], temperature: f64, rng: &mut XorShift) -> u32 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let weights: Vec<f64> = logits.iter().map(|&l| ((l as f64 - max) / temperature).exp()).collect();
+    let total: f64 = weights.iter().sum();
+    let mut r = rng.next_f64() * total;
+    for (i, w) in weights.iter().enumerate() {
+        r -= w;
+        if r <= 0.0 {
+            return i as u32;
+        }
+    }
+    argmax(logits)
+}

@@ -1,0 +1,10 @@
+//! Orchestration: the library-level jobs the commands run — capture into a run directory, analyze
+//! into a run, stream or sweep cache policies into a run, the demo bundle, generation — each taking
+//! a plain options struct (never a clap struct) and reporting through [`progress::Progress`].
+
+pub mod analyze;
+pub mod capture;
+pub mod demo;
+pub mod generate;
+pub mod progress;
+pub mod stream;

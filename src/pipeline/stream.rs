@@ -1,0 +1,175 @@
+//! Streaming into a run: tokenize a long text, replay one cache policy (`stream`) or sweep the
+//! number of pinned sinks at a fixed budget (`recommend`), and write `stream.json`.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use super::capture::create_out_dir;
+use super::progress::Progress;
+use crate::error::{Error, Result};
+use crate::io::write_json_atomic;
+use crate::kv::policy::{Policy, PolicyKind, PositionMode};
+use crate::kv::recommend::{cliffs_against_best, recommend, Recommendation};
+use crate::kv::simulate::{simulate_with, SimOptions, StreamOutcome};
+use crate::model::info::TokenInfo;
+use crate::model::load::LoadedModel;
+use crate::report::records::StreamReport;
+use crate::report::run::STREAM_FILE;
+
+/// The text a stream runs over.
+#[derive(Debug, Clone)]
+pub struct StreamSource {
+    /// A UTF-8 text file, tokenized as a whole (BOS only if the model's tokenizer adds one).
+    pub file: PathBuf,
+    /// Start at this character of the file.
+    pub start_char: usize,
+    /// Tokens in the stream.
+    pub tokens: usize,
+    /// Decode one token per step instead of replaying cached policies a block of queries at a time.
+    pub token_by_token: bool,
+}
+
+/// A sink-count sweep at one cache budget.
+#[derive(Debug, Clone)]
+pub struct SweepOptions {
+    pub source: StreamSource,
+    /// The cache budget W.
+    pub cache: usize,
+    /// Sink counts to sweep (0 = a plain window).
+    pub sinks: Vec<usize>,
+    /// Recommend the smallest S within this fraction of the best post-eviction perplexity.
+    pub delta: f64,
+    pub positions: PositionMode,
+    /// Add the `recompute` reference.
+    pub recompute: bool,
+    /// Score `recompute` on every K-th step after the first eviction only.
+    pub recompute_every: usize,
+}
+
+impl SweepOptions {
+    /// Refuses settings no sweep can use.
+    pub fn validate(&self) -> Result<()> {
+        if !(self.delta >= 0.0 && self.delta.is_finite()) {
+            return Err(Error::input("--delta must be a finite number ≥ 0"));
+        }
+        if self.sinks.is_empty() {
+            return Err(Error::input("--sinks needs at least one value"));
+        }
+        Ok(())
+    }
+}
+
+/// Tokenizes the stream text from `start_char`, keeping `tokens` tokens.
+pub fn stream_tokens(lm: &LoadedModel, t: &StreamSource, progress: &mut dyn Progress) -> Result<Vec<u32>> {
+    let text = crate::io::text::read_text_file(&t.file)?;
+    let start = text.char_indices().nth(t.start_char).map(|(i, _)| i).ok_or_else(|| {
+        Error::file(&t.file, format!("has only {} characters, fewer than --start-char {}", text.chars().count(), t.start_char))
+    })?;
+    let mut ids = lm.tokenizer.encode(&text[start..])?;
+    if t.tokens < 2 {
+        return Err(Error::input("--tokens must be at least 2"));
+    }
+    if ids.len() < t.tokens {
+        progress.warning(&format!("{} gives only {} tokens from character {}; streaming all of them", t.file.display(), ids.len(), t.start_char));
+    }
+    ids.truncate(t.tokens);
+    if ids.len() < 2 {
+        return Err(Error::file(&t.file, "gives fewer than 2 tokens; nothing to stream"));
+    }
+    Ok(ids)
+}
+
+/// Streams `source` under one policy (S applies to `sink` and `keep` only); writes stream.json
+/// into `out` when given.
+pub fn stream_into(lm: &mut LoadedModel, source: &StreamSource, policy: Policy, out: Option<&Path>, progress: &mut dyn Progress) -> Result<StreamOutcome> {
+    let start = Instant::now();
+    let ids = stream_tokens(lm, source, progress)?;
+    let sinks = if matches!(policy.kind, PolicyKind::Sink | PolicyKind::Keep) { policy.sinks } else { 0 };
+    let policy = Policy { sinks, ..policy };
+    for w in policy.validate(ids.len(), lm.model.cfg.context_len)? {
+        progress.warning(&w);
+    }
+    let opts = SimOptions { token_by_token: source.token_by_token, ..SimOptions::default() };
+    let label = policy.label();
+    let outcome = simulate_with(&lm.model, &ids, &[policy], opts, &mut |done, total| progress.steps(&label, done, total))?.remove(0);
+    if outcome.first_eviction_step.is_none() && policy.kind != PolicyKind::Dense {
+        progress.warning("the stream ended before the first eviction; ppl_after_eviction is undefined");
+    }
+    if let Some(dir) = out {
+        write_stream_report(lm, source, &ids, vec![outcome.clone()], None, start, dir)?;
+    }
+    Ok(outcome)
+}
+
+/// Runs the sink-count sweep on a loaded model (writing stream.json into `out` when given).
+pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>, progress: &mut dyn Progress) -> Result<Recommendation> {
+    opts.validate()?;
+    let start = Instant::now();
+    let ids = stream_tokens(lm, &opts.source, progress)?;
+    let mut sinks = opts.sinks.clone();
+    sinks.sort_unstable();
+    sinks.dedup();
+    let mut policies: Vec<Policy> = sinks
+        .iter()
+        .map(|&s| Policy { kind: if s == 0 { PolicyKind::Window } else { PolicyKind::Sink }, sinks: s, cache: opts.cache, positions: opts.positions })
+        .collect();
+    if opts.recompute {
+        policies.push(Policy { kind: PolicyKind::Recompute, sinks: 0, cache: opts.cache, positions: opts.positions });
+    }
+    let mut warnings = Vec::new();
+    for p in &policies {
+        for w in p.validate(ids.len(), lm.model.cfg.context_len)? {
+            if !warnings.contains(&w) {
+                warnings.push(w);
+            }
+        }
+    }
+    if ids.len() <= opts.cache + 1 {
+        return Err(Error::input(format!(
+            "the stream has {} tokens, too few for --cache {}: nothing would be evicted; use more --tokens or a smaller --cache",
+            ids.len(),
+            opts.cache
+        )));
+    }
+    for w in &warnings {
+        progress.warning(w);
+    }
+    let sim = SimOptions { recompute_every: opts.recompute_every, token_by_token: opts.source.token_by_token };
+    let label = format!("sweep of {} policies", policies.len());
+    let mut outcomes = simulate_with(&lm.model, &ids, &policies, sim, &mut |done, total| progress.steps(&label, done, total))?;
+    let recompute = if opts.recompute { outcomes.pop() } else { None };
+    cliffs_against_best(&mut outcomes);
+    let rec = recommend(&outcomes, recompute.as_ref(), opts.cache, opts.delta);
+    if let Some(dir) = out {
+        outcomes.extend(recompute);
+        write_stream_report(lm, &opts.source, &ids, outcomes, Some(rec.clone()), start, dir)?;
+    }
+    Ok(rec)
+}
+
+/// Writes `stream.json` into the run directory `dir`.
+pub fn write_stream_report(
+    lm: &mut LoadedModel,
+    source: &StreamSource,
+    ids: &[u32],
+    outcomes: Vec<StreamOutcome>,
+    recommendation: Option<Recommendation>,
+    start: Instant,
+    dir: &Path,
+) -> Result<PathBuf> {
+    lm.fingerprint()?;
+    let report = StreamReport {
+        sinkscope_version: env!("CARGO_PKG_VERSION").to_string(),
+        model: lm.info.clone(),
+        text_source: source.file.display().to_string(),
+        start_char: source.start_char,
+        tokens: ids.iter().enumerate().map(|(pos, &id)| TokenInfo { pos, id, piece: lm.tokenizer.token_str(id) }).collect(),
+        outcomes,
+        recommendation,
+        wall_seconds: start.elapsed().as_secs_f64(),
+    };
+    create_out_dir(dir)?;
+    let path = dir.join(STREAM_FILE);
+    write_json_atomic(&path, &report)?;
+    Ok(path)
+}

@@ -1,0 +1,69 @@
+//! What an export bundle holds and where: the directory and file names under a run directory, the
+//! export options, and the figures a run has data for, in reading order.
+
+use super::figures;
+use super::run::Run;
+
+pub const TABLES_DIR: &str = "tables";
+pub const FIGURES_DIR: &str = "figures";
+pub const INDEX_FILE: &str = "index.md";
+
+#[derive(Debug, Clone, Default)]
+pub struct ExportOptions {
+    pub parquet: bool,
+    pub png: bool,
+    pub svg: bool,
+    pub md: bool,
+    /// Heads that get heatmaps (default: [`figures::default_heads`]).
+    pub heads: Option<Vec<(usize, usize)>>,
+    /// Key positions that get an α grid (default: [`figures::grid_keys`]).
+    pub grid_keys: Option<Vec<usize>>,
+}
+
+/// One figure of a run: its file stem under figures/ and what it shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FigureSpec {
+    pub stem: String,
+    pub caption: String,
+    pub(crate) kind: FigureKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum FigureKind {
+    Grid(usize),
+    Heatmap(usize, usize, bool),
+    Early(usize, usize),
+    Layers,
+    Massive,
+    Ppl,
+}
+
+/// The figures this run has data for, in reading order.
+pub fn figure_specs(run: &Run, opts: &ExportOptions) -> Vec<FigureSpec> {
+    let mut specs = Vec::new();
+    let heads = opts.heads.as_deref();
+    if figures::head_alphas(run).is_some() {
+        for k in opts.grid_keys.clone().unwrap_or_else(|| figures::grid_keys(run)) {
+            specs.push(FigureSpec { stem: format!("alpha-grid-k{k}"), caption: format!("Attention every head pays to position {k} (α_{k}), layer × head"), kind: FigureKind::Grid(k) });
+        }
+    }
+    if let Some(maps) = &run.heatmaps {
+        let default = figures::default_heads(run);
+        let chosen = heads.map_or(default, <[_]>::to_vec);
+        for (l, h) in chosen.into_iter().filter(|&(l, h)| l < maps.n_layers && h < maps.n_heads) {
+            specs.push(FigureSpec { stem: format!("heatmap-L{l}-H{h}-log"), caption: format!("Layer {l} head {h}: query × key attention, log colour scale"), kind: FigureKind::Heatmap(l, h, true) });
+            specs.push(FigureSpec { stem: format!("heatmap-L{l}-H{h}-linear"), caption: format!("Layer {l} head {h}: query × key attention, linear colour scale"), kind: FigureKind::Heatmap(l, h, false) });
+            specs.push(FigureSpec { stem: format!("heatmap-L{l}-H{h}-first{}", maps.first_keys), caption: format!("Layer {l} head {h}: attention on the first {} keys", maps.first_keys), kind: FigureKind::Early(l, h) });
+        }
+    }
+    if run.capture.is_some() {
+        specs.push(FigureSpec { stem: "layer-magnitudes".into(), caption: "Activation magnitudes per layer (max |h|, median |h|, residual norms; log scale)".into(), kind: FigureKind::Layers });
+    }
+    if run.reductions.as_ref().is_some_and(|r| r.get("max_abs_by_dim", 2).is_some()) {
+        specs.push(FigureSpec { stem: "massive-dims".into(), caption: "Hidden dims with the largest |h| (massive activations above the dashed line)".into(), kind: FigureKind::Massive });
+    }
+    if run.stream.is_some() {
+        specs.push(FigureSpec { stem: "ppl-curves".into(), caption: "Perplexity while streaming under each cache policy, first eviction marked".into(), kind: FigureKind::Ppl });
+    }
+    specs
+}
