@@ -153,12 +153,14 @@ fn capture_only_run_says_what_is_missing() {
 }
 
 #[test]
-fn analysis_only_run_renders_every_view() {
+fn analysis_only_run_renders_every_view_with_content() {
     let dir = copy_without("run-analysis-only", &["stream.json", "capture.json", "reductions.safetensors"]);
     let mut app = App::new(Run::open(&dir).unwrap());
     for tab in Tab::ALL {
         let s = screen(&mut app, &[Action::GoTab(tab)]);
-        assert!(s.lines().count() == 40);
+        // Below the tab bar and above the status line, the view draws something.
+        let body: Vec<&str> = s.lines().skip(1).take(38).collect();
+        assert!(body.iter().filter(|l| !l.trim().is_empty()).count() >= 3, "{} draws an empty body:\n{s}", tab.title());
     }
     // Exact heatmaps still give per-token attention without reductions.safetensors.
     assert!(app.token_weights.is_some());
@@ -302,7 +304,7 @@ impl Tmux {
     /// Starts `cmd` at width × height, or `None` (after saying so) when tmux is absent.
     fn start(tag: &str, cmd: &str, width: u16, height: u16) -> Option<Tmux> {
         if std::process::Command::new("tmux").arg("-V").output().is_err() {
-            eprintln!("SKIPPED: tmux is not installed; the real-terminal test cannot run");
+            common::skip("tmux is not installed; the real-terminal test cannot run (apt-get install tmux)");
             return None;
         }
         let t = Tmux { sock: format!("sinkscope-test-{}-{tag}", std::process::id()) };
@@ -388,7 +390,7 @@ fn tmux_smoke() {
         .expect("run scripts/tui_smoke.sh");
     let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     if log.contains("SKIP") {
-        eprintln!("SKIPPED tmux smoke test: {log}");
+        common::skip(&format!("tmux smoke test: {}", log.trim()));
         return;
     }
     assert!(out.status.success(), "tmux smoke test failed:\n{log}");

@@ -5,6 +5,7 @@
 //! - `broad`: attention spread out — mean row entropy ≥ 60% of the entropy of a uniform row over the
 //!   visible keys;
 //! - `content`: none of the above (attention follows what the tokens say).
+//!
 //! Rules are applied in that order; thresholds are constants below.
 
 use serde::{Deserialize, Serialize};

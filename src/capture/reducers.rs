@@ -96,13 +96,13 @@ impl AttentionStats {
                 if q < keys {
                     acc.self_mass += row[q] as f64;
                 }
-                if q % stride == 0 {
+                if q.is_multiple_of(stride) {
                     acc.entropy_sum += row[..visible].iter().filter(|&&v| v > 0.0).map(|&v| -(v as f64) * (v as f64).ln()).sum::<f64>();
                 }
             }
         });
         self.rows[layer] += block;
-        self.entropy_rows[layer] += rows.filter(|q| q % stride == 0).count();
+        self.entropy_rows[layer] += rows.filter(|q| q.is_multiple_of(stride)).count();
     }
 }
 

@@ -55,7 +55,7 @@ impl Progress for TerminalProgress {
             self.bar = Some((label.to_string(), Instant::now()));
         }
         let Some((_, start)) = &self.bar else { return };
-        if self.tty && (done % 8 == 0 || done == total) {
+        if self.tty && (done.is_multiple_of(8) || done == total) {
             let rate = done as f64 / start.elapsed().as_secs_f64().max(1e-9);
             let width = 30;
             let filled = width * done / total.max(1);

@@ -27,7 +27,7 @@ pub fn read_text_file(path: &Path) -> Result<String> {
 pub fn read_input(prompt: Option<&str>, file: Option<&Path>) -> Result<(String, String)> {
     match (prompt, file) {
         (Some(_), Some(_)) => Err(Error::input("give either -p TEXT or -f FILE, not both")),
-        (Some(p), None) if p.is_empty() => Err(Error::input("the text given with -p is empty")),
+        (Some(""), None) => Err(Error::input("the text given with -p is empty")),
         (Some(p), None) => Ok((p.to_owned(), "prompt".into())),
         (None, Some(path)) => Ok((read_text_file(path)?, path.display().to_string())),
         (None, None) => Err(Error::input("no text: pass -p TEXT or -f FILE")),

@@ -142,7 +142,7 @@ impl GgufFile {
         let raw = &self.mmap[info.start..info.start + info.n_bytes];
         // candle reinterprets the bytes as blocks in place, so they must be suitably aligned;
         // GGUF aligns the data section, but copy into an 8-byte aligned buffer if a writer did not.
-        let qt = if (raw.as_ptr() as usize) % 8 == 0 {
+        let qt = if (raw.as_ptr() as usize).is_multiple_of(8) {
             qtensor_from_ggml(info.dtype, raw, info.shape.clone(), &Device::Cpu)?
         } else {
             let mut aligned = vec![0u64; info.n_bytes.div_ceil(8)];

@@ -55,6 +55,7 @@ fn product(x: &[f32], w: &[f32], y: &mut [f32], (rows, k, n): (usize, usize, usi
 /// # Safety
 /// Every index the strides reach for the given sizes must lie inside its buffer, and no other
 /// thread may touch the part of dst written.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_f32(m: usize, n: usize, k: usize, dst: (*mut f32, usize, usize), lhs: (*const f32, usize, usize), rhs: (*const f32, usize, usize), scale: f32, par: Parallelism) {
     let s = |x: usize| x as isize;
     unsafe { gemm(m, n, k, dst.0, s(dst.2), s(dst.1), false, lhs.0, s(lhs.2), s(lhs.1), rhs.0, s(rhs.2), s(rhs.1), 0.0, scale, false, false, false, par) }

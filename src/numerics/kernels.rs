@@ -26,6 +26,8 @@ pub fn swiglu(gate_up: &Tensor) -> Result<Tensor> {
 /// Softmax over the first `visible` entries; the rest become exactly 0.
 pub fn softmax_prefix(row: &mut [f32], visible: usize) {
     let visible = visible.min(row.len());
+    // One segment: the visible prefix.
+    #[allow(clippy::single_range_in_vec_init)]
     softmax_segments(row, &[0..visible]);
 }
 

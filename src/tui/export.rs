@@ -60,7 +60,7 @@ pub fn build(app: &App) -> std::result::Result<Export, String> {
             });
             let mut bytes = serde_json::to_vec_pretty(&value).map_err(|e| e.to_string())?;
             bytes.push(b'\n');
-            return Ok(Export { name: "overview.json".into(), bytes, what: "overview".into() });
+            Ok(Export { name: "overview.json".into(), bytes, what: "overview".into() })
         }
         Tab::Grid => {
             s.push_str("layer,head,class");

@@ -5,6 +5,22 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+/// Whether a test that cannot run must fail instead of skipping: in CI (`CI=true`) and whenever
+/// `SINKSCOPE_REQUIRE_MODELS=1`.
+pub fn skips_are_failures() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") || std::env::var("SINKSCOPE_REQUIRE_MODELS").is_ok_and(|v| v == "1")
+}
+
+/// Skips the calling test with one line `cargo test` shows (written straight to stderr, past the
+/// test harness's capture), or fails it where skips are failures.
+pub fn skip(why: &str) {
+    if skips_are_failures() {
+        panic!("cannot test: {why} (CI=true or SINKSCOPE_REQUIRE_MODELS=1 makes this a failure)");
+    }
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+}
+
 /// `$SINKSCOPE_SHARED/models` or `../shared/models` next to the repository.
 pub fn models_dir() -> Option<PathBuf> {
     let base = std::env::var_os("SINKSCOPE_SHARED")
@@ -14,7 +30,19 @@ pub fn models_dir() -> Option<PathBuf> {
     if dir.join("stories260K.gguf").is_file() {
         Some(dir)
     } else {
-        eprintln!("SKIPPED: {} has no model files (set SINKSCOPE_SHARED); this test needs real weights", dir.display());
+        skip(&format!("{} has no model files (set SINKSCOPE_SHARED); this test needs real weights", dir.display()));
+        None
+    }
+}
+
+/// The model file or directory `name` under [`models_dir`], or `None` after skipping (failing
+/// where skips are failures) when it is absent.
+pub fn model(name: &str) -> Option<PathBuf> {
+    let path = models_dir()?.join(name);
+    if path.exists() {
+        Some(path)
+    } else {
+        skip(&format!("{} is missing; this test needs it", path.display()));
         None
     }
 }
@@ -23,8 +51,8 @@ pub fn models_dir() -> Option<PathBuf> {
 #[macro_export]
 macro_rules! model_or_skip {
     ($name:expr) => {
-        match common::models_dir() {
-            Some(d) => d.join($name),
+        match common::model($name) {
+            Some(path) => path,
             None => return,
         }
     };

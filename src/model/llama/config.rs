@@ -44,10 +44,10 @@ impl LlamaConfig {
                 return Err(bad(format!("{name} = {v}")));
             }
         }
-        if self.n_heads % self.n_kv_heads != 0 {
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return Err(bad(format!("{} heads are not a multiple of {} kv heads", self.n_heads, self.n_kv_heads)));
         }
-        if self.d_head % 2 != 0 {
+        if !self.d_head.is_multiple_of(2) {
             return Err(bad(format!("head size {} is odd (RoPE needs pairs)", self.d_head)));
         }
         if !(self.rope_theta > 0.0 && self.rms_eps >= 0.0) {

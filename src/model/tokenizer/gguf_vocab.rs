@@ -21,8 +21,8 @@ const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}
 
 /// A GGUF file's tokenizer, as built from its metadata.
 pub enum Embedded {
-    Spm(SpmTokenizer),
-    ByteLevel { inner: tokenizers::Tokenizer, kind: String, bos: Option<u32>, add_bos: bool, eos: Vec<u32> },
+    Spm(Box<SpmTokenizer>),
+    ByteLevel { inner: Box<tokenizers::Tokenizer>, kind: String, bos: Option<u32>, add_bos: bool, eos: Vec<u32> },
 }
 
 /// Builds the tokenizer embedded in a GGUF file (`tokenizer.ggml.*`).
@@ -58,7 +58,7 @@ pub fn read(gguf: &GgufFile) -> Result<Embedded> {
             if scores.len() != tokens.len() {
                 return Err(bad("scores and tokens differ in length"));
             }
-            Ok(Embedded::Spm(SpmTokenizer::new(
+            Ok(Embedded::Spm(Box::new(SpmTokenizer::new(
                 tokens,
                 scores,
                 types,
@@ -68,7 +68,7 @@ pub fn read(gguf: &GgufFile) -> Result<Embedded> {
                 flag("tokenizer.ggml.add_bos_token").unwrap_or(true),
                 flag("tokenizer.ggml.add_space_prefix").unwrap_or(true),
                 "gguf llama (SentencePiece BPE)",
-            )))
+            ))))
         }
         "gpt2" => {
             let merges = gguf
@@ -99,7 +99,7 @@ pub fn read(gguf: &GgufFile) -> Result<Embedded> {
                 .collect();
             inner.add_special_tokens(specials).map_err(|e| bad(&format!("cannot add special tokens ({e})")))?;
             Ok(Embedded::ByteLevel {
-                inner,
+                inner: Box::new(inner),
                 kind: format!("gguf gpt2 (byte-level BPE, pre={pre})"),
                 bos,
                 add_bos: flag("tokenizer.ggml.add_bos_token").unwrap_or(false),

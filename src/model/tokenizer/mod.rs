@@ -18,7 +18,7 @@ pub enum Tokenizer {
     /// A `tokenizers` pipeline (tokenizer.json, or a GGUF `gpt2` vocabulary rebuilt as one).
     Hf { inner: Box<tokenizers::Tokenizer>, kind: String, bos: Option<u32>, add_bos: bool, eos: Vec<u32> },
     /// SentencePiece-style BPE (GGUF `llama` vocabularies and llama2.c `tok*.bin`).
-    Spm(SpmTokenizer),
+    Spm(Box<SpmTokenizer>),
 }
 
 impl Tokenizer {
@@ -43,14 +43,14 @@ impl Tokenizer {
     pub fn from_gguf(gguf: &GgufFile) -> Result<Self> {
         Ok(match gguf_vocab::read(gguf)? {
             Embedded::Spm(spm) => Tokenizer::Spm(spm),
-            Embedded::ByteLevel { inner, kind, bos, add_bos, eos } => Tokenizer::Hf { inner: Box::new(inner), kind, bos, add_bos, eos },
+            Embedded::ByteLevel { inner, kind, bos, add_bos, eos } => Tokenizer::Hf { inner, kind, bos, add_bos, eos },
         })
     }
 
     /// Reads a llama2.c `tok*.bin`: i32 max_token_length, then per token f32 score, i32 len, bytes.
     /// Pieces use ' ' where SentencePiece uses '▁', and ids 1/2 are "\n<s>\n"/"\n</s>\n".
     pub fn from_llama2c(path: &Path, vocab_size: usize) -> Result<Self> {
-        Ok(Tokenizer::Spm(llama2c_vocab::read(path, vocab_size)?))
+        Ok(Tokenizer::Spm(Box::new(llama2c_vocab::read(path, vocab_size)?)))
     }
 
     /// Token ids for `text`, with BOS prepended when the tokenizer's own settings say so.

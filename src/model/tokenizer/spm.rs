@@ -119,8 +119,8 @@ impl SpmTokenizer {
             .map(|(i, (start, c))| Symbol { start, len: c.len_utf8(), prev: i.checked_sub(1), next: None })
             .collect();
         let n = symbols.len();
-        for i in 0..n.saturating_sub(1) {
-            symbols[i].next = Some(i + 1);
+        for (i, s) in symbols.iter_mut().enumerate().take(n.saturating_sub(1)) {
+            s.next = Some(i + 1);
         }
         let mut heap = BinaryHeap::new();
         for i in 1..n {

@@ -48,7 +48,7 @@ pub fn heading(text: &str) -> Line<'static> {
 pub fn bar(frac: f64, width: usize) -> String {
     let eighths = (frac.clamp(0.0, 1.0) * width as f64 * 8.0).round() as usize;
     let mut s = "█".repeat(eighths / 8);
-    if eighths % 8 > 0 {
+    if !eighths.is_multiple_of(8) {
         s.push([' ', '▏', '▎', '▍', '▌', '▋', '▊', '▉'][eighths % 8]);
     }
     s

@@ -69,7 +69,8 @@ impl Scale {
     }
 
     pub fn norm(&self, v: f32) -> f32 {
-        if !(v > 0.0) {
+        // NaN and non-positive values both map to 0.
+        if v.is_nan() || v <= 0.0 {
             return 0.0;
         }
         if self.log {
