@@ -3,20 +3,26 @@
 use clap::Args;
 
 use super::format::format_info;
+use super::progress::TerminalProgress;
 use crate::error::Result;
+use crate::model::fetch::{ensure, offline_from_env};
 use crate::model::load::{load, LoadOptions};
 
 #[derive(Args, Debug)]
 pub struct InfoArgs {
     /// Model path, hub id or alias (see `capture --help`).
-    #[arg(default_value = crate::model::source::DEFAULT_MODEL)]
+    #[arg(default_value = crate::model::catalog::DEFAULT_MODEL)]
     pub model: String,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Never download an alias that is not on the model path.
+    #[arg(long)]
+    pub offline: bool,
 }
 
 pub fn run(args: InfoArgs) -> Result<()> {
+    ensure(&args.model, args.offline || offline_from_env(), &mut TerminalProgress::new())?;
     let lm = load(&args.model, &LoadOptions::default())?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&lm.info)?);

@@ -7,6 +7,7 @@ mod capture;
 mod dash;
 mod demo;
 mod export;
+mod fetch;
 mod format;
 mod generate;
 mod info;
@@ -51,6 +52,10 @@ pub enum Command {
     Dash(dash::DashArgs),
     /// Write a run's Parquet tables, PNG/SVG figures and Markdown report (all four by default).
     Export(export::ExportArgs),
+    /// Download catalog models by alias into the model cache, verified against their SHA-256.
+    Fetch(fetch::FetchArgs),
+    /// List the model aliases: size, architecture, where each is found or how it is fetched.
+    Models(fetch::ModelsArgs),
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -65,5 +70,7 @@ pub fn run(cli: Cli) -> Result<()> {
         #[cfg(feature = "tui")]
         Command::Dash(a) => dash::run(a),
         Command::Export(a) => export::run(a),
+        Command::Fetch(a) => fetch::run_fetch(a),
+        Command::Models(a) => fetch::run_models(a),
     }
 }

@@ -4,15 +4,18 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::progress::TerminalProgress;
 use crate::error::Result;
+use crate::model::fetch::{ensure, offline_from_env};
 use crate::model::load::{load, LoadOptions, LoadedModel};
 
 /// Model selection shared by every command that loads one.
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
     /// A .gguf file, a llama2.c .bin (tokenizer beside it), an HF directory, a hub id
-    /// (owner/name, via the HF cache), or an alias: smollm2-135m, stories260k.
-    #[arg(short = 'm', long = "model", default_value = crate::model::source::DEFAULT_MODEL)]
+    /// (owner/name, via the HF cache), or an alias (`sinkscope models` lists them; one that is
+    /// not on the model path is downloaded and verified first).
+    #[arg(short = 'm', long = "model", default_value = crate::model::catalog::DEFAULT_MODEL)]
     pub model: String,
     /// Keep GGUF weights quantized for matmuls (faster, less memory, not exact). Default:
     /// dequantize everything to f32 so analysis is exact.
@@ -21,10 +24,15 @@ pub struct ModelArgs {
     /// Use this tokenizer.json (or llama2.c tok*.bin) instead of the model's own.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
+    /// Never download: an alias that is not on the model path is an error saying what to do.
+    #[arg(long)]
+    pub offline: bool,
 }
 
 impl ModelArgs {
     pub fn load(&self) -> Result<LoadedModel> {
+        // An alias not on the model path is fetched (verified) first, unless downloads are off.
+        ensure(&self.model, self.offline || offline_from_env(), &mut TerminalProgress::new())?;
         load(&self.model, &LoadOptions { quantized: self.quantized, tokenizer: self.tokenizer.clone() })
     }
 }

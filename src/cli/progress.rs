@@ -5,6 +5,8 @@ use std::io::{IsTerminal, Write};
 use std::time::Instant;
 
 use super::format;
+use crate::model::catalog::human_bytes;
+use crate::model::fetch::FetchProgress;
 use crate::pipeline::progress::{Finished, Progress};
 
 /// Prints a job's progress the way every command does.
@@ -14,11 +16,13 @@ pub struct TerminalProgress {
     show_results: bool,
     /// The current progress bar's label and start.
     bar: Option<(String, Instant)>,
+    /// The current transfer: what, bytes done, start.
+    transfer: Option<(String, u64, Instant)>,
 }
 
 impl TerminalProgress {
     pub fn new() -> Self {
-        TerminalProgress { tty: std::io::stderr().is_terminal(), show_results: false, bar: None }
+        TerminalProgress { tty: std::io::stderr().is_terminal(), show_results: false, bar: None, transfer: None }
     }
 
     /// Also prints every finished stage's table, as the demo does.
@@ -76,5 +80,50 @@ impl Progress for TerminalProgress {
             Finished::Sweep(r) => print!("\n{}", format::format_recommendation(r)),
             Finished::Export(e) => print!("\n{}", format::format_exported(e)),
         }
+    }
+}
+
+impl FetchProgress for TerminalProgress {
+    fn plan(&mut self, message: &str) {
+        eprintln!("{message}");
+    }
+
+    fn start(&mut self, what: &str, bytes: u64, from: &str) {
+        let size = if bytes > 0 { format!(" ({})", human_bytes(bytes)) } else { String::new() };
+        eprintln!("fetching {what}{size} from {from}");
+        self.transfer = Some((what.to_string(), 0, Instant::now()));
+    }
+
+    fn advance(&mut self, done: u64, total: u64) {
+        let Some((what, seen, start)) = &mut self.transfer else { return };
+        // Redraw every 1 MB at most.
+        let redraw = self.tty && (done >= *seen + (1 << 20) || done == total);
+        if done < *seen + (1 << 20) && done != total {
+            return;
+        }
+        *seen = done;
+        if !redraw {
+            return;
+        }
+        let rate = done as f64 / start.elapsed().as_secs_f64().max(1e-9);
+        let of = if total > 0 { format!(" of {} ({:.0}%)", human_bytes(total), 100.0 * done as f64 / total as f64) } else { String::new() };
+        let _ = write!(std::io::stderr(), "\r\x1b[2K{what}: {}{of}, {}/s", human_bytes(done), human_bytes(rate as u64));
+        let _ = std::io::stderr().flush();
+    }
+
+    fn end(&mut self) {
+        if let Some((what, done, start)) = self.transfer.take() {
+            if self.tty {
+                let _ = writeln!(std::io::stderr());
+            }
+            let secs = start.elapsed().as_secs_f64();
+            if done > 0 {
+                eprintln!("{what}: {} in {secs:.1}s", human_bytes(done));
+            }
+        }
+    }
+
+    fn fallback(&mut self, why: &str) {
+        eprintln!("warning: {why}; trying the next source");
     }
 }

@@ -3,6 +3,8 @@
 //! Llama-family network, its tokenizer, and the facts `sinkscope info` shows. This module knows
 //! nothing of analysis.
 
+pub mod catalog;
+pub mod fetch;
 pub mod gguf;
 pub mod hf;
 pub mod hook;

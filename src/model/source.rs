@@ -1,9 +1,10 @@
 //! Resolves a `-m MODEL` argument to files on disk: a `.gguf`, a llama2.c `.bin` (+ its `tok*.bin`),
 //! an HF directory, a hub id through the HF cache (hf-hub; offline when cached), or one of the
-//! short aliases of the shipped models found on the model search path.
+//! short aliases of the catalog found on the model search path (`model::fetch` downloads them).
 
 use std::path::{Path, PathBuf};
 
+use super::catalog::{human_bytes, lookup, CatalogEntry, CATALOG};
 use crate::error::{Error, Result};
 
 /// Where a model's files are.
@@ -31,35 +32,50 @@ impl ModelSource {
     }
 }
 
-/// Short names for the models sinkscope ships tests with, and the file each resolves to.
-pub const ALIASES: [(&str, &str); 2] = [("smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf"), ("stories260k", "stories260K.gguf")];
-
-/// The default model for `demo` and the other commands' examples.
-pub const DEFAULT_MODEL: &str = "smollm2-135m";
-
 /// Directories searched for aliases: `$SINKSCOPE_MODELS` (colon-separated), `./models`,
-/// `../shared/models`.
+/// `../shared/models`, and (without `$SINKSCOPE_MODELS`) the user's model cache, where
+/// `sinkscope fetch` puts downloads.
 pub fn search_path() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::env::var_os("SINKSCOPE_MODELS").map(|v| std::env::split_paths(&v).collect()).unwrap_or_default();
     dirs.push(PathBuf::from("models"));
     dirs.push(PathBuf::from("../shared/models"));
+    if let Some(cache) = user_cache_dir().filter(|_| std::env::var_os("SINKSCOPE_MODELS").is_none()) {
+        dirs.push(cache);
+    }
     dirs
+}
+
+/// `<platform cache dir>/sinkscope/models` (e.g. `~/.cache/sinkscope/models`).
+pub fn user_cache_dir() -> Option<PathBuf> {
+    dirs::cache_dir().map(|d| d.join("sinkscope").join("models"))
+}
+
+/// Where the catalog model `entry` is on the search path (a file of the right size), if anywhere.
+pub fn find_alias(entry: &CatalogEntry) -> Option<PathBuf> {
+    search_path().into_iter().map(|d| d.join(entry.file)).find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.len() == entry.bytes))
 }
 
 pub fn resolve(spec: &str) -> Result<ModelSource> {
     if spec.trim().is_empty() {
-        return Err(Error::input("-m MODEL is empty: pass a .gguf file, a llama2.c .bin, an HF model directory, a hub id, or an alias (smollm2-135m, stories260k)"));
+        return Err(Error::input("-m MODEL is empty: pass a .gguf file, a llama2.c .bin, an HF model directory, a hub id, or an alias (`sinkscope models` lists them)"));
     }
     let path = Path::new(spec);
     if path.exists() {
         return from_path(path);
     }
-    if let Some((_, file)) = ALIASES.iter().find(|(alias, _)| alias.eq_ignore_ascii_case(spec)) {
-        let dirs = search_path();
-        return dirs.iter().map(|d| d.join(file)).find(|p| p.is_file()).map(ModelSource::Gguf).ok_or_else(|| {
+    if let Some(entry) = lookup(spec) {
+        return find_alias(entry).map(ModelSource::Gguf).ok_or_else(|| {
+            let dirs = search_path().iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
+            let how = if entry.hub.is_some() || !entry.registry.is_empty() {
+                format!("Run `sinkscope fetch {}` to download and verify it, or put it", entry.alias)
+            } else {
+                "It has no pinned download (a test asset of the project's shared/models); put it".to_string()
+            };
             Error::input(format!(
-                "model alias '{spec}' means {file}, which is in none of: {}. Put it there or set SINKSCOPE_MODELS to its directory.",
-                dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+                "model alias '{spec}' means {} ({}, SHA-256 {}…), which is in none of: {dirs}. {how} into one of them or set SINKSCOPE_MODELS to its directory.",
+                entry.file,
+                human_bytes(entry.bytes),
+                &entry.sha256[..12]
             ))
         });
     }
@@ -68,7 +84,7 @@ pub fn resolve(spec: &str) -> Result<ModelSource> {
     }
     Err(Error::input(format!(
         "{spec}: no such file or directory, and not a model alias ({}) or hub id (owner/name)",
-        ALIASES.iter().map(|(a, _)| *a).collect::<Vec<_>>().join(", ")
+        CATALOG.iter().map(|e| e.alias).collect::<Vec<_>>().join(", ")
     )))
 }
 
