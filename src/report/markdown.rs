@@ -144,7 +144,10 @@ fn findings(run: &Run, s: &mut String) {
                     "| {} | {:.3} | {} | {} | {} |",
                     row.label,
                     row.ppl,
-                    row.ppl_after_eviction.map_or("-".into(), |p| format!("{p:.3}")),
+                    match (row.ppl_after_eviction, row.ppl_after_eviction_ci, row.scored_steps) {
+                        (Some(p), Some([lo, hi]), Some(n)) => format!("{p:.3} (a sample of {n} steps; 95% interval {lo:.2}–{hi:.2})"),
+                        (p, _, _) => p.map_or("-".into(), |p| format!("{p:.3}")),
+                    },
                     row.ratio_to_best.map_or("-".into(), |x| format!("{x:.3}")),
                     row.cliff_step.map_or("none".into(), |c| format!("step {c}"))
                 );

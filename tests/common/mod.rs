@@ -17,8 +17,14 @@ pub fn skip(why: &str) {
     if skips_are_failures() {
         panic!("cannot test: {why} (CI=true or SINKSCOPE_REQUIRE_MODELS=1 makes this a failure)");
     }
+    // libtest names each test's thread after the test; one line per test, however often it asks.
+    thread_local!(static SAID: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+    if SAID.with(|s| s.replace(true)) {
+        return;
+    }
+    let test = std::thread::current().name().unwrap_or("a test").to_string();
     use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
 }
 
 /// `$SINKSCOPE_SHARED/models` or `../shared/models` next to the repository.
@@ -30,7 +36,10 @@ pub fn models_dir() -> Option<PathBuf> {
     if dir.join("stories260K.gguf").is_file() {
         Some(dir)
     } else {
-        skip(&format!("{} has no model files (set SINKSCOPE_SHARED); this test needs real weights", dir.display()));
+        skip(&format!(
+            "needs {} (the project's shared/ folder of real weights and texts beside the repository, or SINKSCOPE_SHARED=DIR holding models/ and corpora/)",
+            dir.join("stories260K.gguf").display()
+        ));
         None
     }
 }
