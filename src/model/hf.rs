@@ -38,6 +38,26 @@ pub fn read_config(dir: &Path) -> Result<(LlamaConfig, bool, String)> {
     }
     let d_model = req("hidden_size")?;
     let n_heads = req("num_attention_heads")?;
+    // A window the model was trained with changes what every long enough query sees; computing
+    // full causal attention instead would be another model (Mistral's `sliding_window`, Qwen2's
+    // when `use_sliding_window` is on).
+    let window = json.get("sliding_window").and_then(Json::as_u64);
+    let window_on = match model_type {
+        "qwen2" => json.get("use_sliding_window").and_then(Json::as_bool).unwrap_or(false),
+        _ => true,
+    };
+    if let (Some(w), true) = (window, window_on) {
+        let context = req("max_position_embeddings")?;
+        if (w as usize) < context {
+            return Err(Error::file(
+                &path,
+                format!(
+                    "sets sliding_window = {w} (below its context of {context}): its queries never see keys more than {w} back, which sinkscope does not compute yet; \
+                     the numbers would be another model's. Use a model without a sliding window (or, knowing the texts stay under {w} tokens, a copy of config.json with \"sliding_window\": null)"
+                ),
+            ));
+        }
+    }
     let rope_theta = json
         .get("rope_theta")
         .or_else(|| json.pointer("/rope_parameters/rope_theta"))

@@ -137,6 +137,9 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Optio
     let layout = gguf_rope_layout(&arch).ok_or_else(|| {
         Error::file(path, format!("unknown architecture '{arch}'; sinkscope supports Llama-family GGUF models (llama, mistral, qwen2)"))
     })?;
+    if let Some(w) = file.get(&format!("{arch}.attention.sliding_window")).and_then(gguf::Value::as_u64) {
+        return Err(Error::file(path, format!("the model attends through a sliding window of {w} keys ({arch}.attention.sliding_window), which sinkscope does not compute yet; the numbers would be another model's")));
+    }
     if let Some(kind) = file.get(&format!("{arch}.rope.scaling.type")).and_then(gguf::Value::as_str) {
         if kind != "none" {
             return Err(Error::file(path, format!("RoPE scaling '{kind}' is not supported yet")));
