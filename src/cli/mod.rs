@@ -11,6 +11,7 @@ mod fetch;
 mod format;
 mod generate;
 mod info;
+mod interrupt;
 mod model_args;
 mod progress;
 mod stream;
@@ -60,6 +61,14 @@ pub enum Command {
 }
 
 pub fn run(cli: Cli) -> Result<()> {
+    // The dashboard owns the terminal (Ctrl-C is a key there); every other command cleans up.
+    #[cfg(feature = "tui")]
+    let interactive = matches!(cli.command, Command::Dash(_));
+    #[cfg(not(feature = "tui"))]
+    let interactive = false;
+    if !interactive {
+        interrupt::install();
+    }
     match cli.command {
         Command::Demo(a) => demo::run(a),
         Command::Info(a) => info::run(a),

@@ -4,6 +4,7 @@
 pub mod arrays;
 pub mod atomic;
 pub mod serde_nan;
+pub mod staging;
 pub mod text;
 
 pub use atomic::{write_atomic, write_json_atomic};

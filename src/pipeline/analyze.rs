@@ -5,13 +5,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::capture::create_out_dir;
 use super::progress::Progress;
 use crate::analysis::{aggregate, analyze_probe, AblationSummary, AnalysisReport, AnalysisSettings, ProbeCapture};
 use crate::capture::ablation::{run_ablation, AblationPlan};
 use crate::capture::heatmaps::Heatmaps;
 use crate::capture::run::{capture, CaptureOptions};
 use crate::error::{Error, Result};
+use crate::io::staging::Staging;
 use crate::io::write_json_atomic;
 use crate::model::load::LoadedModel;
 use crate::probe::{BuiltProbe, ProbeSet};
@@ -80,14 +80,15 @@ pub fn analyze_into(lm: &mut LoadedModel, opts: &AnalyzeOptions, set: Option<&Pr
     }
     lm.fingerprint()?;
     let (report, heatmaps) = analyze(lm, opts, &probes, ablation_input, progress)?;
-    create_out_dir(out)?;
+    let stage = Staging::begin(out)?;
     // A capture in the same run directory owns heatmaps.safetensors (its tokens index them).
     let captured = out.join(CAPTURE_FILE).exists();
     if let Some(maps) = heatmaps.filter(|_| !captured) {
         let meta = [("model".to_string(), lm.info.source.clone()), ("probe".to_string(), probes[0].name.clone())].into_iter().collect();
-        maps.save(&out.join(HEATMAPS_FILE), meta)?;
+        maps.save(&stage.path(HEATMAPS_FILE)?, meta)?;
     }
-    write_json_atomic(&out.join(ANALYSIS_FILE), &report)?;
+    write_json_atomic(&stage.path(ANALYSIS_FILE)?, &report)?;
+    stage.commit()?;
     Ok(report)
 }
 

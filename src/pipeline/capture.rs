@@ -7,6 +7,7 @@ use std::path::Path;
 
 use crate::capture::run::{capture, CaptureOptions, CaptureOutput};
 use crate::error::{Error, Result};
+use crate::io::staging::Staging;
 use crate::io::write_json_atomic;
 use crate::model::hook::HookFilter;
 use crate::model::info::TokenInfo;
@@ -33,11 +34,6 @@ pub fn prepare_out_dir(out: &Path) -> Result<()> {
         return Err(Error::file(out, "exists and is not a directory; -o needs a directory"));
     }
     Ok(())
-}
-
-/// Creates `-o` (and its parents) right before the first file is written.
-pub fn create_out_dir(out: &Path) -> Result<()> {
-    std::fs::create_dir_all(out).map_err(|e| Error::file(out, format!("cannot create the output directory ({e})")))
 }
 
 /// Runs `job` on a loaded model and writes the run into `out`.
@@ -71,25 +67,23 @@ pub fn capture_to_dir(
     meta.insert("text".to_string(), text_source.to_string());
     meta.insert("n_tokens".to_string(), ids.len().to_string());
     meta.insert("sinkscope_version".to_string(), env!("CARGO_PKG_VERSION").to_string());
-    create_out_dir(out)?;
+    // The run's files land together at the commit, or not at all.
+    let mut stage = Staging::begin(out)?;
     let mut files = Vec::new();
-    result.reducers.save_arrays(&out.join(REDUCTIONS_FILE), meta.clone())?;
+    result.reducers.save_arrays(&stage.path(REDUCTIONS_FILE)?, meta.clone())?;
     files.push(REDUCTIONS_FILE.to_string());
     match &result.heatmaps {
         Some(maps) => {
-            maps.save(&out.join(HEATMAPS_FILE), meta.clone())?;
+            maps.save(&stage.path(HEATMAPS_FILE)?, meta.clone())?;
             files.push(HEATMAPS_FILE.to_string());
         }
         // Maps of an earlier capture in this directory would describe other tokens.
-        None => {
-            let _ = std::fs::remove_file(out.join(HEATMAPS_FILE));
-        }
+        None => stage.remove_on_commit(HEATMAPS_FILE),
     }
     if let (Some(path), Some(tensors)) = (save_tensors, &result.tensors) {
         tensors.save(path, meta)?;
         files.push(path.display().to_string());
     }
-    let summary_path = out.join(CAPTURE_FILE);
     files.push(CAPTURE_FILE.to_string());
     let report = CaptureReport {
         sinkscope_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -105,6 +99,7 @@ pub fn capture_to_dir(
         peak_rss_bytes: crate::capture::memory::peak_rss_bytes(),
         files,
     };
-    write_json_atomic(&summary_path, &report)?;
+    write_json_atomic(&stage.path(CAPTURE_FILE)?, &report)?;
+    stage.commit()?;
     Ok(report)
 }

@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::capture::create_out_dir;
 use super::progress::Progress;
 use crate::error::{Error, Result};
+use crate::io::staging::Staging;
 use crate::io::write_json_atomic;
 use crate::kv::policy::{Policy, PolicyKind, PositionMode};
 use crate::kv::recommend::{cliffs_against_best, recommend, Recommendation};
@@ -168,8 +168,8 @@ pub fn write_stream_report(
         recommendation,
         wall_seconds: start.elapsed().as_secs_f64(),
     };
-    create_out_dir(dir)?;
-    let path = dir.join(STREAM_FILE);
-    write_json_atomic(&path, &report)?;
-    Ok(path)
+    let stage = Staging::begin(dir)?;
+    write_json_atomic(&stage.path(STREAM_FILE)?, &report)?;
+    stage.commit()?;
+    Ok(dir.join(STREAM_FILE))
 }

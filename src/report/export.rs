@@ -8,7 +8,8 @@ use super::bundle::{figure_specs, ExportOptions, FigureSpec, FIGURES_DIR, INDEX_
 use super::markdown;
 use super::run::Run;
 use super::tables::{tables, Table};
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::io::staging::Staging;
 use crate::io::write_atomic;
 
 /// What `export` wrote.
@@ -49,7 +50,7 @@ fn draw(run: &Run, spec: &FigureSpec, paths: &[PathBuf]) -> Result<bool> {
 
 #[cfg(not(feature = "plots"))]
 fn draw(_: &Run, _: &FigureSpec, _: &[PathBuf]) -> Result<bool> {
-    Err(Error::input("this sinkscope was built without the `plots` feature; rebuild with default features for --png/--svg"))
+    Err(crate::error::Error::input("this sinkscope was built without the `plots` feature; rebuild with default features for --png/--svg"))
 }
 
 #[cfg(feature = "parquet")]
@@ -59,42 +60,38 @@ fn write_table(table: &Table, path: &Path) -> Result<()> {
 
 #[cfg(not(feature = "parquet"))]
 fn write_table(_: &Table, _: &Path) -> Result<()> {
-    Err(Error::input("this sinkscope was built without the `parquet` feature; rebuild with default features for --parquet"))
+    Err(crate::error::Error::input("this sinkscope was built without the `parquet` feature; rebuild with default features for --parquet"))
 }
 
-fn make_dir(dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::file(dir, format!("cannot create ({e})")))
-}
-
+/// Writes the run's tables, figures and index.md; they land in the run directory together, when
+/// everything is written (an interrupted export leaves it as it was).
 pub fn export(run: &Run, opts: &ExportOptions) -> Result<Exported> {
     let mut out = Exported::default();
     let all_tables = if opts.parquet || opts.md { tables(run) } else { Vec::new() };
     let specs = figure_specs(run, opts);
+    let stage = Staging::begin(&run.dir)?;
     if opts.parquet {
-        let dir = run.dir.join(TABLES_DIR);
-        make_dir(&dir)?;
         for t in &all_tables {
-            let path = dir.join(format!("{}.parquet", t.name));
-            write_table(t, &path)?;
-            out.tables.push((t.name.to_string(), path, t.n_rows()));
+            let rel = Path::new(TABLES_DIR).join(format!("{}.parquet", t.name));
+            write_table(t, &stage.path(&rel)?)?;
+            out.tables.push((t.name.to_string(), run.dir.join(rel), t.n_rows()));
         }
     }
     if opts.png || opts.svg {
-        let dir = run.dir.join(FIGURES_DIR);
-        make_dir(&dir)?;
         let exts: Vec<&str> = [(opts.png, "png"), (opts.svg, "svg")].into_iter().filter(|x| x.0).map(|x| x.1).collect();
         for spec in &specs {
-            let paths: Vec<PathBuf> = exts.iter().map(|ext| dir.join(format!("{}.{ext}", spec.stem))).collect();
-            if draw(run, spec, &paths)? {
-                out.figures.extend(paths);
+            let rels: Vec<PathBuf> = exts.iter().map(|ext| Path::new(FIGURES_DIR).join(format!("{}.{ext}", spec.stem))).collect();
+            let staged = rels.iter().map(|r| stage.path(r)).collect::<Result<Vec<_>>>()?;
+            if draw(run, spec, &staged)? {
+                out.figures.extend(rels.iter().map(|r| run.dir.join(r)));
             }
         }
     }
     if opts.md {
-        let path = run.dir.join(INDEX_FILE);
-        let text = markdown::index(run, &specs, &all_tables);
-        write_atomic(&path, text.as_bytes())?;
-        out.index = Some(path);
+        let text = markdown::index(run, &specs, &all_tables, &|rel: &Path| stage.has(rel));
+        write_atomic(&stage.path(INDEX_FILE)?, text.as_bytes())?;
+        out.index = Some(run.dir.join(INDEX_FILE));
     }
+    stage.commit()?;
     Ok(out)
 }

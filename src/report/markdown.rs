@@ -2,14 +2,16 @@
 //! table that exists beside it. Deterministic text from the run's files only.
 
 use std::fmt::Write;
+use std::path::Path;
 
 use super::bundle::{FigureSpec, FIGURES_DIR, TABLES_DIR};
 use super::tokens::label;
 use super::run::Run;
 use super::tables::Table;
 
-/// The index page of a run.
-pub fn index(run: &Run, figures: &[FigureSpec], tables: &[Table]) -> String {
+/// The index page of a run; `exists` says whether a path relative to the run directory will be
+/// there when the page is (figures and tables of the same export are still being staged).
+pub fn index(run: &Run, figures: &[FigureSpec], tables: &[Table], exists: &dyn Fn(&Path) -> bool) -> String {
     let mut s = String::new();
     let m = run.model();
     let _ = writeln!(s, "# sinkscope report — {}\n", run.model_name());
@@ -31,9 +33,9 @@ pub fn index(run: &Run, figures: &[FigureSpec], tables: &[Table]) -> String {
     if !figures.is_empty() {
         s.push_str("## Figures\n\n");
         for f in figures {
-            let png = run.dir.join(FIGURES_DIR).join(format!("{}.png", f.stem));
-            let svg = run.dir.join(FIGURES_DIR).join(format!("{}.svg", f.stem));
-            match (png.exists(), svg.exists()) {
+            let png = Path::new(FIGURES_DIR).join(format!("{}.png", f.stem));
+            let svg = Path::new(FIGURES_DIR).join(format!("{}.svg", f.stem));
+            match (exists(&png), exists(&svg)) {
                 (true, has_svg) => {
                     let _ = writeln!(s, "### {}\n\n![{}]({FIGURES_DIR}/{}.png)\n", f.caption, f.caption, f.stem);
                     if has_svg {
@@ -52,8 +54,8 @@ pub fn index(run: &Run, figures: &[FigureSpec], tables: &[Table]) -> String {
     if !tables.is_empty() {
         s.push_str("## Tables\n\nParquet, one row per fact; schemas in the sinkscope README (`notebooks-data/README.md`).\n\n| table | rows | file |\n|---|---:|---|\n");
         for t in tables {
-            let path = run.dir.join(TABLES_DIR).join(format!("{}.parquet", t.name));
-            let link = if path.exists() { format!("[{TABLES_DIR}/{0}.parquet]({TABLES_DIR}/{0}.parquet)", t.name) } else { "not written (`export --parquet`)".into() };
+            let path = Path::new(TABLES_DIR).join(format!("{}.parquet", t.name));
+            let link = if exists(&path) { format!("[{TABLES_DIR}/{0}.parquet]({TABLES_DIR}/{0}.parquet)", t.name) } else { "not written (`export --parquet`)".into() };
             let _ = writeln!(s, "| `{}` | {} | {link} |", t.name, t.n_rows());
         }
         s.push('\n');

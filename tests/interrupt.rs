@@ -1,0 +1,166 @@
+//! Ctrl-C (SIGINT) during `capture`, `analyze`, `recommend` and `export`, at several points of
+//! real runs: the output directory must be exactly as it was before the command (same files, same
+//! bytes, no temp or staging files; a directory the run would have created does not exist), the
+//! exit status non-zero with one line, and running the command again to the end must give the
+//! same files as a run that was never interrupted.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// Every file under `dir` (relative path → bytes); JSON without its wall-clock fields.
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                out.insert(p.strip_prefix(root).unwrap().to_path_buf(), std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+fn without_clock(bytes: &[u8]) -> serde_json::Value {
+    fn strip(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for k in ["wall_seconds", "peak_rss_bytes", "tokens_per_s"] {
+                    m.remove(k);
+                }
+                m.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut v: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+    strip(&mut v);
+    v
+}
+
+fn same_results(a: &Path, b: &Path) {
+    let (ta, tb) = (tree(a), tree(b));
+    assert_eq!(ta.keys().collect::<Vec<_>>(), tb.keys().collect::<Vec<_>>(), "the same files");
+    for (rel, bytes) in &ta {
+        if rel.extension().is_some_and(|e| e == "json") {
+            assert!(without_clock(bytes) == without_clock(&tb[rel]), "{} differs", rel.display());
+        } else if rel.file_name().is_some_and(|n| n != "index.md") {
+            // index.md names its run directory; everything else must match byte for byte.
+            assert!(*bytes == tb[rel], "{} differs", rel.display());
+        }
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for (rel, bytes) in tree(from) {
+        let p = to.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+}
+
+/// Runs sinkscope with `args` (OUT replaced by `out`) and sends SIGINT after `delay`; returns
+/// whether it was interrupted (false: it finished first).
+fn interrupt(args: &[&str], out: &Path, delay: Duration) -> bool {
+    let args: Vec<String> = args.iter().map(|a| a.replace("OUT", out.to_str().unwrap())).collect();
+    let child = Command::new(env!("CARGO_BIN_EXE_sinkscope"))
+        .args(&args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("SINKSCOPE_MODELS", common::models_dir().unwrap_or_default())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(delay);
+    let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        return false;
+    }
+    assert_eq!(out.status.code(), Some(130), "{args:?}: {err}");
+    let last = err.trim_end().lines().last().unwrap_or("");
+    assert!(last.starts_with("error: interrupted"), "{args:?}: one line saying so, got {err}");
+    true
+}
+
+fn run_to_end(args: &[&str], out: &Path) {
+    let args: Vec<String> = args.iter().map(|a| a.replace("OUT", out.to_str().unwrap())).collect();
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let done = common::sinkscope(&refs);
+    assert!(done.status.success(), "{args:?}: {}", String::from_utf8_lossy(&done.stderr));
+}
+
+/// Interrupts `args` at each delay against a directory that starts as a copy of `before` (or
+/// does not exist), checks nothing changed, then checks a full rerun equals an uninterrupted run.
+fn check(tag: &str, args: &[&str], before: Option<&Path>, delays_ms: &[u64]) {
+    let root = common::temp_dir(&format!("interrupt-{tag}"));
+    let out = root.join("run/out");
+    if let Some(b) = before {
+        copy_dir(b, &out);
+    }
+    let start = tree(&out);
+    let mut interrupted = 0;
+    for &ms in delays_ms {
+        if interrupt(args, &out, Duration::from_millis(ms)) {
+            interrupted += 1;
+            assert_eq!(out.exists(), before.is_some(), "{tag} at {ms} ms: a directory the run created is gone again");
+            assert!(tree(&out) == start, "{tag} at {ms} ms: the output directory changed: {:?}", tree(&out).keys().collect::<Vec<_>>());
+        } else {
+            // It finished first: start the next attempt from the same state again.
+            let _ = std::fs::remove_dir_all(root.join("run"));
+            if let Some(b) = before {
+                copy_dir(b, &out);
+            }
+        }
+    }
+    assert!(interrupted > 0, "{tag}: no attempt was interrupted (delays {delays_ms:?} ms); the run is faster than the test assumes");
+    run_to_end(args, &out);
+    let reference = root.join("reference/out");
+    if let Some(b) = before {
+        copy_dir(b, &reference);
+    }
+    run_to_end(args, &reference);
+    same_results(&out, &reference);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn interrupted_captures_leave_the_directory_as_it_was() {
+    let _ = model_or_skip!("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let book = common::corpora_dir().join("pg1342_pride_and_prejudice.txt");
+    let args = ["capture", "-m", "smollm2-135m", "-f", book.to_str().unwrap(), "--max-tokens", "512", "-o", "OUT"];
+    check("capture-new", &args, None, &[300, 1200, 2000]);
+    check("capture-over", &args, Some(&common::fixture("run-stories260k")), &[900, 1800]);
+}
+
+#[test]
+fn interrupted_analysis_and_sweep_leave_the_directory_as_it_was() {
+    let _ = model_or_skip!("stories260K.gguf");
+    let fixture = common::fixture("run-stories260k");
+    check("analyze", &["analyze", "-m", "stories260k", "-o", "OUT"], Some(&fixture), &[200, 800, 1300]);
+    let text = common::corpora_dir().join("tinystories_val_subset.txt");
+    let sweep = ["recommend", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "1500", "--cache", "64", "--sinks", "0,1,4", "-o", "OUT"];
+    check("recommend", &sweep, Some(&fixture), &[500, 2000, 3500]);
+}
+
+#[test]
+fn interrupted_exports_leave_the_directory_as_it_was() {
+    let _ = model_or_skip!("SmolLM2-135M-Instruct.Q4_1.gguf");
+    // A SmolLM2 capture: a few hundred milliseconds of figures to interrupt.
+    let root = common::temp_dir("interrupt-export-src");
+    let run = root.join("run");
+    let book = common::corpora_dir().join("pg1342_pride_and_prejudice.txt");
+    run_to_end(&["capture", "-m", "smollm2-135m", "-f", book.to_str().unwrap(), "--max-tokens", "256", "-o", run.to_str().unwrap()], &run);
+    check("export", &["export", "OUT"], Some(&run), &[80, 120, 160, 220, 300]);
+    let _ = std::fs::remove_dir_all(&root);
+}
