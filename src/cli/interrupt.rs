@@ -11,8 +11,12 @@ pub fn install() {
         let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else { return };
         std::thread::spawn(move || {
             if let Some(signal) = signals.forever().next() {
-                abandon_all();
-                eprintln!("error: interrupted ({}); nothing of this command was kept, its output directory is as it was", if signal == SIGINT { "SIGINT" } else { "SIGTERM" });
+                let name = if signal == SIGINT { "SIGINT" } else { "SIGTERM" };
+                if abandon_all() {
+                    eprintln!("error: interrupted ({name}) after the command's files were written; they are complete");
+                } else {
+                    eprintln!("error: interrupted ({name}); nothing of this command was kept, its output directory is as it was");
+                }
                 std::process::exit(130);
             }
         });

@@ -5,7 +5,7 @@
 //! left as it was before the command started.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
@@ -24,6 +24,10 @@ static PENDING: Mutex<Pending> = Mutex::new(Pending { remove: Vec::new(), create
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
+/// Set once a commit has moved a command's files into place: an interruption after that point
+/// has nothing to undo (the results are complete).
+static COMMITTED: AtomicBool = AtomicBool::new(false);
+
 fn pending() -> std::sync::MutexGuard<'static, Pending> {
     PENDING.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
@@ -39,9 +43,11 @@ pub fn unregister_temp(path: &Path) {
 }
 
 /// Undoes every unfinished write of this process: called once, by the signal handler, right
-/// before the process exits.
-pub fn abandon_all() {
+/// before the process exits. Returns whether a commit had already completed (its files stay:
+/// they are a finished result, not a half-written one).
+pub fn abandon_all() -> bool {
     let mut p = pending();
+    let committed = COMMITTED.load(Ordering::SeqCst);
     for path in p.remove.drain(..) {
         if path.is_dir() {
             let _ = std::fs::remove_dir_all(&path);
@@ -53,6 +59,7 @@ pub fn abandon_all() {
         // Only if nothing else is in it (remove_dir refuses a non-empty directory).
         let _ = std::fs::remove_dir(&dir);
     }
+    committed
 }
 
 /// The files one command writes into one output directory.
@@ -127,6 +134,7 @@ impl Staging {
         // The output directory now holds results: an interruption must not remove it.
         p.created_dirs.retain(|d| !self.out.starts_with(d));
         self.committed = true;
+        COMMITTED.store(true, Ordering::SeqCst);
         Ok(())
     }
 }
