@@ -54,3 +54,23 @@ impl<T> IoContext<T> for std::io::Result<T> {
         })
     }
 }
+
+/// Runs `f`, turning a panic inside it into `None` without the panic message reaching stderr:
+/// for dependencies that panic on malformed input (the user then gets one readable error).
+pub fn catch_quietly<R>(f: impl FnOnce() -> R) -> Option<R> {
+    use std::cell::Cell;
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    thread_local!(static QUIET: Cell<bool> = const { Cell::new(false) });
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET.with(Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+    let was = QUIET.with(|q| q.replace(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    QUIET.with(|q| q.set(was));
+    result.ok()
+}

@@ -147,6 +147,23 @@ fn config_json_missing_fields_or_unknown_architecture() {
     assert!(fails(&["info", s(&dir)]).contains("shape"));
 }
 
+/// Found by fuzzing: a tokenizer.json whose post-processor names a special token it does not
+/// define made the tokenizers crate panic at the first encode; now one error line naming the file.
+#[test]
+fn an_inconsistent_tokenizer_json_is_an_error_not_a_panic() {
+    let Some(dir) = hf_copy("tok-template") else { return };
+    let path = dir.join("tokenizer.json");
+    let mut t: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let specials = t["post_processor"]["special_tokens"].as_object_mut().unwrap();
+    let entry = specials.remove("<s>").unwrap();
+    specials.insert("<q>".into(), entry);
+    std::fs::write(&path, t.to_string()).unwrap();
+    let e = fails(&["capture", "-m", s(&dir), "-p", "Once upon a time", "-o", s(&dir.join("out"))]);
+    assert!(e.contains("tokenizer.json") && e.contains("not a valid tokenizer.json"), "{e}");
+    std::fs::write(&path, "{\"model\": {\"type\": \"BPE\", 7: 1}}").unwrap();
+    assert!(fails(&["info", s(&dir)]).contains("not a valid tokenizer.json"));
+}
+
 /// A model trained with a sliding window is computed as its config says or refused: full causal
 /// attention over a 64-token text would be another model (before this check, a Mistral config
 /// with `sliding_window` = 24 loaded and gave patterns off by up to 1.0 from HF's).

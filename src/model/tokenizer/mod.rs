@@ -8,7 +8,7 @@ pub mod spm;
 
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::error::{catch_quietly, Error, Result};
 use crate::model::gguf::GgufFile;
 use gguf_vocab::Embedded;
 use spm::{SpmTokenizer, TOKEN_TYPE_CONTROL};
@@ -24,13 +24,21 @@ pub enum Tokenizer {
 impl Tokenizer {
     /// Loads `tokenizer.json`. BOS is added by its post-processor, if it has one.
     pub fn from_json_file(path: &Path) -> Result<Self> {
-        let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| {
-            if !path.exists() {
-                Error::file(path, "no such file; an HF model directory needs tokenizer.json")
-            } else {
-                Error::file(path, format!("not a valid tokenizer.json ({e})"))
-            }
+        let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::file(path, "no such file; an HF model directory needs tokenizer.json"),
+            _ => Error::file(path, format!("cannot read ({e}); tokenizer.json must be UTF-8 JSON")),
         })?;
+        // The tokenizers crate panics on some malformed JSON (found by fuzzing): check the syntax
+        // first, and turn any panic that is left into this error.
+        let invalid = |why: String| Error::file(path, format!("not a valid tokenizer.json ({why})"));
+        serde_json::from_str::<serde_json::Value>(&text).map_err(|e| invalid(e.to_string()))?;
+        let inner = catch_quietly(|| text.parse::<tokenizers::Tokenizer>())
+            .ok_or_else(|| invalid("the tokenizers library could not read its structure".into()))?
+            .map_err(|e| invalid(e.to_string()))?;
+        // Encoding once here finds an inconsistent post-processor at load time, naming the file.
+        if catch_quietly(|| inner.encode("a", true)).is_none() {
+            return Err(invalid("its post-processor or added tokens are inconsistent: encoding panics".into()));
+        }
         let eos = ["</s>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>"]
             .iter()
             .filter_map(|t| inner.token_to_id(t))
@@ -57,7 +65,11 @@ impl Tokenizer {
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         match self {
             Tokenizer::Hf { inner, bos, add_bos, .. } => {
-                let enc = inner.encode(text, true).map_err(|e| Error::Internal(format!("tokenizer failed: {e}")))?;
+                // A malformed tokenizer.json can make the tokenizers crate panic here (a template
+                // naming a special token it does not define; found by fuzzing): an error instead.
+                let enc = catch_quietly(|| inner.encode(text, true))
+                    .ok_or_else(|| Error::input("the tokenizer failed on this text (its tokenizer.json is inconsistent: e.g. a post-processor naming an undefined special token)"))?
+                    .map_err(|e| Error::Internal(format!("tokenizer failed: {e}")))?;
                 let mut ids = enc.get_ids().to_vec();
                 if let (true, Some(b)) = (*add_bos, *bos) {
                     if ids.first() != Some(&b) {
