@@ -189,6 +189,16 @@ fn export_refuses_bad_run_directories_clearly() {
     let out = common::sinkscope(&["export", dir.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("heatmaps.safetensors"));
+
+    // Found by fuzzing: a corrupt head count sized every layer × head table (0.9 GB for 7,747,748).
+    let dir = run_copy("export-lying-heads");
+    let mut capture: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("capture.json")).unwrap()).unwrap();
+    capture["model"]["n_heads"] = 7_747_748.into();
+    std::fs::write(dir.join("capture.json"), capture.to_string()).unwrap();
+    let out = common::sinkscope(&["export", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("capture.json") && err.contains("7747748 heads, which no model has"), "{err}");
 }
 
 #[test]

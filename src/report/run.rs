@@ -41,6 +41,10 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
     serde_json::from_slice(&bytes).map(Some).map_err(|e| Error::file(path, format!("is not a file this sinkscope can read ({e}); re-run the command that made it")))
 }
 
+/// Sanity bounds on a run's model shape (the largest open models have ~100 layers × ~100 heads).
+const MAX_LAYERS_OR_HEADS: usize = 1 << 12;
+const MAX_LAYER_HEADS: usize = 1 << 18;
+
 impl Run {
     pub fn open(dir: &Path) -> Result<Run> {
         if !dir.is_dir() {
@@ -56,6 +60,15 @@ impl Run {
             heatmaps: if heatmaps_path.exists() { Some(Heatmaps::load(&heatmaps_path)?) } else { None },
             reductions: if reductions_path.exists() { Some(Arrays::read(&reductions_path, "capture")?) } else { None },
         };
+        // Tables and views are sized by the model's layers × heads: a corrupt count must not
+        // become gigabytes (found by fuzzing: n_heads = 7,747,748 allocated 0.9 GB).
+        for (file, m) in [(CAPTURE_FILE, run.capture.as_ref().map(|c| &c.model)), (ANALYSIS_FILE, run.analysis.as_ref().map(|a| &a.model)), (STREAM_FILE, run.stream.as_ref().map(|s| &s.model))] {
+            if let Some(m) = m {
+                if m.n_layers > MAX_LAYERS_OR_HEADS || m.n_heads > MAX_LAYERS_OR_HEADS || m.n_layers * m.n_heads > MAX_LAYER_HEADS {
+                    return Err(Error::file(&dir.join(file), format!("describes {} layers × {} heads, which no model has; the file is corrupt — re-run the command that made it", m.n_layers, m.n_heads)));
+                }
+            }
+        }
         if run.capture.is_none() && run.analysis.is_none() && run.stream.is_none() {
             return Err(Error::file(dir, format!("holds no sinkscope results (none of {CAPTURE_FILE}, {ANALYSIS_FILE}, {STREAM_FILE}); run `sinkscope demo` or `capture`/`analyze`/`recommend` with -o first")));
         }
