@@ -260,14 +260,15 @@ pub fn targets() -> Option<Vec<Target>> {
         let _ = std::fs::remove_dir_all(&dir);
         b
     };
-    // A GGUF cut after its header, metadata, tensor table and a little data: every structure the
-    // parser reads, small enough to fuzz quickly (the tensor-data bounds checks see it as cut).
+    // A real GGUF cut after its header, metadata and tensor table (the tensor-data bounds checks
+    // see it as cut), and a complete tiny one (`tests/fixtures/fuzz/make_gguf_seed.py`) whose
+    // mutations reach the embedded tokenizer and the tensor reads.
     let gguf_head = gguf[..gguf.len().min(24 << 10)].to_vec();
     Some(vec![
         Target {
             name: "gguf",
             file: "model.gguf",
-            seeds: vec![gguf_head],
+            seeds: vec![gguf_head, std::fs::read(fixture("fuzz/seed.gguf")).ok()?],
             run: |_, f| {
                 let Ok(g) = GgufFile::open(f) else { return false };
                 let _ = g.architecture();
