@@ -9,8 +9,6 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const CLOCK_FIELDS: [&str; 3] = ["wall_seconds", "peak_rss_bytes", "tokens_per_s"];
-
 fn run(dir: &Path, threads: usize, args: &[&str]) {
     let out = Command::new(env!("CARGO_BIN_EXE_sinkscope"))
         .args(args)
@@ -29,19 +27,6 @@ fn make_run(model: &Path, text: &Path, dir: &Path, threads: usize) {
     run(dir, threads, &["analyze", "-m", m, "-f", f, "--max-tokens", "160", "-o", d]);
     run(dir, threads, &["recommend", "-m", m, "-f", f, "--tokens", "400", "--cache", "48", "--sinks", "0,2", "-o", d]);
     run(dir, threads, &["export", d, "--parquet"]);
-}
-
-fn without_clock(v: &mut serde_json::Value) {
-    match v {
-        serde_json::Value::Object(map) => {
-            for f in CLOCK_FIELDS {
-                map.remove(f);
-            }
-            map.values_mut().for_each(without_clock);
-        }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(without_clock),
-        _ => {}
-    }
 }
 
 fn files(dir: &Path) -> Vec<PathBuf> {
@@ -75,8 +60,8 @@ fn two_runs_and_one_or_two_threads_give_byte_identical_results() {
             let (a, b) = (std::fs::read(dirs[0].0.join(rel)).unwrap(), std::fs::read(dir.join(rel)).unwrap());
             if rel.extension().is_some_and(|e| e == "json") {
                 let (mut a, mut b): (serde_json::Value, serde_json::Value) = (serde_json::from_slice(&a).unwrap(), serde_json::from_slice(&b).unwrap());
-                without_clock(&mut a);
-                without_clock(&mut b);
+                common::without_clock(&mut a);
+                common::without_clock(&mut b);
                 assert!(a == b, "{} differs between 1 thread and {threads} threads (apart from wall-clock fields)", rel.display());
             } else {
                 assert!(a == b, "{} differs between 1 thread and {threads} threads", rel.display());

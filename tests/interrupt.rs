@@ -29,20 +29,8 @@ fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 }
 
 fn without_clock(bytes: &[u8]) -> serde_json::Value {
-    fn strip(v: &mut serde_json::Value) {
-        match v {
-            serde_json::Value::Object(m) => {
-                for k in ["wall_seconds", "peak_rss_bytes", "tokens_per_s"] {
-                    m.remove(k);
-                }
-                m.values_mut().for_each(strip);
-            }
-            serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
-            _ => {}
-        }
-    }
     let mut v: serde_json::Value = serde_json::from_slice(bytes).unwrap();
-    strip(&mut v);
+    common::without_clock(&mut v);
     v
 }
 

@@ -12,7 +12,7 @@ use super::model_args::ModelArgs;
 use crate::error::Result;
 use crate::io::text::read_input;
 use crate::pipeline::analyze::{analyze_into, AnalyzeOptions};
-use crate::pipeline::capture::prepare_out_dir;
+use crate::io::staging::check_out_dir;
 use crate::probe::ProbeSet;
 use crate::report::run::ANALYSIS_FILE;
 
@@ -69,7 +69,7 @@ pub fn run(args: AnalyzeArgs) -> Result<()> {
         heatmap_bins: args.heatmap_bins,
     };
     opts.validate()?;
-    prepare_out_dir(&args.out)?;
+    check_out_dir(&args.out)?;
     if let Some(f) = &args.file {
         opts.file = Some((f.clone(), read_input(None, Some(f))?.0));
     }

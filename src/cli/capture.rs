@@ -8,9 +8,10 @@ use clap::Args;
 use super::model_args::ModelArgs;
 use crate::capture::memory::human;
 use crate::capture::run::CaptureOptions;
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::io::staging::check_out_dir;
 use crate::io::text::read_input;
-use crate::pipeline::capture::{capture_into, prepare_out_dir, CaptureJob};
+use crate::pipeline::capture::{capture_into, CaptureJob};
 
 #[derive(Args, Debug)]
 pub struct CaptureArgs {
@@ -58,11 +59,6 @@ pub struct CaptureArgs {
 
 pub fn run(args: CaptureArgs) -> Result<()> {
     let (text, text_source) = read_input(args.prompt.as_deref(), args.file.as_deref())?;
-    if args.hooks.is_some() && args.save_tensors.is_none() {
-        return Err(Error::input("--hooks selects the tensors written by --save-tensors; add --save-tensors FILE.safetensors"));
-    }
-    prepare_out_dir(&args.out)?;
-    let mut lm = args.model.load()?;
     let options = CaptureOptions {
         first_keys: args.first_keys,
         top_k: args.top_k,
@@ -72,6 +68,10 @@ pub fn run(args: CaptureArgs) -> Result<()> {
         ..CaptureOptions::default()
     };
     let job = CaptureJob { text: &text, text_source: &text_source, max_tokens: args.max_tokens, hooks: args.hooks.as_deref(), save_tensors: args.save_tensors.as_deref(), options };
+    // Before minutes of loading, not after.
+    job.validate()?;
+    check_out_dir(&args.out)?;
+    let mut lm = args.model.load()?;
     let report = capture_into(&mut lm, &job, &args.out)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

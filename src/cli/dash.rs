@@ -10,7 +10,7 @@ use super::model_args::ModelArgs;
 use super::progress::TerminalProgress;
 use crate::error::{Error, Result};
 use crate::io::text::read_input;
-use crate::pipeline::capture::prepare_out_dir;
+use crate::io::staging::check_out_dir;
 use crate::pipeline::demo::capture_and_analyze;
 use crate::report::run::Run;
 
@@ -54,7 +54,7 @@ fn compute(args: &DashArgs, file: &std::path::Path) -> Result<PathBuf> {
         let stem = file.file_stem().map_or("text".into(), |s| s.to_string_lossy().into_owned());
         PathBuf::from("reports").join(format!("dash-{stem}"))
     });
-    prepare_out_dir(&out)?;
+    check_out_dir(&out)?;
     let (text, _) = read_input(None, Some(file))?;
     let mut lm = args.model.load()?;
     capture_and_analyze(&mut lm, file, &text, args.max_tokens, !args.no_ablation, &out, &mut TerminalProgress::new())?;

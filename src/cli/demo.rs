@@ -9,7 +9,7 @@ use clap::Args;
 use super::model_args::ModelArgs;
 use super::progress::TerminalProgress;
 use crate::error::Result;
-use crate::pipeline::capture::prepare_out_dir;
+use crate::io::staging::check_out_dir;
 use crate::pipeline::demo::{run_demo, DemoOptions};
 
 #[derive(Args, Debug)]
@@ -34,7 +34,7 @@ pub struct DemoArgs {
 pub fn run(args: DemoArgs) -> Result<()> {
     // A quick run never replaces a full one unless asked to.
     let out = args.out.clone().unwrap_or_else(|| PathBuf::from(if args.quick { "reports/demo-quick" } else { "reports/demo" }));
-    prepare_out_dir(&out)?;
+    check_out_dir(&out)?;
     let start = Instant::now();
     let mut lm = args.model.load()?;
     let opts = DemoOptions { quick: args.quick, stream_tokens: args.stream_tokens, cache: args.cache };

@@ -10,7 +10,7 @@ use super::model_args::ModelArgs;
 use super::progress::TerminalProgress;
 use crate::error::Result;
 use crate::kv::policy::{Policy, PolicyKind, PositionMode};
-use crate::pipeline::capture::prepare_out_dir;
+use crate::io::staging::check_out_dir;
 use crate::pipeline::stream::{stream_into, sweep_into, StreamSource, SweepOptions};
 
 /// The text a stream runs over.
@@ -94,7 +94,7 @@ impl StreamText {
 
 pub fn run_stream(args: StreamArgs) -> Result<()> {
     if let Some(out) = &args.out {
-        prepare_out_dir(out)?;
+        check_out_dir(out)?;
     }
     let mut lm = args.model.load()?;
     let policy = Policy { kind: args.policy, sinks: args.sinks, cache: args.cache, positions: args.positions };
@@ -119,7 +119,7 @@ pub fn run_recommend(args: RecommendArgs) -> Result<()> {
     };
     opts.validate()?;
     if let Some(out) = &args.out {
-        prepare_out_dir(out)?;
+        check_out_dir(out)?;
     }
     let mut lm = args.model.load()?;
     let rec = sweep_into(&mut lm, &opts, args.out.as_deref(), &mut TerminalProgress::new())?;

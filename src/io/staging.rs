@@ -62,6 +62,15 @@ pub fn abandon_all() -> bool {
     committed
 }
 
+/// Checks `-o` can be a directory (before minutes of work, and again when writing); it is
+/// created only once there is something to write.
+pub fn check_out_dir(out: &Path) -> Result<()> {
+    if out.exists() && !out.is_dir() {
+        return Err(Error::file(out, "exists and is not a directory; -o needs a directory"));
+    }
+    Ok(())
+}
+
 /// The files one command writes into one output directory.
 pub struct Staging {
     out: PathBuf,
@@ -74,9 +83,7 @@ impl Staging {
     /// Creates `out` if needed (remembered, so an interruption removes it again) and a fresh
     /// staging directory inside it.
     pub fn begin(out: &Path) -> Result<Staging> {
-        if out.exists() && !out.is_dir() {
-            return Err(Error::file(out, "exists and is not a directory; -o needs a directory"));
-        }
+        check_out_dir(out)?;
         let mut missing = Vec::new();
         let mut at = Some(out);
         while let Some(d) = at.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {

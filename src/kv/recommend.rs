@@ -93,20 +93,20 @@ pub fn cliffs_against_best(sweep: &mut [StreamOutcome]) {
 pub fn recommend(sweep: &[StreamOutcome], recompute: Option<&StreamOutcome>, cache: usize, delta: f64) -> Recommendation {
     let post = |o: &StreamOutcome| o.ppl_after_eviction;
     let best = sweep.iter().filter_map(post).fold(f64::INFINITY, f64::min);
-    let row = |o: &StreamOutcome, sinks: Option<usize>| SweepRow {
-        label: o.label.clone(),
-        sinks,
-        ppl: o.ppl,
-        ppl_after_eviction: o.ppl_after_eviction,
-        // A perplexity from a sample of the steps is no ratio to an exact one (its interval says why).
-        ratio_to_best: o.ppl_after_eviction.filter(|_| best.is_finite() && !scored_after_eviction(o).1).map(|p| p / best),
-        cliff_step: o.cliff_step,
-        tokens_per_s: o.tokens_per_s,
-        scored_steps: o.first_eviction_step.map(|_| scored_after_eviction(o).0.len()),
-        ppl_after_eviction_ci: {
-            let (scored, sampled) = scored_after_eviction(o);
-            if sampled { bootstrap_ppl_interval(&scored, BOOTSTRAP_RESAMPLES) } else { None }
-        },
+    let row = |o: &StreamOutcome, sinks: Option<usize>| {
+        let (scored, sampled) = scored_after_eviction(o);
+        SweepRow {
+            label: o.label.clone(),
+            sinks,
+            ppl: o.ppl,
+            ppl_after_eviction: o.ppl_after_eviction,
+            // A perplexity from a sample of the steps is no ratio to an exact one (its interval says why).
+            ratio_to_best: o.ppl_after_eviction.filter(|_| best.is_finite() && !sampled).map(|p| p / best),
+            cliff_step: o.cliff_step,
+            tokens_per_s: o.tokens_per_s,
+            scored_steps: o.first_eviction_step.map(|_| scored.len()),
+            ppl_after_eviction_ci: if sampled { bootstrap_ppl_interval(&scored, BOOTSTRAP_RESAMPLES) } else { None },
+        }
     };
     let mut table: Vec<SweepRow> = sweep.iter().map(|o| row(o, Some(o.policy.sinks))).collect();
     if let Some(r) = recompute {
@@ -115,11 +115,12 @@ pub fn recommend(sweep: &[StreamOutcome], recompute: Option<&StreamOutcome>, cac
     let tokens = sweep.first().map_or(0, |o| o.tokens);
     let first_eviction_step = sweep.iter().filter_map(|o| o.first_eviction_step).min();
     let recommended = sweep.iter().find(|o| post(o).is_some_and(|p| p <= best * (1.0 + delta))).map(|o| o.policy.sinks);
-    let verdict = verdict(sweep, recompute, recommended, best, delta, cache, tokens);
+    let recompute_row = recompute.and(table.last());
+    let verdict = verdict(sweep, recompute.zip(recompute_row), recommended, best, delta, cache, tokens);
     Recommendation { cache, delta, tokens, first_eviction_step, recommended_sinks: recommended, table, verdict }
 }
 
-fn verdict(sweep: &[StreamOutcome], recompute: Option<&StreamOutcome>, rec: Option<usize>, best: f64, delta: f64, cache: usize, tokens: usize) -> String {
+fn verdict(sweep: &[StreamOutcome], recompute: Option<(&StreamOutcome, &SweepRow)>, rec: Option<usize>, best: f64, delta: f64, cache: usize, tokens: usize) -> String {
     let Some(s) = rec else {
         return format!("No eviction happened: the {tokens}-token stream fits the {cache}-entry cache, so the sweep says nothing. Use a longer text or a smaller --cache.");
     };
@@ -149,9 +150,11 @@ fn verdict(sweep: &[StreamOutcome], recompute: Option<&StreamOutcome>, rec: Opti
             v.push_str(&format!(" S={s} and S={} differ by {}.", next.0, pct((ps - next.1).abs() / next.1)));
         }
     }
-    if let (Some(r), Some(ps)) = (recompute.and_then(|r| r.ppl_after_eviction), at(s)) {
-        let (scored, sampled) = recompute.map(scored_after_eviction).unwrap_or_default();
-        if !sampled {
+    if let (Some((o, row)), Some(ps)) = (recompute, at(s)) {
+        let Some(r) = row.ppl_after_eviction else { return v };
+        let steps = o.first_eviction_step.map_or(0, |fe| o.nll.len() - fe);
+        let scored = row.scored_steps.unwrap_or(steps);
+        if scored >= steps {
             v.push_str(&format!(
                 " Recomputing the window from scratch gives {r:.2}; S={s} is {} {}.",
                 pct((ps - r).abs() / r),
@@ -159,19 +162,16 @@ fn verdict(sweep: &[StreamOutcome], recompute: Option<&StreamOutcome>, rec: Opti
             ));
         } else {
             // A recompute scored on every k-th step only is an estimate: compare only when its
-            // interval leaves no doubt.
-            let steps = recompute.and_then(|o| o.first_eviction_step.map(|fe| o.nll.len() - fe)).unwrap_or(0);
-            match bootstrap_ppl_interval(&scored, BOOTSTRAP_RESAMPLES) {
+            // interval (the row's) leaves no doubt.
+            match row.ppl_after_eviction_ci {
                 Some([lo, hi]) if ps < lo || ps > hi => v.push_str(&format!(
-                    " Recomputing the window from scratch gives {r:.2} (estimated from {} of {steps} steps, 95% interval {lo:.2}–{hi:.2}); S={s} ({ps:.2}) is {} it.",
-                    scored.len(),
+                    " Recomputing the window from scratch gives {r:.2} (estimated from {scored} of {steps} steps, 95% interval {lo:.2}–{hi:.2}); S={s} ({ps:.2}) is {} it.",
                     if ps > hi { "above" } else { "below" }
                 )),
                 Some([lo, hi]) => v.push_str(&format!(
-                    " Recomputing the window from scratch gives {r:.2}, estimated from {} of {steps} steps (95% interval {lo:.2}–{hi:.2}): too few to tell it from S={s} ({ps:.2}); score every step (--recompute-every 1) to compare.",
-                    scored.len()
+                    " Recomputing the window from scratch gives {r:.2}, estimated from {scored} of {steps} steps (95% interval {lo:.2}–{hi:.2}): too few to tell it from S={s} ({ps:.2}); score every step (--recompute-every 1) to compare."
                 )),
-                None => v.push_str(&format!(" Recomputing the window was scored on {} of {steps} steps: too few to compare.", scored.len())),
+                None => v.push_str(&format!(" Recomputing the window was scored on {scored} of {steps} steps: too few to compare.")),
             }
         }
     }

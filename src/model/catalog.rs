@@ -37,6 +37,13 @@ pub struct CatalogEntry {
     pub note: &'static str,
 }
 
+impl CatalogEntry {
+    /// Whether any source holds these exact bytes (else it is a test asset to put in place).
+    pub fn downloadable(&self) -> bool {
+        self.hub.is_some() || !self.registry.is_empty()
+    }
+}
+
 /// Every alias, the default model first.
 pub const CATALOG: [CatalogEntry; 3] = [
     CatalogEntry {

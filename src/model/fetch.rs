@@ -9,9 +9,8 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use sha2::{Digest, Sha256};
-
 use super::catalog::{human_bytes, lookup, CatalogEntry, HubFile, RegistryPart};
+use super::load::weights_sha256;
 use super::source::{find_alias, user_cache_dir};
 use crate::error::{Error, Result};
 
@@ -54,7 +53,7 @@ pub fn ensure(spec: &str, offline: bool, progress: &mut dyn FetchProgress) -> Re
         return Ok(());
     }
     match lookup(spec) {
-        Some(entry) if find_alias(entry).is_none() && (entry.hub.is_some() || !entry.registry.is_empty()) => fetch(entry, offline, progress).map(|_| ()),
+        Some(entry) if find_alias(entry).is_none() && entry.downloadable() => fetch(entry, offline, progress).map(|_| ()),
         _ => Ok(()),
     }
 }
@@ -63,7 +62,7 @@ pub fn ensure(spec: &str, offline: bool, progress: &mut dyn FetchProgress) -> Re
 pub fn fetch(entry: &CatalogEntry, offline: bool, progress: &mut dyn FetchProgress) -> Result<PathBuf> {
     let dir = download_dir()?;
     let dest = dir.join(entry.file);
-    if std::fs::metadata(&dest).is_ok_and(|m| m.len() == entry.bytes) && sha256_of(&dest)? == entry.sha256 {
+    if dest.is_file() && verify(entry, &dest).is_ok() {
         return Ok(dest);
     }
     if offline {
@@ -135,18 +134,11 @@ fn verify(entry: &CatalogEntry, path: &Path) -> Result<()> {
     if len != entry.bytes {
         return Err(Error::input(format!("the transfer gave {len} bytes where {} has {} (truncated or a different file); nothing was kept", entry.file, entry.bytes)));
     }
-    let got = sha256_of(path)?;
+    let got = weights_sha256(path)?;
     if got != entry.sha256 {
         return Err(Error::input(format!("checksum mismatch: SHA-256 {got} where {} must be {}; nothing was kept", entry.file, entry.sha256)));
     }
     Ok(())
-}
-
-fn sha256_of(path: &Path) -> Result<String> {
-    let mut file = File::open(path).map_err(|e| Error::file(path, e))?;
-    let mut hasher = Sha256::new();
-    std::io::copy(&mut file, &mut hasher).map_err(|e| Error::file(path, format!("cannot read ({e})")))?;
-    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// An I/O error while writing `path`, saying so plainly when the disk is full.

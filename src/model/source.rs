@@ -66,7 +66,7 @@ pub fn resolve(spec: &str) -> Result<ModelSource> {
     if let Some(entry) = lookup(spec) {
         return find_alias(entry).map(ModelSource::Gguf).ok_or_else(|| {
             let dirs = search_path().iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
-            let how = if entry.hub.is_some() || !entry.registry.is_empty() {
+            let how = if entry.downloadable() {
                 format!("Run `sinkscope fetch {}` to download and verify it, or put it", entry.alias)
             } else {
                 "It has no pinned download (a test asset of the project's shared/models); put it".to_string()

@@ -28,19 +28,19 @@ pub struct CaptureJob<'a> {
     pub options: CaptureOptions,
 }
 
-/// Checks `-o` can be a directory; it is created only once there is something to write.
-pub fn prepare_out_dir(out: &Path) -> Result<()> {
-    if out.exists() && !out.is_dir() {
-        return Err(Error::file(out, "exists and is not a directory; -o needs a directory"));
+impl CaptureJob<'_> {
+    /// Refuses settings no capture can use (callers may check before loading a model).
+    pub fn validate(&self) -> Result<()> {
+        if self.hooks.is_some() && self.save_tensors.is_none() {
+            return Err(Error::input("--hooks selects the tensors written by --save-tensors; add --save-tensors FILE.safetensors"));
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Runs `job` on a loaded model and writes the run into `out`.
 pub fn capture_into(lm: &mut LoadedModel, job: &CaptureJob, out: &Path) -> Result<CaptureReport> {
-    if job.hooks.is_some() && job.save_tensors.is_none() {
-        return Err(Error::input("--hooks selects the tensors written by --save-tensors; add --save-tensors FILE.safetensors"));
-    }
+    job.validate()?;
     lm.fingerprint()?;
     let save = match job.save_tensors {
         Some(_) => Some(HookFilter::parse(job.hooks.unwrap_or("hook_pattern"), lm.model.cfg.n_layers)?),

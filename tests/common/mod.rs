@@ -120,3 +120,20 @@ impl Fixture {
         t.data().chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap())).collect()
     }
 }
+
+/// Fields that differ between two identical runs: wall-clock time, memory, speed.
+pub const CLOCK_FIELDS: [&str; 3] = ["wall_seconds", "peak_rss_bytes", "tokens_per_s"];
+
+/// Removes [`CLOCK_FIELDS`] at every depth, so two identical runs compare equal.
+pub fn without_clock(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(map) => {
+            for f in CLOCK_FIELDS {
+                map.remove(f);
+            }
+            map.values_mut().for_each(without_clock);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(without_clock),
+        _ => {}
+    }
+}
