@@ -9,6 +9,13 @@ fn main() -> ExitCode {
     let cli = sinkscope::cli::Cli::parse();
     match sinkscope::cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(_) if sinkscope::io::staging::abandoning() => {
+            // Ctrl-C: the signal handler is removing this command's files and exits with 130;
+            // this thread's error (its staging directory vanished) is not the result to report.
+            loop {
+                std::thread::park();
+            }
+        }
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(e.exit_code())

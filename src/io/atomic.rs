@@ -12,13 +12,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().ok_or_else(|| Error::file(path, "is not a file path"))?;
     let tmp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
-    // An interruption while the temp file exists removes it (see `staging::abandon_all`).
-    super::staging::register_temp(&tmp);
-    let result = std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    super::staging::unregister_temp(&tmp);
+    // An interruption waits for this write or comes before it (see `staging::abandon_all`).
+    let result = super::staging::exclusive(|| {
+        let result = std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path));
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
+    });
     result.map_err(|e| Error::file(path, format!("cannot write ({e})")))
 }
 

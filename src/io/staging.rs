@@ -1,7 +1,7 @@
 //! A command's output files land together or not at all: they are written into a staging
 //! directory inside the output directory and moved into place by one `commit` at the end. If the
 //! process is interrupted first, [`abandon_all`] (called by the signal handler) removes every
-//! staging directory and temp file, and the output directory if the run created it — so it is
+//! staging directory (temp files are written under its lock, see [`exclusive`]), and the output directory if the run created it — so it is
 //! left as it was before the command started.
 
 use std::path::{Path, PathBuf};
@@ -10,17 +10,17 @@ use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 
-/// What an interruption must remove: staging directories and temp files, and output
-/// directories this process created (removed only if still empty).
+/// What an interruption must remove: staging directories, and output directories this process
+/// created (removed only if still empty).
 #[derive(Default)]
 struct Pending {
-    remove: Vec<PathBuf>,
+    staging_dirs: Vec<PathBuf>,
     created_dirs: Vec<PathBuf>,
 }
 
 /// Held while files are moved into place, and by the interruption cleanup: a commit is never cut
 /// in half (an interruption during it waits for it and then finds nothing to undo).
-static PENDING: Mutex<Pending> = Mutex::new(Pending { remove: Vec::new(), created_dirs: Vec::new() });
+static PENDING: Mutex<Pending> = Mutex::new(Pending { staging_dirs: Vec::new(), created_dirs: Vec::new() });
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
@@ -32,34 +32,56 @@ fn pending() -> std::sync::MutexGuard<'static, Pending> {
     PENDING.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Registers a path that an interruption must delete (a temp file being written).
-pub fn register_temp(path: &Path) {
-    pending().remove.push(path.to_path_buf());
+/// Runs `write` (which creates a file and renames it into place) so that an interruption either
+/// happens before it starts or waits until it is done: a temp file is never left behind and no
+/// file appears after the cleanup. Writes are short (bytes already in memory), so holding the
+/// lock delays an exit by one write at most.
+pub fn exclusive<T>(write: impl FnOnce() -> T) -> T {
+    let _held = pending();
+    write()
 }
 
-/// The path no longer needs deleting (renamed into place, or removed).
-pub fn unregister_temp(path: &Path) {
-    pending().remove.retain(|p| p != path);
+/// Set when an interruption has begun: work still running in other threads is about to be
+/// discarded, so its errors (a vanished staging directory) are not the command's result.
+static ABANDONING: AtomicBool = AtomicBool::new(false);
+
+/// Whether an interruption is undoing this process's writes (its exit is imminent).
+pub fn abandoning() -> bool {
+    ABANDONING.load(Ordering::SeqCst)
 }
 
 /// Undoes every unfinished write of this process: called once, by the signal handler, right
 /// before the process exits. Returns whether a commit had already completed (its files stay:
 /// they are a finished result, not a half-written one).
+///
+/// The lock is never released afterwards: a writer that wants a staging path, a temp file or a
+/// commit waits until the process exits, so nothing new appears behind the cleanup.
 pub fn abandon_all() -> bool {
+    ABANDONING.store(true, Ordering::SeqCst);
     let mut p = pending();
     let committed = COMMITTED.load(Ordering::SeqCst);
-    for path in p.remove.drain(..) {
-        if path.is_dir() {
-            let _ = std::fs::remove_dir_all(&path);
-        } else {
-            let _ = std::fs::remove_file(&path);
-        }
+    for dir in p.staging_dirs.drain(..) {
+        remove_tree(&dir);
     }
     for dir in p.created_dirs.drain(..).rev() {
         // Only if nothing else is in it (remove_dir refuses a non-empty directory).
         let _ = std::fs::remove_dir(&dir);
     }
+    std::mem::forget(p);
     committed
+}
+
+/// Removes a staging directory. Files and directories are created only under the lock the
+/// caller holds ([`exclusive`], [`Staging::path`]), so one pass normally does it; `remove_dir_all`
+/// fails if a file appears after it listed a directory (a writer that bypassed those helpers),
+/// so it is repeated until the directory is gone — nothing can recreate the directory itself.
+fn remove_tree(dir: &Path) {
+    for _ in 0..1000 {
+        if std::fs::remove_dir_all(dir).is_ok() || !dir.exists() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 /// Checks `-o` can be a directory (before minutes of work, and again when writing); it is
@@ -94,7 +116,7 @@ impl Staging {
         {
             let mut p = pending();
             p.created_dirs.extend(missing.into_iter().rev());
-            p.remove.push(dir.clone());
+            p.staging_dirs.push(dir.clone());
         }
         std::fs::create_dir_all(&dir).map_err(|e| Error::file(out, format!("cannot create the output directory ({e})")))?;
         Ok(Staging { out: out.to_path_buf(), dir, removals: Vec::new(), committed: false })
@@ -103,7 +125,13 @@ impl Staging {
     /// Where to write `rel` (a path relative to the output directory) until the commit.
     pub fn path(&self, rel: impl AsRef<Path>) -> Result<PathBuf> {
         let path = self.dir.join(rel);
-        if let Some(parent) = path.parent() {
+        // Under the lock, and never the staging directory itself: after an interruption removed
+        // it, writes into it fail instead of bringing it back.
+        let _held = pending();
+        if !self.dir.is_dir() {
+            return Err(Error::file(&self.dir, "the staging directory is gone (removed by an interruption or by hand)"));
+        }
+        if let Some(parent) = path.parent().filter(|p| *p != self.dir) {
             std::fs::create_dir_all(parent).map_err(|e| Error::file(parent, format!("cannot create ({e})")))?;
         }
         Ok(path)
@@ -137,7 +165,7 @@ impl Staging {
             let _ = std::fs::remove_file(self.out.join(rel));
         }
         let _ = std::fs::remove_dir_all(&self.dir);
-        p.remove.retain(|d| d != &self.dir);
+        p.staging_dirs.retain(|d| d != &self.dir);
         // The output directory now holds results: an interruption must not remove it.
         p.created_dirs.retain(|d| !self.out.starts_with(d));
         self.committed = true;
@@ -154,7 +182,7 @@ impl Drop for Staging {
         }
         let mut p = pending();
         let _ = std::fs::remove_dir_all(&self.dir);
-        p.remove.retain(|d| d != &self.dir);
+        p.staging_dirs.retain(|d| d != &self.dir);
         let created: Vec<PathBuf> = p.created_dirs.iter().filter(|d| self.out.starts_with(d)).cloned().collect();
         for d in created.iter().rev() {
             let _ = std::fs::remove_dir(d);

@@ -55,16 +55,19 @@ pub fn save<F: Figure>(fig: &F, path: &Path) -> Result<()> {
             let name = path.file_name().map_or("figure".into(), |n| n.to_string_lossy().into_owned());
             // The encoder picks PNG from the extension, so the temp file keeps it.
             let tmp = dir.join(format!(".{name}.tmp-{}.png", std::process::id()));
-            let drawn = (|| {
-                let root = BitMapBackend::new(&tmp, fig.size()).into_drawing_area();
-                fig.draw(&root).map_err(|e| fail(e.to_string()))?;
-                root.present().map_err(|e| fail(e.to_string()))
-            })();
-            let renamed = drawn.and_then(|_| std::fs::rename(&tmp, path).map_err(|e| Error::file(path, format!("cannot write ({e})"))));
-            if renamed.is_err() {
-                let _ = std::fs::remove_file(&tmp);
-            }
-            renamed
+            let root = BitMapBackend::new(&tmp, fig.size()).into_drawing_area();
+            let drawn = fig.draw(&root).map_err(|e| fail(e.to_string()));
+            // The file is created by `present` (or by the backend's drop): written and renamed as
+            // one step an interruption cannot cut (see `io::staging::exclusive`).
+            crate::io::staging::exclusive(|| {
+                let presented = drawn.and_then(|_| root.present().map_err(|e| fail(e.to_string())));
+                drop(root);
+                let renamed = presented.and_then(|_| std::fs::rename(&tmp, path).map_err(|e| Error::file(path, format!("cannot write ({e})"))));
+                if renamed.is_err() {
+                    let _ = std::fs::remove_file(&tmp);
+                }
+                renamed
+            })
         }
         _ => Err(Error::file(path, "has no .png or .svg extension")),
     }
