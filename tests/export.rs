@@ -141,7 +141,7 @@ fn export_command_writes_figures_and_an_index_that_links_them() {
     let out = common::sinkscope(&["export", dir.to_str().unwrap(), "--heads", "4:0,1:4", "--alpha-keys", "0,3"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let index = std::fs::read_to_string(dir.join("index.md")).unwrap();
-    for name in ["alpha-grid-k0", "alpha-grid-k3", "heatmap-L4-H0-log", "heatmap-L1-H4-first16", "layer-magnitudes", "massive-dims", "ppl-curves"] {
+    for name in ["alpha-grid-k0", "alpha-grid-k3", "heatmap-L4-H0-log", "heatmap-L1-H4-first16", "layer-magnitudes", "massive-dims", "ppl-curves", "ppl-after-eviction"] {
         let png = dir.join("figures").join(format!("{name}.png"));
         let bytes = std::fs::read(&png).unwrap_or_else(|_| panic!("{} missing", png.display()));
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{name}");
@@ -155,6 +155,32 @@ fn export_command_writes_figures_and_an_index_that_links_them() {
     assert!(index.contains("Recommended sink count at W = 48"));
     // No temp files are left behind.
     assert!(files_under(&dir).iter().all(|p| !p.file_name().unwrap().to_string_lossy().contains(".tmp-")));
+    // Every step of the fixture's recompute was scored: exact values, no whiskers.
+    let svg = std::fs::read_to_string(dir.join("figures/ppl-after-eviction.svg")).unwrap();
+    assert!(svg.contains("every step scored") && !svg.contains("95% interval"), "exact values drawn as estimates");
+}
+
+/// A recompute scored on a sample of the steps is drawn with its bootstrap interval, the numbers
+/// those of stream.json.
+#[test]
+fn a_sampled_perplexity_is_drawn_with_its_interval() {
+    let _ = model_or_skip!("stories260K.gguf");
+    let dir = common::temp_dir("export-interval").join("run");
+    let d = dir.to_str().unwrap();
+    let ok = |args: &[&str]| {
+        let out = common::sinkscope(args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    ok(&["recommend", "-m", "stories260k", "-f", "tests/fixtures/texts/tinystories.txt", "--tokens", "200", "--cache", "32", "--sinks", "0,2", "--recompute-every", "4", "-o", d]);
+    ok(&["export", d, "--svg"]);
+    let stream: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("stream.json")).unwrap()).unwrap();
+    let row = stream["recommendation"]["table"].as_array().unwrap().last().unwrap();
+    let ci = row["ppl_after_eviction_ci"].as_array().expect("a sampled recompute has an interval");
+    let (lo, hi) = (ci[0].as_f64().unwrap(), ci[1].as_f64().unwrap());
+    let svg = std::fs::read_to_string(dir.join("figures/ppl-after-eviction.svg")).unwrap();
+    let want = format!("95% interval {lo:.2}–{hi:.2}");
+    assert!(svg.contains(&want), "the figure does not show {want}");
+    assert!(svg.contains("recompute W=32 (1 step in 4 scored)"));
 }
 
 #[test]

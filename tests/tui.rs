@@ -119,6 +119,23 @@ fn snapshot_streaming() {
     insta::assert_snapshot!("streaming", screen(&mut fixture_app(), &[Action::GoTab(Tab::Streaming), Action::Move { dx: 0, dy: 1 }]));
 }
 
+/// A sampled perplexity (recompute scored on some steps) is marked ≈ with its interval below.
+#[test]
+fn streaming_shows_a_sampled_value_with_its_interval() {
+    let dir = copy_without("run-sampled", &[]);
+    let path = dir.join("stream.json");
+    let mut stream: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let row = stream["recommendation"]["table"].as_array_mut().unwrap().last_mut().unwrap();
+    assert!(row["label"].as_str().unwrap().starts_with("recompute"));
+    row["ppl_after_eviction_ci"] = serde_json::json!([1.5, 9.25]);
+    row["scored_steps"] = 40.into();
+    std::fs::write(&path, stream.to_string()).unwrap();
+    let mut app = App::new(Run::open(&dir).unwrap());
+    let s = screen(&mut app, &[Action::GoTab(Tab::Streaming)]);
+    assert!(s.contains("40 post-eviction steps scored, 95% interval 1.50–9.25"), "{s}");
+    assert_eq!(s.matches('≈').count(), 2, "the value and its note: {s}");
+}
+
 #[test]
 fn snapshot_help() {
     insta::assert_snapshot!("help", screen(&mut fixture_app(), &[Action::ToggleHelp]));

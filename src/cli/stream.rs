@@ -11,7 +11,7 @@ use super::progress::TerminalProgress;
 use crate::error::Result;
 use crate::kv::policy::{Policy, PolicyKind, PositionMode};
 use crate::io::staging::check_out_dir;
-use crate::pipeline::stream::{stream_into, sweep_into, StreamSource, SweepOptions};
+use crate::pipeline::stream::{stream_into, sweep_into, StreamSource, SweepOptions, RECOMPUTE_BUDGET};
 
 /// The text a stream runs over.
 #[derive(Args, Debug)]
@@ -76,9 +76,13 @@ pub struct RecommendArgs {
     #[arg(long)]
     pub no_recompute: bool,
     /// Score `recompute` on every K-th step after the first eviction only (its perplexity is then
-    /// an estimate over those steps; it costs W tokens of compute per scored step).
-    #[arg(long, default_value_t = 1)]
-    pub recompute_every: usize,
+    /// an estimate over those steps, with a 95% interval; each scored step re-runs W tokens).
+    /// Default: every step when that fits --recompute-budget, else the smallest K that does.
+    #[arg(long)]
+    pub recompute_every: Option<usize>,
+    /// Window tokens `recompute` may run when K is chosen for you.
+    #[arg(long, default_value_t = RECOMPUTE_BUDGET)]
+    pub recompute_budget: usize,
     #[arg(long)]
     pub json: bool,
     /// Also write the sweep (every policy's per-token NLL) as stream.json into this run directory.
@@ -116,6 +120,7 @@ pub fn run_recommend(args: RecommendArgs) -> Result<()> {
         positions: args.positions,
         recompute: !args.no_recompute,
         recompute_every: args.recompute_every,
+        recompute_budget: args.recompute_budget,
     };
     opts.validate()?;
     if let Some(out) = &args.out {

@@ -8,4 +8,4 @@ pub mod simulate;
 pub mod trace;
 
 pub use policy::{Policy, PolicyKind, PositionMode};
-pub use simulate::{simulate, simulate_with, SimOptions, StreamOutcome};
+pub use simulate::{recompute_stride, simulate, simulate_with, SimOptions, StreamOutcome};

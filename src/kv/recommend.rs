@@ -40,7 +40,8 @@ fn scored_after_eviction(o: &StreamOutcome) -> (Vec<f64>, bool) {
 }
 
 /// 95% percentile-bootstrap interval of exp(mean NLL) over `nll`: the steps are resampled with
-/// replacement (a fixed-seed generator, so the interval is reproducible).
+/// replacement (a fixed-seed generator, so the interval is reproducible). Given per-step NLL
+/// differences of two policies, the interval of their perplexity ratio on those steps.
 pub fn bootstrap_ppl_interval(nll: &[f64], resamples: usize) -> Option<[f64; 2]> {
     if nll.len() < 2 || resamples < 40 {
         return None;
@@ -120,6 +121,17 @@ pub fn recommend(sweep: &[StreamOutcome], recompute: Option<&StreamOutcome>, cac
     Recommendation { cache, delta, tokens, first_eviction_step, recommended_sinks: recommended, table, verdict }
 }
 
+/// exp(mean over the post-eviction steps `recompute` scored of its NLL minus `other`'s) — the
+/// ratio of the two perplexities on the same steps — with its 95% paired bootstrap interval and
+/// the number of steps; `None` with fewer than two such steps.
+fn paired_ratio(recompute: &StreamOutcome, other: Option<&StreamOutcome>) -> Option<(f64, [f64; 2], usize)> {
+    let other = other?;
+    let from = recompute.first_eviction_step?;
+    let diffs: Vec<f64> = (from..recompute.nll.len().min(other.nll.len())).map(|t| recompute.nll[t] - other.nll[t]).filter(|d| d.is_finite()).collect();
+    let ci = bootstrap_ppl_interval(&diffs, BOOTSTRAP_RESAMPLES)?;
+    Some(((diffs.iter().sum::<f64>() / diffs.len() as f64).exp(), ci, diffs.len()))
+}
+
 fn verdict(sweep: &[StreamOutcome], recompute: Option<(&StreamOutcome, &SweepRow)>, rec: Option<usize>, best: f64, delta: f64, cache: usize, tokens: usize) -> String {
     let Some(s) = rec else {
         return format!("No eviction happened: the {tokens}-token stream fits the {cache}-entry cache, so the sweep says nothing. Use a longer text or a smaller --cache.");
@@ -161,15 +173,16 @@ fn verdict(sweep: &[StreamOutcome], recompute: Option<(&StreamOutcome, &SweepRow
                 if ps >= r { "above it" } else { "below it" }
             ));
         } else {
-            // A recompute scored on every k-th step only is an estimate: compare only when its
-            // interval (the row's) leaves no doubt.
-            match row.ppl_after_eviction_ci {
-                Some([lo, hi]) if ps < lo || ps > hi => v.push_str(&format!(
-                    " Recomputing the window from scratch gives {r:.2} (estimated from {scored} of {steps} steps, 95% interval {lo:.2}–{hi:.2}); S={s} ({ps:.2}) is {} it.",
-                    if ps > hi { "above" } else { "below" }
+            // A recompute scored on a sample of the steps: its own interval is wide (token NLLs
+            // are heavy-tailed), but S was scored on those same steps, so compare them pairwise.
+            match paired_ratio(o, sweep.iter().find(|x| x.policy.sinks == s)) {
+                Some((ratio, [lo, hi], n)) if lo > 1.0 || hi < 1.0 => v.push_str(&format!(
+                    " Recomputing the window from scratch (scored on {scored} of {steps} steps) gives a perplexity {} {} than S={s} on those same steps (95% interval of the ratio {lo:.3}–{hi:.3}, {n} steps).",
+                    pct((ratio - 1.0).abs()),
+                    if ratio < 1.0 { "lower" } else { "higher" }
                 )),
-                Some([lo, hi]) => v.push_str(&format!(
-                    " Recomputing the window from scratch gives {r:.2}, estimated from {scored} of {steps} steps (95% interval {lo:.2}–{hi:.2}): too few to tell it from S={s} ({ps:.2}); score every step (--recompute-every 1) to compare."
+                Some((ratio, [lo, hi], n)) => v.push_str(&format!(
+                    " Recomputing the window from scratch (scored on {scored} of {steps} steps) and S={s} cannot be told apart on those same steps: ratio {ratio:.3}, 95% interval {lo:.3}–{hi:.3} over {n} steps; score more steps (--recompute-every) to decide."
                 )),
                 None => v.push_str(&format!(" Recomputing the window was scored on {scored} of {steps} steps: too few to compare.")),
             }
@@ -181,6 +194,45 @@ fn verdict(sweep: &[StreamOutcome], recompute: Option<(&StreamOutcome, &SweepRow
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kv::policy::{Policy, PolicyKind, PositionMode};
+    use crate::kv::simulate::ppl;
+
+    fn outcome(kind: PolicyKind, sinks: usize, nll: Vec<f64>) -> StreamOutcome {
+        let first = 10;
+        StreamOutcome {
+            policy: Policy { kind, sinks, cache: 10, positions: PositionMode::Slot },
+            label: format!("{kind:?} {sinks}"),
+            ppl: ppl(&nll),
+            ppl_after_eviction: Some(ppl(&nll[first..])),
+            first_eviction_step: Some(first),
+            cliff_step: None,
+            tokens: nll.len() + 1,
+            tokens_per_s: 1.0,
+            cache_len: (0..nll.len()).map(|t| (t + 1).min(10)).collect(),
+            nll,
+        }
+    }
+
+    /// Heavy-tailed token NLLs make a sampled perplexity's own interval wide, but the same steps
+    /// scored under S tell a consistent 0.05-nat difference apart; a zero difference is not.
+    #[test]
+    fn a_sampled_recompute_is_compared_with_s_on_the_same_steps() {
+        let text: Vec<f64> = (0..410).map(|t| 1.0 + ((t * 7919) % 97) as f64 / 10.0).collect();
+        let sink = outcome(PolicyKind::Sink, 1, text.clone());
+        let window = outcome(PolicyKind::Window, 0, text.iter().map(|v| v + 1.0).collect());
+        let sampled = |shift: f64| {
+            let nll = text.iter().enumerate().map(|(t, v)| if t >= 10 && (t - 10) % 4 != 0 { f64::NAN } else { v + shift + if (t / 4) % 2 == 0 { 0.02 } else { -0.02 } }).collect();
+            outcome(PolicyKind::Recompute, 0, nll)
+        };
+        let better = recommend(&[window.clone(), sink.clone()], Some(&sampled(-0.05)), 10, 0.02);
+        assert!(better.verdict.contains("lower than S=1 on those same steps"), "{}", better.verdict);
+        let row = better.table.last().unwrap();
+        let [lo, hi] = row.ppl_after_eviction_ci.unwrap();
+        let s1 = sink.ppl_after_eviction.unwrap();
+        assert!(lo < s1 && s1 < hi, "the recompute row's own interval cannot separate them: {lo}–{hi} around {s1}");
+        let same = recommend(&[window, sink], Some(&sampled(0.0)), 10, 0.02);
+        assert!(same.verdict.contains("cannot be told apart"), "{}", same.verdict);
+    }
 
     #[test]
     fn bootstrap_interval_covers_the_mean_and_narrows_with_more_steps() {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use super::analyze::{analyze_into, AnalyzeOptions};
 use super::capture::capture_to_dir;
 use super::progress::{Finished, Progress};
-use super::stream::{sweep_into, StreamSource, SweepOptions};
+use super::stream::{sweep_into, StreamSource, SweepOptions, RECOMPUTE_BUDGET};
 use crate::capture::run::CaptureOptions;
 use crate::error::Result;
 use crate::io::write_atomic;
@@ -72,7 +72,8 @@ pub fn run_demo(lm: &mut LoadedModel, opts: &DemoOptions, out: &Path, progress: 
             delta: 0.02,
             positions: PositionMode::Slot,
             recompute: true,
-            recompute_every: 16,
+            recompute_every: None,
+            recompute_budget: RECOMPUTE_BUDGET,
         };
         let rec = sweep_into(lm, &sweep, Some(out), progress)?;
         progress.finished(Finished::Sweep(&rec));

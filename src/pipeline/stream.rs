@@ -10,7 +10,7 @@ use crate::io::staging::Staging;
 use crate::io::write_json_atomic;
 use crate::kv::policy::{Policy, PolicyKind, PositionMode};
 use crate::kv::recommend::{cliffs_against_best, recommend, Recommendation};
-use crate::kv::simulate::{simulate_with, SimOptions, StreamOutcome};
+use crate::kv::simulate::{recompute_stride, simulate_with, SimOptions, StreamOutcome};
 use crate::model::info::TokenInfo;
 use crate::model::load::LoadedModel;
 use crate::report::records::StreamReport;
@@ -42,9 +42,17 @@ pub struct SweepOptions {
     pub positions: PositionMode,
     /// Add the `recompute` reference.
     pub recompute: bool,
-    /// Score `recompute` on every K-th step after the first eviction only.
-    pub recompute_every: usize,
+    /// Score `recompute` on every K-th step after the first eviction only; `None`: every step
+    /// when that fits [`SweepOptions::recompute_budget`], else the smallest K that does.
+    pub recompute_every: Option<usize>,
+    /// Window tokens `recompute` may run when K is chosen automatically (each scored step
+    /// re-runs W tokens).
+    pub recompute_budget: usize,
 }
+
+/// Default [`SweepOptions::recompute_budget`]: 65,536 window tokens — about 1.5 min for a
+/// 135M-parameter model on two CPU cores (batched; `cargo bench --bench recompute`).
+pub const RECOMPUTE_BUDGET: usize = 1 << 16;
 
 impl SweepOptions {
     /// Refuses settings no sweep can use.
@@ -54,6 +62,12 @@ impl SweepOptions {
         }
         if self.sinks.is_empty() {
             return Err(Error::input("--sinks needs at least one value"));
+        }
+        if self.recompute_every == Some(0) {
+            return Err(Error::input("--recompute-every must be at least 1"));
+        }
+        if self.recompute_budget == 0 {
+            return Err(Error::input("--recompute-budget must be at least 1 token"));
         }
         Ok(())
     }
@@ -134,7 +148,15 @@ pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>,
     for w in &warnings {
         progress.warning(w);
     }
-    let sim = SimOptions { recompute_every: opts.recompute_every, token_by_token: opts.source.token_by_token };
+    let every = opts.recompute_every.unwrap_or_else(|| recompute_stride(ids.len(), opts.cache, opts.recompute_budget));
+    if opts.recompute && every > 1 && opts.recompute_every.is_none() {
+        progress.warning(&format!(
+            "recompute is scored on 1 step in {every} after the first eviction: every step would run {} window tokens, over the budget of {} (`recommend --recompute-budget`); its perplexity comes with a 95% interval, and `recommend --recompute-every 1` scores every step",
+            (ids.len() - 1 - opts.cache.min(ids.len() - 1)) * opts.cache,
+            opts.recompute_budget
+        ));
+    }
+    let sim = SimOptions { recompute_every: every, token_by_token: opts.source.token_by_token };
     let label = format!("sweep of {} policies", policies.len());
     let mut outcomes = simulate_with(&lm.model, &ids, &policies, sim, &mut |done, total| progress.steps(&label, done, total))?;
     let recompute = if opts.recompute { outcomes.pop() } else { None };

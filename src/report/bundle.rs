@@ -36,6 +36,7 @@ pub(crate) enum FigureKind {
     Layers,
     Massive,
     Ppl,
+    PplAfterEviction,
 }
 
 /// The figures this run has data for, in reading order.
@@ -64,6 +65,13 @@ pub fn figure_specs(run: &Run, opts: &ExportOptions) -> Vec<FigureSpec> {
     }
     if run.stream.is_some() {
         specs.push(FigureSpec { stem: "ppl-curves".into(), caption: "Perplexity while streaming under each cache policy, first eviction marked".into(), kind: FigureKind::Ppl });
+    }
+    if run.stream.as_ref().is_some_and(|s| s.recommendation.is_some()) {
+        specs.push(FigureSpec {
+            stem: "ppl-after-eviction".into(),
+            caption: "Perplexity after the first eviction per policy, recommended S highlighted, sampled values with their 95% interval".into(),
+            kind: FigureKind::PplAfterEviction,
+        });
     }
     specs
 }

@@ -45,6 +45,7 @@ fn draw(run: &Run, spec: &FigureSpec, paths: &[PathBuf]) -> Result<bool> {
         FigureKind::Layers => save_all(figures::layer_magnitudes(run), paths),
         FigureKind::Massive => save_all(figures::massive_dims(run, 24), paths),
         FigureKind::Ppl => save_all(figures::ppl_curves(run), paths),
+        FigureKind::PplAfterEviction => save_all(figures::ppl_after_eviction(run), paths),
     }
 }
 

@@ -5,7 +5,7 @@
 #[cfg(feature = "plots")]
 use super::tokens::label;
 #[cfg(feature = "plots")]
-use super::plot::{BarChart, HeadGrid, HeadHeatmap, LineChart, Scale, MAX_LABELLED_TOKENS};
+use super::plot::{BarChart, HeadGrid, HeadHeatmap, IntervalChart, LineChart, Scale, MAX_LABELLED_TOKENS};
 use super::run::Run;
 #[cfg(feature = "plots")]
 use crate::metrics::massive::{is_massive, MASSIVE_ABS};
@@ -202,12 +202,12 @@ pub fn rolling_ppl(nll: &[f64], window: usize, min_scored: usize) -> Vec<Option<
 pub fn ppl_curves(run: &Run) -> Option<LineChart> {
     let s = run.stream.as_ref()?;
     // A policy scored only on some steps (recompute every K-th) would be a rolling mean over a few
-    // samples: too noisy to compare by eye, so it stays in the table only.
+    // samples: too noisy to compare by eye; `ppl_after_eviction` shows it with its interval.
     let (dense, sparse): (Vec<_>, Vec<_>) = s.outcomes.iter().partition(|o| o.nll.iter().all(|v| v.is_finite()));
     // From half a window on, so the first points are not means over a handful of tokens.
     let curve = |nll: &[f64]| rolling_ppl(nll, PPL_WINDOW, 4).into_iter().enumerate().skip(PPL_WINDOW / 2).filter_map(|(i, p)| Some((i as f64, p?))).collect();
     let series = dense.iter().map(|o| (o.label.clone(), curve(&o.nll))).collect();
-    let omitted = if sparse.is_empty() { String::new() } else { format!("; not drawn (scored on a subset of steps): {}", sparse.iter().map(|o| o.label.as_str()).collect::<Vec<_>>().join(", ")) };
+    let omitted = if sparse.is_empty() { String::new() } else { format!("; scored on a subset of steps, so shown with its interval in ppl-after-eviction instead: {}", sparse.iter().map(|o| o.label.as_str()).collect::<Vec<_>>().join(", ")) };
     let mut markers = Vec::new();
     if let Some(e) = s.outcomes.iter().filter_map(|o| o.first_eviction_step).min() {
         markers.push((e as f64, format!(" first eviction (step {e})")));
@@ -223,5 +223,35 @@ pub fn ppl_curves(run: &Run) -> Option<LineChart> {
         markers,
         points: false,
         legend_bottom: false,
+    })
+}
+
+#[cfg(feature = "plots")]
+/// Perplexity after the first eviction per policy of a sweep, the recommended S highlighted; a
+/// value estimated from a sample of the steps is drawn with its 95% bootstrap interval.
+pub fn ppl_after_eviction(run: &Run) -> Option<IntervalChart> {
+    let s = run.stream.as_ref()?;
+    let rec = s.recommendation.as_ref()?;
+    let rows: Vec<_> = rec
+        .table
+        .iter()
+        .filter_map(|r| Some((r.label.clone(), r.ppl_after_eviction?, r.ppl_after_eviction_ci, r.sinks.is_some() && r.sinks == rec.recommended_sinks)))
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    let sampled = rec.table.iter().any(|r| r.ppl_after_eviction_ci.is_some());
+    Some(IntervalChart {
+        title: format!("{} — perplexity after the first eviction, per cache policy", run.model_name()),
+        subtitle: format!(
+            "{}; {} tokens; budget W = {}{}",
+            s.text_source,
+            s.tokens.len(),
+            rec.cache,
+            if sampled { "; whiskers: 95% bootstrap interval of a value scored on a sample of the steps" } else { "; every step scored (exact values)" }
+        ),
+        x_desc: "perplexity over the steps after the first eviction".into(),
+        rows,
+        highlight_label: "recommended S".into(),
     })
 }

@@ -459,3 +459,86 @@ impl Figure for BarChart {
         Ok(())
     }
 }
+
+/// One value per labelled row with an optional interval (dot and whisker), rows top to bottom:
+/// perplexities after eviction per policy, a sampled one with its bootstrap interval.
+pub struct IntervalChart {
+    pub title: String,
+    pub subtitle: String,
+    pub x_desc: String,
+    /// (label, value, interval, highlighted).
+    pub rows: Vec<(String, f64, Option<[f64; 2]>, bool)>,
+    pub highlight_label: String,
+}
+
+impl Figure for IntervalChart {
+    fn size(&self) -> (u32, u32) {
+        (1000, 200 + 44 * self.rows.len().max(1) as u32)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<(), DB> {
+        use plotters::style::text_anchor::{HPos, Pos, VPos};
+        root.fill(&WHITE)?;
+        let n = self.rows.len().max(1) as f64;
+        let ends = || self.rows.iter().flat_map(|r| [r.1].into_iter().chain(r.2.into_iter().flatten())).filter(|v| v.is_finite() && *v > 0.0);
+        let hi = ends().fold(1.0, f64::max);
+        let lo = ends().fold(hi, f64::min);
+        // Room on the right for the value labels; a log axis only when the values span a decade.
+        let log_x = hi / lo >= 10.0;
+        let body = header(root, &self.title, &self.subtitle)?;
+        let mut builder = ChartBuilder::on(&body);
+        builder.margin(14).x_label_area_size(50).y_label_area_size(300);
+        let y_label = |y: &f64| {
+            let i = (n - 0.5 - y).round();
+            if (y - (n - 0.5 - i)).abs() < 1e-6 && i >= 0.0 { self.rows.get(i as usize).map_or(String::new(), |r| r.0.clone()) } else { String::new() }
+        };
+        macro_rules! finish {
+            ($chart:expr) => {{
+                let mut chart = $chart;
+                chart
+                    .configure_mesh()
+                    .disable_y_mesh()
+                    .y_labels(2 * self.rows.len() + 1)
+                    .y_label_formatter(&y_label)
+                    .x_label_formatter(&|x| if *x >= 100.0 { format!("{x:.0}") } else { format!("{x:.1}") })
+                    .x_desc(self.x_desc.as_str())
+                    .label_style((FONT, 14))
+                    .axis_desc_style((FONT, 16))
+                    .light_line_style(RGBColor(235, 235, 235))
+                    .bold_line_style(RGBColor(215, 215, 215))
+                    .draw()?;
+                for (i, (_, v, ci, hot)) in self.rows.iter().enumerate() {
+                    let y = n - 0.5 - i as f64;
+                    let color = if *hot { PALETTE[1] } else { PALETTE[0] };
+                    if let Some([a, b]) = ci {
+                        chart.draw_series(std::iter::once(PathElement::new(vec![(*a, y), (*b, y)], color.stroke_width(2))))?;
+                        for end in [*a, *b] {
+                            chart.draw_series(std::iter::once(PathElement::new(vec![(end, y - 0.18), (end, y + 0.18)], color.stroke_width(2))))?;
+                        }
+                    }
+                    let dot = chart.draw_series(std::iter::once(Circle::new((*v, y), 6, color.filled())))?;
+                    if *hot && i == self.rows.iter().position(|r| r.3).unwrap_or(usize::MAX) {
+                        dot.label(self.highlight_label.as_str()).legend(move |(x, y)| Circle::new((x + 7, y), 6, color.filled()));
+                    }
+                    let text = match ci {
+                        Some([a, b]) => format!("{v:.2}  (95% interval {a:.2}–{b:.2})"),
+                        None => format!("{v:.2}"),
+                    };
+                    let at = ci.map_or(*v, |c| c[1]);
+                    let style = TextStyle::from((FONT, 13).into_font()).color(&RGBColor(60, 60, 60)).pos(Pos::new(HPos::Left, VPos::Bottom));
+                    chart.draw_series(std::iter::once(Text::new(text, (at, y + 0.12), style)))?;
+                }
+                if self.rows.iter().any(|r| r.3) {
+                    chart.configure_series_labels().position(SeriesLabelPosition::LowerRight).background_style(WHITE.mix(0.85)).border_style(RGBColor(200, 200, 200)).label_font((FONT, 13)).draw()?;
+                }
+            }};
+        }
+        if log_x {
+            finish!(builder.build_cartesian_2d((lo / 1.3..hi * 6.0).log_scale(), 0f64..n)?);
+        } else {
+            let pad = (hi - lo).max(hi * 0.05);
+            finish!(builder.build_cartesian_2d((lo - 0.3 * pad).max(0.0)..hi + 1.2 * pad, 0f64..n)?);
+        }
+        Ok(())
+    }
+}

@@ -130,6 +130,20 @@ impl Llama {
         (0..masks.len()).map(|s| Ok(hidden.narrow(0, s * t, t)?)).collect()
     }
 
+    /// Runs independent token windows of equal length, each from position 0 with nothing cached
+    /// (what `recompute` re-runs at every step), stacked so projections and MLPs run as one batch
+    /// while each window attends only within itself. Returns the final-norm hidden states,
+    /// window after window along rows. Equal to one [`Llama::forward`] per window.
+    pub fn forward_windows(&self, windows: &[&[u32]]) -> Result<Tensor> {
+        let Some(len) = windows.first().map(|w| w.len()) else { return Err(Error::Internal("forward_windows needs a window".into())) };
+        if len == 0 || windows.iter().any(|w| w.len() != len) {
+            return Err(Error::Internal("forward_windows needs non-empty windows of one length".into()));
+        }
+        let x = self.embed_tokens(&windows.concat())?;
+        let mut seqs: Vec<Seq> = windows.iter().map(|_| Seq { store: None, mask: None }).collect();
+        self.run_layers(x, 0, &mut seqs, &mut NoCapture)
+    }
+
     /// One decode step for several independent sequences: `tokens[s]` is appended to `stores[s]`
     /// (each store places and keeps keys its own way). Projections and MLPs run on all sequences
     /// as one batch — decoding is bound by reading the weights, so a batch costs little more than

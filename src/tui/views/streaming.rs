@@ -108,7 +108,12 @@ fn table(f: &mut Frame, area: Rect, app: &App) {
             if recommended { "★" } else { " " },
             super::fit(&o.label, label_w),
             format!("{:.3}", o.ppl),
-            o.ppl_after_eviction.map_or("-".into(), |p| format!("{p:.3}")),
+            match (o.ppl_after_eviction, row.and_then(|t| t.ppl_after_eviction_ci)) {
+                // An estimate from a sample of the steps: its interval is on the line below the table.
+                (Some(p), Some(_)) => format!("≈{p:.3}"),
+                (Some(p), None) => format!("{p:.3}"),
+                (None, _) => "-".into(),
+            },
             ratio,
             o.cliff_step.map_or("none".into(), |s| s.to_string()),
             format!("{:.0}", o.tokens_per_s)
@@ -121,5 +126,18 @@ fn table(f: &mut Frame, area: Rect, app: &App) {
             style = style.add_modifier(Modifier::REVERSED);
         }
         put(buf, inner.x + 3, y, line, w.saturating_sub(3), style);
+    }
+    // Sampled values with their 95% intervals, below the rows when there is room.
+    let below = inner.y + 1 + stream.outcomes.len() as u16;
+    let notes = rec.into_iter().flat_map(|r| r.table.iter()).filter_map(|t| {
+        let [lo, hi] = t.ppl_after_eviction_ci?;
+        Some(format!("      ≈ {}: {} post-eviction steps scored, 95% interval {lo:.2}–{hi:.2}", t.label, t.scored_steps.unwrap_or(0)))
+    });
+    for (j, note) in notes.enumerate() {
+        let y = below + j as u16;
+        if y >= inner.y + inner.height {
+            break;
+        }
+        put(buf, inner.x, y, note, w, Style::new().fg(DIM));
     }
 }
