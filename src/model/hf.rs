@@ -13,8 +13,9 @@ use super::rope::RopeLayout;
 use super::source::shard_names;
 use crate::error::{Error, IoContext, Result};
 
-/// The `model_type`s whose weights follow the Llama layout (Qwen2 adds q/k/v biases).
-const SUPPORTED: [&str; 4] = ["llama", "mistral", "qwen2", "smollm"];
+/// The `model_type`s whose weights follow the Llama layout (Qwen2 adds q/k/v biases, Qwen3
+/// per-head q/k RMSNorm).
+const SUPPORTED: [&str; 5] = ["llama", "mistral", "qwen2", "qwen3", "smollm"];
 
 pub fn read_config(dir: &Path) -> Result<(LlamaConfig, bool, String)> {
     let path = dir.join("config.json");
@@ -43,7 +44,7 @@ pub fn read_config(dir: &Path) -> Result<(LlamaConfig, bool, String)> {
     // when `use_sliding_window` is on).
     let window = json.get("sliding_window").and_then(Json::as_u64);
     let window_on = match model_type {
-        "qwen2" => json.get("use_sliding_window").and_then(Json::as_bool).unwrap_or(false),
+        "qwen2" | "qwen3" => json.get("use_sliding_window").and_then(Json::as_bool).unwrap_or(false),
         _ => true,
     };
     if let (Some(w), true) = (window, window_on) {
@@ -75,6 +76,7 @@ pub fn read_config(dir: &Path) -> Result<(LlamaConfig, bool, String)> {
         rope_theta,
         rope_layout: RopeLayout::HalfSplit,
         rms_eps: json.get("rms_norm_eps").and_then(Json::as_f64).unwrap_or(1e-6),
+        qk_norm: model_type == "qwen3",
     };
     let tied = json.get("tie_word_embeddings").and_then(Json::as_bool).unwrap_or(false);
     Ok((cfg, tied, model_type.to_owned()))
@@ -168,6 +170,8 @@ fn hf_name(canonical: &str) -> Option<String> {
         "attn_k.bias" => "self_attn.k_proj.bias",
         "attn_v.bias" => "self_attn.v_proj.bias",
         "attn_output.weight" => "self_attn.o_proj.weight",
+        "attn_q_norm.weight" => "self_attn.q_norm.weight",
+        "attn_k_norm.weight" => "self_attn.k_norm.weight",
         "ffn_gate.weight" => "mlp.gate_proj.weight",
         "ffn_up.weight" => "mlp.up_proj.weight",
         "ffn_down.weight" => "mlp.down_proj.weight",

@@ -100,6 +100,7 @@ impl Llama2cFile {
             rope_theta: 10000.0,
             rope_layout: RopeLayout::Interleaved,
             rms_eps: 1e-5,
+            qk_norm: false,
         };
         Ok(Llama2cFile { cfg, shared_classifier: shared, weights })
     }

@@ -25,6 +25,10 @@ pub struct LlamaConfig {
     pub rope_theta: f64,
     pub rope_layout: RopeLayout,
     pub rms_eps: f64,
+    /// RMSNorm of each head's query and key (over d_head, before RoPE; Qwen3): the blocks carry
+    /// `attn_q_norm` / `attn_k_norm` weights.
+    #[serde(default)]
+    pub qk_norm: bool,
 }
 
 impl LlamaConfig {

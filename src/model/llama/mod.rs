@@ -28,6 +28,8 @@ const LOGIT_ROWS: usize = 128;
 struct Block {
     attn_norm: Tensor,
     qkv: Projection,
+    /// Per-head RMSNorm weights of queries and keys ([`LlamaConfig::qk_norm`]).
+    qk_norm: Option<(Tensor, Tensor)>,
     o_proj: Linear,
     ffn_norm: Tensor,
     gate_up: Projection,
@@ -72,9 +74,16 @@ impl Llama {
                 take_opt(get, source_path, &n(name), &[width])?.map(|p| p.dequantize()).transpose()
             };
             let (qb, kb, vb) = (bias("attn_q.bias", h * dh)?, bias("attn_k.bias", kv * dh)?, bias("attn_v.bias", kv * dh)?);
+            let qk_norm = if cfg.qk_norm {
+                let q_norm = take_req(get, source_path, &n("attn_q_norm.weight"), &[dh])?.dequantize()?;
+                Some((q_norm, take_req(get, source_path, &n("attn_k_norm.weight"), &[dh])?.dequantize()?))
+            } else {
+                None
+            };
             blocks.push(Block {
                 attn_norm,
                 qkv: Projection::new(vec![(q, qb), (k, kb), (v, vb)])?,
+                qk_norm,
                 o_proj: Linear::new(o, None)?,
                 ffn_norm,
                 gate_up: Projection::new(vec![(gate, None), (up, None)])?,
@@ -181,8 +190,13 @@ impl Llama {
             let xn = candle_nn::ops::rms_norm(&x, &block.attn_norm, eps)?;
             let qkv = block.qkv.forward(&xn)?;
             let (nq, nkv) = (h * dh, kvh * dh);
-            let q = qkv.narrow(1, 0, nq)?.reshape((total, h, dh))?;
-            let k = qkv.narrow(1, nq, nkv)?.reshape((total, kvh, dh))?;
+            let mut q = qkv.narrow(1, 0, nq)?.reshape((total, h, dh))?;
+            let mut k = qkv.narrow(1, nq, nkv)?.reshape((total, kvh, dh))?;
+            if let Some((q_norm, k_norm)) = &block.qk_norm {
+                // Each head's query and key normalised over d_head before RoPE (hook_q/hook_k see them normalised).
+                q = candle_nn::ops::rms_norm(&q.contiguous()?, q_norm, eps)?;
+                k = candle_nn::ops::rms_norm(&k.contiguous()?, k_norm, eps)?;
+            }
             let v = qkv.narrow(1, nq + nkv, nkv)?.reshape((total, kvh, dh))?;
             emit(sink, HookPoint::Q(l), &rows, &q)?;
             emit(sink, HookPoint::K(l), &rows, &k)?;

@@ -1,0 +1,70 @@
+//! Families beyond Llama against HF transformers: each tests/fixtures/arch/<family>/ holds a tiny
+//! random-weight model (config.json + model.safetensors + tokenizer.json) and HF's eager float32
+//! outputs on 48 tokens (made by tests/fixtures/make_arch_fixtures.py), and where llama.cpp defines
+//! the family's GGUF layout the same weights as model.gguf. Loaded through the same paths a
+//! user's files take; logits ≤ 1e-3 and every layer's pattern ≤ 1e-4 (abs).
+
+mod common;
+
+use common::Fixture;
+use sinkscope::capture::collector::TensorCollector;
+use sinkscope::model::hook::{HookFilter, HookPoint};
+use sinkscope::model::{load, LoadOptions};
+
+const LOGIT_TOL: f32 = 1e-3;
+const PATTERN_TOL: f32 = 1e-4;
+
+/// Runs the fixture's tokens through the model at `model_path` and compares with its reference.
+fn matches_transformers(family: &str, model_path: &str) {
+    let fx = Fixture::open(&common::fixture(&format!("arch/{family}/reference.safetensors")));
+    let lm = load(model_path, &LoadOptions::default()).unwrap_or_else(|e| panic!("{family}: {e}"));
+    let tokens: Vec<u32> = fx.i64("tokens").iter().map(|&t| t as u32).collect();
+    let t = tokens.len();
+    let cfg = &lm.model.cfg;
+    let mut sink = TensorCollector::new(HookFilter::parse("hook_pattern", cfg.n_layers).unwrap(), t);
+    let hidden = lm.model.forward(&tokens, None, &mut sink).unwrap();
+    let logits: Vec<f32> = lm.model.logits(&hidden).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    let (shape, reference) = fx.f32("logits");
+    assert_eq!(shape, [t, cfg.vocab_size], "{family}");
+    let worst_logit = logits.iter().zip(&reference).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let mut worst_pattern = 0f32;
+    for l in 0..cfg.n_layers {
+        let (shape, reference) = fx.f32(&format!("pattern.{l}"));
+        let (ours_shape, ours) = sink.get(&HookPoint::Pattern(l)).unwrap();
+        assert_eq!(ours_shape[..], shape[..], "{family} layer {l}");
+        worst_pattern = ours.iter().zip(&reference).map(|(a, b)| (a - b).abs()).fold(worst_pattern, f32::max);
+    }
+    eprintln!("{family} ({model_path}): T={t} max |Δlogit| {worst_logit:.2e}, max |Δpattern| {worst_pattern:.2e}");
+    assert!(worst_logit <= LOGIT_TOL, "{family}: logits differ from transformers by {worst_logit} > {LOGIT_TOL}");
+    assert!(worst_pattern <= PATTERN_TOL, "{family}: patterns differ from transformers by {worst_pattern} > {PATTERN_TOL}");
+}
+
+/// Qwen3: per-head RMSNorm of q and k before RoPE, head_dim wider than hidden/heads, tied output.
+#[test]
+fn qwen3_matches_transformers() {
+    matches_transformers("qwen3", common::fixture("arch/qwen3").to_str().unwrap());
+}
+
+/// The same weights as llama.cpp lays out a `qwen3` GGUF (tensor names, metadata keys, NEOX RoPE,
+/// the tokenizer embedded).
+#[test]
+fn qwen3_gguf_matches_transformers() {
+    matches_transformers("qwen3", common::fixture("arch/qwen3/model.gguf").to_str().unwrap());
+}
+
+/// The same weights with the q/k norms dropped from the file are refused, not run without them.
+#[test]
+fn a_qwen3_without_its_qk_norms_is_refused() {
+    let dir = common::temp_dir("qwen3-no-qk-norm").join("model");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = common::fixture("arch/qwen3");
+    for f in ["config.json", "tokenizer.json"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let kept: Vec<(String, safetensors::tensor::TensorView)> = st.tensors().into_iter().filter(|(n, _)| !n.contains("k_norm")).collect();
+    safetensors::serialize_to_file(kept, None, &dir.join("model.safetensors")).unwrap();
+    let err = load(dir.to_str().unwrap(), &LoadOptions::default()).err().expect("loads without its k norms");
+    assert!(err.to_string().contains("attn_k_norm"), "{err}");
+}
