@@ -52,6 +52,14 @@ fn qwen3_gguf_matches_transformers() {
     matches_transformers("qwen3", common::fixture("arch/qwen3/model.gguf").to_str().unwrap());
 }
 
+/// OLMo 2: RMSNorm after attention and after the MLP instead of before them, and q/k RMSNorm
+/// over the whole projection (all heads at once), GQA, untied output.
+#[test]
+fn olmo2_matches_transformers() {
+    matches_transformers("olmo2", common::fixture("arch/olmo2").to_str().unwrap());
+    matches_transformers("olmo2", common::fixture("arch/olmo2/model.gguf").to_str().unwrap());
+}
+
 /// The same weights with the q/k norms dropped from the file are refused, not run without them.
 #[test]
 fn a_qwen3_without_its_qk_norms_is_refused() {

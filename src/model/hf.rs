@@ -8,14 +8,14 @@ use candle_core::{Device, Tensor};
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value as Json;
 
-use super::llama::{LlamaConfig, Param};
+use super::llama::{LlamaConfig, NormPlacement, Param, QkNorm};
 use super::rope::RopeLayout;
 use super::source::shard_names;
 use crate::error::{Error, IoContext, Result};
 
 /// The `model_type`s whose weights follow the Llama layout (Qwen2 adds q/k/v biases, Qwen3
-/// per-head q/k RMSNorm).
-const SUPPORTED: [&str; 5] = ["llama", "mistral", "qwen2", "qwen3", "smollm"];
+/// per-head q/k RMSNorm, OLMo 2 q/k RMSNorm across heads and post-norms instead of pre-norms).
+const SUPPORTED: [&str; 6] = ["llama", "mistral", "olmo2", "qwen2", "qwen3", "smollm"];
 
 pub fn read_config(dir: &Path) -> Result<(LlamaConfig, bool, String)> {
     let path = dir.join("config.json");
@@ -76,7 +76,12 @@ pub fn read_config(dir: &Path) -> Result<(LlamaConfig, bool, String)> {
         rope_theta,
         rope_layout: RopeLayout::HalfSplit,
         rms_eps: json.get("rms_norm_eps").and_then(Json::as_f64).unwrap_or(1e-6),
-        qk_norm: model_type == "qwen3",
+        qk_norm: match model_type {
+            "qwen3" => QkNorm::PerHead,
+            "olmo2" => QkNorm::AcrossHeads,
+            _ => QkNorm::None,
+        },
+        norm_placement: if model_type == "olmo2" { NormPlacement::Post } else { NormPlacement::Pre },
     };
     let tied = json.get("tie_word_embeddings").and_then(Json::as_bool).unwrap_or(false);
     Ok((cfg, tied, model_type.to_owned()))
@@ -171,6 +176,8 @@ fn hf_name(canonical: &str) -> Option<String> {
         "attn_v.bias" => "self_attn.v_proj.bias",
         "attn_output.weight" => "self_attn.o_proj.weight",
         "attn_q_norm.weight" => "self_attn.q_norm.weight",
+        "attn_post_norm.weight" => "post_attention_layernorm.weight",
+        "ffn_post_norm.weight" => "post_feedforward_layernorm.weight",
         "attn_k_norm.weight" => "self_attn.k_norm.weight",
         "ffn_gate.weight" => "mlp.gate_proj.weight",
         "ffn_up.weight" => "mlp.up_proj.weight",

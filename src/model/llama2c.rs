@@ -7,7 +7,7 @@ use std::path::Path;
 
 use candle_core::{Device, Tensor};
 
-use super::llama::{LlamaConfig, Param};
+use super::llama::{LlamaConfig, NormPlacement, Param, QkNorm};
 use super::rope::RopeLayout;
 use crate::error::{Error, IoContext, Result};
 
@@ -100,7 +100,8 @@ impl Llama2cFile {
             rope_theta: 10000.0,
             rope_layout: RopeLayout::Interleaved,
             rms_eps: 1e-5,
-            qk_norm: false,
+            qk_norm: QkNorm::None,
+            norm_placement: NormPlacement::Pre,
         };
         Ok(Llama2cFile { cfg, shared_classifier: shared, weights })
     }

@@ -10,7 +10,7 @@ use candle_core::quantized::GgmlDType;
 use super::gguf;
 use super::hf;
 use super::info::ModelInfo;
-use super::llama::{Llama, LlamaConfig, Param};
+use super::llama::{Llama, LlamaConfig, NormPlacement, Param, QkNorm};
 use super::llama2c;
 use super::rope::RopeLayout;
 use super::source::{resolve, ModelSource};
@@ -126,7 +126,7 @@ fn base_info(source: &ModelSource, cfg: &LlamaConfig, architecture: String) -> M
 fn gguf_rope_layout(arch: &str) -> Option<RopeLayout> {
     match arch {
         "llama" | "mistral" => Some(RopeLayout::Interleaved),
-        "qwen2" | "qwen3" => Some(RopeLayout::HalfSplit),
+        "qwen2" | "qwen3" | "olmo2" => Some(RopeLayout::HalfSplit),
         _ => None,
     }
 }
@@ -135,7 +135,7 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Optio
     let file = gguf::GgufFile::open(path)?;
     let arch = file.architecture()?.to_owned();
     let layout = gguf_rope_layout(&arch).ok_or_else(|| {
-        Error::file(path, format!("unknown architecture '{arch}'; sinkscope supports Llama-family GGUF models (llama, mistral, qwen2, qwen3)"))
+        Error::file(path, format!("unknown architecture '{arch}'; sinkscope supports Llama-family GGUF models (llama, mistral, qwen2, qwen3, olmo2)"))
     })?;
     if let Some(w) = file.get(&format!("{arch}.attention.sliding_window")).and_then(gguf::Value::as_u64) {
         return Err(Error::file(path, format!("the model attends through a sliding window of {w} keys ({arch}.attention.sliding_window), which sinkscope does not compute yet; the numbers would be another model's")));
@@ -168,7 +168,12 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Optio
         rope_theta: file.opt_f64(&key("rope.freq_base")).unwrap_or(10000.0),
         rope_layout: layout,
         rms_eps: file.opt_f64(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
-        qk_norm: arch == "qwen3",
+        qk_norm: match arch.as_str() {
+            "qwen3" => QkNorm::PerHead,
+            "olmo2" => QkNorm::AcrossHeads,
+            _ => QkNorm::None,
+        },
+        norm_placement: if arch == "olmo2" { NormPlacement::Post } else { NormPlacement::Pre },
     };
     let tokenizer = match &opts.tokenizer {
         Some(_) => None,

@@ -25,10 +25,37 @@ pub struct LlamaConfig {
     pub rope_theta: f64,
     pub rope_layout: RopeLayout,
     pub rms_eps: f64,
-    /// RMSNorm of each head's query and key (over d_head, before RoPE; Qwen3): the blocks carry
-    /// `attn_q_norm` / `attn_k_norm` weights.
+    /// RMSNorm of queries and keys before RoPE (the blocks carry `attn_q_norm` / `attn_k_norm`).
     #[serde(default)]
-    pub qk_norm: bool,
+    pub qk_norm: QkNorm,
+    /// Where each block normalises around its attention and MLP.
+    #[serde(default)]
+    pub norm_placement: NormPlacement,
+}
+
+/// How a family normalises queries and keys before RoPE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QkNorm {
+    #[default]
+    None,
+    /// Over each head's d_head, one weight shared by the heads (Qwen3).
+    PerHead,
+    /// Over the whole projection, all heads at once (OLMo 2).
+    AcrossHeads,
+}
+
+/// Where a block's RMSNorms sit. `hook_attn_out` and `hook_mlp_out`-style contributions are
+/// what is added to the residual stream, after a post-norm where there is one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormPlacement {
+    /// Normalise each sublayer's input (`attn_norm`, `ffn_norm`): Llama, Qwen.
+    #[default]
+    Pre,
+    /// Normalise each sublayer's output before it joins the residual stream
+    /// (`attn_post_norm`, `ffn_post_norm`), inputs left as they are: OLMo 2.
+    Post,
 }
 
 impl LlamaConfig {

@@ -11,7 +11,7 @@ use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
 use attention::{Attend, Seq, SeqAttention, ATTENTION_BLOCK_BYTES};
-pub use config::{LlamaConfig, Param};
+pub use config::{LlamaConfig, NormPlacement, Param, QkNorm};
 pub use kv::{KeyMask, KvCache, KvStore};
 use linear::{Linear, LinearWeight, Projection};
 use crate::error::{Error, Result};
@@ -26,9 +26,10 @@ use crate::numerics::tensor::with_f32;
 const LOGIT_ROWS: usize = 128;
 
 struct Block {
+    /// RMSNorm weights before attention and MLP (pre-norm families) or after them (post-norm).
     attn_norm: Tensor,
     qkv: Projection,
-    /// Per-head RMSNorm weights of queries and keys ([`LlamaConfig::qk_norm`]).
+    /// RMSNorm weights of queries and keys ([`LlamaConfig::qk_norm`]).
     qk_norm: Option<(Tensor, Tensor)>,
     o_proj: Linear,
     ffn_norm: Tensor,
@@ -60,12 +61,16 @@ impl Llama {
         let mut blocks = Vec::with_capacity(cfg.n_layers);
         for l in 0..cfg.n_layers {
             let n = |s: &str| format!("blk.{l}.{s}");
-            let attn_norm = take_req(get, source_path, &n("attn_norm.weight"), &[d])?.dequantize()?;
+            let (attn_norm_name, ffn_norm_name) = match cfg.norm_placement {
+                NormPlacement::Pre => ("attn_norm.weight", "ffn_norm.weight"),
+                NormPlacement::Post => ("attn_post_norm.weight", "ffn_post_norm.weight"),
+            };
+            let attn_norm = take_req(get, source_path, &n(attn_norm_name), &[d])?.dequantize()?;
             let q = take_req(get, source_path, &n("attn_q.weight"), &[h * dh, d])?;
             let k = take_req(get, source_path, &n("attn_k.weight"), &[kv * dh, d])?;
             let v = take_req(get, source_path, &n("attn_v.weight"), &[kv * dh, d])?;
             let o = take_req(get, source_path, &n("attn_output.weight"), &[d, h * dh])?;
-            let ffn_norm = take_req(get, source_path, &n("ffn_norm.weight"), &[d])?.dequantize()?;
+            let ffn_norm = take_req(get, source_path, &n(ffn_norm_name), &[d])?.dequantize()?;
             let gate = take_req(get, source_path, &n("ffn_gate.weight"), &[ff, d])?;
             let up = take_req(get, source_path, &n("ffn_up.weight"), &[ff, d])?;
             let down = take_req(get, source_path, &n("ffn_down.weight"), &[d, ff])?;
@@ -74,11 +79,17 @@ impl Llama {
                 take_opt(get, source_path, &n(name), &[width])?.map(|p| p.dequantize()).transpose()
             };
             let (qb, kb, vb) = (bias("attn_q.bias", h * dh)?, bias("attn_k.bias", kv * dh)?, bias("attn_v.bias", kv * dh)?);
-            let qk_norm = if cfg.qk_norm {
-                let q_norm = take_req(get, source_path, &n("attn_q_norm.weight"), &[dh])?.dequantize()?;
-                Some((q_norm, take_req(get, source_path, &n("attn_k_norm.weight"), &[dh])?.dequantize()?))
-            } else {
-                None
+            let qk_widths = match cfg.qk_norm {
+                QkNorm::None => None,
+                QkNorm::PerHead => Some((dh, dh)),
+                QkNorm::AcrossHeads => Some((h * dh, kv * dh)),
+            };
+            let qk_norm = match qk_widths {
+                Some((qw, kw)) => {
+                    let q_norm = take_req(get, source_path, &n("attn_q_norm.weight"), &[qw])?.dequantize()?;
+                    Some((q_norm, take_req(get, source_path, &n("attn_k_norm.weight"), &[kw])?.dequantize()?))
+                }
+                None => None,
             };
             blocks.push(Block {
                 attn_norm,
@@ -187,13 +198,19 @@ impl Llama {
         let (h, kvh, dh) = (self.cfg.n_heads, self.cfg.n_kv_heads, self.cfg.d_head);
         for (l, block) in self.blocks.iter().enumerate().skip(first_layer) {
             emit(sink, HookPoint::ResidPre(l), &rows, &x)?;
-            let xn = candle_nn::ops::rms_norm(&x, &block.attn_norm, eps)?;
+            let pre_norm = self.cfg.norm_placement == NormPlacement::Pre;
+            let xn = if pre_norm { candle_nn::ops::rms_norm(&x, &block.attn_norm, eps)? } else { x.clone() };
             let qkv = block.qkv.forward(&xn)?;
             let (nq, nkv) = (h * dh, kvh * dh);
-            let mut q = qkv.narrow(1, 0, nq)?.reshape((total, h, dh))?;
-            let mut k = qkv.narrow(1, nq, nkv)?.reshape((total, kvh, dh))?;
-            if let Some((q_norm, k_norm)) = &block.qk_norm {
-                // Each head's query and key normalised over d_head before RoPE (hook_q/hook_k see them normalised).
+            let (mut q, mut k) = (qkv.narrow(1, 0, nq)?, qkv.narrow(1, nq, nkv)?);
+            // Queries and keys normalised before RoPE (hook_q / hook_k see them normalised).
+            if let (Some((q_norm, k_norm)), QkNorm::AcrossHeads) = (&block.qk_norm, self.cfg.qk_norm) {
+                q = candle_nn::ops::rms_norm(&q.contiguous()?, q_norm, eps)?;
+                k = candle_nn::ops::rms_norm(&k.contiguous()?, k_norm, eps)?;
+            }
+            let mut q = q.reshape((total, h, dh))?;
+            let mut k = k.reshape((total, kvh, dh))?;
+            if let (Some((q_norm, k_norm)), QkNorm::PerHead) = (&block.qk_norm, self.cfg.qk_norm) {
                 q = candle_nn::ops::rms_norm(&q.contiguous()?, q_norm, eps)?;
                 k = candle_nn::ops::rms_norm(&k.contiguous()?, k_norm, eps)?;
             }
@@ -202,14 +219,21 @@ impl Llama {
             emit(sink, HookPoint::K(l), &rows, &k)?;
             emit(sink, HookPoint::V(l), &rows, &v)?;
             let attn = attend.attend(&self.rope, l, &q, &k, &v, sink)?;
-            let attn_out = block.o_proj.forward(&attn)?;
+            let mut attn_out = block.o_proj.forward(&attn)?;
+            if !pre_norm {
+                attn_out = candle_nn::ops::rms_norm(&attn_out, &block.attn_norm, eps)?;
+            }
             emit(sink, HookPoint::AttnOut(l), &rows, &attn_out)?;
             x = (x + attn_out)?;
             emit(sink, HookPoint::ResidMid(l), &rows, &x)?;
-            let xn = candle_nn::ops::rms_norm(&x, &block.ffn_norm, eps)?;
+            let xn = if pre_norm { candle_nn::ops::rms_norm(&x, &block.ffn_norm, eps)? } else { x.clone() };
             let act = swiglu(&block.gate_up.forward(&xn)?)?;
             emit(sink, HookPoint::MlpPost(l), &rows, &act)?;
-            x = (x + block.down.forward(&act)?)?;
+            let mut mlp_out = block.down.forward(&act)?;
+            if !pre_norm {
+                mlp_out = candle_nn::ops::rms_norm(&mlp_out, &block.ffn_norm, eps)?;
+            }
+            x = (x + mlp_out)?;
             emit(sink, HookPoint::ResidPost(l), &rows, &x)?;
         }
         attend.finish();
