@@ -60,6 +60,14 @@ fn olmo2_matches_transformers() {
     matches_transformers("olmo2", common::fixture("arch/olmo2/model.gguf").to_str().unwrap());
 }
 
+/// GPT-NeoX (Pythia): LayerNorm with biases, RoPE on a quarter of each head, attention and MLP
+/// in parallel off the block input, exact-GELU MLP with biases, q|k|v fused per head in the file.
+#[test]
+fn gpt_neox_matches_transformers() {
+    matches_transformers("gpt_neox", common::fixture("arch/gpt_neox").to_str().unwrap());
+    matches_transformers("gpt_neox", common::fixture("arch/gpt_neox/model.gguf").to_str().unwrap());
+}
+
 /// The same weights with the q/k norms dropped from the file are refused, not run without them.
 #[test]
 fn a_qwen3_without_its_qk_norms_is_refused() {
@@ -75,4 +83,35 @@ fn a_qwen3_without_its_qk_norms_is_refused() {
     safetensors::serialize_to_file(kept, None, &dir.join("model.safetensors")).unwrap();
     let err = load(dir.to_str().unwrap(), &LoadOptions::default()).err().expect("loads without its k norms");
     assert!(err.to_string().contains("attn_k_norm"), "{err}");
+}
+
+/// The streaming machinery is family-agnostic: on each family, the block replay of every cached
+/// policy equals true token-by-token decoding through the policy cache (RoPE in the family's
+/// layout and rotary width, post-norms, parallel residuals and all), within 1e-4 nats per token.
+#[test]
+fn every_family_streams_like_token_by_token_decoding() {
+    use sinkscope::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
+    for family in ["qwen3", "olmo2", "gpt_neox"] {
+        let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
+        let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
+        let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(160).collect();
+        let mut policies = vec![Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot }];
+        for positions in [PositionMode::Slot, PositionMode::Original] {
+            policies.push(Policy { kind: PolicyKind::Window, sinks: 0, cache: 40, positions });
+            policies.push(Policy { kind: PolicyKind::Sink, sinks: 4, cache: 40, positions });
+        }
+        let blocks = simulate(&lm.model, &ids, &policies, &mut |_, _| {}).unwrap();
+        let decoded = simulate_with(&lm.model, &ids, &policies, SimOptions { token_by_token: true, ..SimOptions::default() }, &mut |_, _| {}).unwrap();
+        for (a, b) in blocks.iter().zip(&decoded) {
+            let worst = a.nll.iter().zip(&b.nll).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+            assert_eq!(a.cache_len, b.cache_len, "{family} {}", a.label);
+            assert!(worst < 1e-4, "{family} {}: block replay vs token by token {worst}", a.label);
+        }
+        // Delta rotation re-rotates kept keys (partial rotary included); it matches slot closely.
+        let delta = Policy { kind: PolicyKind::Sink, sinks: 4, cache: 40, positions: PositionMode::Delta };
+        let d = simulate(&lm.model, &ids, &[delta], &mut |_, _| {}).unwrap().remove(0);
+        let slot = &blocks[2];
+        let drift = d.nll.iter().zip(&slot.nll).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+        assert!(drift < 1e-3, "{family}: delta vs slot {drift}");
+    }
 }

@@ -83,13 +83,13 @@ pub fn human(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::llama::{NormPlacement, QkNorm};
+    use crate::model::llama::ArchSwitches;
     use crate::model::rope::RopeLayout;
 
     fn smollm() -> LlamaConfig {
         LlamaConfig {
             n_layers: 30, n_heads: 9, n_kv_heads: 3, d_model: 576, d_head: 64, d_ff: 1536, vocab_size: 49152,
-            context_len: 8192, rope_theta: 1e5, rope_layout: RopeLayout::Interleaved, rms_eps: 1e-5, qk_norm: QkNorm::None, norm_placement: NormPlacement::Pre,
+            context_len: 8192, rope_theta: 1e5, rope_layout: RopeLayout::Interleaved, rms_eps: 1e-5, arch: ArchSwitches::default(),
         }
     }
 

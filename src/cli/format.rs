@@ -5,10 +5,37 @@ use crate::analysis::AnalysisReport;
 use crate::kv::recommend::Recommendation;
 use crate::kv::simulate::StreamOutcome;
 use crate::model::info::ModelInfo;
+use crate::model::llama::{ArchSwitches, MlpKind, NormKind, NormPlacement, QkNorm};
 use crate::report::export::Exported;
 use crate::report::records::CaptureReport;
 
-pub fn format_info(i: &ModelInfo) -> String {
+/// What sets the model's family apart from Llama, in words ("as Llama" when nothing does).
+fn describe_switches(a: &ArchSwitches, d_head: usize) -> String {
+    let mut parts = Vec::new();
+    if a.norm == NormKind::Layer {
+        parts.push("LayerNorm".to_string());
+    }
+    if a.norm_placement == NormPlacement::Post {
+        parts.push("norms after attention and MLP".into());
+    }
+    match a.qk_norm {
+        QkNorm::None => {}
+        QkNorm::PerHead => parts.push("q/k RMSNorm per head".into()),
+        QkNorm::AcrossHeads => parts.push("q/k RMSNorm across heads".into()),
+    }
+    if let Some(r) = a.rotary_dims {
+        parts.push(format!("RoPE on {r} of {d_head} dims per head"));
+    }
+    if a.parallel_residual {
+        parts.push("attention and MLP in parallel".into());
+    }
+    if a.mlp == MlpKind::Gelu {
+        parts.push("GELU MLP".into());
+    }
+    if parts.is_empty() { "as Llama".into() } else { parts.join(", ") }
+}
+
+pub fn format_info(i: &ModelInfo, switches: &ArchSwitches) -> String {
     let rows: Vec<(&str, String)> = vec![
         ("source", format!("{} ({})", i.source, i.format)),
         ("name", i.name.clone().unwrap_or_else(|| "-".into())),
@@ -22,8 +49,9 @@ pub fn format_info(i: &ModelInfo) -> String {
         ("tokenizer", format!("{}{}", i.tokenizer, if i.adds_bos { ", adds BOS" } else { ", no BOS" })),
         ("quantization", i.quantization.clone()),
         ("compute", i.compute.to_string()),
+        ("block", describe_switches(switches, i.d_head)),
         ("rope", format!("{}, theta {}", i.rope_layout, i.rope_theta)),
-        ("rms eps", format!("{:e}", i.rms_eps)),
+        (if switches.norm == NormKind::Layer { "norm eps" } else { "rms eps" }, format!("{:e}", i.rms_eps)),
         ("embeddings", if i.tied_embeddings { "tied".into() } else { "untied".into() }),
         ("parameters", format!("{:.1}M", i.n_params as f64 / 1e6)),
     ];

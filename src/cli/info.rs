@@ -27,7 +27,7 @@ pub fn run(args: InfoArgs) -> Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&lm.info)?);
     } else {
-        print!("{}", format_info(&lm.info));
+        print!("{}", format_info(&lm.info, &lm.model.cfg.arch));
     }
     Ok(())
 }

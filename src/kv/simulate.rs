@@ -209,7 +209,7 @@ fn recompute(model: &Llama, ids: &[u32], w: usize, shared: usize, every: usize, 
         track.lens.push(window(t).len());
         track.nll.push(f64::NAN);
     }
-    let scored: Vec<usize> = (shared..steps).filter(|t| (t - shared) % every == 0).collect();
+    let scored: Vec<usize> = (shared..steps).filter(|t| (t - shared).is_multiple_of(every)).collect();
     let mut at = 0;
     while at < scored.len() {
         let len = window(scored[at]).len();

@@ -8,14 +8,15 @@ use candle_core::{Device, Tensor};
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value as Json;
 
-use super::llama::{LlamaConfig, NormPlacement, Param, QkNorm};
+use super::llama::{switches, LlamaConfig, Param};
 use super::rope::RopeLayout;
 use super::source::shard_names;
 use crate::error::{Error, IoContext, Result};
 
 /// The `model_type`s whose weights follow the Llama layout (Qwen2 adds q/k/v biases, Qwen3
-/// per-head q/k RMSNorm, OLMo 2 q/k RMSNorm across heads and post-norms instead of pre-norms).
-const SUPPORTED: [&str; 6] = ["llama", "mistral", "olmo2", "qwen2", "qwen3", "smollm"];
+/// per-head q/k RMSNorm, OLMo 2 q/k RMSNorm across heads and post-norms instead of pre-norms),
+/// and GPT-NeoX (Pythia: LayerNorm, partial rotary, parallel residual, GELU MLP, fused q|k|v).
+const SUPPORTED: [&str; 7] = ["gpt_neox", "llama", "mistral", "olmo2", "qwen2", "qwen3", "smollm"];
 
 pub fn read_config(dir: &Path) -> Result<(LlamaConfig, bool, String)> {
     let path = dir.join("config.json");
@@ -62,26 +63,32 @@ pub fn read_config(dir: &Path) -> Result<(LlamaConfig, bool, String)> {
     let rope_theta = json
         .get("rope_theta")
         .or_else(|| json.pointer("/rope_parameters/rope_theta"))
+        .or_else(|| json.get("rotary_emb_base"))
         .and_then(Json::as_f64)
         .unwrap_or(10000.0);
+    let d_head = json.get("head_dim").and_then(Json::as_u64).map_or(d_model / n_heads.max(1), |v| v as usize);
+    let mut arch = switches(model_type);
+    if let Some(f) = json.pointer("/rope_parameters/partial_rotary_factor").or_else(|| json.get("rotary_pct")).or_else(|| json.get("partial_rotary_factor")).and_then(Json::as_f64) {
+        // As transformers rounds it: int(head_dim × factor).
+        arch.rotary_dims = Some((d_head as f64 * f) as usize).filter(|&r| r != d_head);
+    }
+    if let Some(parallel) = json.get("use_parallel_residual").and_then(Json::as_bool) {
+        arch.parallel_residual = parallel;
+    }
+    let eps = json.get("rms_norm_eps").or_else(|| json.get("layer_norm_eps")).or_else(|| json.get("layer_norm_epsilon")).and_then(Json::as_f64);
     let cfg = LlamaConfig {
         n_layers: req("num_hidden_layers")?,
         n_heads,
         n_kv_heads: json.get("num_key_value_heads").and_then(Json::as_u64).map_or(n_heads, |v| v as usize),
         d_model,
-        d_head: json.get("head_dim").and_then(Json::as_u64).map_or(d_model / n_heads.max(1), |v| v as usize),
+        d_head,
         d_ff: req("intermediate_size")?,
         vocab_size: req("vocab_size")?,
         context_len: req("max_position_embeddings")?,
         rope_theta,
         rope_layout: RopeLayout::HalfSplit,
-        rms_eps: json.get("rms_norm_eps").and_then(Json::as_f64).unwrap_or(1e-6),
-        qk_norm: match model_type {
-            "qwen3" => QkNorm::PerHead,
-            "olmo2" => QkNorm::AcrossHeads,
-            _ => QkNorm::None,
-        },
-        norm_placement: if model_type == "olmo2" { NormPlacement::Post } else { NormPlacement::Pre },
+        rms_eps: eps.unwrap_or(1e-6),
+        arch,
     };
     let tied = json.get("tie_word_embeddings").and_then(Json::as_bool).unwrap_or(false);
     Ok((cfg, tied, model_type.to_owned()))
@@ -92,10 +99,14 @@ pub struct HfWeights {
     shards: Vec<(PathBuf, memmap2::Mmap)>,
     /// tensor name → shard index
     index: HashMap<String, usize>,
+    /// The `model_type`, whose weight names [`hf_name`] maps to, and its head count (to reorder
+    /// a fused q|k|v).
+    family: String,
+    n_heads: usize,
 }
 
 impl HfWeights {
-    pub fn open(dir: &Path) -> Result<Self> {
+    pub fn open(dir: &Path, family: &str, n_heads: usize) -> Result<Self> {
         let single = dir.join("model.safetensors");
         let files = if single.is_file() {
             vec![single]
@@ -120,7 +131,7 @@ impl HfWeights {
             }
             shards.push((path, mmap));
         }
-        Ok(HfWeights { shards, index })
+        Ok(HfWeights { shards, index, family: family.to_owned(), n_heads })
     }
 
     pub fn get(&self, name: &str) -> Result<Option<Tensor>> {
@@ -140,11 +151,24 @@ impl HfWeights {
 
     /// Looks up a weight by its GGUF-style canonical name.
     pub fn param(&self, canonical: &str, tied: bool) -> Result<Option<Param>> {
-        let Some(name) = hf_name(canonical) else { return Ok(None) };
+        let Some(name) = hf_name(&self.family, canonical) else { return Ok(None) };
         if canonical == "output.weight" && tied {
             return Ok(None);
         }
-        Ok(self.get(&name)?.map(Param::Dense))
+        let Some(t) = self.get(&name)? else { return Ok(None) };
+        // GPT-NeoX fuses q|k|v per head ((head, q|k|v, d_head) rows); the decoder reads all
+        // queries, then all keys, then all values (as llama.cpp's converter reorders them).
+        let fused_qkv = self.family == "gpt_neox" && (canonical.ends_with("attn_qkv.weight") || canonical.ends_with("attn_qkv.bias"));
+        let t = if fused_qkv {
+            let dims = t.dims().to_vec();
+            let Some(&rows) = dims.first() else { return Err(Error::Internal(format!("{name} is a scalar"))) };
+            let dh = rows / (3 * self.n_heads.max(1));
+            let rest: usize = dims[1..].iter().product();
+            t.reshape((self.n_heads, 3, dh, rest))?.transpose(0, 1)?.contiguous()?.reshape(dims)?
+        } else {
+            t
+        };
+        Ok(Some(Param::Dense(t)))
     }
 
     pub fn n_tensors(&self) -> usize {
@@ -152,8 +176,11 @@ impl HfWeights {
     }
 }
 
-/// GGUF-style canonical names (what [`super::llama::Llama::load`] asks for) → HF names.
-fn hf_name(canonical: &str) -> Option<String> {
+/// GGUF-style canonical names (what [`super::llama::Llama::load`] asks for) → a family's HF names.
+fn hf_name(family: &str, canonical: &str) -> Option<String> {
+    if family == "gpt_neox" {
+        return neox_name(canonical);
+    }
     let fixed = match canonical {
         "token_embd.weight" => Some("model.embed_tokens.weight"),
         "output_norm.weight" => Some("model.norm.weight"),
@@ -187,14 +214,41 @@ fn hf_name(canonical: &str) -> Option<String> {
     Some(format!("model.layers.{layer}.{mapped}"))
 }
 
+/// GPT-NeoX's (Pythia's) names.
+fn neox_name(canonical: &str) -> Option<String> {
+    let fixed = match canonical {
+        "token_embd.weight" => Some("gpt_neox.embed_in.weight"),
+        "output_norm.weight" => Some("gpt_neox.final_layer_norm.weight"),
+        "output_norm.bias" => Some("gpt_neox.final_layer_norm.bias"),
+        "output.weight" => Some("embed_out.weight"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(f.to_owned());
+    }
+    let (layer, tail) = canonical.strip_prefix("blk.")?.split_once('.')?;
+    let (module, kind) = tail.rsplit_once('.')?;
+    let mapped = match module {
+        "attn_norm" => "input_layernorm",
+        "ffn_norm" => "post_attention_layernorm",
+        "attn_qkv" => "attention.query_key_value",
+        "attn_output" => "attention.dense",
+        "ffn_up" => "mlp.dense_h_to_4h",
+        "ffn_down" => "mlp.dense_4h_to_h",
+        _ => return None,
+    };
+    Some(format!("gpt_neox.layers.{layer}.{mapped}.{kind}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn canonical_names_map_to_hf() {
-        assert_eq!(hf_name("blk.3.attn_q.weight").as_deref(), Some("model.layers.3.self_attn.q_proj.weight"));
-        assert_eq!(hf_name("token_embd.weight").as_deref(), Some("model.embed_tokens.weight"));
-        assert_eq!(hf_name("blk.0.nope"), None);
+        assert_eq!(hf_name("llama", "blk.3.attn_q.weight").as_deref(), Some("model.layers.3.self_attn.q_proj.weight"));
+        assert_eq!(hf_name("llama", "token_embd.weight").as_deref(), Some("model.embed_tokens.weight"));
+        assert_eq!(hf_name("llama", "blk.0.nope"), None);
+        assert_eq!(hf_name("gpt_neox", "blk.1.attn_qkv.bias").as_deref(), Some("gpt_neox.layers.1.attention.query_key_value.bias"));
     }
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use candle_core::{Device, Tensor};
 
-use super::llama::{LlamaConfig, NormPlacement, Param, QkNorm};
+use super::llama::{ArchSwitches, LlamaConfig, Param};
 use super::rope::RopeLayout;
 use crate::error::{Error, IoContext, Result};
 
@@ -100,8 +100,7 @@ impl Llama2cFile {
             rope_theta: 10000.0,
             rope_layout: RopeLayout::Interleaved,
             rms_eps: 1e-5,
-            qk_norm: QkNorm::None,
-            norm_placement: NormPlacement::Pre,
+            arch: ArchSwitches::default(),
         };
         Ok(Llama2cFile { cfg, shared_classifier: shared, weights })
     }

@@ -10,7 +10,7 @@ use candle_core::quantized::GgmlDType;
 use super::gguf;
 use super::hf;
 use super::info::ModelInfo;
-use super::llama::{Llama, LlamaConfig, NormPlacement, Param, QkNorm};
+use super::llama::{switches, Llama, LlamaConfig, Param};
 use super::llama2c;
 use super::rope::RopeLayout;
 use super::source::{resolve, ModelSource};
@@ -126,7 +126,7 @@ fn base_info(source: &ModelSource, cfg: &LlamaConfig, architecture: String) -> M
 fn gguf_rope_layout(arch: &str) -> Option<RopeLayout> {
     match arch {
         "llama" | "mistral" => Some(RopeLayout::Interleaved),
-        "qwen2" | "qwen3" | "olmo2" => Some(RopeLayout::HalfSplit),
+        "qwen2" | "qwen3" | "olmo2" | "gptneox" => Some(RopeLayout::HalfSplit),
         _ => None,
     }
 }
@@ -135,7 +135,7 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Optio
     let file = gguf::GgufFile::open(path)?;
     let arch = file.architecture()?.to_owned();
     let layout = gguf_rope_layout(&arch).ok_or_else(|| {
-        Error::file(path, format!("unknown architecture '{arch}'; sinkscope supports Llama-family GGUF models (llama, mistral, qwen2, qwen3, olmo2)"))
+        Error::file(path, format!("unknown architecture '{arch}'; sinkscope supports GGUF models of the architectures llama, mistral, qwen2, qwen3, olmo2 and gptneox"))
     })?;
     if let Some(w) = file.get(&format!("{arch}.attention.sliding_window")).and_then(gguf::Value::as_u64) {
         return Err(Error::file(path, format!("the model attends through a sliding window of {w} keys ({arch}.attention.sliding_window), which sinkscope does not compute yet; the numbers would be another model's")));
@@ -153,27 +153,25 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Optio
         .get("token_embd.weight")
         .map(|t| t.shape[0])
         .ok_or_else(|| Error::file(path, "tensor token_embd.weight is missing; the GGUF file is incomplete"))?;
+    let d_head = file.get(&key("attention.key_length")).and_then(gguf::Value::as_u64).map_or(d_model / n_heads.max(1), |v| v as usize);
+    let mut switches = switches(&arch);
+    switches.rotary_dims = file.get(&key("rope.dimension_count")).and_then(gguf::Value::as_u64).map(|r| r as usize).filter(|&r| r != d_head);
+    if let Some(parallel) = file.get(&key("use_parallel_residual")).and_then(gguf::Value::as_bool) {
+        switches.parallel_residual = parallel;
+    }
     let cfg = LlamaConfig {
         n_layers: file.req_u64(&key("block_count"))? as usize,
         n_heads,
         n_kv_heads: file.get(&key("attention.head_count_kv")).and_then(gguf::Value::as_u64).map_or(n_heads, |v| v as usize),
         d_model,
-        d_head: file
-            .get(&key("attention.key_length"))
-            .and_then(gguf::Value::as_u64)
-            .map_or(d_model / n_heads.max(1), |v| v as usize),
+        d_head,
         d_ff: file.req_u64(&key("feed_forward_length"))? as usize,
         vocab_size,
         context_len: file.req_u64(&key("context_length"))? as usize,
         rope_theta: file.opt_f64(&key("rope.freq_base")).unwrap_or(10000.0),
         rope_layout: layout,
-        rms_eps: file.opt_f64(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
-        qk_norm: match arch.as_str() {
-            "qwen3" => QkNorm::PerHead,
-            "olmo2" => QkNorm::AcrossHeads,
-            _ => QkNorm::None,
-        },
-        norm_placement: if arch == "olmo2" { NormPlacement::Post } else { NormPlacement::Pre },
+        rms_eps: file.opt_f64(&key("attention.layer_norm_rms_epsilon")).or_else(|| file.opt_f64(&key("attention.layer_norm_epsilon"))).unwrap_or(1e-5),
+        arch: switches,
     };
     let tokenizer = match &opts.tokenizer {
         Some(_) => None,
@@ -232,9 +230,9 @@ fn load_hf(dir: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Option<T
         Some(_) => None,
         None => Some(Tokenizer::from_json_file(&dir.join("tokenizer.json"))?),
     };
-    let weights = hf::HfWeights::open(dir)?;
+    let weights = hf::HfWeights::open(dir, &model_type, cfg.n_heads)?;
     let mut info = base_info(&ModelSource::HfDir(dir.to_path_buf()), &cfg, model_type);
-    info.tied_embeddings = tied || weights.get("lm_head.weight")?.is_none();
+    info.tied_embeddings = tied || weights.param("output.weight", false)?.is_none();
     info.quantization = "none (safetensors)".into();
     let tied = info.tied_embeddings;
     let mut n_params = 0usize;

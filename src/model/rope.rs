@@ -25,16 +25,19 @@ impl std::fmt::Display for RopeLayout {
     }
 }
 
-/// RoPE for one model: frequency base, head size and layout.
+/// RoPE for one model: frequency base, head size, the leading dimensions of each head that rotate
+/// (all of them, or a fraction: GPT-NeoX/Pythia and Phi rotate 25–50% and pass the rest through)
+/// and layout.
 #[derive(Debug, Clone)]
 pub struct Rope {
     pub theta: f64,
     pub d_head: usize,
+    pub rot_dims: usize,
     pub layout: RopeLayout,
 }
 
 impl Rope {
-    /// cos and sin tables of shape (positions, d_head/2) for the given position ids.
+    /// cos and sin tables of shape (positions, rot_dims/2) for the given position ids.
     /// Angles are computed in f64 and rounded once, so long positions stay accurate.
     pub fn tables(&self, positions: &[usize], device: &Device) -> Result<(Tensor, Tensor)> {
         self.tables_at(&positions.iter().map(|&p| p as f64).collect::<Vec<_>>(), device)
@@ -42,8 +45,8 @@ impl Rope {
 
     /// cos/sin tables for (possibly negative) positions.
     fn tables_at(&self, positions: &[f64], device: &Device) -> Result<(Tensor, Tensor)> {
-        let half = self.d_head / 2;
-        let inv_freq: Vec<f64> = (0..half).map(|i| self.theta.powf(-((2 * i) as f64) / self.d_head as f64)).collect();
+        let half = self.rot_dims / 2;
+        let inv_freq: Vec<f64> = (0..half).map(|i| self.theta.powf(-((2 * i) as f64) / self.rot_dims as f64)).collect();
         let mut cos = Vec::with_capacity(positions.len() * half);
         let mut sin = Vec::with_capacity(positions.len() * half);
         for &p in positions {
@@ -88,6 +91,16 @@ impl Rope {
 
     /// Rotates `x` of shape (heads, positions, d_head) (contiguous) by the given tables.
     pub fn apply(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        if self.rot_dims < self.d_head {
+            let rotated = self.apply_all(&x.narrow(2, 0, self.rot_dims)?.contiguous()?, cos, sin)?;
+            let passed = x.narrow(2, self.rot_dims, self.d_head - self.rot_dims)?;
+            return Ok(Tensor::cat(&[&rotated, &passed], 2)?);
+        }
+        self.apply_all(x, cos, sin)
+    }
+
+    /// Rotates every dimension of `x` (the last one the tables' width × 2).
+    fn apply_all(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
         let x4 = x.unsqueeze(0)?;
         let out = match self.layout {
             RopeLayout::Interleaved => candle_nn::rotary_emb::rope_i(&x4, cos, sin)?,
@@ -127,7 +140,7 @@ mod tests {
     use super::*;
 
     fn rotate(layout: RopeLayout, x: Vec<f32>, pos: usize) -> Vec<f32> {
-        let rope = Rope { theta: 10000.0, d_head: 4, layout };
+        let rope = Rope { theta: 10000.0, d_head: 4, rot_dims: 4, layout };
         let (c, s) = rope.tables(&[pos], &Device::Cpu).unwrap();
         let t = Tensor::from_vec(x, (1, 1, 4), &Device::Cpu).unwrap();
         rope.apply(&t, &c, &s).unwrap().flatten_all().unwrap().to_vec1().unwrap()
@@ -154,7 +167,7 @@ mod tests {
 
     #[test]
     fn cached_tables_rotate_like_fresh_ones() {
-        let rope = Rope { theta: 10000.0, d_head: 4, layout: RopeLayout::Interleaved };
+        let rope = Rope { theta: 10000.0, d_head: 4, rot_dims: 4, layout: RopeLayout::Interleaved };
         let x = Tensor::from_vec((0..12).map(|v| v as f32 * 0.1).collect::<Vec<_>>(), (1, 3, 4), &Device::Cpu).unwrap();
         let mut table = RopeTable::empty(4).unwrap();
         for positions in [vec![0, 1, 2], vec![5, 9, 200]] {

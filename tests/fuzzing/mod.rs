@@ -280,7 +280,11 @@ pub fn targets() -> Option<Vec<Target>> {
             },
         },
         Target { name: "safetensors", file: "model.safetensors", seeds: vec![weights], run: |dir, _| {
-            let Ok(w) = HfWeights::open(dir) else { return false };
+            // GPT-NeoX's weight map reorders a fused q|k|v: both maps read the same bytes.
+            if let Ok(neox) = HfWeights::open(dir, "gpt_neox", 4) {
+                let _ = neox.param("blk.0.attn_qkv.weight", false);
+            }
+            let Ok(w) = HfWeights::open(dir, "llama", 4) else { return false };
             let _ = w.get("model.embed_tokens.weight");
             w.param("token_embd.weight", true).is_ok()
         } },

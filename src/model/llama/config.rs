@@ -25,12 +25,30 @@ pub struct LlamaConfig {
     pub rope_theta: f64,
     pub rope_layout: RopeLayout,
     pub rms_eps: f64,
-    /// RMSNorm of queries and keys before RoPE (the blocks carry `attn_q_norm` / `attn_k_norm`).
+    /// Where the family departs from Llama (all off: Llama).
     #[serde(default)]
-    pub qk_norm: QkNorm,
-    /// Where each block normalises around its attention and MLP.
-    #[serde(default)]
-    pub norm_placement: NormPlacement,
+    pub arch: ArchSwitches,
+}
+
+/// The normalisation a family uses everywhere (blocks and the final norm).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormKind {
+    #[default]
+    Rms,
+    /// (x − mean) / √(var + ε) · w + b.
+    Layer,
+}
+
+/// The feed-forward block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MlpKind {
+    /// down(silu(gate(x)) · up(x)): Llama, Qwen, OLMo.
+    #[default]
+    SwiGlu,
+    /// down(gelu(up(x) + b) + b) with the exact (erf) GELU: GPT-NeoX.
+    Gelu,
 }
 
 /// How a family normalises queries and keys before RoPE.
@@ -58,6 +76,38 @@ pub enum NormPlacement {
     Post,
 }
 
+/// The switches that make the one decoder another family (TransformerLens-style: one
+/// configurable model, a weight map per family). `Default` is Llama.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct ArchSwitches {
+    /// RMSNorm of queries and keys before RoPE (the blocks carry `attn_q_norm` / `attn_k_norm`).
+    pub qk_norm: QkNorm,
+    /// Where each block normalises around its attention and MLP.
+    pub norm_placement: NormPlacement,
+    /// RMSNorm, or LayerNorm with a bias (GPT-NeoX, GPT-2, Phi).
+    pub norm: NormKind,
+    /// The feed-forward block.
+    pub mlp: MlpKind,
+    /// Leading dimensions of each head that RoPE rotates (`None`: all of them).
+    pub rotary_dims: Option<usize>,
+    /// Attention and MLP both read the block's input and add to it together
+    /// (x + attn(ln1(x)) + mlp(ln2(x)): GPT-NeoX); `hook_resid_mid` is then x + attn, which the
+    /// MLP does not read.
+    pub parallel_residual: bool,
+}
+
+/// The switches of a family by its name (HF `model_type` or GGUF `general.architecture`, which
+/// agree for these families); shape-dependent ones (rotary dims) are set by the loader.
+pub fn switches(family: &str) -> ArchSwitches {
+    let llama = ArchSwitches::default();
+    match family {
+        "qwen3" => ArchSwitches { qk_norm: QkNorm::PerHead, ..llama },
+        "olmo2" => ArchSwitches { qk_norm: QkNorm::AcrossHeads, norm_placement: NormPlacement::Post, ..llama },
+        "gpt_neox" | "gptneox" => ArchSwitches { norm: NormKind::Layer, mlp: MlpKind::Gelu, parallel_residual: true, ..llama },
+        _ => llama,
+    }
+}
+
 impl LlamaConfig {
     /// Checks the numbers are usable before any tensor is read.
     pub fn validate(&self, source: &std::path::Path) -> Result<()> {
@@ -80,6 +130,9 @@ impl LlamaConfig {
         }
         if !self.d_head.is_multiple_of(2) {
             return Err(bad(format!("head size {} is odd (RoPE needs pairs)", self.d_head)));
+        }
+        if let Some(r) = self.arch.rotary_dims.filter(|&r| r == 0 || r > self.d_head || !r.is_multiple_of(2)) {
+            return Err(bad(format!("{r} rotary dimensions for a head of {} (RoPE needs an even count up to the head size)", self.d_head)));
         }
         if !(self.rope_theta > 0.0 && self.rms_eps >= 0.0) {
             return Err(bad(format!("rope theta {} / rms eps {}", self.rope_theta, self.rms_eps)));

@@ -3,6 +3,7 @@
 //! full T×T pattern), SwiGLU, RoPE in the weights' own layout, tied or untied output.
 
 pub mod attention;
+mod block;
 pub mod config;
 pub mod kv;
 pub mod linear;
@@ -11,38 +12,26 @@ use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
 use attention::{Attend, Seq, SeqAttention, ATTENTION_BLOCK_BYTES};
-pub use config::{LlamaConfig, NormPlacement, Param, QkNorm};
+pub use config::{switches, ArchSwitches, LlamaConfig, MlpKind, NormKind, NormPlacement, Param, QkNorm};
 pub use kv::{KeyMask, KvCache, KvStore};
-use linear::{Linear, LinearWeight, Projection};
+use block::{Block, Norm};
+use linear::{Linear, LinearWeight};
 use crate::error::{Error, Result};
 use crate::model::hook::HookPoint;
 use crate::model::rope::Rope;
 use crate::model::scoring::{streamed_nll, token_nll, HeadWeight};
 use crate::model::sink::{CaptureSink, NoCapture};
-use crate::numerics::kernels::swiglu;
 use crate::numerics::tensor::with_f32;
 
 /// Logit rows materialised at once when a quantized head cannot be streamed.
 const LOGIT_ROWS: usize = 128;
-
-struct Block {
-    /// RMSNorm weights before attention and MLP (pre-norm families) or after them (post-norm).
-    attn_norm: Tensor,
-    qkv: Projection,
-    /// RMSNorm weights of queries and keys ([`LlamaConfig::qk_norm`]).
-    qk_norm: Option<(Tensor, Tensor)>,
-    o_proj: Linear,
-    ffn_norm: Tensor,
-    gate_up: Projection,
-    down: Linear,
-}
 
 /// A loaded Llama-family model.
 pub struct Llama {
     pub cfg: LlamaConfig,
     embed: Tensor,
     blocks: Vec<Block>,
-    final_norm: Tensor,
+    final_norm: Norm,
     lm_head: Linear,
     rope: Rope,
     attention_block_bytes: usize,
@@ -56,62 +45,21 @@ impl Llama {
     /// Builds the model from a weight source, checking every shape against `cfg`.
     pub fn load(cfg: LlamaConfig, source_path: &std::path::Path, get: &mut ParamSource<'_>) -> Result<Self> {
         cfg.validate(source_path)?;
-        let (d, dh, h, kv, ff) = (cfg.d_model, cfg.d_head, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff);
+        let d = cfg.d_model;
         let embed_param = take_req(get, source_path, "token_embd.weight", &[cfg.vocab_size, d])?;
-        let mut blocks = Vec::with_capacity(cfg.n_layers);
-        for l in 0..cfg.n_layers {
-            let n = |s: &str| format!("blk.{l}.{s}");
-            let (attn_norm_name, ffn_norm_name) = match cfg.norm_placement {
-                NormPlacement::Pre => ("attn_norm.weight", "ffn_norm.weight"),
-                NormPlacement::Post => ("attn_post_norm.weight", "ffn_post_norm.weight"),
-            };
-            let attn_norm = take_req(get, source_path, &n(attn_norm_name), &[d])?.dequantize()?;
-            let q = take_req(get, source_path, &n("attn_q.weight"), &[h * dh, d])?;
-            let k = take_req(get, source_path, &n("attn_k.weight"), &[kv * dh, d])?;
-            let v = take_req(get, source_path, &n("attn_v.weight"), &[kv * dh, d])?;
-            let o = take_req(get, source_path, &n("attn_output.weight"), &[d, h * dh])?;
-            let ffn_norm = take_req(get, source_path, &n(ffn_norm_name), &[d])?.dequantize()?;
-            let gate = take_req(get, source_path, &n("ffn_gate.weight"), &[ff, d])?;
-            let up = take_req(get, source_path, &n("ffn_up.weight"), &[ff, d])?;
-            let down = take_req(get, source_path, &n("ffn_down.weight"), &[d, ff])?;
-            // Qwen2-style q/k/v biases are optional.
-            let mut bias = |name: &str, width: usize| -> Result<Option<Tensor>> {
-                take_opt(get, source_path, &n(name), &[width])?.map(|p| p.dequantize()).transpose()
-            };
-            let (qb, kb, vb) = (bias("attn_q.bias", h * dh)?, bias("attn_k.bias", kv * dh)?, bias("attn_v.bias", kv * dh)?);
-            let qk_widths = match cfg.qk_norm {
-                QkNorm::None => None,
-                QkNorm::PerHead => Some((dh, dh)),
-                QkNorm::AcrossHeads => Some((h * dh, kv * dh)),
-            };
-            let qk_norm = match qk_widths {
-                Some((qw, kw)) => {
-                    let q_norm = take_req(get, source_path, &n("attn_q_norm.weight"), &[qw])?.dequantize()?;
-                    Some((q_norm, take_req(get, source_path, &n("attn_k_norm.weight"), &[kw])?.dequantize()?))
-                }
-                None => None,
-            };
-            blocks.push(Block {
-                attn_norm,
-                qkv: Projection::new(vec![(q, qb), (k, kb), (v, vb)])?,
-                qk_norm,
-                o_proj: Linear::new(o, None)?,
-                ffn_norm,
-                gate_up: Projection::new(vec![(gate, None), (up, None)])?,
-                down: Linear::new(down, None)?,
-            });
-        }
-        let final_norm = take_req(get, source_path, "output_norm.weight", &[d])?.dequantize()?;
+        let blocks = (0..cfg.n_layers).map(|l| Block::load(&cfg, l, source_path, get)).collect::<Result<Vec<_>>>()?;
+        let final_norm = Norm::load(&cfg, source_path, get, "output_norm", d)?;
         let embed = embed_param.dequantize()?;
+        let lm_bias = take_opt(get, source_path, "output.bias", &[cfg.vocab_size])?.map(|p| p.dequantize()).transpose()?;
         let lm_head = match take_opt(get, source_path, "output.weight", &[cfg.vocab_size, d])? {
-            Some(p) => Linear::new(p, None)?,
+            Some(p) => Linear::new(p, lm_bias)?,
             // Tied embeddings: the output head is the embedding matrix itself.
             None => match embed_param {
                 Param::Quant(q) => Linear::new(Param::Quant(q), None)?,
                 Param::Dense(_) => Linear::shared(embed.clone()),
             },
         };
-        let rope = Rope { theta: cfg.rope_theta, d_head: cfg.d_head, layout: cfg.rope_layout };
+        let rope = Rope { theta: cfg.rope_theta, d_head: cfg.d_head, rot_dims: cfg.arch.rotary_dims.unwrap_or(cfg.d_head), layout: cfg.rope_layout };
         Ok(Llama { cfg, embed, blocks, final_norm, lm_head, rope, attention_block_bytes: ATTENTION_BLOCK_BYTES })
     }
 
@@ -198,19 +146,20 @@ impl Llama {
         let (h, kvh, dh) = (self.cfg.n_heads, self.cfg.n_kv_heads, self.cfg.d_head);
         for (l, block) in self.blocks.iter().enumerate().skip(first_layer) {
             emit(sink, HookPoint::ResidPre(l), &rows, &x)?;
-            let pre_norm = self.cfg.norm_placement == NormPlacement::Pre;
-            let xn = if pre_norm { candle_nn::ops::rms_norm(&x, &block.attn_norm, eps)? } else { x.clone() };
+            let norm = |n: &Option<Norm>, x: &Tensor| -> Result<Tensor> { n.as_ref().map_or_else(|| Ok(x.clone()), |n| n.forward(x, eps)) };
+            let block_in = x.clone();
+            let xn = norm(&block.attn_in, &x)?;
             let qkv = block.qkv.forward(&xn)?;
             let (nq, nkv) = (h * dh, kvh * dh);
             let (mut q, mut k) = (qkv.narrow(1, 0, nq)?, qkv.narrow(1, nq, nkv)?);
             // Queries and keys normalised before RoPE (hook_q / hook_k see them normalised).
-            if let (Some((q_norm, k_norm)), QkNorm::AcrossHeads) = (&block.qk_norm, self.cfg.qk_norm) {
+            if let (Some((q_norm, k_norm)), QkNorm::AcrossHeads) = (&block.qk_norm, self.cfg.arch.qk_norm) {
                 q = candle_nn::ops::rms_norm(&q.contiguous()?, q_norm, eps)?;
                 k = candle_nn::ops::rms_norm(&k.contiguous()?, k_norm, eps)?;
             }
             let mut q = q.reshape((total, h, dh))?;
             let mut k = k.reshape((total, kvh, dh))?;
-            if let (Some((q_norm, k_norm)), QkNorm::PerHead) = (&block.qk_norm, self.cfg.qk_norm) {
+            if let (Some((q_norm, k_norm)), QkNorm::PerHead) = (&block.qk_norm, self.cfg.arch.qk_norm) {
                 q = candle_nn::ops::rms_norm(&q.contiguous()?, q_norm, eps)?;
                 k = candle_nn::ops::rms_norm(&k.contiguous()?, k_norm, eps)?;
             }
@@ -219,25 +168,19 @@ impl Llama {
             emit(sink, HookPoint::K(l), &rows, &k)?;
             emit(sink, HookPoint::V(l), &rows, &v)?;
             let attn = attend.attend(&self.rope, l, &q, &k, &v, sink)?;
-            let mut attn_out = block.o_proj.forward(&attn)?;
-            if !pre_norm {
-                attn_out = candle_nn::ops::rms_norm(&attn_out, &block.attn_norm, eps)?;
-            }
+            let attn_out = norm(&block.attn_out, &block.o_proj.forward(&attn)?)?;
             emit(sink, HookPoint::AttnOut(l), &rows, &attn_out)?;
             x = (x + attn_out)?;
             emit(sink, HookPoint::ResidMid(l), &rows, &x)?;
-            let xn = if pre_norm { candle_nn::ops::rms_norm(&x, &block.ffn_norm, eps)? } else { x.clone() };
-            let act = swiglu(&block.gate_up.forward(&xn)?)?;
+            // Under a parallel residual the MLP reads the block's input, not x + attn.
+            let xn = norm(&block.mlp_in, if self.cfg.arch.parallel_residual { &block_in } else { &x })?;
+            let (act, mlp_out) = block.mlp.forward(&xn)?;
             emit(sink, HookPoint::MlpPost(l), &rows, &act)?;
-            let mut mlp_out = block.down.forward(&act)?;
-            if !pre_norm {
-                mlp_out = candle_nn::ops::rms_norm(&mlp_out, &block.ffn_norm, eps)?;
-            }
-            x = (x + mlp_out)?;
+            x = (x + norm(&block.mlp_out, &mlp_out)?)?;
             emit(sink, HookPoint::ResidPost(l), &rows, &x)?;
         }
         attend.finish();
-        let out = candle_nn::ops::rms_norm(&x, &self.final_norm, eps)?;
+        let out = self.final_norm.forward(&x, eps)?;
         emit(sink, HookPoint::LnFinal, &rows, &out)?;
         Ok(out)
     }

@@ -1,0 +1,125 @@
+//! One decoder block's weights as the family's switches lay them out: its norms (RMSNorm or
+//! LayerNorm, before and/or after each sublayer), the q|k|v projection (separate or fused in the
+//! file), the optional q/k norms, the output projection and the MLP (SwiGLU or GELU).
+
+use candle_core::Tensor;
+
+use super::config::{LlamaConfig, MlpKind, NormKind, NormPlacement, Param, QkNorm};
+use super::linear::{Linear, Projection};
+use super::{take_opt, take_req, ParamSource};
+use crate::error::Result;
+use crate::numerics::kernels::swiglu;
+
+/// A norm's weight, and its bias for LayerNorm.
+pub(crate) struct Norm {
+    weight: Tensor,
+    bias: Option<Tensor>,
+}
+
+impl Norm {
+    /// Reads `{name}.weight` (and `{name}.bias` for LayerNorm) of width `d`.
+    pub(crate) fn load(cfg: &LlamaConfig, path: &std::path::Path, get: &mut ParamSource<'_>, name: &str, d: usize) -> Result<Norm> {
+        let weight = take_req(get, path, &format!("{name}.weight"), &[d])?.dequantize()?;
+        let bias = match cfg.arch.norm {
+            NormKind::Rms => None,
+            NormKind::Layer => Some(take_req(get, path, &format!("{name}.bias"), &[d])?.dequantize()?),
+        };
+        Ok(Norm { weight, bias })
+    }
+
+    pub(crate) fn forward(&self, x: &Tensor, eps: f32) -> Result<Tensor> {
+        let x = x.contiguous()?;
+        Ok(match &self.bias {
+            None => candle_nn::ops::rms_norm(&x, &self.weight, eps)?,
+            Some(b) => candle_nn::ops::layer_norm(&x, &self.weight, b, eps)?,
+        })
+    }
+}
+
+/// The feed-forward block.
+pub(crate) enum Mlp {
+    SwiGlu { gate_up: Projection, down: Linear },
+    Gelu { up: Linear, down: Linear },
+}
+
+impl Mlp {
+    /// The activation (what `hook_mlp_post` records) and the block's output.
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
+        let act = match self {
+            Mlp::SwiGlu { gate_up, .. } => swiglu(&gate_up.forward(x)?)?,
+            Mlp::Gelu { up, .. } => up.forward(x)?.gelu_erf()?,
+        };
+        let out = match self {
+            Mlp::SwiGlu { down, .. } | Mlp::Gelu { down, .. } => down.forward(&act)?,
+        };
+        Ok((act, out))
+    }
+}
+
+pub(crate) struct Block {
+    /// Norms of the attention's input and output, and of the MLP's (which exist depends on
+    /// [`NormPlacement`]).
+    pub(crate) attn_in: Option<Norm>,
+    pub(crate) attn_out: Option<Norm>,
+    pub(crate) mlp_in: Option<Norm>,
+    pub(crate) mlp_out: Option<Norm>,
+    pub(crate) qkv: Projection,
+    /// RMSNorm weights of queries and keys ([`QkNorm`]).
+    pub(crate) qk_norm: Option<(Tensor, Tensor)>,
+    pub(crate) o_proj: Linear,
+    pub(crate) mlp: Mlp,
+}
+
+impl Block {
+    /// Reads layer `l`'s weights under their GGUF-style names, checking every shape.
+    pub(crate) fn load(cfg: &LlamaConfig, l: usize, path: &std::path::Path, get: &mut ParamSource<'_>) -> Result<Block> {
+        let (d, dh, h, kv, ff) = (cfg.d_model, cfg.d_head, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff);
+        let n = |s: &str| format!("blk.{l}.{s}");
+        let (attn_in, attn_out, mlp_in, mlp_out) = match cfg.arch.norm_placement {
+            NormPlacement::Pre => (Some(Norm::load(cfg, path, get, &n("attn_norm"), d)?), None, Some(Norm::load(cfg, path, get, &n("ffn_norm"), d)?), None),
+            NormPlacement::Post => (None, Some(Norm::load(cfg, path, get, &n("attn_post_norm"), d)?), None, Some(Norm::load(cfg, path, get, &n("ffn_post_norm"), d)?)),
+        };
+        let mut bias = |name: &str, width: usize| -> Result<Option<Tensor>> { take_opt(get, path, &n(name), &[width])?.map(|p| p.dequantize()).transpose() };
+        let qkv_biases = (bias("attn_q.bias", h * dh)?, bias("attn_k.bias", kv * dh)?, bias("attn_v.bias", kv * dh)?, bias("attn_qkv.bias", (h + 2 * kv) * dh)?);
+        let (o_bias, up_bias, down_bias) = (bias("attn_output.bias", d)?, bias("ffn_up.bias", ff)?, bias("ffn_down.bias", d)?);
+        let qkv = match take_opt(get, path, &n("attn_qkv.weight"), &[(h + 2 * kv) * dh, d])? {
+            // One fused matrix in the file (GPT-NeoX, Phi, GPT-2), rows q | k | v.
+            Some(fused) => {
+                let w = fused.dequantize()?;
+                let split = |t: &Tensor, from: usize, len: usize| -> Result<Tensor> { Ok(t.narrow(0, from, len)?.contiguous()?) };
+                let b = qkv_biases.3.as_ref();
+                let part = |from: usize, len: usize| -> Result<(Param, Option<Tensor>)> { Ok((Param::Dense(split(&w, from, len)?), b.map(|b| split(b, from, len)).transpose()?)) };
+                Projection::new(vec![part(0, h * dh)?, part(h * dh, kv * dh)?, part((h + kv) * dh, kv * dh)?])?
+            }
+            None => {
+                let q = take_req(get, path, &n("attn_q.weight"), &[h * dh, d])?;
+                let k = take_req(get, path, &n("attn_k.weight"), &[kv * dh, d])?;
+                let v = take_req(get, path, &n("attn_v.weight"), &[kv * dh, d])?;
+                Projection::new(vec![(q, qkv_biases.0), (k, qkv_biases.1), (v, qkv_biases.2)])?
+            }
+        };
+        let qk_widths = match cfg.arch.qk_norm {
+            QkNorm::None => None,
+            QkNorm::PerHead => Some((dh, dh)),
+            QkNorm::AcrossHeads => Some((h * dh, kv * dh)),
+        };
+        let qk_norm = match qk_widths {
+            Some((qw, kw)) => {
+                let q_norm = take_req(get, path, &n("attn_q_norm.weight"), &[qw])?.dequantize()?;
+                Some((q_norm, take_req(get, path, &n("attn_k_norm.weight"), &[kw])?.dequantize()?))
+            }
+            None => None,
+        };
+        let o_proj = Linear::new(take_req(get, path, &n("attn_output.weight"), &[d, h * dh])?, o_bias)?;
+        let down = Linear::new(take_req(get, path, &n("ffn_down.weight"), &[d, ff])?, down_bias)?;
+        let mlp = match cfg.arch.mlp {
+            MlpKind::SwiGlu => {
+                let gate = take_req(get, path, &n("ffn_gate.weight"), &[ff, d])?;
+                let up = take_req(get, path, &n("ffn_up.weight"), &[ff, d])?;
+                Mlp::SwiGlu { gate_up: Projection::new(vec![(gate, None), (up, up_bias)])?, down }
+            }
+            MlpKind::Gelu => Mlp::Gelu { up: Linear::new(take_req(get, path, &n("ffn_up.weight"), &[ff, d])?, up_bias)?, down },
+        };
+        Ok(Block { attn_in, attn_out, mlp_in, mlp_out, qkv, qk_norm, o_proj, mlp })
+    }
+}
