@@ -4,9 +4,8 @@
 
 use candle_core::Tensor;
 
-use super::config::{LlamaConfig, MlpKind, NormKind, NormPlacement, Param, QkNorm};
+use super::config::{take_opt, take_req, LlamaConfig, MlpKind, NormKind, NormPlacement, Param, ParamSource, QkNorm};
 use super::linear::{Linear, Projection};
-use super::{take_opt, take_req, ParamSource};
 use crate::error::Result;
 use crate::numerics::kernels::swiglu;
 

@@ -162,3 +162,34 @@ impl Param {
         })
     }
 }
+
+/// Fetches a weight by its GGUF-style name (`token_embd.weight`, `blk.3.attn_q.weight`, …);
+/// `None` when the file has no such tensor.
+pub type ParamSource<'a> = dyn FnMut(&str) -> Result<Option<Param>> + 'a;
+
+/// Fetches a required weight and checks its shape.
+pub(crate) fn take_req(get: &mut ParamSource<'_>, path: &std::path::Path, name: &str, shape: &[usize]) -> Result<Param> {
+    take_opt(get, path, name, shape)?
+        .ok_or_else(|| Error::file(path, format!("tensor {name} is missing; the file is incomplete or not a Llama-family model")))
+}
+
+/// Fetches an optional weight and checks its shape.
+pub(crate) fn take_opt(get: &mut ParamSource<'_>, path: &std::path::Path, name: &str, shape: &[usize]) -> Result<Option<Param>> {
+    match get(name)? {
+        Some(p) => {
+            check_shape(path, name, &p.shape(), shape)?;
+            Ok(Some(p))
+        }
+        None => Ok(None),
+    }
+}
+
+fn check_shape(path: &std::path::Path, name: &str, got: &[usize], want: &[usize]) -> Result<()> {
+    if got != want {
+        return Err(Error::file(
+            path,
+            format!("tensor {name} has shape {got:?} but the model configuration implies {want:?}; the file's metadata and weights disagree"),
+        ));
+    }
+    Ok(())
+}

@@ -12,7 +12,8 @@ use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
 use attention::{Attend, Seq, SeqAttention, ATTENTION_BLOCK_BYTES};
-pub use config::{switches, ArchSwitches, LlamaConfig, MlpKind, NormKind, NormPlacement, Param, QkNorm};
+pub use config::{switches, ArchSwitches, LlamaConfig, MlpKind, NormKind, NormPlacement, Param, ParamSource, QkNorm};
+use config::{take_opt, take_req};
 pub use kv::{KeyMask, KvCache, KvStore};
 use block::{Block, Norm};
 use linear::{Linear, LinearWeight};
@@ -37,9 +38,6 @@ pub struct Llama {
     attention_block_bytes: usize,
 }
 
-/// Fetches a weight by its GGUF-style name (`token_embd.weight`, `blk.3.attn_q.weight`, …);
-/// `None` when the file has no such tensor.
-pub type ParamSource<'a> = dyn FnMut(&str) -> Result<Option<Param>> + 'a;
 
 impl Llama {
     /// Builds the model from a weight source, checking every shape against `cfg`.
@@ -253,33 +251,6 @@ fn emit(sink: &mut dyn CaptureSink, hook: HookPoint, rows: &std::ops::Range<usiz
     if sink.wants(&hook) {
         let value = if value.is_contiguous() { value.clone() } else { value.contiguous()? };
         sink.record(&hook, rows.clone(), &value)?;
-    }
-    Ok(())
-}
-
-/// Fetches a required weight and checks its shape.
-fn take_req(get: &mut ParamSource<'_>, path: &std::path::Path, name: &str, shape: &[usize]) -> Result<Param> {
-    take_opt(get, path, name, shape)?
-        .ok_or_else(|| Error::file(path, format!("tensor {name} is missing; the file is incomplete or not a Llama-family model")))
-}
-
-/// Fetches an optional weight and checks its shape.
-fn take_opt(get: &mut ParamSource<'_>, path: &std::path::Path, name: &str, shape: &[usize]) -> Result<Option<Param>> {
-    match get(name)? {
-        Some(p) => {
-            check_shape(path, name, &p.shape(), shape)?;
-            Ok(Some(p))
-        }
-        None => Ok(None),
-    }
-}
-
-fn check_shape(path: &std::path::Path, name: &str, got: &[usize], want: &[usize]) -> Result<()> {
-    if got != want {
-        return Err(Error::file(
-            path,
-            format!("tensor {name} has shape {got:?} but the model configuration implies {want:?}; the file's metadata and weights disagree"),
-        ));
     }
     Ok(())
 }
