@@ -1,5 +1,6 @@
-//! What a Llama-family model is made of, as loaders hand it over: the configuration (checked
-//! before any tensor is read) and each weight, plain f32 or still quantized.
+//! What a model is made of, as loaders hand it over: the configuration (shapes, numerics and the
+//! family's switches, checked before any tensor is read) and each weight, plain f32 or still
+//! quantized, fetched by name with its shape checked.
 
 use std::sync::Arc;
 
