@@ -76,7 +76,7 @@ impl Block {
         let n = |s: &str| format!("blk.{l}.{s}");
         let (attn_in, attn_out, mlp_in, mlp_out) = match cfg.arch.norm_placement {
             NormPlacement::Pre => (Some(Norm::load(cfg, path, get, &n("attn_norm"), d)?), None, Some(Norm::load(cfg, path, get, &n("ffn_norm"), d)?), None),
-            NormPlacement::Post => (None, Some(Norm::load(cfg, path, get, &n("attn_post_norm"), d)?), None, Some(Norm::load(cfg, path, get, &n("ffn_post_norm"), d)?)),
+            NormPlacement::Post => (None, Some(Norm::load(cfg, path, get, &n("post_attention_norm"), d)?), None, Some(Norm::load(cfg, path, get, &n("post_ffw_norm"), d)?)),
         };
         let mut bias = |name: &str, width: usize| -> Result<Option<Tensor>> { take_opt(get, path, &n(name), &[width])?.map(|p| p.dequantize()).transpose() };
         let qkv_biases = (bias("attn_q.bias", h * dh)?, bias("attn_k.bias", kv * dh)?, bias("attn_v.bias", kv * dh)?, bias("attn_qkv.bias", (h + 2 * kv) * dh)?);

@@ -73,7 +73,7 @@ pub enum NormPlacement {
     #[default]
     Pre,
     /// Normalise each sublayer's output before it joins the residual stream
-    /// (`attn_post_norm`, `ffn_post_norm`), inputs left as they are: OLMo 2.
+    /// (`post_attention_norm`, `post_ffw_norm`), inputs left as they are: OLMo 2.
     Post,
 }
 
