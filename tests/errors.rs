@@ -168,7 +168,7 @@ fn an_inconsistent_tokenizer_json_is_an_error_not_a_panic() {
 /// attention over a 64-token text would be another model (before this check, a Mistral config
 /// with `sliding_window` = 24 loaded and gave patterns off by up to 1.0 from HF's).
 #[test]
-fn a_sliding_window_is_refused_not_ignored() {
+fn a_sliding_window_is_computed_or_refused_never_ignored() {
     let Some(dir) = hf_copy("window") else { return };
     let cfg_path = dir.join("config.json");
     let original: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
@@ -177,13 +177,26 @@ fn a_sliding_window_is_refused_not_ignored() {
         f(&mut c);
         std::fs::write(&cfg_path, c.to_string()).unwrap();
     };
+    // Mistral's window is computed (tests/architectures.rs checks it against transformers); the
+    // KV-cache simulator, which does not model it, refuses instead of ignoring it.
     with(&|c| {
         c["model_type"] = "mistral".into();
         c["sliding_window"] = 24.into();
     });
-    let e = fails(&["capture", "-m", s(&dir), "-p", "Once upon a time there was a little girl.", "-o", s(&dir.join("out"))]);
+    let text = "tests/fixtures/texts/tinystories.txt";
+    let out = common::sinkscope(&["capture", "-m", s(&dir), "-f", text, "--max-tokens", "64", "-o", s(&dir.join("out"))]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let e = fails(&["stream", "-m", s(&dir), "-f", text, "--tokens", "100", "--cache", "32", "--policy", "window"]);
+    assert!(e.contains("sliding window of 24 keys") && e.contains("stream/recommend"), "{e}");
+    // Qwen2's window (from max_window_layers on) is refused outright.
+    with(&|c| {
+        c["model_type"] = "qwen2".into();
+        c["sliding_window"] = 24.into();
+        c["use_sliding_window"] = true.into();
+    });
+    let e = fails(&["capture", "-m", s(&dir), "-p", "Once upon a time there was a little girl.", "-o", s(&dir.join("out2"))]);
     assert!(e.contains("sliding_window = 24") && e.contains("config.json"), "{e}");
-    assert!(!dir.join("out").exists(), "nothing written");
+    assert!(!dir.join("out2").exists(), "nothing written");
     // No window, a window no shorter than the context, or Qwen2's switched off: loaded as before.
     for f in [
         &(|c: &mut serde_json::Value| c["sliding_window"] = serde_json::Value::Null) as &dyn Fn(&mut serde_json::Value),
@@ -198,7 +211,7 @@ fn a_sliding_window_is_refused_not_ignored() {
             c["model_type"] = "mistral".into();
             f(c);
         });
-        let out = common::sinkscope(&["info", s(&dir)]);
+        let out = common::sinkscope(&["stream", "-m", s(&dir), "-f", text, "--tokens", "100", "--cache", "32", "--policy", "window"]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
 }

@@ -86,6 +86,12 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
     if n < 2 {
         return Err(Error::input("the stream needs at least 2 tokens"));
     }
+    if model.has_sliding_window() {
+        return Err(Error::input(format!(
+            "this model attends through a sliding window of {} keys on some layers; the KV-cache simulator does not model a window the model imposes itself yet, so stream/recommend would report another model's numbers (capture, analyze and generate compute the window)",
+            model.cfg.arch.window.unwrap_or(0)
+        )));
+    }
     let steps = n - 1;
     let every = opts.recompute_every.max(1);
     // The shared prefix: every policy sees the same cache until the smallest budget fills.

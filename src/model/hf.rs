@@ -15,8 +15,9 @@ use crate::error::{Error, IoContext, Result};
 
 /// The `model_type`s whose weights follow the Llama layout (Qwen2 adds q/k/v biases, Qwen3
 /// per-head q/k RMSNorm, OLMo 2 q/k RMSNorm across heads and post-norms instead of pre-norms),
-/// and GPT-NeoX (Pythia: LayerNorm, partial rotary, parallel residual, GELU MLP, fused q|k|v).
-const SUPPORTED: [&str; 7] = ["gpt_neox", "llama", "mistral", "olmo2", "qwen2", "qwen3", "smollm"];
+/// GPT-NeoX (Pythia: LayerNorm, partial rotary, parallel residual, GELU MLP, fused q|k|v) and
+/// Gemma 3 (sandwich norms stored as w − 1, GeGLU, √d embedding scale, windowed local layers).
+const SUPPORTED: [&str; 9] = ["gemma3", "gemma3_text", "gpt_neox", "llama", "mistral", "olmo2", "qwen2", "qwen3", "smollm"];
 
 pub fn read_config(dir: &Path) -> Result<(LlamaConfig, bool, String)> {
     let path = dir.join("config.json");
@@ -40,29 +41,11 @@ pub fn read_config(dir: &Path) -> Result<(LlamaConfig, bool, String)> {
     }
     let d_model = req("hidden_size")?;
     let n_heads = req("num_attention_heads")?;
-    // A window the model was trained with changes what every long enough query sees; computing
-    // full causal attention instead would be another model (Mistral's `sliding_window`, Qwen2's
-    // when `use_sliding_window` is on).
-    let window = json.get("sliding_window").and_then(Json::as_u64);
-    let window_on = match model_type {
-        "qwen2" | "qwen3" => json.get("use_sliding_window").and_then(Json::as_bool).unwrap_or(false),
-        _ => true,
-    };
-    if let (Some(w), true) = (window, window_on) {
-        let context = req("max_position_embeddings")?;
-        if (w as usize) < context {
-            return Err(Error::file(
-                &path,
-                format!(
-                    "sets sliding_window = {w} (below its context of {context}): its queries never see keys more than {w} back, which sinkscope does not compute yet; \
-                     the numbers would be another model's. Use a model without a sliding window (or, knowing the texts stay under {w} tokens, a copy of config.json with \"sliding_window\": null)"
-                ),
-            ));
-        }
-    }
+    let (window, global_every) = windows(&json, model_type, &path)?;
     let rope_theta = json
         .get("rope_theta")
         .or_else(|| json.pointer("/rope_parameters/rope_theta"))
+        .or_else(|| json.pointer("/rope_parameters/full_attention/rope_theta"))
         .or_else(|| json.get("rotary_emb_base"))
         .and_then(Json::as_f64)
         .unwrap_or(10000.0);
@@ -74,6 +57,16 @@ pub fn read_config(dir: &Path) -> Result<(LlamaConfig, bool, String)> {
     }
     if let Some(parallel) = json.get("use_parallel_residual").and_then(Json::as_bool) {
         arch.parallel_residual = parallel;
+    }
+    (arch.window, arch.global_every) = (window, global_every);
+    arch.rope_local_theta = json.pointer("/rope_parameters/sliding_attention/rope_theta").or_else(|| json.get("rope_local_base_freq")).and_then(Json::as_f64);
+    if let Some(s) = json.get("query_pre_attn_scalar").and_then(Json::as_f64).filter(|&s| s != d_head as f64) {
+        arch.attn_scale = Some(1.0 / s.sqrt());
+    }
+    for cap in ["final_logit_softcapping", "attn_logit_softcapping"] {
+        if json.get(cap).is_some_and(|v| !v.is_null()) {
+            return Err(Error::file(&path, format!("sets {cap}, which sinkscope does not compute yet; the numbers would be another model's")));
+        }
     }
     let eps = json.get("rms_norm_eps").or_else(|| json.get("layer_norm_eps")).or_else(|| json.get("layer_norm_epsilon")).and_then(Json::as_f64);
     let cfg = LlamaConfig {
@@ -92,6 +85,31 @@ pub fn read_config(dir: &Path) -> Result<(LlamaConfig, bool, String)> {
     };
     let tied = json.get("tie_word_embeddings").and_then(Json::as_bool).unwrap_or(false);
     Ok((cfg, tied, model_type.to_owned()))
+}
+
+/// The sliding window a config sets and which layers it applies to: (keys a query sees, every
+/// Nth layer global). Mistral's `sliding_window` covers every layer; Gemma 3 lists each layer's
+/// type; a Qwen2/3 window (`use_sliding_window`, applied from `max_window_layers` on) is refused.
+fn windows(json: &Json, model_type: &str, path: &Path) -> Result<(Option<usize>, Option<usize>)> {
+    let context = json.get("max_position_embeddings").and_then(Json::as_u64).unwrap_or(u64::MAX);
+    let Some(w) = json.get("sliding_window").and_then(Json::as_u64).filter(|&w| w < context) else { return Ok((None, None)) };
+    match model_type {
+        "qwen2" | "qwen3" if json.get("use_sliding_window").and_then(Json::as_bool).unwrap_or(false) => Err(Error::file(
+            path,
+            format!("sets use_sliding_window with sliding_window = {w}: its layers from max_window_layers on never see keys more than {w} back, which sinkscope does not compute for this family yet; the numbers would be another model's"),
+        )),
+        "qwen2" | "qwen3" => Ok((None, None)),
+        "gemma3" | "gemma3_text" => {
+            let types: Vec<&str> = json.get("layer_types").and_then(Json::as_array).map(|a| a.iter().filter_map(Json::as_str).collect()).unwrap_or_default();
+            let every = types.iter().position(|t| *t == "full_attention").map(|i| i + 1);
+            let fits = every.is_some_and(|n| types.iter().enumerate().all(|(l, t)| (*t == "full_attention") == (l + 1).is_multiple_of(n)));
+            if !fits {
+                return Err(Error::file(path, "has layer_types that are not one global layer every N (what Gemma 3 uses); sinkscope cannot place its windows"));
+            }
+            Ok((Some(w as usize), every))
+        }
+        _ => Ok((Some(w as usize), None)),
+    }
 }
 
 /// Memory-mapped safetensors shards of one model.
@@ -156,6 +174,11 @@ impl HfWeights {
             return Ok(None);
         }
         let Some(t) = self.get(&name)? else { return Ok(None) };
+        if self.family.starts_with("gemma") && canonical.ends_with("norm.weight") {
+            // Gemma stores RMSNorm weights as w − 1 (its norm multiplies by 1 + w); the decoder's
+            // norm multiplies by w, as llama.cpp's converter also arranges.
+            return Ok(Some(Param::Dense((t + 1.0)?)));
+        }
         // GPT-NeoX fuses q|k|v per head ((head, q|k|v, d_head) rows); the decoder reads all
         // queries, then all keys, then all values (as llama.cpp's converter reorders them).
         let fused_qkv = self.family == "gpt_neox" && (canonical.ends_with("attn_qkv.weight") || canonical.ends_with("attn_qkv.bias"));
@@ -194,6 +217,8 @@ fn hf_name(family: &str, canonical: &str) -> Option<String> {
     let (layer, tail) = rest.split_once('.')?;
     let mapped = match tail {
         "attn_norm.weight" => "input_layernorm.weight",
+        // Gemma's sandwich: the MLP's input norm has its own name.
+        "ffn_norm.weight" if family.starts_with("gemma") => "pre_feedforward_layernorm.weight",
         "ffn_norm.weight" => "post_attention_layernorm.weight",
         "attn_q.weight" => "self_attn.q_proj.weight",
         "attn_k.weight" => "self_attn.k_proj.weight",

@@ -126,7 +126,7 @@ fn base_info(source: &ModelSource, cfg: &LlamaConfig, architecture: String) -> M
 fn gguf_rope_layout(arch: &str) -> Option<RopeLayout> {
     match arch {
         "llama" | "mistral" => Some(RopeLayout::Interleaved),
-        "qwen2" | "qwen3" | "olmo2" | "gptneox" => Some(RopeLayout::HalfSplit),
+        "qwen2" | "qwen3" | "olmo2" | "gptneox" | "gemma3" => Some(RopeLayout::HalfSplit),
         _ => None,
     }
 }
@@ -135,10 +135,11 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Optio
     let file = gguf::GgufFile::open(path)?;
     let arch = file.architecture()?.to_owned();
     let layout = gguf_rope_layout(&arch).ok_or_else(|| {
-        Error::file(path, format!("unknown architecture '{arch}'; sinkscope supports GGUF models of the architectures llama, mistral, qwen2, qwen3, olmo2 and gptneox"))
+        Error::file(path, format!("unknown architecture '{arch}'; sinkscope supports GGUF models of the architectures llama, mistral, qwen2, qwen3, olmo2, gptneox and gemma3"))
     })?;
-    if let Some(w) = file.get(&format!("{arch}.attention.sliding_window")).and_then(gguf::Value::as_u64) {
-        return Err(Error::file(path, format!("the model attends through a sliding window of {w} keys ({arch}.attention.sliding_window), which sinkscope does not compute yet; the numbers would be another model's")));
+    let window = file.get(&format!("{arch}.attention.sliding_window")).and_then(gguf::Value::as_u64).map(|w| w as usize);
+    if let (Some(w), false) = (window, arch == "gemma3") {
+        return Err(Error::file(path, format!("the model attends through a sliding window of {w} keys ({arch}.attention.sliding_window), which sinkscope computes for gemma3 only so far; the numbers would be another model's")));
     }
     if let Some(kind) = file.get(&format!("{arch}.rope.scaling.type")).and_then(gguf::Value::as_str) {
         if kind != "none" {
@@ -158,6 +159,11 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Optio
     switches.rotary_dims = file.get(&key("rope.dimension_count")).and_then(gguf::Value::as_u64).map(|r| r as usize).filter(|&r| r != d_head);
     if let Some(parallel) = file.get(&key("use_parallel_residual")).and_then(gguf::Value::as_bool) {
         switches.parallel_residual = parallel;
+    }
+    if arch == "gemma3" {
+        // What llama.cpp fixes for this architecture instead of storing it: every 6th layer
+        // global, local layers rotated with base 10,000.
+        (switches.window, switches.global_every, switches.rope_local_theta) = (window, Some(6), Some(10_000.0));
     }
     let cfg = LlamaConfig {
         n_layers: file.req_u64(&key("block_count"))? as usize,

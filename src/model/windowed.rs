@@ -15,9 +15,8 @@ use std::ops::Range;
 use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
-use super::llama::attention::Attend;
+use super::llama::attention::{Attend, LayerAttention};
 use super::llama::Llama;
-use super::rope::Rope;
 use super::sink::{CaptureSink, NoCapture};
 use crate::error::{Error, Result};
 use crate::numerics::kernels::softmax_segments;
@@ -137,7 +136,11 @@ impl Attend for ViewAttention<'_> {
         self.start..self.start + self.views.len()
     }
 
-    fn attend(&mut self, rope: &Rope, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, _sink: &mut dyn CaptureSink) -> Result<Tensor> {
+    fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _sink: &mut dyn CaptureSink) -> Result<Tensor> {
+        if at.window.is_some() || at.local_rope {
+            return Err(Error::Internal("the policy replay does not model sliding-window layers".into()));
+        }
+        let (rope, layer) = (at.rope, at.index);
         let (b, h, dh) = q.dims3()?;
         let kvh = k.dim(1)?;
         let group = h / kvh;

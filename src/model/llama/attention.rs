@@ -12,7 +12,7 @@ use crate::model::hook::HookPoint;
 use crate::model::matmul::gemm_f32;
 use crate::model::rope::Rope;
 use crate::model::sink::CaptureSink;
-use crate::numerics::kernels::softmax_prefix;
+use crate::numerics::kernels::{softmax_prefix, softmax_segments};
 use crate::numerics::tensor::with_f32;
 
 /// Upper bound on one query block's score matrix, so attention memory is independent of T².
@@ -25,13 +25,24 @@ pub(crate) struct Seq<'a> {
     pub(crate) mask: Option<&'a KeyMask>,
 }
 
+/// What one layer's attention needs besides its q, k, v: its RoPE (Gemma 3's windowed layers
+/// rotate with their own base) and its sliding window, if any.
+pub(crate) struct LayerAttention<'r> {
+    pub(crate) index: usize,
+    pub(crate) rope: &'r Rope,
+    /// The layer uses the model's second (local) RoPE.
+    pub(crate) local_rope: bool,
+    /// Keys a query sees at most, its own included.
+    pub(crate) window: Option<usize>,
+}
+
 /// The part of a layer where queries meet keys: given the layer's pre-RoPE q (rows, H, dh) and
 /// k, v (rows, KVH, dh), return the attention output (rows, H·dh). Plain and cached runs
 /// ([`SeqAttention`]) and teacher-forced policy streams (`model::windowed`) differ only here.
 pub(crate) trait Attend {
     /// Positions of the rows, for hooks.
     fn rows(&self) -> std::ops::Range<usize>;
-    fn attend(&mut self, rope: &Rope, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, sink: &mut dyn CaptureSink) -> Result<Tensor>;
+    fn attend(&mut self, layer: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, sink: &mut dyn CaptureSink) -> Result<Tensor>;
     /// Called once every layer has run.
     fn finish(&mut self) {}
 }
@@ -41,6 +52,8 @@ pub(crate) struct SeqAttention<'s, 'a> {
     pub(crate) seqs: &'s mut [Seq<'a>],
     pub(crate) positions: Vec<Vec<usize>>,
     pub(crate) tables: Vec<(Tensor, Tensor)>,
+    /// The same for the local RoPE, when the model has one.
+    pub(crate) local_tables: Option<Vec<(Tensor, Tensor)>>,
     /// Rows per sequence.
     pub(crate) t: usize,
     /// Bytes of one query block's scores at most (see [`attention`]).
@@ -53,12 +66,16 @@ impl Attend for SeqAttention<'_, '_> {
         first..first + self.t
     }
 
-    fn attend(&mut self, rope: &Rope, l: usize, q: &Tensor, k: &Tensor, v: &Tensor, sink: &mut dyn CaptureSink) -> Result<Tensor> {
-        let t = self.t;
+    fn attend(&mut self, layer: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, sink: &mut dyn CaptureSink) -> Result<Tensor> {
+        let (t, l, rope) = (self.t, layer.index, layer.rope);
+        let tables = match (&self.local_tables, layer.local_rope) {
+            (Some(local), true) => local,
+            _ => &self.tables,
+        };
         let mut outs = Vec::with_capacity(self.seqs.len());
         for (s, seq) in self.seqs.iter_mut().enumerate() {
             let part = |x: &Tensor| -> Result<Tensor> { Ok(x.narrow(0, s * t, t)?.transpose(0, 1)?.contiguous()?) };
-            let (cos, sin) = &self.tables[s];
+            let (cos, sin) = &tables[s];
             let q = rope.apply(&part(q)?, cos, sin)?;
             let (k_all, v_all) = match seq.store.as_deref_mut() {
                 Some(store) => store.append(l, &part(k)?, &part(v)?, rope, &self.positions[s])?,
@@ -66,7 +83,7 @@ impl Attend for SeqAttention<'_, '_> {
             };
             let past = k_all.dim(1)? - t;
             let layer_mask = seq.mask.filter(|m| m.layer == l);
-            outs.push(attention(self.block_bytes, l, &q, &k_all, &v_all, past, sink, layer_mask)?);
+            outs.push(attention(self.block_bytes, l, &q, &k_all, &v_all, past, sink, layer_mask, layer.window)?);
         }
         Ok(if outs.len() == 1 { outs.swap_remove(0) } else { Tensor::cat(&outs, 0)? })
     }
@@ -80,12 +97,23 @@ impl Attend for SeqAttention<'_, '_> {
     }
 }
 
-/// Causal softmax attention for q (H, T, dh) against all visible keys k/v (KVH, past+T, dh),
+/// Causal softmax attention for q (H, T, dh) against all visible keys k/v (KVH, past+T, dh) —
+/// with a `window`, each query sees only the last `window` keys, its own included —
 /// one block of query rows at a time; within a block every head runs as its own task
 /// (scores, mask and softmax while its rows are in cache, then A·V straight into its columns
 /// of the output). Returns (T, H·dh).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn attention(block_bytes: usize, layer: usize, q: &Tensor, k: &Tensor, v: &Tensor, past: usize, sink: &mut dyn CaptureSink, mask: Option<&KeyMask>) -> Result<Tensor> {
+pub(crate) fn attention(
+    block_bytes: usize,
+    layer: usize,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    past: usize,
+    sink: &mut dyn CaptureSink,
+    mask: Option<&KeyMask>,
+    window: Option<usize>,
+) -> Result<Tensor> {
     let (h, t, dh) = q.dims3()?;
     let kvh = k.dim(0)?;
     let group = h / kvh;
@@ -119,9 +147,12 @@ pub(crate) fn attention(block_bytes: usize, layer: usize, q: &Tensor, k: &Tensor
                         unsafe { gemm_f32(b, visible, dh, (s.as_mut_ptr(), visible, 1), (qh.as_ptr(), dh, 1), (kh.as_ptr(), 1, dh), scale, Parallelism::None) };
                         for (r, row) in s.chunks_mut(visible).enumerate() {
                             let query = past + b0 + r;
-                            // Future keys show as −∞ in saved scores; softmax ignores them anyway.
+                            let first = window.map_or(0, |w| (query + 1).saturating_sub(w));
+                            // Future keys (and keys behind the window) show as −∞ in saved scores;
+                            // softmax ignores them anyway.
                             if want_scores {
                                 row[query + 1..].fill(f32::NEG_INFINITY);
+                                row[..first].fill(f32::NEG_INFINITY);
                             }
                             // A knocked-out key is hidden from the chosen heads' later queries.
                             if let Some(m) = mask {
@@ -131,7 +162,7 @@ pub(crate) fn attention(block_bytes: usize, layer: usize, q: &Tensor, k: &Tensor
                             }
                             // Softmax while the row is in cache, unless the raw scores are wanted first.
                             if !want_scores {
-                                softmax_prefix(row, query + 1);
+                                softmax_visible(row, first, query + 1);
                             }
                         }
                     });
@@ -139,7 +170,10 @@ pub(crate) fn attention(block_bytes: usize, layer: usize, q: &Tensor, k: &Tensor
                     if want_scores {
                         let scores = Tensor::from_vec(a.clone(), (h, b, visible), &Device::Cpu)?;
                         sink.record(&HookPoint::AttnScores(layer), rows.clone(), &scores)?;
-                        a.par_chunks_mut(visible).enumerate().for_each(|(row, s)| softmax_prefix(s, past + b0 + row % b + 1));
+                        a.par_chunks_mut(visible).enumerate().for_each(|(row, s)| {
+                            let query = past + b0 + row % b;
+                            softmax_visible(s, window.map_or(0, |w| (query + 1).saturating_sub(w)), query + 1)
+                        });
                     }
                     let pattern = Tensor::from_vec(a, (h, b, visible), &Device::Cpu)?;
                     if want_pattern {
@@ -163,6 +197,16 @@ pub(crate) fn attention(block_bytes: usize, layer: usize, q: &Tensor, k: &Tensor
         })
     })????;
     Ok(Tensor::from_vec(out, (t, width), &Device::Cpu)?)
+}
+
+/// Softmax over keys `first..end` of a score row; every other entry becomes exactly 0.
+fn softmax_visible(row: &mut [f32], first: usize, end: usize) {
+    if first == 0 {
+        softmax_prefix(row, end);
+    } else {
+        #[allow(clippy::single_range_in_vec_init)]
+        softmax_segments(row, &[first..end]);
+    }
 }
 
 /// A raw output pointer shared by tasks that write disjoint parts of one buffer.

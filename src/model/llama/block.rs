@@ -38,6 +38,7 @@ impl Norm {
 /// The feed-forward block.
 pub(crate) enum Mlp {
     SwiGlu { gate_up: Projection, down: Linear },
+    GeGlu { gate_up: Projection, down: Linear },
     Gelu { up: Linear, down: Linear },
 }
 
@@ -46,10 +47,15 @@ impl Mlp {
     pub(crate) fn forward(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
         let act = match self {
             Mlp::SwiGlu { gate_up, .. } => swiglu(&gate_up.forward(x)?)?,
+            Mlp::GeGlu { gate_up, .. } => {
+                let gu = gate_up.forward(x)?;
+                let ff = gu.dim(1)? / 2;
+                (gu.narrow(1, 0, ff)?.gelu()? * gu.narrow(1, ff, ff)?)?
+            }
             Mlp::Gelu { up, .. } => up.forward(x)?.gelu_erf()?,
         };
         let out = match self {
-            Mlp::SwiGlu { down, .. } | Mlp::Gelu { down, .. } => down.forward(&act)?,
+            Mlp::SwiGlu { down, .. } | Mlp::GeGlu { down, .. } | Mlp::Gelu { down, .. } => down.forward(&act)?,
         };
         Ok((act, out))
     }
@@ -77,6 +83,12 @@ impl Block {
         let (attn_in, attn_out, mlp_in, mlp_out) = match cfg.arch.norm_placement {
             NormPlacement::Pre => (Some(Norm::load(cfg, path, get, &n("attn_norm"), d)?), None, Some(Norm::load(cfg, path, get, &n("ffn_norm"), d)?), None),
             NormPlacement::Post => (None, Some(Norm::load(cfg, path, get, &n("post_attention_norm"), d)?), None, Some(Norm::load(cfg, path, get, &n("post_ffw_norm"), d)?)),
+            NormPlacement::Sandwich => (
+                Some(Norm::load(cfg, path, get, &n("attn_norm"), d)?),
+                Some(Norm::load(cfg, path, get, &n("post_attention_norm"), d)?),
+                Some(Norm::load(cfg, path, get, &n("ffn_norm"), d)?),
+                Some(Norm::load(cfg, path, get, &n("post_ffw_norm"), d)?),
+            ),
         };
         let mut bias = |name: &str, width: usize| -> Result<Option<Tensor>> { take_opt(get, path, &n(name), &[width])?.map(|p| p.dequantize()).transpose() };
         let qkv_biases = (bias("attn_q.bias", h * dh)?, bias("attn_k.bias", kv * dh)?, bias("attn_v.bias", kv * dh)?, bias("attn_qkv.bias", (h + 2 * kv) * dh)?);
@@ -112,10 +124,11 @@ impl Block {
         let o_proj = Linear::new(take_req(get, path, &n("attn_output.weight"), &[d, h * dh])?, o_bias)?;
         let down = Linear::new(take_req(get, path, &n("ffn_down.weight"), &[d, ff])?, down_bias)?;
         let mlp = match cfg.arch.mlp {
-            MlpKind::SwiGlu => {
+            MlpKind::SwiGlu | MlpKind::GeGluTanh => {
                 let gate = take_req(get, path, &n("ffn_gate.weight"), &[ff, d])?;
                 let up = take_req(get, path, &n("ffn_up.weight"), &[ff, d])?;
-                Mlp::SwiGlu { gate_up: Projection::new(vec![(gate, None), (up, up_bias)])?, down }
+                let gate_up = Projection::new(vec![(gate, None), (up, up_bias)])?;
+                if cfg.arch.mlp == MlpKind::GeGluTanh { Mlp::GeGlu { gate_up, down } } else { Mlp::SwiGlu { gate_up, down } }
             }
             MlpKind::Gelu => Mlp::Gelu { up: Linear::new(take_req(get, path, &n("ffn_up.weight"), &[ff, d])?, up_bias)?, down },
         };

@@ -50,6 +50,8 @@ pub enum MlpKind {
     SwiGlu,
     /// down(gelu(up(x) + b) + b) with the exact (erf) GELU: GPT-NeoX.
     Gelu,
+    /// down(gelu_tanh(gate(x)) · up(x)): Gemma.
+    GeGluTanh,
 }
 
 /// How a family normalises queries and keys before RoPE.
@@ -75,11 +77,13 @@ pub enum NormPlacement {
     /// Normalise each sublayer's output before it joins the residual stream
     /// (`post_attention_norm`, `post_ffw_norm`), inputs left as they are: OLMo 2.
     Post,
+    /// Both: input and output of each sublayer (Gemma 2/3's "sandwich").
+    Sandwich,
 }
 
 /// The switches that make the one decoder another family (TransformerLens-style: one
 /// configurable model, a weight map per family). `Default` is Llama.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct ArchSwitches {
     /// RMSNorm of queries and keys before RoPE (the blocks carry `attn_q_norm` / `attn_k_norm`).
     pub qk_norm: QkNorm,
@@ -95,6 +99,25 @@ pub struct ArchSwitches {
     /// (x + attn(ln1(x)) + mlp(ln2(x)): GPT-NeoX); `hook_resid_mid` is then x + attn, which the
     /// MLP does not read.
     pub parallel_residual: bool,
+    /// Embeddings multiplied by √d_model on the way in (Gemma; the tied output head is not).
+    pub embed_scale: bool,
+    /// Attention scores scaled by this instead of 1/√d_head (Gemma's query_pre_attn_scalar^−½).
+    pub attn_scale: Option<f64>,
+    /// Keys a query sees at most, its own included, on the windowed layers (sliding-window
+    /// attention: Mistral's `sliding_window`, Gemma 3's local layers).
+    pub window: Option<usize>,
+    /// With a window: every Nth layer (N−1, 2N−1, …) is global, the rest windowed (Gemma 3: 6);
+    /// `None`: every layer is windowed.
+    pub global_every: Option<usize>,
+    /// RoPE base of the windowed layers when it differs from the global one (Gemma 3: 10,000).
+    pub rope_local_theta: Option<f64>,
+}
+
+impl ArchSwitches {
+    /// Whether layer `l` attends through the sliding window.
+    pub fn windowed(&self, l: usize) -> bool {
+        self.window.is_some() && self.global_every.is_none_or(|n| n == 0 || !(l + 1).is_multiple_of(n))
+    }
 }
 
 /// The switches of a family by its name (HF `model_type` or GGUF `general.architecture`, which
@@ -105,6 +128,14 @@ pub fn switches(family: &str) -> ArchSwitches {
         "qwen3" => ArchSwitches { qk_norm: QkNorm::PerHead, ..llama },
         "olmo2" => ArchSwitches { qk_norm: QkNorm::AcrossHeads, norm_placement: NormPlacement::Post, ..llama },
         "gpt_neox" | "gptneox" => ArchSwitches { norm: NormKind::Layer, mlp: MlpKind::Gelu, parallel_residual: true, ..llama },
+        // Window, its pattern and the RoPE bases come from the file.
+        "gemma3" | "gemma3_text" => ArchSwitches {
+            qk_norm: QkNorm::PerHead,
+            norm_placement: NormPlacement::Sandwich,
+            mlp: MlpKind::GeGluTanh,
+            embed_scale: true,
+            ..llama
+        },
         _ => llama,
     }
 }

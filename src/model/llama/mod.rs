@@ -11,7 +11,7 @@ pub mod linear;
 use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
-use attention::{Attend, Seq, SeqAttention, ATTENTION_BLOCK_BYTES};
+use attention::{Attend, LayerAttention, Seq, SeqAttention, ATTENTION_BLOCK_BYTES};
 pub use config::{switches, ArchSwitches, LlamaConfig, MlpKind, NormKind, NormPlacement, Param, ParamSource, QkNorm};
 use config::{take_opt, take_req};
 pub use kv::{KeyMask, KvCache, KvStore};
@@ -35,6 +35,8 @@ pub struct Llama {
     final_norm: Norm,
     lm_head: Linear,
     rope: Rope,
+    /// The windowed layers' RoPE when its base differs (Gemma 3).
+    rope_local: Option<Rope>,
     attention_block_bytes: usize,
 }
 
@@ -58,7 +60,8 @@ impl Llama {
             },
         };
         let rope = Rope { theta: cfg.rope_theta, d_head: cfg.d_head, rot_dims: cfg.arch.rotary_dims.unwrap_or(cfg.d_head), layout: cfg.rope_layout };
-        Ok(Llama { cfg, embed, blocks, final_norm, lm_head, rope, attention_block_bytes: ATTENTION_BLOCK_BYTES })
+        let rope_local = cfg.arch.rope_local_theta.filter(|&t| t != cfg.rope_theta).map(|theta| Rope { theta, ..rope.clone() });
+        Ok(Llama { cfg, embed, blocks, final_norm, lm_head, rope, rope_local, attention_block_bytes: ATTENTION_BLOCK_BYTES })
     }
 
     /// Runs `tokens` after whatever `cache` holds (positions continue from `cache.len()`), pushing
@@ -131,7 +134,11 @@ impl Llama {
         let t = x.dim(0)? / n_seq;
         let positions: Vec<Vec<usize>> = seqs.iter().map(|s| s.store.as_ref().map_or_else(|| (0..t).collect(), |st| st.next_positions(t))).collect();
         let tables = positions.iter().map(|p| self.rope.tables(p, &Device::Cpu)).collect::<Result<Vec<_>>>()?;
-        let mut attend = SeqAttention { seqs, positions, tables, t, block_bytes: self.attention_block_bytes };
+        let local_tables = match &self.rope_local {
+            Some(local) => Some(positions.iter().map(|p| local.tables(p, &Device::Cpu)).collect::<Result<Vec<_>>>()?),
+            None => None,
+        };
+        let mut attend = SeqAttention { seqs, positions, tables, local_tables, t, block_bytes: self.attention_block_bytes };
         self.run_blocks(x, first_layer, &mut attend, sink)
     }
 
@@ -165,7 +172,12 @@ impl Llama {
             emit(sink, HookPoint::Q(l), &rows, &q)?;
             emit(sink, HookPoint::K(l), &rows, &k)?;
             emit(sink, HookPoint::V(l), &rows, &v)?;
-            let attn = attend.attend(&self.rope, l, &q, &k, &v, sink)?;
+            let layer = self.layer_attention(l);
+            if let Some(scale) = self.cfg.arch.attn_scale {
+                // The kernels scale scores by 1/√d_head; this family wants `scale` instead.
+                q = (q * (scale * (dh as f64).sqrt()))?;
+            }
+            let attn = attend.attend(&layer, &q, &k, &v, sink)?;
             let attn_out = norm(&block.attn_out, &block.o_proj.forward(&attn)?)?;
             emit(sink, HookPoint::AttnOut(l), &rows, &attn_out)?;
             x = (x + attn_out)?;
@@ -183,10 +195,30 @@ impl Llama {
         Ok(out)
     }
 
-    /// Embeds `tokens`, refusing ids outside the vocabulary.
+    /// Embeds `tokens` (scaled by √d_model where the family does), refusing ids outside the
+    /// vocabulary.
     pub(crate) fn embed_tokens(&self, tokens: &[u32]) -> Result<Tensor> {
         self.check_ids(tokens)?;
-        Ok(self.embed.index_select(&Tensor::new(tokens, &Device::Cpu)?, 0)?)
+        let x = self.embed.index_select(&Tensor::new(tokens, &Device::Cpu)?, 0)?;
+        if self.cfg.arch.embed_scale {
+            // As the reference computes it: √d_model rounded to f32 once.
+            let scale = (self.cfg.d_model as f64).sqrt() as f32;
+            return Ok((x * scale as f64)?);
+        }
+        Ok(x)
+    }
+
+    /// Layer `l`'s RoPE and window.
+    fn layer_attention(&self, l: usize) -> LayerAttention<'_> {
+        let windowed = self.cfg.arch.windowed(l);
+        let local = windowed.then_some(()).and(self.rope_local.as_ref());
+        LayerAttention { index: l, rope: local.unwrap_or(&self.rope), local_rope: local.is_some(), window: if windowed { self.cfg.arch.window } else { None } }
+    }
+
+    /// Whether some layer attends through a sliding window (the KV-cache policy simulator does
+    /// not model those yet).
+    pub fn has_sliding_window(&self) -> bool {
+        (0..self.cfg.n_layers).any(|l| self.cfg.arch.windowed(l))
     }
 
     /// Refuses token ids outside the vocabulary (inputs to embed, targets to score).
