@@ -132,3 +132,74 @@ fn every_family_streams_like_token_by_token_decoding() {
         assert!(drift < 1e-3, "{family}: delta vs slot {drift}");
     }
 }
+
+/// The prompt of tests/fixtures/make_gemma3_reference.py's greedy continuation.
+const GEMMA_PROMPT: &str = "The capital of France is";
+
+/// The real Gemma 3 270M (`sinkscope fetch gemma3-270m`; CI fetches it) against transformers on
+/// 640 tokens of a book — past its 512-key local window — loaded from the same Q4_K_M GGUF
+/// (tests/fixtures/make_gemma3_reference.py): the same token ids, logits ≤ 1e-3 (64 sampled
+/// columns and the log-sum-exp at every position), every layer's pattern ≤ 1e-4 at query rows
+/// either side of the window's edge, perplexity within 0.1%, and the same greedy continuation.
+#[test]
+fn gemma3_270m_matches_transformers() {
+    let entry = sinkscope::model::catalog::lookup("gemma3-270m").unwrap();
+    let Some(path) = sinkscope::model::source::find_alias(entry) else {
+        common::skip("gemma3_270m_matches_transformers: needs the Gemma 3 270M GGUF (run `sinkscope fetch gemma3-270m`)");
+        return;
+    };
+    let fx = Fixture::open(&common::fixture("ref_gemma3_270m.safetensors"));
+    let lm = load(path.to_str().unwrap(), &LoadOptions::default()).unwrap();
+    let tokens: Vec<u32> = fx.i64("tokens").iter().map(|&t| t as u32).collect();
+    let t = tokens.len();
+    let book = std::fs::read_to_string(common::corpora_dir().join("pg1342_pride_and_prejudice.txt")).unwrap();
+    let text: String = book.chars().skip(249_383).collect();
+    assert_eq!(&lm.tokenizer.encode(&text).unwrap()[..t], &tokens[..], "token ids differ from transformers'");
+    let cfg = &lm.model.cfg;
+    let mut sink = TensorCollector::new(HookFilter::parse("hook_pattern", cfg.n_layers).unwrap(), t);
+    let hidden = lm.model.forward(&tokens, None, &mut sink).unwrap();
+    let (v, ids) = (cfg.vocab_size, fx.i64("logits_vocab_ids"));
+    let ((_, sel), (_, lse)) = (fx.f32("logits_sel"), fx.f32("logits_lse"));
+    let mut worst_logit = 0f32;
+    let mut nll = 0f64;
+    for r0 in (0..t).step_by(128) {
+        let rows = 128.min(t - r0);
+        let logits: Vec<f32> = lm.model.logits(&hidden.narrow(0, r0, rows).unwrap()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        for r in 0..rows {
+            let (p, row) = (r0 + r, &logits[r * v..(r + 1) * v]);
+            for (j, &id) in ids.iter().enumerate() {
+                worst_logit = worst_logit.max((row[id as usize] - sel[p * ids.len() + j]).abs());
+            }
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let ours_lse = max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
+            worst_logit = worst_logit.max((ours_lse as f32 - lse[p]).abs());
+            if p + 1 < t {
+                nll += ours_lse - row[tokens[p + 1] as usize] as f64;
+            }
+        }
+    }
+    let ppl = (nll / (t - 1) as f64).exp();
+    let ref_ppl = fx.f64("ppl")[0];
+    let qpos = fx.i64("pattern_query_pos");
+    let mut worst_pattern = 0f32;
+    for l in 0..cfg.n_layers {
+        let (_, reference) = fx.f32(&format!("pattern.{l}"));
+        let (_, ours) = sink.get(&HookPoint::Pattern(l)).unwrap();
+        for h in 0..cfg.n_heads {
+            for (qi, &q) in qpos.iter().enumerate() {
+                let r = &reference[(h * qpos.len() + qi) * t..][..t];
+                let o = &ours[(h * t + q as usize) * t..][..t];
+                worst_pattern = o.iter().zip(r).map(|(a, b)| (a - b).abs()).fold(worst_pattern, f32::max);
+            }
+        }
+    }
+    let prompt: Vec<u32> = fx.i64("greedy_prompt").iter().map(|&x| x as u32).collect();
+    assert_eq!(lm.tokenizer.encode(GEMMA_PROMPT).unwrap(), prompt, "prompt token ids");
+    let want: Vec<u32> = fx.i64("greedy_ids").iter().map(|&x| x as u32).collect();
+    let (_, got) = sinkscope::pipeline::generate::generate_text(&lm, GEMMA_PROMPT, want.len()).unwrap();
+    eprintln!("gemma3-270m: T={t} max |Δlogit| {worst_logit:.2e}, max |Δpattern| {worst_pattern:.2e}, ppl {ppl:.4} vs {ref_ppl:.4}");
+    assert!(worst_logit <= LOGIT_TOL, "logits differ by {worst_logit}");
+    assert!(worst_pattern <= PATTERN_TOL, "patterns differ by {worst_pattern}");
+    assert!(((ppl - ref_ppl) / ref_ppl).abs() < 1e-3, "perplexity {ppl} vs transformers' {ref_ppl}");
+    assert_eq!(got, want, "greedy continuation differs from transformers'");
+}

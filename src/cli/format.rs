@@ -15,8 +15,10 @@ fn describe_switches(a: &ArchSwitches, d_head: usize) -> String {
     if a.norm == NormKind::Layer {
         parts.push("LayerNorm".to_string());
     }
-    if a.norm_placement == NormPlacement::Post {
-        parts.push("norms after attention and MLP".into());
+    match a.norm_placement {
+        NormPlacement::Pre => {}
+        NormPlacement::Post => parts.push("norms after attention and MLP".into()),
+        NormPlacement::Sandwich => parts.push("norms before and after attention and MLP".into()),
     }
     match a.qk_norm {
         QkNorm::None => {}
@@ -29,8 +31,21 @@ fn describe_switches(a: &ArchSwitches, d_head: usize) -> String {
     if a.parallel_residual {
         parts.push("attention and MLP in parallel".into());
     }
-    if a.mlp == MlpKind::Gelu {
-        parts.push("GELU MLP".into());
+    match a.mlp {
+        MlpKind::SwiGlu => {}
+        MlpKind::Gelu => parts.push("GELU MLP".into()),
+        MlpKind::GeGluTanh => parts.push("GeGLU MLP".into()),
+    }
+    if a.embed_scale {
+        parts.push("embeddings × √d_model".into());
+    }
+    if let Some(s) = a.attn_scale {
+        parts.push(format!("attention scale {s:.4}"));
+    }
+    if let Some(w) = a.window {
+        let which = a.global_every.map_or("every layer".to_string(), |n| format!("all but every {n}th layer"));
+        let base = a.rope_local_theta.map_or(String::new(), |t| format!(", RoPE base {t} there"));
+        parts.push(format!("sliding window of {w} keys on {which}{base}"));
     }
     if parts.is_empty() { "as Llama".into() } else { parts.join(", ") }
 }

@@ -113,6 +113,13 @@ impl Fixture {
         (t.shape().to_vec(), t.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect())
     }
 
+    pub fn f64(&self, name: &str) -> Vec<f64> {
+        let st = safetensors::SafeTensors::deserialize(&self.bytes).unwrap();
+        let t = st.tensor(name).unwrap_or_else(|_| panic!("fixture tensor {name}"));
+        assert_eq!(t.dtype(), safetensors::Dtype::F64, "{name}");
+        t.data().chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap())).collect()
+    }
+
     pub fn i64(&self, name: &str) -> Vec<i64> {
         let st = safetensors::SafeTensors::deserialize(&self.bytes).unwrap();
         let t = st.tensor(name).unwrap_or_else(|_| panic!("fixture tensor {name}"));
