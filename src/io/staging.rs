@@ -1,8 +1,9 @@
 //! A command's output files land together or not at all: they are written into a staging
 //! directory inside the output directory and moved into place by one `commit` at the end. If the
 //! process is interrupted first, [`abandon_all`] (called by the signal handler) removes every
-//! staging directory (temp files are written under its lock, see [`exclusive`]), and the output directory if the run created it — so it is
-//! left as it was before the command started.
+//! staging directory and the output directory if the run created it — so it is left as it was
+//! before the command started. Files are created under the same lock ([`exclusive`]), so none
+//! can appear behind the cleanup.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

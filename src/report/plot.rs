@@ -483,7 +483,7 @@ impl Figure for IntervalChart {
         let ends = || self.rows.iter().flat_map(|r| [r.1].into_iter().chain(r.2.into_iter().flatten())).filter(|v| v.is_finite() && *v > 0.0);
         let hi = ends().fold(1.0, f64::max);
         let lo = ends().fold(hi, f64::min);
-        // Room on the right for the value labels; a log axis only when the values span a decade.
+        // A log axis only when the values span a decade (a collapsed window beside the sinks).
         let log_x = hi / lo >= 10.0;
         let body = header(root, &self.title, &self.subtitle)?;
         let mut builder = ChartBuilder::on(&body);
@@ -534,6 +534,7 @@ impl Figure for IntervalChart {
             }};
         }
         if log_x {
+            // Headroom on the right for the value labels.
             finish!(builder.build_cartesian_2d((lo / 1.3..hi * 6.0).log_scale(), 0f64..n)?);
         } else {
             let pad = (hi - lo).max(hi * 0.05);
