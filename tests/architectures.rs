@@ -107,7 +107,7 @@ fn a_qwen3_without_its_qk_norms_is_refused() {
 #[test]
 fn every_family_streams_like_token_by_token_decoding() {
     use sinkscope::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
-    // Gemma 3 and Mistral attend through windows the simulator does not model (refused).
+    // Gemma 3 and Mistral attend through their own windows: see the next test.
     for family in ["qwen3", "olmo2", "gpt_neox"] {
         let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
         let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
@@ -135,6 +135,43 @@ fn every_family_streams_like_token_by_token_decoding() {
 
 /// The prompt of tests/fixtures/make_gemma3_reference.py's greedy continuation.
 const GEMMA_PROMPT: &str = "The capital of France is";
+
+/// Models with their own sliding windows (Gemma 3: local layers with their own RoPE base;
+/// Mistral: every layer) in the KV-cache simulator's block replay: the dense stream equals the
+/// plain forward (itself checked against transformers) token by token, and with a budget no
+/// smaller than the text every policy equals dense exactly; decoding token by token through a
+/// policy cache, which does not model the window yet, is refused.
+#[test]
+fn windowed_models_stream_like_their_forward() {
+    use sinkscope::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
+    use sinkscope::model::sink::NoCapture;
+    for family in ["gemma3", "mistral"] {
+        let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
+        let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
+        let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(150).collect();
+        let hidden = lm.model.forward(&ids, None, &mut NoCapture).unwrap();
+        let want = lm.model.next_token_nll(&hidden.narrow(0, 0, ids.len() - 1).unwrap(), &ids[1..]).unwrap();
+        let dense = Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot };
+        let got = simulate(&lm.model, &ids, &[dense], &mut |_, _| {}).unwrap().remove(0);
+        let worst = got.nll.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(worst < 1e-4, "{family}: dense replay vs forward {worst}");
+        let mut all = vec![dense];
+        for positions in [PositionMode::Slot, PositionMode::Original] {
+            all.push(Policy { kind: PolicyKind::Window, sinks: 0, cache: 200, positions });
+            all.push(Policy { kind: PolicyKind::Sink, sinks: 4, cache: 200, positions });
+        }
+        let out = simulate(&lm.model, &ids, &all, &mut |_, _| {}).unwrap();
+        for o in &out[1..] {
+            assert_eq!(o.nll, out[0].nll, "{family} {}: no eviction, yet not dense", o.label);
+        }
+        // Evicting policies run (budget 24 > the fixtures' 16-key windows).
+        let sink = Policy { kind: PolicyKind::Sink, sinks: 2, cache: 24, positions: PositionMode::Slot };
+        let o = simulate(&lm.model, &ids, &[sink], &mut |_, _| {}).unwrap().remove(0);
+        assert!(o.ppl.is_finite() && o.first_eviction_step == Some(24), "{family}");
+        let refused = simulate_with(&lm.model, &ids, &[sink], SimOptions { token_by_token: true, ..SimOptions::default() }, &mut |_, _| {});
+        assert!(refused.is_err_and(|e| e.to_string().contains("sliding window")), "{family}: token-by-token decoding must refuse the window");
+    }
+}
 
 /// The real Gemma 3 270M (`sinkscope fetch gemma3-270m`; CI fetches it) against transformers on
 /// 640 tokens of a book — past its 512-key local window — loaded from the same Q4_K_M GGUF

@@ -86,9 +86,11 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
     if n < 2 {
         return Err(Error::input("the stream needs at least 2 tokens"));
     }
-    if model.has_sliding_window() {
+    // The block replay composes a layer's own window with the policy; decoding token by token
+    // through a policy cache (and so delta positions) does not yet.
+    if model.has_sliding_window() && (opts.token_by_token || policies.iter().any(|p| p.is_cached() && p.positions == PositionMode::Delta)) {
         return Err(Error::input(format!(
-            "this model attends through a sliding window of {} keys on some layers; the KV-cache simulator does not model a window the model imposes itself yet, so stream/recommend would report another model's numbers (capture, analyze and generate compute the window)",
+            "this model attends through a sliding window of {} keys on some layers, which token-by-token decoding through a policy cache (--token-by-token, --positions delta) does not model yet; use --positions slot or original",
             model.cfg.arch.window.unwrap_or(0)
         )));
     }

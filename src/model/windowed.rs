@@ -120,6 +120,9 @@ impl StreamKv {
     }
 }
 
+/// cos and sin tables of one RoPE at some positions.
+type Tables = (Tensor, Tensor);
+
 /// Attention of a block of consecutive stream queries, each with its own [`QueryView`].
 struct ViewAttention<'a> {
     kv: &'a mut StreamKv,
@@ -127,8 +130,10 @@ struct ViewAttention<'a> {
     /// Stream position of the block's first query.
     start: usize,
     /// RoPE tables at the queries' stream positions and at their pinned positions.
-    at_stream: (Tensor, Tensor),
-    at_pinned: Option<(Tensor, Tensor)>,
+    at_stream: Tables,
+    at_pinned: Option<Tables>,
+    /// The same with the local RoPE, for models whose windowed layers have their own (Gemma 3).
+    local: Option<(Tables, Option<Tables>)>,
 }
 
 impl Attend for ViewAttention<'_> {
@@ -137,15 +142,17 @@ impl Attend for ViewAttention<'_> {
     }
 
     fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _sink: &mut dyn CaptureSink) -> Result<Tensor> {
-        if at.window.is_some() || at.local_rope {
-            return Err(Error::Internal("the policy replay does not model sliding-window layers".into()));
-        }
         let (rope, layer) = (at.rope, at.index);
+        let (at_stream, at_pinned) = match (&self.local, at.local_rope) {
+            (Some((stream, pinned)), true) => (stream, pinned),
+            (None, true) => return Err(Error::Internal("a local-RoPE layer without local tables".into())),
+            _ => (&self.at_stream, &self.at_pinned),
+        };
         let (b, h, dh) = q.dims3()?;
         let kvh = k.dim(1)?;
         let group = h / kvh;
         let heads_first = |x: &Tensor| -> Result<Tensor> { Ok(x.transpose(0, 1)?.contiguous()?) };
-        let (cos, sin) = &self.at_stream;
+        let (cos, sin) = at_stream;
         let q_heads = heads_first(q)?;
         let q_stream = rope.apply(&q_heads, cos, sin)?;
         let k_new = rope.apply(&heads_first(k)?, cos, sin)?;
@@ -162,7 +169,7 @@ impl Attend for ViewAttention<'_> {
         let pinned = self.views.iter().map(|v| v.pinned).max().unwrap_or(0);
         let flat = |x: &Tensor| -> Result<Tensor> { Ok(x.reshape((kvh, group * b, dh))?) };
         let window_scores = flat(&q_stream)?.matmul(&kv.k[layer].t()?)?;
-        let (scores, values) = match (&self.at_pinned, pinned) {
+        let (scores, values) = match (at_pinned, pinned) {
             (Some((cos, sin)), p) if p > 0 => {
                 let (pk, pv) = kv.pinned(layer, p)?;
                 let (pk, pv) = (pk.contiguous()?, pv.contiguous()?);
@@ -175,12 +182,19 @@ impl Attend for ViewAttention<'_> {
         let cols = pinned + n_window;
         let scale = 1.0 / (dh as f32).sqrt();
         let mut a = scores.flatten_all()?.to_vec1::<f32>()?;
-        let (views, start) = (self.views, self.start);
+        let (views, start, window) = (self.views, self.start, at.window);
         // Rows are (kv head, group member, query r).
         a.par_chunks_mut(cols).enumerate().for_each(|(row, s)| {
             let r = row % b;
             let (view, t) = (views[r], start + r);
-            let segments = [0..view.pinned, pinned + view.from - base..pinned + t + 1 - base];
+            // A layer with its own window also hides what the policy keeps but lies further
+            // back than the window, at the positions the policy gives: a pinned key s sits
+            // `pinned_pos − s` from the query, a recent key j sits `t − j`.
+            let (pinned_from, from) = match window {
+                Some(w) => (((view.pinned_pos + 1).saturating_sub(w)).min(view.pinned), view.from.max((t + 1).saturating_sub(w))),
+                None => (0, view.from),
+            };
+            let segments = [pinned_from..view.pinned, pinned + from - base..pinned + t + 1 - base];
             for seg in &segments {
                 s[seg.clone()].iter_mut().for_each(|x| *x *= scale);
             }
@@ -225,8 +239,15 @@ impl Llama {
         } else {
             None
         };
+        let local = match self.rope_local() {
+            Some(local) => {
+                let pinned = views.iter().any(|v| v.pinned > 0).then(|| local.tables(&views.iter().map(|v| v.pinned_pos).collect::<Vec<_>>(), &dev)).transpose()?;
+                Some((local.tables(&positions, &dev)?, pinned))
+            }
+            None => None,
+        };
         let x = self.embed_tokens(tokens)?;
-        let mut attend = ViewAttention { kv, views, start, at_stream, at_pinned };
+        let mut attend = ViewAttention { kv, views, start, at_stream, at_pinned, local };
         self.run_blocks(x, 0, &mut attend, &mut NoCapture)
     }
 }

@@ -62,29 +62,21 @@ pub fn run_demo(lm: &mut LoadedModel, opts: &DemoOptions, out: &Path, progress: 
         let analyze = AnalyzeOptions { ablate_keys: Some(vec![0]), ablation_tokens: 96, heatmap_bins: 0, ..AnalyzeOptions::default() };
         let analysis = analyze_into(lm, &analyze, Some(&ProbeSet::load("default")?), out, progress)?;
         progress.finished(Finished::Analysis(&analysis));
-        if lm.model.has_sliding_window() {
-            // The simulator does not model a window the model imposes itself: no sweep rather
-            // than another model's numbers.
-            progress.warning("this model attends through a sliding window on some layers, which the KV-cache simulator does not model yet: skipping the sink-count sweep");
-            let _ = std::fs::remove_file(out.join(STREAM_FILE));
-            let _ = std::fs::remove_file(out.join(STREAM_TEXT_FILE));
-        } else {
-            progress.stage(&format!("[3/4] sink-count sweep: {} tokens at W = {}", opts.stream_tokens, opts.cache));
-            let text = out.join(STREAM_TEXT_FILE);
-            write_atomic(&text, STREAM_TEXT.as_bytes())?;
-            let sweep = SweepOptions {
-                source: StreamSource { file: text, start_char: 0, tokens: opts.stream_tokens, token_by_token: false },
-                cache: opts.cache,
-                sinks: vec![0, 1, 2, 4, 8],
-                delta: 0.02,
-                positions: PositionMode::Slot,
-                recompute: true,
-                recompute_every: None,
-                recompute_budget: RECOMPUTE_BUDGET,
-            };
-            let rec = sweep_into(lm, &sweep, Some(out), progress)?;
-            progress.finished(Finished::Sweep(&rec));
-        }
+        progress.stage(&format!("[3/4] sink-count sweep: {} tokens at W = {}", opts.stream_tokens, opts.cache));
+        let text = out.join(STREAM_TEXT_FILE);
+        write_atomic(&text, STREAM_TEXT.as_bytes())?;
+        let sweep = SweepOptions {
+            source: StreamSource { file: text, start_char: 0, tokens: opts.stream_tokens, token_by_token: false },
+            cache: opts.cache,
+            sinks: vec![0, 1, 2, 4, 8],
+            delta: 0.02,
+            positions: PositionMode::Slot,
+            recompute: true,
+            recompute_every: None,
+            recompute_budget: RECOMPUTE_BUDGET,
+        };
+        let rec = sweep_into(lm, &sweep, Some(out), progress)?;
+        progress.finished(Finished::Sweep(&rec));
     } else {
         let _ = std::fs::remove_file(out.join(ANALYSIS_FILE));
         let _ = std::fs::remove_file(out.join(STREAM_FILE));

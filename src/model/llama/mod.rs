@@ -215,8 +215,12 @@ impl Llama {
         LayerAttention { index: l, rope: local.unwrap_or(&self.rope), local_rope: local.is_some(), window: if windowed { self.cfg.arch.window } else { None } }
     }
 
-    /// Whether some layer attends through a sliding window (the KV-cache policy simulator does
-    /// not model those yet).
+    /// The windowed layers' own RoPE, when it differs from the global one.
+    pub fn rope_local(&self) -> Option<Rope> {
+        self.rope_local.clone()
+    }
+
+    /// Whether some layer attends through a sliding window of the model's own.
     pub fn has_sliding_window(&self) -> bool {
         (0..self.cfg.n_layers).any(|l| self.cfg.arch.windowed(l))
     }
