@@ -182,14 +182,15 @@ impl HfWeights {
         // GPT-NeoX fuses q|k|v per head ((head, q|k|v, d_head) rows); the decoder reads all
         // queries, then all keys, then all values (as llama.cpp's converter reorders them).
         let fused_qkv = self.family == "gpt_neox" && (canonical.ends_with("attn_qkv.weight") || canonical.ends_with("attn_qkv.bias"));
-        let t = if fused_qkv {
-            let dims = t.dims().to_vec();
-            let Some(&rows) = dims.first() else { return Err(Error::Internal(format!("{name} is a scalar"))) };
-            let dh = rows / (3 * self.n_heads.max(1));
-            let rest: usize = dims[1..].iter().product();
-            t.reshape((self.n_heads, 3, dh, rest))?.transpose(0, 1)?.contiguous()?.reshape(dims)?
-        } else {
-            t
+        let dims = t.dims().to_vec();
+        let per_head = 3 * self.n_heads.max(1);
+        // A shape that cannot be regrouped is left as it is: the loader's shape check names it.
+        let t = match dims.first() {
+            Some(&rows) if fused_qkv && rows > 0 && rows.is_multiple_of(per_head) => {
+                let rest: usize = dims[1..].iter().product();
+                t.reshape((self.n_heads, 3, rows / per_head, rest))?.transpose(0, 1)?.contiguous()?.reshape(dims)?
+            }
+            _ => t,
         };
         Ok(Some(Param::Dense(t)))
     }

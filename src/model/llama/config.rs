@@ -163,6 +163,9 @@ impl LlamaConfig {
         if !self.d_head.is_multiple_of(2) {
             return Err(bad(format!("head size {} is odd (RoPE needs pairs)", self.d_head)));
         }
+        if self.arch.window == Some(0) {
+            return Err(bad("a sliding window of 0 keys".into()));
+        }
         if let Some(r) = self.arch.rotary_dims.filter(|&r| r == 0 || r > self.d_head || !r.is_multiple_of(2)) {
             return Err(bad(format!("{r} rotary dimensions for a head of {} (RoPE needs an even count up to the head size)", self.d_head)));
         }
