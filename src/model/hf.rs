@@ -182,17 +182,21 @@ impl HfWeights {
         // GPT-NeoX fuses q|k|v per head ((head, q|k|v, d_head) rows); the decoder reads all
         // queries, then all keys, then all values (as llama.cpp's converter reorders them).
         let fused_qkv = self.family == "gpt_neox" && (canonical.ends_with("attn_qkv.weight") || canonical.ends_with("attn_qkv.bias"));
+        Ok(Some(Param::Dense(if fused_qkv { self.regroup_qkv(t)? } else { t })))
+    }
+
+    /// NeoX's (head, q|k|v, d_head) rows as q | k | v. A shape that cannot be regrouped is left as
+    /// it is: the loader's shape check names it.
+    fn regroup_qkv(&self, t: Tensor) -> Result<Tensor> {
         let dims = t.dims().to_vec();
         let per_head = 3 * self.n_heads.max(1);
-        // A shape that cannot be regrouped is left as it is: the loader's shape check names it.
-        let t = match dims.first() {
-            Some(&rows) if fused_qkv && rows > 0 && rows.is_multiple_of(per_head) => {
+        Ok(match dims.first() {
+            Some(&rows) if rows > 0 && rows.is_multiple_of(per_head) => {
                 let rest: usize = dims[1..].iter().product();
                 t.reshape((self.n_heads, 3, rows / per_head, rest))?.transpose(0, 1)?.contiguous()?.reshape(dims)?
             }
             _ => t,
-        };
-        Ok(Some(Param::Dense(t)))
+        })
     }
 
     pub fn n_tensors(&self) -> usize {

@@ -76,6 +76,15 @@ pub(crate) struct Block {
 }
 
 impl Block {
+    /// RMSNorm of queries and keys over their last dimension with the block's q/k norm weights
+    /// (unchanged when the family has none).
+    pub(crate) fn norm_qk(&self, q: &Tensor, k: &Tensor, eps: f32) -> Result<(Tensor, Tensor)> {
+        Ok(match &self.qk_norm {
+            Some((q_norm, k_norm)) => (candle_nn::ops::rms_norm(&q.contiguous()?, q_norm, eps)?, candle_nn::ops::rms_norm(&k.contiguous()?, k_norm, eps)?),
+            None => (q.clone(), k.clone()),
+        })
+    }
+
     /// Reads layer `l`'s weights under their GGUF-style names, checking every shape.
     pub(crate) fn load(cfg: &LlamaConfig, l: usize, path: &std::path::Path, get: &mut ParamSource<'_>) -> Result<Block> {
         let (d, dh, h, kv, ff) = (cfg.d_model, cfg.d_head, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff);

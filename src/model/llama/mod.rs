@@ -156,17 +156,16 @@ impl Llama {
             let xn = norm(&block.attn_in, &x)?;
             let qkv = block.qkv.forward(&xn)?;
             let (nq, nkv) = (h * dh, kvh * dh);
+            // Queries and keys normalised before RoPE (hook_q / hook_k see them normalised): over
+            // the whole projection, or over each head once split into heads.
+            let across_heads = self.cfg.arch.qk_norm == QkNorm::AcrossHeads;
             let (mut q, mut k) = (qkv.narrow(1, 0, nq)?, qkv.narrow(1, nq, nkv)?);
-            // Queries and keys normalised before RoPE (hook_q / hook_k see them normalised).
-            if let (Some((q_norm, k_norm)), QkNorm::AcrossHeads) = (&block.qk_norm, self.cfg.arch.qk_norm) {
-                q = candle_nn::ops::rms_norm(&q.contiguous()?, q_norm, eps)?;
-                k = candle_nn::ops::rms_norm(&k.contiguous()?, k_norm, eps)?;
+            if across_heads {
+                (q, k) = block.norm_qk(&q, &k, eps)?;
             }
-            let mut q = q.reshape((total, h, dh))?;
-            let mut k = k.reshape((total, kvh, dh))?;
-            if let (Some((q_norm, k_norm)), QkNorm::PerHead) = (&block.qk_norm, self.cfg.arch.qk_norm) {
-                q = candle_nn::ops::rms_norm(&q.contiguous()?, q_norm, eps)?;
-                k = candle_nn::ops::rms_norm(&k.contiguous()?, k_norm, eps)?;
+            let (mut q, mut k) = (q.reshape((total, h, dh))?, k.reshape((total, kvh, dh))?);
+            if !across_heads {
+                (q, k) = block.norm_qk(&q, &k, eps)?;
             }
             let v = qkv.narrow(1, nq + nkv, nkv)?.reshape((total, kvh, dh))?;
             emit(sink, HookPoint::Q(l), &rows, &q)?;
@@ -211,7 +210,7 @@ impl Llama {
     /// Layer `l`'s RoPE and window.
     fn layer_attention(&self, l: usize) -> LayerAttention<'_> {
         let windowed = self.cfg.arch.windowed(l);
-        let local = windowed.then_some(()).and(self.rope_local.as_ref());
+        let local = self.rope_local.as_ref().filter(|_| windowed);
         LayerAttention { index: l, rope: local.unwrap_or(&self.rope), local_rope: local.is_some(), window: if windowed { self.cfg.arch.window } else { None } }
     }
 
