@@ -68,6 +68,44 @@ fn gpt_neox_matches_transformers() {
     matches_transformers("gpt_neox", common::fixture("arch/gpt_neox/model.gguf").to_str().unwrap());
 }
 
+/// Phi (Phi-2's layout): one LayerNorm read by attention and MLP in parallel, RoPE on 40% of each
+/// head, biases on q/k/v, the output projection, both MLP layers and the output head, GQA.
+#[test]
+fn phi_matches_transformers() {
+    matches_transformers("phi", common::fixture("arch/phi").to_str().unwrap());
+    matches_transformers("phi", common::fixture("arch/phi/model.gguf").to_str().unwrap());
+}
+
+/// GPT-2: learned absolute positions added to the embeddings and no RoPE at all, LayerNorm with
+/// biases, Conv1D weights stored (in, out) (transposed in the GGUF, as llama.cpp writes them),
+/// fused q|k|v, GELU (tanh) MLP, tied output head.
+#[test]
+fn gpt2_matches_transformers() {
+    matches_transformers("gpt2", common::fixture("arch/gpt2").to_str().unwrap());
+    matches_transformers("gpt2", common::fixture("arch/gpt2/model.gguf").to_str().unwrap());
+}
+
+/// GPT-2 has no positions past its learned table: a longer run is refused with the reason, and
+/// a cache that reuses slots streams past it.
+#[test]
+fn gpt2_refuses_positions_past_its_table_and_streams_by_slot() {
+    use sinkscope::kv::{simulate, Policy, PolicyKind, PositionMode};
+    use sinkscope::model::sink::NoCapture;
+    let lm = load(common::fixture("arch/gpt2").to_str().unwrap(), &LoadOptions::default()).unwrap();
+    let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap().repeat(4);
+    let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap();
+    let n = lm.model.cfg.context_len;
+    assert!(ids.len() > n + 10, "text too short: {}", ids.len());
+    let ids = &ids[..n + 10];
+    let err = lm.model.forward(ids, None, &mut NoCapture).err().expect("ran past the learned positions");
+    assert!(err.to_string().contains("positions this model learned"), "{err}");
+    let sink = Policy { kind: PolicyKind::Sink, sinks: 4, cache: 64, positions: PositionMode::Slot };
+    let out = simulate(&lm.model, ids, &[sink], &mut |_, _| {}).unwrap().remove(0);
+    assert!(out.ppl.is_finite() && out.nll.len() == ids.len() - 1);
+    let original = Policy { positions: PositionMode::Original, ..sink };
+    assert!(simulate(&lm.model, ids, &[original], &mut |_, _| {}).is_err_and(|e| e.to_string().contains("positions this model learned")));
+}
+
 /// Gemma 3: sandwich norms stored as w − 1, per-head q/k norms, GeGLU, √d embedding scale,
 /// query_pre_attn_scalar, and windowed local layers (16 keys, their own RoPE base) between
 /// global ones, on a text three windows long.
@@ -104,11 +142,12 @@ fn a_qwen3_without_its_qk_norms_is_refused() {
 /// The streaming machinery is family-agnostic: on each family, the block replay of every cached
 /// policy equals true token-by-token decoding through the policy cache (RoPE in the family's
 /// layout and rotary width, post-norms, parallel residuals and all), within 1e-4 nats per token.
+/// (GPT-2's learned positions: `original` is replayed, `slot` is decoded in both runs.)
 #[test]
 fn every_family_streams_like_token_by_token_decoding() {
     use sinkscope::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
     // Gemma 3 and Mistral attend through their own windows: see the next test.
-    for family in ["qwen3", "olmo2", "gpt_neox"] {
+    for family in ["qwen3", "olmo2", "gpt_neox", "phi", "gpt2"] {
         let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
         let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
         let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(160).collect();

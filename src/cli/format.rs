@@ -19,13 +19,16 @@ fn describe_switches(a: &ArchSwitches, d_head: usize) -> String {
         NormPlacement::Pre => {}
         NormPlacement::Post => parts.push("norms after attention and MLP".into()),
         NormPlacement::Sandwich => parts.push("norms before and after attention and MLP".into()),
+        NormPlacement::Shared => parts.push("one norm shared by attention and MLP".into()),
     }
     match a.qk_norm {
         QkNorm::None => {}
         QkNorm::PerHead => parts.push("q/k RMSNorm per head".into()),
         QkNorm::AcrossHeads => parts.push("q/k RMSNorm across heads".into()),
     }
-    if let Some(r) = a.rotary_dims {
+    if a.learned_positions {
+        parts.push("learned absolute positions (no RoPE)".into());
+    } else if let Some(r) = a.rotary_dims {
         parts.push(format!("RoPE on {r} of {d_head} dims per head"));
     }
     if a.parallel_residual {
@@ -35,6 +38,7 @@ fn describe_switches(a: &ArchSwitches, d_head: usize) -> String {
         MlpKind::SwiGlu => {}
         MlpKind::Gelu => parts.push("GELU MLP".into()),
         MlpKind::GeGluTanh => parts.push("GeGLU MLP".into()),
+        MlpKind::GeluTanh => parts.push("GELU (tanh) MLP".into()),
     }
     if a.embed_scale {
         parts.push("embeddings × √d_model".into());

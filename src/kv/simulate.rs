@@ -98,7 +98,11 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
     let every = opts.recompute_every.max(1);
     // The shared prefix: every policy sees the same cache until the smallest budget fills.
     let shared = policies.iter().filter(|p| p.kind != PolicyKind::Dense).map(|p| p.cache).min().unwrap_or(steps).min(steps);
-    let decoded = |p: &Policy| p.is_cached() && (opts.token_by_token || p.positions == PositionMode::Delta);
+    // Learned absolute positions enter a token's embedding, so under `slot` a key carries the
+    // slot it entered at, which the block replay (stream positions) cannot give it: those
+    // policies decode token by token. Under `original` the replay is exact.
+    let learned = model.cfg.arch.learned_positions;
+    let decoded = |p: &Policy| p.is_cached() && (opts.token_by_token || p.positions == PositionMode::Delta || (learned && p.positions != PositionMode::Original));
     let total = shared + (steps - shared) * policies.len();
     let mut done = 0;
     let mut tracks: Vec<Track> = policies.iter().map(|_| Track { nll: Vec::with_capacity(steps), lens: Vec::with_capacity(steps), wall: 0.0 }).collect();

@@ -16,8 +16,14 @@ use crate::error::{Error, IoContext, Result};
 /// The `model_type`s whose weights follow the Llama layout (Qwen2 adds q/k/v biases, Qwen3
 /// per-head q/k RMSNorm, OLMo 2 q/k RMSNorm across heads and post-norms instead of pre-norms),
 /// GPT-NeoX (Pythia: LayerNorm, partial rotary, parallel residual, GELU MLP, fused q|k|v) and
-/// Gemma 3 (sandwich norms stored as w − 1, GeGLU, √d embedding scale, windowed local layers).
-const SUPPORTED: [&str; 9] = ["gemma3", "gemma3_text", "gpt_neox", "llama", "mistral", "olmo2", "qwen2", "qwen3", "smollm"];
+/// Gemma 3 (sandwich norms stored as w − 1, GeGLU, √d embedding scale, windowed local layers),
+/// Phi (one LayerNorm shared by parallel attention and MLP, partial rotary, biases everywhere)
+/// and GPT-2 (learned absolute positions, Conv1D weights stored input-major).
+const SUPPORTED: [&str; 11] = ["gemma3", "gemma3_text", "gpt2", "gpt_neox", "llama", "mistral", "olmo2", "phi", "qwen2", "qwen3", "smollm"];
+
+/// GPT-2's config keys for what the other families call `hidden_size` and so on.
+const GPT2_KEYS: [(&str, &str); 5] =
+    [("hidden_size", "n_embd"), ("num_hidden_layers", "n_layer"), ("num_attention_heads", "n_head"), ("max_position_embeddings", "n_positions"), ("intermediate_size", "n_inner")];
 
 pub fn read_config(dir: &Path) -> Result<(LlamaConfig, bool, String)> {
     let path = dir.join("config.json");
@@ -30,9 +36,23 @@ pub fn read_config(dir: &Path) -> Result<(LlamaConfig, bool, String)> {
             format!("unknown architecture model_type '{model_type}'; sinkscope supports Llama-family models ({})", SUPPORTED.join(", ")),
         ));
     }
-    let req = |key: &str| -> Result<usize> {
-        json.get(key).and_then(Json::as_u64).map(|v| v as usize).ok_or_else(|| Error::file(&path, format!("missing or non-integer field \"{key}\"; config.json is incomplete")))
+    let field = |key: &str| -> Option<&Json> {
+        json.get(key).filter(|v| !v.is_null()).or_else(|| GPT2_KEYS.iter().find(|(k, _)| *k == key).and_then(|(_, alias)| json.get(*alias)).filter(|v| !v.is_null()))
     };
+    let req = |key: &str| -> Result<usize> {
+        field(key).and_then(Json::as_u64).map(|v| v as usize).ok_or_else(|| Error::file(&path, format!("missing or non-integer field \"{key}\"; config.json is incomplete")))
+    };
+    for (flag, set_means) in [
+        ("qk_layernorm", "LayerNorms of queries and keys"),
+        ("scale_attn_by_inverse_layer_idx", "attention scores divided by the layer number"),
+    ] {
+        if json.get(flag).and_then(Json::as_bool) == Some(true) {
+            return Err(Error::file(&path, format!("sets {flag} ({set_means}), which sinkscope does not compute yet; the numbers would be another model's")));
+        }
+    }
+    if json.get("scale_attn_weights").and_then(Json::as_bool) == Some(false) {
+        return Err(Error::file(&path, "sets scale_attn_weights = false (unscaled attention scores), which sinkscope does not compute yet"));
+    }
     if let Some(scaling) = json.get("rope_scaling").filter(|v| !v.is_null()) {
         let kind = scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(Json::as_str).unwrap_or("?");
         if kind != "default" {
@@ -75,7 +95,8 @@ pub fn read_config(dir: &Path) -> Result<(LlamaConfig, bool, String)> {
         n_kv_heads: json.get("num_key_value_heads").and_then(Json::as_u64).map_or(n_heads, |v| v as usize),
         d_model,
         d_head,
-        d_ff: req("intermediate_size")?,
+        // GPT-2 leaves n_inner null for 4 × the residual width.
+        d_ff: if model_type == "gpt2" && field("intermediate_size").is_none() { 4 * d_model } else { req("intermediate_size")? },
         vocab_size: req("vocab_size")?,
         context_len: req("max_position_embeddings")?,
         rope_theta,
@@ -174,6 +195,11 @@ impl HfWeights {
             return Ok(None);
         }
         let Some(t) = self.get(&name)? else { return Ok(None) };
+        if self.family == "gpt2" && t.rank() == 2 && GPT2_CONV1D.iter().any(|m| canonical.ends_with(m)) {
+            // GPT-2's Conv1D stores (in, out); the decoder reads (out, in), as llama.cpp's
+            // converter also transposes them.
+            return Ok(Some(Param::Dense(t.t()?.contiguous()?)));
+        }
         if self.family.starts_with("gemma") && canonical.ends_with("norm.weight") {
             // Gemma stores RMSNorm weights as w − 1 (its norm multiplies by 1 + w); the decoder's
             // norm multiplies by w, as llama.cpp's converter also arranges.
@@ -204,10 +230,16 @@ impl HfWeights {
     }
 }
 
+/// GPT-2's Conv1D weights, by canonical name.
+const GPT2_CONV1D: [&str; 4] = ["attn_qkv.weight", "attn_output.weight", "ffn_up.weight", "ffn_down.weight"];
+
 /// GGUF-style canonical names (what [`super::llama::Llama::load`] asks for) → a family's HF names.
 fn hf_name(family: &str, canonical: &str) -> Option<String> {
-    if family == "gpt_neox" {
-        return neox_name(canonical);
+    match family {
+        "gpt_neox" => return neox_name(canonical),
+        "gpt2" => return gpt2_name(canonical),
+        "phi" => return phi_name(canonical),
+        _ => {}
     }
     let fixed = match canonical {
         "token_embd.weight" => Some("model.embed_tokens.weight"),
@@ -268,6 +300,61 @@ fn neox_name(canonical: &str) -> Option<String> {
         _ => return None,
     };
     Some(format!("gpt_neox.layers.{layer}.{mapped}.{kind}"))
+}
+
+/// GPT-2's names (the output head is tied to `wte`).
+fn gpt2_name(canonical: &str) -> Option<String> {
+    let fixed = match canonical {
+        "token_embd.weight" => Some("transformer.wte.weight"),
+        "position_embd.weight" => Some("transformer.wpe.weight"),
+        "output_norm.weight" => Some("transformer.ln_f.weight"),
+        "output_norm.bias" => Some("transformer.ln_f.bias"),
+        "output.weight" => Some("lm_head.weight"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(f.to_owned());
+    }
+    let (layer, tail) = canonical.strip_prefix("blk.")?.split_once('.')?;
+    let (module, kind) = tail.rsplit_once('.')?;
+    let mapped = match module {
+        "attn_norm" => "ln_1",
+        "ffn_norm" => "ln_2",
+        "attn_qkv" => "attn.c_attn",
+        "attn_output" => "attn.c_proj",
+        "ffn_up" => "mlp.c_fc",
+        "ffn_down" => "mlp.c_proj",
+        _ => return None,
+    };
+    Some(format!("transformer.h.{layer}.{mapped}.{kind}"))
+}
+
+/// Phi's (Phi-1/1.5/2) names.
+fn phi_name(canonical: &str) -> Option<String> {
+    let fixed = match canonical {
+        "token_embd.weight" => Some("model.embed_tokens.weight"),
+        "output_norm.weight" => Some("model.final_layernorm.weight"),
+        "output_norm.bias" => Some("model.final_layernorm.bias"),
+        "output.weight" => Some("lm_head.weight"),
+        "output.bias" => Some("lm_head.bias"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(f.to_owned());
+    }
+    let (layer, tail) = canonical.strip_prefix("blk.")?.split_once('.')?;
+    let (module, kind) = tail.rsplit_once('.')?;
+    let mapped = match module {
+        "attn_norm" => "input_layernorm",
+        "attn_q" => "self_attn.q_proj",
+        "attn_k" => "self_attn.k_proj",
+        "attn_v" => "self_attn.v_proj",
+        "attn_output" => "self_attn.dense",
+        "ffn_up" => "mlp.fc1",
+        "ffn_down" => "mlp.fc2",
+        _ => return None,
+    };
+    Some(format!("model.layers.{layer}.{mapped}.{kind}"))
 }
 
 #[cfg(test)]

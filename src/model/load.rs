@@ -126,7 +126,8 @@ fn base_info(source: &ModelSource, cfg: &LlamaConfig, architecture: String) -> M
 fn gguf_rope_layout(arch: &str) -> Option<RopeLayout> {
     match arch {
         "llama" | "mistral" => Some(RopeLayout::Interleaved),
-        "qwen2" | "qwen3" | "olmo2" | "gptneox" | "gemma3" => Some(RopeLayout::HalfSplit),
+        // GPT-2 rotates nothing (learned positions); the layout is never used.
+        "qwen2" | "qwen3" | "olmo2" | "gptneox" | "gemma3" | "phi2" | "gpt2" => Some(RopeLayout::HalfSplit),
         _ => None,
     }
 }
@@ -135,7 +136,7 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Optio
     let file = gguf::GgufFile::open(path)?;
     let arch = file.architecture()?.to_owned();
     let layout = gguf_rope_layout(&arch).ok_or_else(|| {
-        Error::file(path, format!("unknown architecture '{arch}'; sinkscope supports GGUF models of the architectures llama, mistral, qwen2, qwen3, olmo2, gptneox and gemma3"))
+        Error::file(path, format!("unknown architecture '{arch}'; sinkscope supports GGUF models of the architectures llama, mistral, qwen2, qwen3, olmo2, gptneox, gemma3, phi2 and gpt2"))
     })?;
     let window = file.get(&format!("{arch}.attention.sliding_window")).and_then(gguf::Value::as_u64).map(|w| w as usize);
     if let (Some(w), false) = (window, arch == "gemma3") {
@@ -156,7 +157,9 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Optio
         .ok_or_else(|| Error::file(path, "tensor token_embd.weight is missing; the GGUF file is incomplete"))?;
     let d_head = file.get(&key("attention.key_length")).and_then(gguf::Value::as_u64).map_or(d_model / n_heads.max(1), |v| v as usize);
     let mut switches = switches(&arch);
-    switches.rotary_dims = file.get(&key("rope.dimension_count")).and_then(gguf::Value::as_u64).map(|r| r as usize).filter(|&r| r != d_head);
+    if let Some(r) = file.get(&key("rope.dimension_count")).and_then(gguf::Value::as_u64) {
+        switches.rotary_dims = Some(r as usize).filter(|&r| r != d_head);
+    }
     if let Some(parallel) = file.get(&key("use_parallel_residual")).and_then(gguf::Value::as_bool) {
         switches.parallel_residual = parallel;
     }

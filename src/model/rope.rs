@@ -91,6 +91,10 @@ impl Rope {
 
     /// Rotates `x` of shape (heads, positions, d_head) (contiguous) by the given tables.
     pub fn apply(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        if self.rot_dims == 0 {
+            // A family without rotary positions (GPT-2's are learned and added to the input).
+            return Ok(x.clone());
+        }
         if self.rot_dims < self.d_head {
             let rotated = self.apply_all(&x.narrow(2, 0, self.rot_dims)?.contiguous()?, cos, sin)?;
             let passed = x.narrow(2, self.rot_dims, self.d_head - self.rot_dims)?;

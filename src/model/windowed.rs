@@ -246,7 +246,7 @@ impl Llama {
             }
             None => None,
         };
-        let x = self.embed_tokens(tokens)?;
+        let x = self.embed_tokens(tokens, &positions)?;
         let mut attend = ViewAttention { kv, views, start, at_stream, at_pinned, local };
         self.run_blocks(x, 0, &mut attend, &mut NoCapture)
     }

@@ -1,6 +1,6 @@
 //! One decoder block's weights as the family's switches lay them out: its norms (RMSNorm or
 //! LayerNorm, before and/or after each sublayer), the q|k|v projection (separate or fused in the
-//! file), the optional q/k norms, the output projection and the MLP (SwiGLU or GELU).
+//! file), the optional q/k norms, the output projection and the MLP (SwiGLU, GeGLU or GELU).
 
 use candle_core::Tensor;
 
@@ -39,7 +39,8 @@ impl Norm {
 pub(crate) enum Mlp {
     SwiGlu { gate_up: Projection, down: Linear },
     GeGlu { gate_up: Projection, down: Linear },
-    Gelu { up: Linear, down: Linear },
+    /// GELU with biases, exact (erf) or its tanh approximation.
+    Gelu { up: Linear, down: Linear, tanh: bool },
 }
 
 impl Mlp {
@@ -52,7 +53,8 @@ impl Mlp {
                 let ff = gu.dim(1)? / 2;
                 (gu.narrow(1, 0, ff)?.gelu()? * gu.narrow(1, ff, ff)?)?
             }
-            Mlp::Gelu { up, .. } => up.forward(x)?.gelu_erf()?,
+            Mlp::Gelu { up, tanh: false, .. } => up.forward(x)?.gelu_erf()?,
+            Mlp::Gelu { up, tanh: true, .. } => up.forward(x)?.gelu()?,
         };
         let out = match self {
             Mlp::SwiGlu { down, .. } | Mlp::GeGlu { down, .. } | Mlp::Gelu { down, .. } => down.forward(&act)?,
@@ -91,6 +93,8 @@ impl Block {
         let n = |s: &str| format!("blk.{l}.{s}");
         let (attn_in, attn_out, mlp_in, mlp_out) = match cfg.arch.norm_placement {
             NormPlacement::Pre => (Some(Norm::load(cfg, path, get, &n("attn_norm"), d)?), None, Some(Norm::load(cfg, path, get, &n("ffn_norm"), d)?), None),
+            // The MLP reads the attention's normalised input (see `Llama::run_blocks`).
+            NormPlacement::Shared => (Some(Norm::load(cfg, path, get, &n("attn_norm"), d)?), None, None, None),
             NormPlacement::Post => (None, Some(Norm::load(cfg, path, get, &n("post_attention_norm"), d)?), None, Some(Norm::load(cfg, path, get, &n("post_ffw_norm"), d)?)),
             NormPlacement::Sandwich => (
                 Some(Norm::load(cfg, path, get, &n("attn_norm"), d)?),
@@ -139,7 +143,9 @@ impl Block {
                 let gate_up = Projection::new(vec![(gate, None), (up, up_bias)])?;
                 if cfg.arch.mlp == MlpKind::GeGluTanh { Mlp::GeGlu { gate_up, down } } else { Mlp::SwiGlu { gate_up, down } }
             }
-            MlpKind::Gelu => Mlp::Gelu { up: Linear::new(take_req(get, path, &n("ffn_up.weight"), &[ff, d])?, up_bias)?, down },
+            MlpKind::Gelu | MlpKind::GeluTanh => {
+                Mlp::Gelu { up: Linear::new(take_req(get, path, &n("ffn_up.weight"), &[ff, d])?, up_bias)?, down, tanh: cfg.arch.mlp == MlpKind::GeluTanh }
+            }
         };
         Ok(Block { attn_in, attn_out, mlp_in, mlp_out, qkv, qk_norm, o_proj, mlp })
     }

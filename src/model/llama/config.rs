@@ -52,6 +52,8 @@ pub enum MlpKind {
     Gelu,
     /// down(gelu_tanh(gate(x)) · up(x)): Gemma.
     GeGluTanh,
+    /// down(gelu_tanh(up(x) + b) + b), GELU's tanh approximation (`gelu_new`): GPT-2, Phi.
+    GeluTanh,
 }
 
 /// How a family normalises queries and keys before RoPE.
@@ -79,6 +81,9 @@ pub enum NormPlacement {
     Post,
     /// Both: input and output of each sublayer (Gemma 2/3's "sandwich").
     Sandwich,
+    /// One norm of the block's input read by attention and MLP alike (`attn_norm`; Phi, GPT-J:
+    /// always with a parallel residual).
+    Shared,
 }
 
 /// The switches that make the one decoder another family (TransformerLens-style: one
@@ -111,6 +116,9 @@ pub struct ArchSwitches {
     pub global_every: Option<usize>,
     /// RoPE base of the windowed layers when it differs from the global one (Gemma 3: 10,000).
     pub rope_local_theta: Option<f64>,
+    /// Positions enter as a learned table added to the embeddings (`position_embd`: GPT-2), and
+    /// nothing is rotated (`rotary_dims` = 0).
+    pub learned_positions: bool,
 }
 
 impl ArchSwitches {
@@ -128,6 +136,9 @@ pub fn switches(family: &str) -> ArchSwitches {
         "qwen3" => ArchSwitches { qk_norm: QkNorm::PerHead, ..llama },
         "olmo2" => ArchSwitches { qk_norm: QkNorm::AcrossHeads, norm_placement: NormPlacement::Post, ..llama },
         "gpt_neox" | "gptneox" => ArchSwitches { norm: NormKind::Layer, mlp: MlpKind::Gelu, parallel_residual: true, ..llama },
+        // Rotary fraction from the file.
+        "phi" | "phi2" => ArchSwitches { norm: NormKind::Layer, norm_placement: NormPlacement::Shared, mlp: MlpKind::GeluTanh, parallel_residual: true, ..llama },
+        "gpt2" => ArchSwitches { norm: NormKind::Layer, mlp: MlpKind::GeluTanh, learned_positions: true, rotary_dims: Some(0), ..llama },
         // Window, its pattern and the RoPE bases come from the file.
         "gemma3" | "gemma3_text" => ArchSwitches {
             qk_norm: QkNorm::PerHead,
@@ -166,7 +177,11 @@ impl LlamaConfig {
         if self.arch.window == Some(0) {
             return Err(bad("a sliding window of 0 keys".into()));
         }
-        if let Some(r) = self.arch.rotary_dims.filter(|&r| r == 0 || r > self.d_head || !r.is_multiple_of(2)) {
+        if self.arch.norm_placement == NormPlacement::Shared && !self.arch.parallel_residual {
+            return Err(bad("one shared block norm without a parallel residual".into()));
+        }
+        let unrotated_ok = self.arch.learned_positions;
+        if let Some(r) = self.arch.rotary_dims.filter(|&r| (r == 0 && !unrotated_ok) || r > self.d_head || !r.is_multiple_of(2)) {
             return Err(bad(format!("{r} rotary dimensions for a head of {} (RoPE needs an even count up to the head size)", self.d_head)));
         }
         if !(self.rope_theta > 0.0 && self.rms_eps >= 0.0) {

@@ -31,6 +31,8 @@ const LOGIT_ROWS: usize = 128;
 pub struct Llama {
     pub cfg: LlamaConfig,
     embed: Tensor,
+    /// Learned absolute position embeddings (context_len, d_model), added to the input (GPT-2).
+    pos_embed: Option<Tensor>,
     blocks: Vec<Block>,
     final_norm: Norm,
     lm_head: Linear,
@@ -50,6 +52,10 @@ impl Llama {
         let blocks = (0..cfg.n_layers).map(|l| Block::load(&cfg, l, source_path, get)).collect::<Result<Vec<_>>>()?;
         let final_norm = Norm::load(&cfg, source_path, get, "output_norm", d)?;
         let embed = embed_param.dequantize()?;
+        let pos_embed = match cfg.arch.learned_positions {
+            true => Some(take_req(get, source_path, "position_embd.weight", &[cfg.context_len, d])?.dequantize()?),
+            false => None,
+        };
         let lm_bias = take_opt(get, source_path, "output.bias", &[cfg.vocab_size])?.map(|p| p.dequantize()).transpose()?;
         let lm_head = match take_opt(get, source_path, "output.weight", &[cfg.vocab_size, d])? {
             Some(p) => Linear::new(p, lm_bias)?,
@@ -61,7 +67,7 @@ impl Llama {
         };
         let rope = Rope { theta: cfg.rope_theta, d_head: cfg.d_head, rot_dims: cfg.arch.rotary_dims.unwrap_or(cfg.d_head), layout: cfg.rope_layout };
         let rope_local = cfg.arch.rope_local_theta.filter(|&t| t != cfg.rope_theta).map(|theta| Rope { theta, ..rope.clone() });
-        Ok(Llama { cfg, embed, blocks, final_norm, lm_head, rope, rope_local, attention_block_bytes: ATTENTION_BLOCK_BYTES })
+        Ok(Llama { cfg, embed, pos_embed, blocks, final_norm, lm_head, rope, rope_local, attention_block_bytes: ATTENTION_BLOCK_BYTES })
     }
 
     /// Runs `tokens` after whatever `cache` holds (positions continue from `cache.len()`), pushing
@@ -76,9 +82,10 @@ impl Llama {
         if tokens.is_empty() {
             return Err(Error::input("no tokens to run: the text is empty"));
         }
+        let positions = store.as_ref().map_or_else(|| (0..tokens.len()).collect(), |s| s.next_positions(tokens.len()));
         let past = store.as_ref().map_or(0, |s| s.next_positions(1)[0]);
         let rows = past..past + tokens.len();
-        let x = self.embed_tokens(tokens)?;
+        let x = self.embed_tokens(tokens, &positions)?;
         emit(sink, HookPoint::Embed, &rows, &x)?;
         self.run_layers(x, 0, &mut [Seq { store, mask: None }], sink)
     }
@@ -108,7 +115,8 @@ impl Llama {
         if len == 0 || windows.iter().any(|w| w.len() != len) {
             return Err(Error::Internal("forward_windows needs non-empty windows of one length".into()));
         }
-        let x = self.embed_tokens(&windows.concat())?;
+        let positions: Vec<usize> = windows.iter().flat_map(|w| 0..w.len()).collect();
+        let x = self.embed_tokens(&windows.concat(), &positions)?;
         let mut seqs: Vec<Seq> = windows.iter().map(|_| Seq { store: None, mask: None }).collect();
         self.run_layers(x, 0, &mut seqs, &mut NoCapture)
     }
@@ -121,7 +129,8 @@ impl Llama {
         if tokens.len() != stores.len() || tokens.is_empty() {
             return Err(Error::Internal("decode_step needs one token per store".into()));
         }
-        let x = self.embed_tokens(tokens)?;
+        let positions: Vec<usize> = stores.iter().map(|s| s.next_positions(1)[0]).collect();
+        let x = self.embed_tokens(tokens, &positions)?;
         let mut seqs: Vec<Seq> = stores.iter_mut().map(|s| Seq { store: Some(&mut **s), mask: None }).collect();
         self.run_layers(x, 0, &mut seqs, &mut NoCapture)
     }
@@ -153,8 +162,8 @@ impl Llama {
             emit(sink, HookPoint::ResidPre(l), &rows, &x)?;
             let norm = |n: &Option<Norm>, x: &Tensor| -> Result<Tensor> { n.as_ref().map_or_else(|| Ok(x.clone()), |n| n.forward(x, eps)) };
             let block_in = x.clone();
-            let xn = norm(&block.attn_in, &x)?;
-            let qkv = block.qkv.forward(&xn)?;
+            let attn_in = norm(&block.attn_in, &x)?;
+            let qkv = block.qkv.forward(&attn_in)?;
             let (nq, nkv) = (h * dh, kvh * dh);
             // Queries and keys normalised before RoPE (hook_q / hook_k see them normalised): over
             // the whole projection, or over each head once split into heads.
@@ -181,8 +190,12 @@ impl Llama {
             emit(sink, HookPoint::AttnOut(l), &rows, &attn_out)?;
             x = (x + attn_out)?;
             emit(sink, HookPoint::ResidMid(l), &rows, &x)?;
-            // Under a parallel residual the MLP reads the block's input, not x + attn.
-            let xn = norm(&block.mlp_in, if self.cfg.arch.parallel_residual { &block_in } else { &x })?;
+            // Under a parallel residual the MLP reads the block's input, not x + attn — through
+            // the attention's own norm where the family shares one.
+            let xn = match self.cfg.arch.norm_placement {
+                NormPlacement::Shared => attn_in,
+                _ => norm(&block.mlp_in, if self.cfg.arch.parallel_residual { &block_in } else { &x })?,
+            };
             let (act, mlp_out) = block.mlp.forward(&xn)?;
             emit(sink, HookPoint::MlpPost(l), &rows, &act)?;
             x = (x + norm(&block.mlp_out, &mlp_out)?)?;
@@ -194,11 +207,22 @@ impl Llama {
         Ok(out)
     }
 
-    /// Embeds `tokens` (scaled by √d_model where the family does), refusing ids outside the
-    /// vocabulary.
-    pub(crate) fn embed_tokens(&self, tokens: &[u32]) -> Result<Tensor> {
+    /// Embeds `tokens` at `positions` (scaled by √d_model where the family does; plus the learned
+    /// position rows where it has them), refusing ids outside the vocabulary and positions past
+    /// a learned table.
+    pub(crate) fn embed_tokens(&self, tokens: &[u32], positions: &[usize]) -> Result<Tensor> {
         self.check_ids(tokens)?;
         let x = self.embed.index_select(&Tensor::new(tokens, &Device::Cpu)?, 0)?;
+        if let Some(table) = &self.pos_embed {
+            let n = table.dim(0)?;
+            if let Some(&p) = positions.iter().find(|&&p| p >= n) {
+                return Err(Error::input(format!(
+                    "position {p} is past the {n} positions this model learned (it has no RoPE to extrapolate with); use fewer tokens, or a KV-cache budget of at most {n} with --positions slot"
+                )));
+            }
+            let ids: Vec<u32> = positions.iter().map(|&p| p as u32).collect();
+            return Ok((x + table.index_select(&Tensor::new(ids.as_slice(), &Device::Cpu)?, 0)?)?);
+        }
         if self.cfg.arch.embed_scale {
             // As the reference computes it: √d_model rounded to f32 once.
             let scale = (self.cfg.d_model as f64).sqrt() as f32;
