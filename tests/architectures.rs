@@ -97,7 +97,7 @@ fn gpt2_refuses_positions_past_its_table_and_streams_by_slot() {
     let n = lm.model.cfg.context_len;
     assert!(ids.len() > n + 10, "text too short: {}", ids.len());
     let ids = &ids[..n + 10];
-    let err = lm.model.forward(ids, None, &mut NoCapture).err().expect("ran past the learned positions");
+    let err = lm.model.forward(ids, None, &mut NoCapture).expect_err("ran past the learned positions");
     assert!(err.to_string().contains("positions this model learned"), "{err}");
     let sink = Policy { kind: PolicyKind::Sink, sinks: 4, cache: 64, positions: PositionMode::Slot };
     let out = simulate(&lm.model, ids, &[sink], &mut |_, _| {}).unwrap().remove(0);
