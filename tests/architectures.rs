@@ -13,6 +13,7 @@ use sinkscope::model::{load, LoadOptions};
 
 const LOGIT_TOL: f32 = 1e-3;
 const PATTERN_TOL: f32 = 1e-4;
+const SINK_TOL: f32 = 1e-4;
 
 /// Runs the fixture's tokens through the model at `model_path` and compares with its reference.
 fn matches_transformers(family: &str, model_path: &str) {
@@ -21,7 +22,9 @@ fn matches_transformers(family: &str, model_path: &str) {
     let tokens: Vec<u32> = fx.i64("tokens").iter().map(|&t| t as u32).collect();
     let t = tokens.len();
     let cfg = &lm.model.cfg;
-    let mut sink = TensorCollector::new(HookFilter::parse("hook_pattern", cfg.n_layers).unwrap(), t);
+    let learned_sinks = cfg.arch.learned_sinks;
+    let hooks = if learned_sinks { "hook_pattern,hook_sink_prob" } else { "hook_pattern" };
+    let mut sink = TensorCollector::new(HookFilter::parse(hooks, cfg.n_layers).unwrap(), t);
     let hidden = lm.model.forward(&tokens, None, &mut sink).unwrap();
     let logits: Vec<f32> = lm.model.logits(&hidden).unwrap().flatten_all().unwrap().to_vec1().unwrap();
     let (shape, reference) = fx.f32("logits");
@@ -34,7 +37,16 @@ fn matches_transformers(family: &str, model_path: &str) {
         assert_eq!(ours_shape[..], shape[..], "{family} layer {l}");
         worst_pattern = ours.iter().zip(&reference).map(|(a, b)| (a - b).abs()).fold(worst_pattern, f32::max);
     }
-    eprintln!("{family} ({model_path}): T={t} max |Δlogit| {worst_logit:.2e}, max |Δpattern| {worst_pattern:.2e}");
+    // The mass each head's learned sink logit took, [head, query] (HF: 1 − the row's sum).
+    let mut worst_sink = 0f32;
+    for l in (0..cfg.n_layers).filter(|_| learned_sinks) {
+        let (shape, reference) = fx.f32(&format!("sink_prob.{l}"));
+        let (ours_shape, ours) = sink.get(&HookPoint::SinkProb(l)).unwrap();
+        assert_eq!(ours_shape[..], shape[..], "{family} layer {l}");
+        worst_sink = ours.iter().zip(&reference).map(|(a, b)| (a - b).abs()).fold(worst_sink, f32::max);
+    }
+    assert!(worst_sink <= SINK_TOL, "{family}: learned-sink mass differs from transformers by {worst_sink} > {SINK_TOL}");
+    eprintln!("{family} ({model_path}): T={t} max |Δlogit| {worst_logit:.2e}, max |Δpattern| {worst_pattern:.2e}, max |Δsink mass| {worst_sink:.2e}");
     assert!(worst_logit <= LOGIT_TOL, "{family}: logits differ from transformers by {worst_logit} > {LOGIT_TOL}");
     assert!(worst_pattern <= PATTERN_TOL, "{family}: patterns differ from transformers by {worst_pattern} > {PATTERN_TOL}");
 }
@@ -83,6 +95,21 @@ fn phi_matches_transformers() {
 fn gpt2_matches_transformers() {
     matches_transformers("gpt2", common::fixture("arch/gpt2").to_str().unwrap());
     matches_transformers("gpt2", common::fixture("arch/gpt2/model.gguf").to_str().unwrap());
+}
+
+/// gpt-oss: a learned sink logit per head joining every softmax (of both signs, some taking
+/// most of a row), a mixture of clamped-SwiGLU experts (top 2 of 4) with biases, q/k/v/o
+/// biases, windowed layers (16 keys) between global ones, YaRN RoPE; `hook_sink_prob` against
+/// the mass transformers' rows are missing.
+#[test]
+fn gpt_oss_matches_transformers() {
+    matches_transformers("gpt_oss", common::fixture("arch/gpt_oss").to_str().unwrap());
+    let lm = load(common::fixture("arch/gpt_oss").to_str().unwrap(), &LoadOptions::default()).unwrap();
+    let fx = Fixture::open(&common::fixture("arch/gpt_oss/reference.safetensors"));
+    // The sinks matter here: some heads give them most of some rows.
+    let (_, mass) = fx.f32("sink_prob.1");
+    assert!(mass.iter().any(|&m| m > 0.5) && mass.iter().any(|&m| m < 0.05), "the fixture's sinks are bland");
+    assert!(lm.model.cfg.arch.rope_yarn.is_some() && lm.model.cfg.arch.moe.is_some_and(|m| m.experts == 4 && m.top_k == 2));
 }
 
 /// GPT-2 has no positions past its learned table: a longer run is refused with the reason, and
@@ -184,7 +211,7 @@ const GEMMA_PROMPT: &str = "The capital of France is";
 fn windowed_models_stream_like_their_forward() {
     use sinkscope::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
     use sinkscope::model::sink::NoCapture;
-    for family in ["gemma3", "mistral"] {
+    for family in ["gemma3", "mistral", "gpt_oss"] {
         let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
         let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
         let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(150).collect();

@@ -55,7 +55,18 @@ impl CaptureSink for TensorCollector {
     fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()> {
         let dims = value.dims().to_vec();
         let n = self.n_positions;
-        if hook.is_attention_map() {
+        if let HookPoint::SinkProb(_) = hook {
+            // [head, query] delivered in query blocks: columns rows.start.. of a [head, n] map.
+            let (heads, block) = (dims[0], dims[1]);
+            let entry = self.tensors.entry(*hook).or_insert_with(|| (vec![heads, n], vec![0.0; heads * n]));
+            with_f32(value, |src| {
+                for h in 0..heads {
+                    for r in (0..block).filter(|r| rows.start + r < n) {
+                        entry.1[h * n + rows.start + r] = src[h * block + r];
+                    }
+                }
+            })?;
+        } else if hook.is_attention_map() {
             let (heads, block, keys) = (dims[0], dims[1], dims[2]);
             let entry = self.tensors.entry(*hook).or_insert_with(|| (vec![heads, n, n], vec![0.0; heads * n * n]));
             let fill = if matches!(hook, HookPoint::AttnScores(_)) { f32::NEG_INFINITY } else { 0.0 };

@@ -24,6 +24,7 @@ pub fn hook_elements(cfg: &LlamaConfig, hook: &HookPoint, t: u64) -> u64 {
         HookPoint::Q(_) => t * h * dh,
         HookPoint::K(_) | HookPoint::V(_) => t * kvh * dh,
         HookPoint::AttnScores(_) | HookPoint::Pattern(_) => h * t * t,
+        HookPoint::SinkProb(_) => h * t,
         HookPoint::MlpPost(_) => t * ff,
     }
 }

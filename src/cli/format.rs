@@ -39,6 +39,16 @@ fn describe_switches(a: &ArchSwitches, d_head: usize) -> String {
         MlpKind::Gelu => parts.push("GELU MLP".into()),
         MlpKind::GeGluTanh => parts.push("GeGLU MLP".into()),
         MlpKind::GeluTanh => parts.push("GELU (tanh) MLP".into()),
+        MlpKind::Moe => match a.moe {
+            Some(m) => parts.push(format!("mixture of {} experts, {} per token (clamped SwiGLU)", m.experts, m.top_k)),
+            None => parts.push("mixture of experts".into()),
+        },
+    }
+    if a.learned_sinks {
+        parts.push("a learned sink logit per head".into());
+    }
+    if let Some(y) = a.rope_yarn {
+        parts.push(format!("YaRN RoPE ×{} from {} positions", y.factor, y.original_context));
     }
     if a.embed_scale {
         parts.push("embeddings × √d_model".into());

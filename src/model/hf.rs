@@ -8,8 +8,8 @@ use candle_core::{Device, Tensor};
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value as Json;
 
-use super::llama::{switches, LlamaConfig, Param};
-use super::rope::RopeLayout;
+use super::llama::{switches, LlamaConfig, MlpKind, Moe, Param};
+use super::rope::{RopeLayout, Yarn};
 use super::source::shard_names;
 use crate::error::{Error, IoContext, Result};
 
@@ -19,7 +19,9 @@ use crate::error::{Error, IoContext, Result};
 /// Gemma 3 (sandwich norms stored as w − 1, GeGLU, √d embedding scale, windowed local layers),
 /// Phi (one LayerNorm shared by parallel attention and MLP, partial rotary, biases everywhere)
 /// and GPT-2 (learned absolute positions, Conv1D weights stored input-major).
-const SUPPORTED: [&str; 11] = ["gemma3", "gemma3_text", "gpt2", "gpt_neox", "llama", "mistral", "olmo2", "phi", "qwen2", "qwen3", "smollm"];
+/// and gpt-oss (a learned sink logit per head, a mixture of clamped-SwiGLU experts, windowed
+/// layers between global ones, YaRN RoPE).
+const SUPPORTED: [&str; 12] = ["gemma3", "gemma3_text", "gpt2", "gpt_neox", "gpt_oss", "llama", "mistral", "olmo2", "phi", "qwen2", "qwen3", "smollm"];
 
 /// GPT-2's config keys for what the other families call `hidden_size` and so on.
 const GPT2_KEYS: [(&str, &str); 5] =
@@ -53,12 +55,7 @@ pub fn read_config(dir: &Path) -> Result<(LlamaConfig, bool, String)> {
     if json.get("scale_attn_weights").and_then(Json::as_bool) == Some(false) {
         return Err(Error::file(&path, "sets scale_attn_weights = false (unscaled attention scores), which sinkscope does not compute yet"));
     }
-    if let Some(scaling) = json.get("rope_scaling").filter(|v| !v.is_null()) {
-        let kind = scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(Json::as_str).unwrap_or("?");
-        if kind != "default" {
-            return Err(Error::file(&path, format!("rope_scaling type '{kind}' is not supported yet")));
-        }
-    }
+    let yarn = rope_scaling(&json, &path)?;
     let d_model = req("hidden_size")?;
     let n_heads = req("num_attention_heads")?;
     let (window, global_every) = windows(&json, model_type, &path)?;
@@ -79,6 +76,15 @@ pub fn read_config(dir: &Path) -> Result<(LlamaConfig, bool, String)> {
         arch.parallel_residual = parallel;
     }
     (arch.window, arch.global_every) = (window, global_every);
+    arch.rope_yarn = yarn;
+    if arch.mlp == MlpKind::Moe {
+        arch.moe = Some(Moe {
+            experts: req("num_local_experts")?,
+            top_k: req("num_experts_per_tok")?,
+            alpha: json.get("swiglu_alpha").and_then(Json::as_f64).unwrap_or(1.702),
+            limit: json.get("swiglu_limit").and_then(Json::as_f64).unwrap_or(7.0),
+        });
+    }
     arch.rope_local_theta = json.pointer("/rope_parameters/sliding_attention/rope_theta").or_else(|| json.get("rope_local_base_freq")).and_then(Json::as_f64);
     if let Some(s) = json.get("query_pre_attn_scalar").and_then(Json::as_f64).filter(|&s| s != d_head as f64) {
         arch.attn_scale = Some(1.0 / s.sqrt());
@@ -120,17 +126,56 @@ fn windows(json: &Json, model_type: &str, path: &Path) -> Result<(Option<usize>,
             format!("sets use_sliding_window with sliding_window = {w}: its layers from max_window_layers on never see keys more than {w} back, which sinkscope does not compute for this family yet; the numbers would be another model's"),
         )),
         "qwen2" | "qwen3" => Ok((None, None)),
-        "gemma3" | "gemma3_text" => {
+        "gemma3" | "gemma3_text" | "gpt_oss" => {
             let types: Vec<&str> = json.get("layer_types").and_then(Json::as_array).map(|a| a.iter().filter_map(Json::as_str).collect()).unwrap_or_default();
             let every = types.iter().position(|t| *t == "full_attention").map(|i| i + 1);
             let fits = every.is_some_and(|n| types.iter().enumerate().all(|(l, t)| (*t == "full_attention") == (l + 1).is_multiple_of(n)));
             if !fits {
-                return Err(Error::file(path, "has layer_types that are not one global layer every N (what Gemma 3 uses); sinkscope cannot place its windows"));
+                return Err(Error::file(path, "has layer_types that are not one global layer every N (what Gemma 3 and gpt-oss use); sinkscope cannot place its windows"));
             }
             Ok((Some(w as usize), every))
         }
         _ => Ok((Some(w as usize), None)),
     }
+}
+
+/// The RoPE scaling a config asks for, in transformers 4's `rope_scaling` or 5's `rope_parameters`
+/// (per layer type too): none, or YaRN at the top level; any other kind is refused rather than
+/// run as plain RoPE.
+fn rope_scaling(json: &Json, path: &Path) -> Result<Option<Yarn>> {
+    let mut yarn = None;
+    for at in ["/rope_scaling", "/rope_parameters", "/rope_parameters/full_attention", "/rope_parameters/sliding_attention"] {
+        let Some(p) = json.pointer(at).filter(|v| v.is_object()) else { continue };
+        match p.get("rope_type").or_else(|| p.get("type")).and_then(Json::as_str) {
+            None | Some("default") => {}
+            Some("yarn") if !at.ends_with("attention") => {
+                let num = |k: &str| p.get(k).and_then(Json::as_f64);
+                let context = json.get("max_position_embeddings").and_then(Json::as_f64);
+                let Some(original) = num("original_max_position_embeddings") else {
+                    return Err(Error::file(path, "sets YaRN RoPE scaling without original_max_position_embeddings; config.json is incomplete"));
+                };
+                let Some(factor) = num("factor").or_else(|| context.map(|c| c / original)) else {
+                    return Err(Error::file(path, "sets YaRN RoPE scaling without a factor; config.json is incomplete"));
+                };
+                // transformers' get_mscale: 0.1 · m · ln(s) + 1 above a scale of 1.
+                let mscale = |m: f64| if factor <= 1.0 { 1.0 } else { 0.1 * m * factor.ln() + 1.0 };
+                let attention_factor = num("attention_factor").unwrap_or_else(|| match (num("mscale").filter(|&m| m != 0.0), num("mscale_all_dim").filter(|&m| m != 0.0)) {
+                    (Some(m), Some(all)) => mscale(m) / mscale(all),
+                    _ => mscale(1.0),
+                });
+                yarn = Some(Yarn {
+                    factor,
+                    original_context: original,
+                    beta_fast: num("beta_fast").filter(|&b| b != 0.0).unwrap_or(32.0),
+                    beta_slow: num("beta_slow").filter(|&b| b != 0.0).unwrap_or(1.0),
+                    truncate: p.get("truncate").and_then(Json::as_bool).unwrap_or(true),
+                    attention_factor,
+                });
+            }
+            Some(kind) => return Err(Error::file(path, format!("sets RoPE scaling '{kind}' ({}), which sinkscope does not compute yet; the numbers would be another model's", &at[1..]))),
+        }
+    }
+    Ok(yarn)
 }
 
 /// Memory-mapped safetensors shards of one model.
@@ -238,6 +283,11 @@ fn hf_name(family: &str, canonical: &str) -> Option<String> {
     match family {
         "gpt_neox" => return neox_name(canonical),
         "gpt2" => return gpt2_name(canonical),
+        "gpt_oss" => {
+            if let Some(name) = gpt_oss_name(canonical) {
+                return Some(name);
+            }
+        }
         "phi" => return phi_name(canonical),
         _ => {}
     }
@@ -264,6 +314,7 @@ fn hf_name(family: &str, canonical: &str) -> Option<String> {
         "attn_k.bias" => "self_attn.k_proj.bias",
         "attn_v.bias" => "self_attn.v_proj.bias",
         "attn_output.weight" => "self_attn.o_proj.weight",
+        "attn_output.bias" => "self_attn.o_proj.bias",
         "attn_q_norm.weight" => "self_attn.q_norm.weight",
         "post_attention_norm.weight" => "post_attention_layernorm.weight",
         "post_ffw_norm.weight" => "post_feedforward_layernorm.weight",
@@ -327,6 +378,23 @@ fn gpt2_name(canonical: &str) -> Option<String> {
         _ => return None,
     };
     Some(format!("transformer.h.{layer}.{mapped}.{kind}"))
+}
+
+/// gpt-oss's names beyond Llama's: the sink logits, the router and the experts (kept in
+/// transformers' layout, see `MoeMlp::load`).
+fn gpt_oss_name(canonical: &str) -> Option<String> {
+    let (layer, tail) = canonical.strip_prefix("blk.")?.split_once('.')?;
+    let mapped = match tail {
+        "attn_sinks.weight" => "self_attn.sinks",
+        "ffn_gate_inp.weight" => "mlp.router.weight",
+        "ffn_gate_inp.bias" => "mlp.router.bias",
+        "ffn_gate_up_exps.weight" => "mlp.experts.gate_up_proj",
+        "ffn_gate_up_exps.bias" => "mlp.experts.gate_up_proj_bias",
+        "ffn_down_exps.weight" => "mlp.experts.down_proj",
+        "ffn_down_exps.bias" => "mlp.experts.down_proj_bias",
+        _ => return None,
+    };
+    Some(format!("model.layers.{layer}.{mapped}"))
 }
 
 /// Phi's (Phi-1/1.5/2) names.

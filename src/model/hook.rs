@@ -29,6 +29,9 @@ pub enum HookPoint {
     /// `blocks.{l}.attn.hook_pattern` — softmax attention, [head, query_pos, key_pos]; delivered
     /// in query blocks (rows = a range of query positions, columns = every visible key).
     Pattern(usize),
+    /// `blocks.{l}.attn.hook_sink_prob` — the softmax mass each head's learned sink logit took
+    /// (models with learned sinks only), [head, query_pos]; delivered in query blocks.
+    SinkProb(usize),
     /// `blocks.{l}.hook_attn_out` — attention sub-block output after o_proj, [pos, d_model].
     AttnOut(usize),
     /// `blocks.{l}.mlp.hook_post` — SwiGLU hidden activation silu(gate)·up, [pos, d_mlp].
@@ -38,13 +41,14 @@ pub enum HookPoint {
 }
 
 /// The per-layer hook suffixes, in forward order.
-const LAYER_HOOKS: [&str; 10] = [
+const LAYER_HOOKS: [&str; 11] = [
     "hook_resid_pre",
     "attn.hook_q",
     "attn.hook_k",
     "attn.hook_v",
     "attn.hook_attn_scores",
     "attn.hook_pattern",
+    "attn.hook_sink_prob",
     "hook_attn_out",
     "hook_resid_mid",
     "mlp.hook_post",
@@ -56,8 +60,8 @@ impl HookPoint {
         use HookPoint::*;
         match *self {
             Embed | LnFinal => None,
-            ResidPre(l) | ResidMid(l) | ResidPost(l) | Q(l) | K(l) | V(l) | AttnScores(l) | Pattern(l) | AttnOut(l)
-            | MlpPost(l) => Some(l),
+            ResidPre(l) | ResidMid(l) | ResidPost(l) | Q(l) | K(l) | V(l) | AttnScores(l) | Pattern(l) | SinkProb(l)
+            | AttnOut(l) | MlpPost(l) => Some(l),
         }
     }
 
@@ -72,10 +76,11 @@ impl HookPoint {
             V(_) => LAYER_HOOKS[3],
             AttnScores(_) => LAYER_HOOKS[4],
             Pattern(_) => LAYER_HOOKS[5],
-            AttnOut(_) => LAYER_HOOKS[6],
-            ResidMid(_) => LAYER_HOOKS[7],
-            MlpPost(_) => LAYER_HOOKS[8],
-            ResidPost(_) => LAYER_HOOKS[9],
+            SinkProb(_) => LAYER_HOOKS[6],
+            AttnOut(_) => LAYER_HOOKS[7],
+            ResidMid(_) => LAYER_HOOKS[8],
+            MlpPost(_) => LAYER_HOOKS[9],
+            ResidPost(_) => LAYER_HOOKS[10],
         }
     }
 
@@ -88,6 +93,7 @@ impl HookPoint {
             "attn.hook_v" => V(layer),
             "attn.hook_attn_scores" => AttnScores(layer),
             "attn.hook_pattern" => Pattern(layer),
+            "attn.hook_sink_prob" => SinkProb(layer),
             "hook_attn_out" => AttnOut(layer),
             "hook_resid_mid" => ResidMid(layer),
             "mlp.hook_post" => MlpPost(layer),
@@ -198,7 +204,7 @@ mod tests {
         }
         assert_eq!(HookPoint::Pattern(12).to_string(), "blocks.12.attn.hook_pattern");
         assert_eq!(HookPoint::MlpPost(0).to_string(), "blocks.0.mlp.hook_post");
-        assert_eq!(HookPoint::all(2).len(), 2 + 2 * 10);
+        assert_eq!(HookPoint::all(2).len(), 2 + 2 * 11);
     }
 
     #[test]

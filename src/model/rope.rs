@@ -34,26 +34,70 @@ pub struct Rope {
     pub d_head: usize,
     pub rot_dims: usize,
     pub layout: RopeLayout,
+    /// YaRN's rescaled frequencies and attention factor, where the model extends its context so.
+    pub yarn: Option<Yarn>,
+}
+
+/// YaRN (Peng et al. 2023) as transformers computes it: frequencies interpolated by `factor`
+/// below a ramp between the dimensions that turn `beta_slow` and `beta_fast` times over the
+/// original context, kept above it; cos and sin (so q and k) scaled by `attention_factor`.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Yarn {
+    pub factor: f64,
+    pub original_context: f64,
+    pub beta_fast: f64,
+    pub beta_slow: f64,
+    /// Round the ramp's ends outward to whole dimensions.
+    pub truncate: bool,
+    pub attention_factor: f64,
+}
+
+impl Yarn {
+    /// The inverse frequencies of `dims` rotated dimensions with base `theta`.
+    fn inv_freq(&self, theta: f64, dims: usize) -> Vec<f64> {
+        let d = dims as f64;
+        // The dimension whose wavelength fits `turns` times into the original context.
+        let dim_at = |turns: f64| d * (self.original_context / (turns * 2.0 * std::f64::consts::PI)).ln() / (2.0 * theta.ln());
+        let (mut low, mut high) = (dim_at(self.beta_fast), dim_at(self.beta_slow));
+        if self.truncate {
+            (low, high) = (low.floor(), high.ceil());
+        }
+        let (low, mut high) = (low.max(0.0), high.min(d - 1.0));
+        if low == high {
+            high += 0.001;
+        }
+        (0..dims / 2)
+            .map(|i| {
+                let base = theta.powf((2 * i) as f64 / d);
+                let kept = 1.0 - ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                (1.0 / (self.factor * base)) * (1.0 - kept) + (1.0 / base) * kept
+            })
+            .collect()
+    }
 }
 
 impl Rope {
     /// cos and sin tables of shape (positions, rot_dims/2) for the given position ids.
     /// Angles are computed in f64 and rounded once, so long positions stay accurate.
     pub fn tables(&self, positions: &[usize], device: &Device) -> Result<(Tensor, Tensor)> {
-        self.tables_at(&positions.iter().map(|&p| p as f64).collect::<Vec<_>>(), device)
+        let scale = self.yarn.map_or(1.0, |y| y.attention_factor);
+        self.tables_at(&positions.iter().map(|&p| p as f64).collect::<Vec<_>>(), scale, device)
     }
 
-    /// cos/sin tables for (possibly negative) positions.
-    fn tables_at(&self, positions: &[f64], device: &Device) -> Result<(Tensor, Tensor)> {
+    /// cos/sin tables for (possibly negative) positions, scaled by `scale`.
+    fn tables_at(&self, positions: &[f64], scale: f64, device: &Device) -> Result<(Tensor, Tensor)> {
         let half = self.rot_dims / 2;
-        let inv_freq: Vec<f64> = (0..half).map(|i| self.theta.powf(-((2 * i) as f64) / self.rot_dims as f64)).collect();
+        let inv_freq: Vec<f64> = match &self.yarn {
+            Some(y) => y.inv_freq(self.theta, self.rot_dims),
+            None => (0..half).map(|i| self.theta.powf(-((2 * i) as f64) / self.rot_dims as f64)).collect(),
+        };
         let mut cos = Vec::with_capacity(positions.len() * half);
         let mut sin = Vec::with_capacity(positions.len() * half);
         for &p in positions {
             for &f in &inv_freq {
                 let angle = p * f;
-                cos.push(angle.cos() as f32);
-                sin.push(angle.sin() as f32);
+                cos.push((angle.cos() * scale) as f32);
+                sin.push((angle.sin() * scale) as f32);
             }
         }
         Ok((
@@ -85,7 +129,8 @@ impl Rope {
 
     /// Rotates by signed position offsets (e.g. −Δ to shift rotated keys back after an eviction).
     pub fn rotate_by(&self, x: &Tensor, offsets: &[i64]) -> Result<Tensor> {
-        let (cos, sin) = self.tables_at(&offsets.iter().map(|&p| p as f64).collect::<Vec<_>>(), x.device())?;
+        // A pure rotation: the key already carries YaRN's attention factor.
+        let (cos, sin) = self.tables_at(&offsets.iter().map(|&p| p as f64).collect::<Vec<_>>(), 1.0, x.device())?;
         self.apply(&x.contiguous()?, &cos, &sin)
     }
 
@@ -144,7 +189,7 @@ mod tests {
     use super::*;
 
     fn rotate(layout: RopeLayout, x: Vec<f32>, pos: usize) -> Vec<f32> {
-        let rope = Rope { theta: 10000.0, d_head: 4, rot_dims: 4, layout };
+        let rope = Rope { theta: 10000.0, d_head: 4, rot_dims: 4, layout, yarn: None };
         let (c, s) = rope.tables(&[pos], &Device::Cpu).unwrap();
         let t = Tensor::from_vec(x, (1, 1, 4), &Device::Cpu).unwrap();
         rope.apply(&t, &c, &s).unwrap().flatten_all().unwrap().to_vec1().unwrap()
@@ -171,7 +216,7 @@ mod tests {
 
     #[test]
     fn cached_tables_rotate_like_fresh_ones() {
-        let rope = Rope { theta: 10000.0, d_head: 4, rot_dims: 4, layout: RopeLayout::Interleaved };
+        let rope = Rope { theta: 10000.0, d_head: 4, rot_dims: 4, layout: RopeLayout::Interleaved, yarn: None };
         let x = Tensor::from_vec((0..12).map(|v| v as f32 * 0.1).collect::<Vec<_>>(), (1, 3, 4), &Device::Cpu).unwrap();
         let mut table = RopeTable::empty(4).unwrap();
         for positions in [vec![0, 1, 2], vec![5, 9, 200]] {

@@ -19,7 +19,7 @@ use super::llama::attention::{Attend, LayerAttention};
 use super::llama::Llama;
 use super::sink::{CaptureSink, NoCapture};
 use crate::error::{Error, Result};
-use crate::numerics::kernels::softmax_segments;
+use crate::numerics::kernels::{softmax_segments, softmax_segments_with_sink};
 
 /// The keys one query at stream position t sees: tokens `0..pinned` and `from..=t`
 /// (`pinned ≤ from`; `pinned = 0, from = 0` is the whole prefix). `pinned_pos` is the rotary
@@ -182,7 +182,7 @@ impl Attend for ViewAttention<'_> {
         let cols = pinned + n_window;
         let scale = 1.0 / (dh as f32).sqrt();
         let mut a = scores.flatten_all()?.to_vec1::<f32>()?;
-        let (views, start, window) = (self.views, self.start, at.window);
+        let (views, start, window, sinks) = (self.views, self.start, at.window, at.sinks);
         // Rows are (kv head, group member, query r).
         a.par_chunks_mut(cols).enumerate().for_each(|(row, s)| {
             let r = row % b;
@@ -198,7 +198,13 @@ impl Attend for ViewAttention<'_> {
             for seg in &segments {
                 s[seg.clone()].iter_mut().for_each(|x| *x *= scale);
             }
-            softmax_segments(s, &segments);
+            match sinks {
+                // Row (kv head, member, r) belongs to head row / b.
+                Some(logits) => {
+                    softmax_segments_with_sink(s, &segments, logits[row / b]);
+                }
+                None => softmax_segments(s, &segments),
+            }
         });
         let pattern = Tensor::from_vec(a, (kvh, group * b, cols), &Device::Cpu)?;
         let out = pattern.matmul(&values)?.reshape((h, b, dh))?;

@@ -61,6 +61,30 @@ super::simd::vectorized_fn! {
     }
 }
 
+/// [`softmax_segments`] with a learned sink logit joining the denominator (gpt-oss): the entries
+/// sum to 1 − p and p, the mass the sink took, is returned. Computed as transformers does: the
+/// max over the row and the sink subtracted first.
+pub fn softmax_segments_with_sink(row: &mut [f32], segments: &[std::ops::Range<usize>], sink: f32) -> f32 {
+    let max = segments.iter().flat_map(|r| row[r.clone()].iter().copied()).fold(sink, f32::max);
+    let sink_exp = exp_f32(sink - max);
+    let mut sum = sink_exp;
+    let mut end = 0;
+    for r in segments {
+        row[end..r.start].fill(0.0);
+        for s in &mut row[r.clone()] {
+            *s = exp_f32(*s - max);
+            sum += *s;
+        }
+        end = r.end;
+    }
+    row[end..].fill(0.0);
+    let inv = 1.0 / sum;
+    for r in segments {
+        row[r.clone()].iter_mut().for_each(|s| *s *= inv);
+    }
+    sink_exp * inv
+}
+
 super::simd::vectorized_fn! {
     /// out = silu(g) · u, elementwise.
     fn silu_times(g: &[f32], u: &[f32], out: &mut [f32]) {

@@ -12,7 +12,7 @@ use crate::model::hook::HookPoint;
 use crate::model::matmul::gemm_f32;
 use crate::model::rope::Rope;
 use crate::model::sink::CaptureSink;
-use crate::numerics::kernels::{softmax_prefix, softmax_segments};
+use crate::numerics::kernels::{softmax_prefix, softmax_segments, softmax_segments_with_sink};
 use crate::numerics::tensor::with_f32;
 
 /// Upper bound on one query block's score matrix, so attention memory is independent of T².
@@ -34,6 +34,8 @@ pub(crate) struct LayerAttention<'r> {
     pub(crate) local_rope: bool,
     /// Keys a query sees at most, its own included.
     pub(crate) window: Option<usize>,
+    /// Learned sink logits per head, joining every softmax row's denominator (gpt-oss).
+    pub(crate) sinks: Option<&'r [f32]>,
 }
 
 /// The part of a layer where queries meet keys: given the layer's pre-RoPE q (rows, H, dh) and
@@ -83,7 +85,7 @@ impl Attend for SeqAttention<'_, '_> {
             };
             let past = k_all.dim(1)? - t;
             let layer_mask = seq.mask.filter(|m| m.layer == l);
-            outs.push(attention(self.block_bytes, l, &q, &k_all, &v_all, past, sink, layer_mask, layer.window)?);
+            outs.push(attention(self.block_bytes, layer, &q, &k_all, &v_all, past, sink, layer_mask)?);
         }
         Ok(if outs.len() == 1 { outs.swap_remove(0) } else { Tensor::cat(&outs, 0)? })
     }
@@ -98,22 +100,23 @@ impl Attend for SeqAttention<'_, '_> {
 }
 
 /// Causal softmax attention for q (H, T, dh) against all visible keys k/v (KVH, past+T, dh) —
-/// with a `window`, each query sees only the last `window` keys, its own included —
-/// one block of query rows at a time; within a block every head runs as its own task
+/// with the layer's window, each query sees only the last `window` keys, its own included; with
+/// its learned sinks, each head's sink logit joins the softmax (the mass it takes is
+/// `hook_sink_prob`) — one block of query rows at a time; within a block every head runs as its own task
 /// (scores, mask and softmax while its rows are in cache, then A·V straight into its columns
 /// of the output). Returns (T, H·dh).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
     block_bytes: usize,
-    layer: usize,
+    at: &LayerAttention,
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     past: usize,
     sink: &mut dyn CaptureSink,
     mask: Option<&KeyMask>,
-    window: Option<usize>,
 ) -> Result<Tensor> {
+    let (layer, window, sinks) = (at.index, at.window, at.sinks);
     let (h, t, dh) = q.dims3()?;
     let kvh = k.dim(0)?;
     let group = h / kvh;
@@ -121,6 +124,7 @@ pub(crate) fn attention(
     let scale = 1.0 / (dh as f32).sqrt();
     let want_pattern = sink.wants(&HookPoint::Pattern(layer));
     let want_scores = sink.wants(&HookPoint::AttnScores(layer));
+    let want_sink_prob = sinks.is_some() && sink.wants(&HookPoint::SinkProb(layer));
     let per_row = h * n_keys * std::mem::size_of::<f32>() * if want_scores { 2 } else { 1 };
     // Small enough blocks also skip most of the masked upper triangle (keys beyond the block's
     // last query are never multiplied).
@@ -136,9 +140,11 @@ pub(crate) fn attention(
                     let visible = past + b0 + b;
                     let head_len = b * visible;
                     let mut a = vec![0f32; h * head_len];
+                    // The sink's share of each (head, row) softmax, for hook_sink_prob.
+                    let mut sink_mass = vec![0f32; h * b];
                     // Scores: (b × dh) · (dh × visible) per head, scaled by the kernel; then the
                     // knocked-out key and softmax (or, when raw scores are saved, the causal −∞ first).
-                    a.par_chunks_mut(head_len).enumerate().for_each(|(head, s)| {
+                    a.par_chunks_mut(head_len).zip(sink_mass.par_chunks_mut(b)).enumerate().for_each(|(head, (s, mass))| {
                         let kv = head / group;
                         let qh = &q[(head * t + b0) * dh..][..b * dh];
                         let kh = &k[kv * n_keys * dh..][..visible * dh];
@@ -162,7 +168,7 @@ pub(crate) fn attention(
                             }
                             // Softmax while the row is in cache, unless the raw scores are wanted first.
                             if !want_scores {
-                                softmax_visible(row, first, query + 1);
+                                mass[r] = softmax_visible(row, first, query + 1, sinks.map(|s| s[head]));
                             }
                         }
                     });
@@ -170,10 +176,14 @@ pub(crate) fn attention(
                     if want_scores {
                         let scores = Tensor::from_vec(a.clone(), (h, b, visible), &Device::Cpu)?;
                         sink.record(&HookPoint::AttnScores(layer), rows.clone(), &scores)?;
-                        a.par_chunks_mut(visible).enumerate().for_each(|(row, s)| {
+                        // Rows are (head, query), as the sink masses.
+                        a.par_chunks_mut(visible).zip(sink_mass.par_iter_mut()).enumerate().for_each(|(row, (s, mass))| {
                             let query = past + b0 + row % b;
-                            softmax_visible(s, window.map_or(0, |w| (query + 1).saturating_sub(w)), query + 1)
+                            *mass = softmax_visible(s, window.map_or(0, |w| (query + 1).saturating_sub(w)), query + 1, sinks.map(|s| s[row / b]));
                         });
+                    }
+                    if want_sink_prob {
+                        sink.record(&HookPoint::SinkProb(layer), past + b0..past + b0 + b, &Tensor::from_vec(sink_mass, (h, b), &Device::Cpu)?)?;
                     }
                     let pattern = Tensor::from_vec(a, (h, b, visible), &Device::Cpu)?;
                     if want_pattern {
@@ -199,14 +209,20 @@ pub(crate) fn attention(
     Ok(Tensor::from_vec(out, (t, width), &Device::Cpu)?)
 }
 
-/// Softmax over keys `first..end` of a score row; every other entry becomes exactly 0.
-fn softmax_visible(row: &mut [f32], first: usize, end: usize) {
+/// Softmax over keys `first..end` of a score row, with a learned sink logit in the denominator
+/// where the head has one; every other entry becomes exactly 0. Returns the sink's mass.
+fn softmax_visible(row: &mut [f32], first: usize, end: usize, sink: Option<f32>) -> f32 {
+    if let Some(s) = sink {
+        #[allow(clippy::single_range_in_vec_init)]
+        return softmax_segments_with_sink(row, &[first..end], s);
+    }
     if first == 0 {
         softmax_prefix(row, end);
     } else {
         #[allow(clippy::single_range_in_vec_init)]
         softmax_segments(row, &[first..end]);
     }
+    0.0
 }
 
 /// A raw output pointer shared by tasks that write disjoint parts of one buffer.

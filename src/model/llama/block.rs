@@ -6,6 +6,7 @@ use candle_core::Tensor;
 
 use super::config::{take_opt, take_req, LlamaConfig, MlpKind, NormKind, NormPlacement, Param, ParamSource, QkNorm};
 use super::linear::{Linear, Projection};
+use super::moe::MoeMlp;
 use crate::error::Result;
 use crate::numerics::kernels::swiglu;
 
@@ -41,25 +42,26 @@ pub(crate) enum Mlp {
     GeGlu { gate_up: Projection, down: Linear },
     /// GELU with biases, exact (erf) or its tanh approximation.
     Gelu { up: Linear, down: Linear, tanh: bool },
+    Moe(MoeMlp),
 }
 
 impl Mlp {
-    /// The activation (what `hook_mlp_post` records) and the block's output.
-    pub(crate) fn forward(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
-        let act = match self {
-            Mlp::SwiGlu { gate_up, .. } => swiglu(&gate_up.forward(x)?)?,
-            Mlp::GeGlu { gate_up, .. } => {
+    /// The activation (what `hook_mlp_post` records; none for a mixture of experts, whose
+    /// tokens each have their own) and the block's output.
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<(Option<Tensor>, Tensor)> {
+        let (act, down) = match self {
+            Mlp::Moe(moe) => return Ok((None, moe.forward(x)?)),
+            Mlp::SwiGlu { gate_up, down } => (swiglu(&gate_up.forward(x)?)?, down),
+            Mlp::GeGlu { gate_up, down } => {
                 let gu = gate_up.forward(x)?;
                 let ff = gu.dim(1)? / 2;
-                (gu.narrow(1, 0, ff)?.gelu()? * gu.narrow(1, ff, ff)?)?
+                ((gu.narrow(1, 0, ff)?.gelu()? * gu.narrow(1, ff, ff)?)?, down)
             }
-            Mlp::Gelu { up, tanh: false, .. } => up.forward(x)?.gelu_erf()?,
-            Mlp::Gelu { up, tanh: true, .. } => up.forward(x)?.gelu()?,
+            Mlp::Gelu { up, down, tanh: false } => (up.forward(x)?.gelu_erf()?, down),
+            Mlp::Gelu { up, down, tanh: true } => (up.forward(x)?.gelu()?, down),
         };
-        let out = match self {
-            Mlp::SwiGlu { down, .. } | Mlp::GeGlu { down, .. } | Mlp::Gelu { down, .. } => down.forward(&act)?,
-        };
-        Ok((act, out))
+        let out = down.forward(&act)?;
+        Ok((Some(act), out))
     }
 }
 
@@ -74,6 +76,8 @@ pub(crate) struct Block {
     /// RMSNorm weights of queries and keys ([`QkNorm`]).
     pub(crate) qk_norm: Option<(Tensor, Tensor)>,
     pub(crate) o_proj: Linear,
+    /// Learned sink logits, one per head (gpt-oss).
+    pub(crate) sinks: Option<Vec<f32>>,
     pub(crate) mlp: Mlp,
 }
 
@@ -135,6 +139,14 @@ impl Block {
             None => None,
         };
         let o_proj = Linear::new(take_req(get, path, &n("attn_output.weight"), &[d, h * dh])?, o_bias)?;
+        let sinks = match cfg.arch.learned_sinks {
+            true => Some(take_req(get, path, &n("attn_sinks.weight"), &[h])?.dequantize()?.to_vec1::<f32>()?),
+            false => None,
+        };
+        if let (MlpKind::Moe, Some(shape)) = (cfg.arch.mlp, cfg.arch.moe) {
+            let mlp = Mlp::Moe(MoeMlp::load(cfg, shape, l, path, get)?);
+            return Ok(Block { attn_in, attn_out, mlp_in, mlp_out, qkv, qk_norm, o_proj, sinks, mlp });
+        }
         let down = Linear::new(take_req(get, path, &n("ffn_down.weight"), &[d, ff])?, down_bias)?;
         let mlp = match cfg.arch.mlp {
             MlpKind::SwiGlu | MlpKind::GeGluTanh => {
@@ -143,10 +155,11 @@ impl Block {
                 let gate_up = Projection::new(vec![(gate, None), (up, up_bias)])?;
                 if cfg.arch.mlp == MlpKind::GeGluTanh { Mlp::GeGlu { gate_up, down } } else { Mlp::SwiGlu { gate_up, down } }
             }
+            MlpKind::Moe => return Err(crate::error::Error::Internal("a mixture of experts without its shape".into())),
             MlpKind::Gelu | MlpKind::GeluTanh => {
                 Mlp::Gelu { up: Linear::new(take_req(get, path, &n("ffn_up.weight"), &[ff, d])?, up_bias)?, down, tanh: cfg.arch.mlp == MlpKind::GeluTanh }
             }
         };
-        Ok(Block { attn_in, attn_out, mlp_in, mlp_out, qkv, qk_norm, o_proj, mlp })
+        Ok(Block { attn_in, attn_out, mlp_in, mlp_out, qkv, qk_norm, o_proj, sinks, mlp })
     }
 }

@@ -9,7 +9,7 @@ use candle_core::{Device, Tensor};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::model::rope::RopeLayout;
+use crate::model::rope::{RopeLayout, Yarn};
 
 /// Shape and numerics of a Llama-family model.
 #[derive(Debug, Clone, Serialize)]
@@ -54,6 +54,22 @@ pub enum MlpKind {
     GeGluTanh,
     /// down(gelu_tanh(up(x) + b) + b), GELU's tanh approximation (`gelu_new`): GPT-2, Phi.
     GeluTanh,
+    /// A mixture of experts ([`Moe`]): a router picks the top-k experts per token and weighs
+    /// them by a softmax over their logits; each expert is a clamped SwiGLU with biases,
+    /// (up + 1) · gate · σ(α · gate) (gpt-oss).
+    Moe,
+}
+
+/// A mixture-of-experts MLP's shape and its experts' clamped SwiGLU (gpt-oss).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Moe {
+    pub experts: usize,
+    /// Experts each token is routed to.
+    pub top_k: usize,
+    /// σ(α · gate) in the gate's activation.
+    pub alpha: f64,
+    /// gate clamped to ≤ limit, up to [−limit, limit].
+    pub limit: f64,
 }
 
 /// How a family normalises queries and keys before RoPE.
@@ -119,6 +135,13 @@ pub struct ArchSwitches {
     /// Positions enter as a learned table added to the embeddings (`position_embd`: GPT-2), and
     /// nothing is rotated (`rotary_dims` = 0).
     pub learned_positions: bool,
+    /// A learned logit per head that joins every softmax row's denominator and attends to
+    /// nothing (`attn_sinks`: gpt-oss); the mass it takes is `hook_sink_prob`.
+    pub learned_sinks: bool,
+    /// The experts of a [`MlpKind::Moe`] block.
+    pub moe: Option<Moe>,
+    /// YaRN context extension of RoPE (gpt-oss), as transformers computes it.
+    pub rope_yarn: Option<Yarn>,
 }
 
 impl ArchSwitches {
@@ -138,6 +161,8 @@ pub fn switches(family: &str) -> ArchSwitches {
         "gpt_neox" | "gptneox" => ArchSwitches { norm: NormKind::Layer, mlp: MlpKind::Gelu, parallel_residual: true, ..llama },
         // Rotary fraction from the file.
         "phi" | "phi2" => ArchSwitches { norm: NormKind::Layer, norm_placement: NormPlacement::Shared, mlp: MlpKind::GeluTanh, parallel_residual: true, ..llama },
+        // Window, pattern, experts and YaRN from the file.
+        "gpt_oss" | "gpt-oss" => ArchSwitches { mlp: MlpKind::Moe, learned_sinks: true, ..llama },
         "gpt2" => ArchSwitches { norm: NormKind::Layer, mlp: MlpKind::GeluTanh, learned_positions: true, rotary_dims: Some(0), ..llama },
         // Window, its pattern and the RoPE bases come from the file.
         "gemma3" | "gemma3_text" => ArchSwitches {
@@ -176,6 +201,13 @@ impl LlamaConfig {
         }
         if self.arch.window == Some(0) {
             return Err(bad("a sliding window of 0 keys".into()));
+        }
+        match (self.arch.mlp, self.arch.moe) {
+            (MlpKind::Moe, None) => return Err(bad("a mixture-of-experts MLP without its experts".into())),
+            (MlpKind::Moe, Some(m)) if m.experts == 0 || m.top_k == 0 || m.top_k > m.experts || m.experts > 1 << 16 => {
+                return Err(bad(format!("{} of {} experts per token", m.top_k, m.experts)));
+            }
+            _ => {}
         }
         if self.arch.norm_placement == NormPlacement::Shared && !self.arch.parallel_residual {
             return Err(bad("one shared block norm without a parallel residual".into()));

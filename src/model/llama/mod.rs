@@ -7,12 +7,13 @@ mod block;
 pub mod config;
 pub mod kv;
 pub mod linear;
+mod moe;
 
 use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
 use attention::{Attend, LayerAttention, Seq, SeqAttention, ATTENTION_BLOCK_BYTES};
-pub use config::{switches, ArchSwitches, LlamaConfig, MlpKind, NormKind, NormPlacement, Param, ParamSource, QkNorm};
+pub use config::{switches, ArchSwitches, LlamaConfig, MlpKind, Moe, NormKind, NormPlacement, Param, ParamSource, QkNorm};
 use config::{take_opt, take_req};
 pub use kv::{KeyMask, KvCache, KvStore};
 use block::{Block, Norm};
@@ -65,7 +66,7 @@ impl Llama {
                 Param::Dense(_) => Linear::shared(embed.clone()),
             },
         };
-        let rope = Rope { theta: cfg.rope_theta, d_head: cfg.d_head, rot_dims: cfg.arch.rotary_dims.unwrap_or(cfg.d_head), layout: cfg.rope_layout };
+        let rope = Rope { theta: cfg.rope_theta, d_head: cfg.d_head, rot_dims: cfg.arch.rotary_dims.unwrap_or(cfg.d_head), layout: cfg.rope_layout, yarn: cfg.arch.rope_yarn };
         let rope_local = cfg.arch.rope_local_theta.filter(|&t| t != cfg.rope_theta).map(|theta| Rope { theta, ..rope.clone() });
         Ok(Llama { cfg, embed, pos_embed, blocks, final_norm, lm_head, rope, rope_local, attention_block_bytes: ATTENTION_BLOCK_BYTES })
     }
@@ -197,7 +198,9 @@ impl Llama {
                 _ => norm(&block.mlp_in, if self.cfg.arch.parallel_residual { &block_in } else { &x })?,
             };
             let (act, mlp_out) = block.mlp.forward(&xn)?;
-            emit(sink, HookPoint::MlpPost(l), &rows, &act)?;
+            if let Some(act) = act {
+                emit(sink, HookPoint::MlpPost(l), &rows, &act)?;
+            }
             x = (x + norm(&block.mlp_out, &mlp_out)?)?;
             emit(sink, HookPoint::ResidPost(l), &rows, &x)?;
         }
@@ -235,7 +238,13 @@ impl Llama {
     fn layer_attention(&self, l: usize) -> LayerAttention<'_> {
         let windowed = self.cfg.arch.windowed(l);
         let local = self.rope_local.as_ref().filter(|_| windowed);
-        LayerAttention { index: l, rope: local.unwrap_or(&self.rope), local_rope: local.is_some(), window: if windowed { self.cfg.arch.window } else { None } }
+        LayerAttention {
+            index: l,
+            rope: local.unwrap_or(&self.rope),
+            local_rope: local.is_some(),
+            window: if windowed { self.cfg.arch.window } else { None },
+            sinks: self.blocks[l].sinks.as_deref(),
+        }
     }
 
     /// The windowed layers' own RoPE, when it differs from the global one.
