@@ -30,7 +30,7 @@ fn check_sink_parity(model_key: &str, file: &str) {
         let t = ids.len();
         let out = capture(&lm.model, &ids, &opts()).unwrap();
         let heads = &out.reducers.attention.heads;
-        let ours: Alphas = heads.iter().map(|l| l.iter().map(|h| (0..16).map(|k| alpha(&h.col_mass, t, k)).collect()).collect()).collect();
+        let ours: Alphas = heads.iter().map(|l| l.iter().map(|h| (0..16).map(|k| alpha(&h.col_mass, t, k, None)).collect()).collect()).collect();
         let theirs: Alphas = serde_json::from_value(probe["alpha"].clone()).unwrap();
         let col: Vec<Vec<Vec<f64>>> = serde_json::from_value(probe["col_mass"].clone()).unwrap();
         let mut worst = 0f64;
@@ -42,7 +42,7 @@ fn check_sink_parity(model_key: &str, file: &str) {
                 // α at every key position (column mass / queries at or after it).
                 assert_eq!(col[l][h].len(), t, "the reference has a column mass for every key");
                 for (k, &mass) in col[l][h].iter().enumerate() {
-                    worst = worst.max((alpha(&heads[l][h].col_mass, t, k) - mass / (t - k) as f64).abs());
+                    worst = worst.max((alpha(&heads[l][h].col_mass, t, k, None) - mass / (t - k) as f64).abs());
                 }
             }
         }

@@ -306,3 +306,44 @@ fn gemma3_270m_matches_transformers() {
     assert!(((ppl - ref_ppl) / ref_ppl).abs() < 1e-3, "perplexity {ppl} vs transformers' {ref_ppl}");
     assert_eq!(got, want, "greedy continuation differs from transformers'");
 }
+
+/// The analyzers on windowed layers and learned sinks, against transformers' own patterns: α_0 on
+/// a windowed layer averages over the queries within the window of position 0 (on a global
+/// layer, over every query), the layer summary names its window, and each head's mean
+/// learned-sink mass equals the mean of what transformers' rows are missing.
+#[test]
+fn analyzers_know_windows_and_learned_sinks() {
+    use sinkscope::capture::summary::StandardReducers;
+    for family in ["gemma3", "gpt_oss"] {
+        let fx = Fixture::open(&common::fixture(&format!("arch/{family}/reference.safetensors")));
+        let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
+        let tokens: Vec<u32> = fx.i64("tokens").iter().map(|&t| t as u32).collect();
+        let (t, cfg) = (tokens.len(), &lm.model.cfg);
+        let mut reducers = StandardReducers::new(cfg, t, 4, 8, false);
+        lm.model.forward(&tokens, None, &mut reducers).unwrap();
+        let summary = reducers.summarize();
+        let mut windowed = 0;
+        for l in 0..cfg.n_layers {
+            let window = cfg.arch.windowed(l).then_some(cfg.arch.window.unwrap());
+            windowed += window.is_some() as usize;
+            assert_eq!(summary.layers[l].window, window, "{family} layer {l}");
+            let (_, pattern) = fx.f32(&format!("pattern.{l}"));
+            let seeing = window.map_or(t, |w| w.min(t));
+            for h in 0..cfg.n_heads {
+                let want = (0..seeing).map(|q| pattern[(h * t + q) * t] as f64).sum::<f64>() / seeing as f64;
+                let got = &summary.heads[l * cfg.n_heads + h];
+                assert!((got.alpha[0] - want).abs() < 1e-5, "{family} L{l}H{h}: α_0 {} vs {want}", got.alpha[0]);
+                match family {
+                    "gpt_oss" => {
+                        let (_, mass) = fx.f32(&format!("sink_prob.{l}"));
+                        let want = mass[h * t..(h + 1) * t].iter().map(|&m| m as f64).sum::<f64>() / t as f64;
+                        let got = got.sink_mass.expect("a learned-sink model reports its sink mass");
+                        assert!((got - want).abs() < 1e-5, "{family} L{l}H{h}: sink mass {got} vs {want}");
+                    }
+                    _ => assert_eq!(got.sink_mass, None),
+                }
+            }
+        }
+        assert!(windowed > 0 && windowed < cfg.n_layers, "{family}: windowed and global layers both");
+    }
+}

@@ -72,6 +72,10 @@ pub struct ProbeReport {
     pub quant_risk: Vec<QuantRisk>,
     /// Per [layer][head].
     pub head_evidence: Vec<Vec<HeadEvidence>>,
+    /// Mean softmax mass of each head's learned sink logit, per [layer][head] (models with
+    /// learned sinks; empty otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sink_mass: Vec<Vec<f64>>,
 }
 
 /// One head's summary over the natural-text probes.
@@ -84,6 +88,10 @@ pub struct HeadReport {
     pub class: HeadClass,
     /// Mean evidence over the natural-text probes (all probes if there are none).
     pub evidence: HeadEvidence,
+    /// Mean softmax mass of the head's learned sink logit over all probes (models with learned
+    /// sinks): beside α_0, where the head's "attend to nothing" mass goes instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink_mass: Option<f64>,
 }
 
 /// Massive activations over all probes.
@@ -145,10 +153,10 @@ pub fn analyze_probe(c: &ProbeCapture<'_>, settings: &AnalysisSettings) -> Probe
     let t = c.probe.ids.len();
     let n_layers = att.heads.len();
     let k_max = settings.first_keys.min(t);
-    let alphas: Alphas = att.heads.iter().map(|layer| layer.iter().map(|h| (0..k_max).map(|k| alpha(&h.col_mass, t, k)).collect()).collect()).collect();
+    let alphas: Alphas = (0..n_layers).map(|l| (0..att.heads[l].len()).map(|h| (0..k_max).map(|k| att.alpha(l, h, k)).collect()).collect()).collect();
     let col_mass: Vec<Vec<Vec<f64>>> = att.heads.iter().map(|layer| layer.iter().map(|h| h.col_mass.clone()).collect()).collect();
     let min_queries = ((t as f64 * settings.min_query_share).ceil() as usize).max(2);
-    let sink_positions = discover_sink_positions(&col_mass, t, settings.epsilon, min_queries, &c.pieces);
+    let sink_positions = discover_sink_positions(&col_mass, t, &att.windows, settings.epsilon, min_queries, &c.pieces);
     let massive = find_massive(&c.reducers.top.top, &c.reducers.top.above, &c.reducers.top.median_abs, &c.pieces);
     let sink_set: Vec<usize> = sink_positions.iter().map(|s| s.pos).collect();
     let norms = (0..n_layers).map(|l| layer_norms(l, &c.reducers.kv.value[l], &c.reducers.kv.key[l], &sink_set)).collect();
@@ -165,7 +173,7 @@ pub fn analyze_probe(c: &ProbeCapture<'_>, settings: &AnalysisSettings) -> Probe
                     let (sink_alpha, sink_pos) = sink_set
                         .iter()
                         .chain(std::iter::once(&0))
-                        .map(|&k| (alpha(&h.col_mass, t, k), k))
+                        .map(|&k| (alpha(&h.col_mass, t, k, att.windows.get(l).copied().flatten()), k))
                         .fold((0.0, None), |best, (a, k)| if a > best.0 { (a, Some(k)) } else { best });
                     HeadEvidence {
                         sink_alpha,
@@ -193,6 +201,7 @@ pub fn analyze_probe(c: &ProbeCapture<'_>, settings: &AnalysisSettings) -> Probe
         norms,
         quant_risk: c.quant_risk.clone(),
         head_evidence,
+        sink_mass: (0..n_layers).map(|l| (0..att.heads[l].len()).filter_map(|h| c.reducers.sink_mass.mean(l, h)).collect::<Vec<f64>>()).filter(|v| !v.is_empty()).collect(),
     }
 }
 
@@ -252,7 +261,9 @@ pub fn aggregate(model: ModelInfo, settings: AnalysisSettings, probes: Vec<Probe
                     self_mass: ev.iter().map(|e| e.self_mass).sum::<f64>() / n,
                     normalized_entropy: ev.iter().map(|e| e.normalized_entropy).sum::<f64>() / n,
                 };
-                heads.push(HeadReport { layer: l, head: h, alpha, class: classify(&evidence), evidence });
+                let masses: Vec<f64> = probes.iter().filter_map(|p| p.sink_mass.get(l)?.get(h).copied()).collect();
+                let sink_mass = (!masses.is_empty()).then(|| masses.iter().sum::<f64>() / masses.len() as f64);
+                heads.push(HeadReport { layer: l, head: h, alpha, class: classify(&evidence), evidence, sink_mass });
             }
         }
     }

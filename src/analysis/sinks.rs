@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::metrics::sinks::alpha;
+pub use crate::metrics::sinks::{alpha, seeing};
 
 /// α for one sample: [layer][head][k] for k < K.
 pub type Alphas = Vec<Vec<Vec<f64>>>;
@@ -66,7 +66,9 @@ pub struct SinkPosition {
 /// Finds every position k that some head attends to as a sink: α_k > ε, with at least
 /// `min_queries` queries at or after k so that one query's self-attention cannot qualify.
 /// `col_mass[l][h][k]` are column sums over T query rows. Sorted by number of heads, then position.
-pub fn discover_sink_positions(col_mass: &[Vec<Vec<f64>>], t: usize, epsilon: f64, min_queries: usize, tokens: &[String]) -> Vec<SinkPosition> {
+/// `windows[l]` is layer l's own sliding window (missing: global): there α_k counts the queries
+/// within the window of k, and a key the whole window sees qualifies.
+pub fn discover_sink_positions(col_mass: &[Vec<Vec<f64>>], t: usize, windows: &[Option<usize>], epsilon: f64, min_queries: usize, tokens: &[String]) -> Vec<SinkPosition> {
     let max_k = t.saturating_sub(min_queries.max(1)) + 1;
     let n_heads_total = col_mass.iter().map(Vec::len).sum::<usize>().max(1);
     let mut found = Vec::new();
@@ -74,10 +76,12 @@ pub fn discover_sink_positions(col_mass: &[Vec<Vec<f64>>], t: usize, epsilon: f6
         let mut heads = Vec::new();
         let mut sum = 0.0;
         for (l, layer) in col_mass.iter().enumerate() {
+            let window = windows.get(l).copied().flatten();
+            let enough = seeing(t, k, window) >= min_queries.min(window.unwrap_or(usize::MAX));
             for (h, col) in layer.iter().enumerate() {
-                let a = alpha(col, t, k);
+                let a = alpha(col, t, k, window);
                 sum += a;
-                if a > epsilon {
+                if a > epsilon && enough {
                     heads.push(SinkHead { layer: l, head: h, alpha: a });
                 }
             }
@@ -105,10 +109,15 @@ mod tests {
     fn alpha_averages_over_queries_at_or_after_k() {
         let rows = vec![vec![1.0], vec![0.9, 0.1], vec![0.8, 0.1, 0.1], vec![0.7, 0.1, 0.1, 0.1]];
         let c = col_mass(&rows);
-        assert!((alpha(&c, 4, 0) - 3.4 / 4.0).abs() < 1e-12);
-        assert!((alpha(&c, 4, 1) - 0.3 / 3.0).abs() < 1e-12);
-        assert!((alpha(&c, 4, 3) - 0.1).abs() < 1e-12);
-        assert_eq!(alpha(&c, 4, 4), 0.0);
+        assert!((alpha(&c, 4, 0, None) - 3.4 / 4.0).abs() < 1e-12);
+        assert!((alpha(&c, 4, 1, None) - 0.3 / 3.0).abs() < 1e-12);
+        assert!((alpha(&c, 4, 3, None) - 0.1).abs() < 1e-12);
+        assert_eq!(alpha(&c, 4, 4, None), 0.0);
+        // With a window of 2 keys, key 0 is seen by queries 0 and 1 only: (1.0 + 0.4) / 2.
+        let windowed = col_mass(&[vec![1.0], vec![0.4, 0.6], vec![0.0, 0.5, 0.5], vec![0.0, 0.0, 0.3, 0.7]]);
+        assert!((alpha(&windowed, 4, 0, Some(2)) - 0.7).abs() < 1e-12);
+        assert!((alpha(&windowed, 4, 0, None) - 1.4 / 4.0).abs() < 1e-12);
+        assert_eq!((seeing(4, 0, Some(2)), seeing(4, 3, Some(2)), seeing(4, 1, None)), (2, 1, 3));
     }
 
     #[test]
@@ -139,7 +148,7 @@ mod tests {
             .collect();
         let cm = vec![vec![col_mass(&h0), col_mass(&h1)]];
         let tokens: Vec<String> = ["<s>", "a", ".", "b", "c", "d"].iter().map(|s| s.to_string()).collect();
-        let found = discover_sink_positions(&cm, t, 0.3, 2, &tokens);
+        let found = discover_sink_positions(&cm, t, &[], 0.3, 2, &tokens);
         let positions: Vec<usize> = found.iter().map(|s| s.pos).collect();
         assert_eq!(positions, vec![0, 2]);
         assert_eq!(found[1].token, ".");

@@ -44,6 +44,8 @@ pub struct AttentionStats {
     pub entropy_rows: Vec<usize>,
     /// [layer] number of query rows seen.
     pub rows: Vec<usize>,
+    /// [layer] the layer's own sliding window (α_k counts only the queries that can see k).
+    pub windows: Vec<Option<usize>>,
 }
 
 impl AttentionStats {
@@ -53,13 +55,21 @@ impl AttentionStats {
             heads: vec![vec![HeadAccum::default(); n_heads]; n_layers],
             entropy_rows: vec![0; n_layers],
             rows: vec![0; n_layers],
+            windows: vec![None; n_layers],
         }
     }
 
+    /// The same, with each layer's own sliding window (`windows[l]`).
+    pub fn with_windows(mut self, windows: Vec<Option<usize>>) -> Self {
+        self.windows = windows;
+        self
+    }
+
     /// Gu et al.'s α_k = (1/(T−k)) Σ_{i≥k} A[i,k]: mean attention that queries at or after k pay
-    /// to key k (0-indexed; causal masking makes A[i,k] = 0 for i < k).
+    /// to key k (0-indexed; causal masking makes A[i,k] = 0 for i < k) — on a windowed layer,
+    /// the queries within its window of k.
     pub fn alpha(&self, layer: usize, head: usize, key: usize) -> f64 {
-        alpha(&self.heads[layer][head].col_mass, self.rows[layer], key)
+        alpha(&self.heads[layer][head].col_mass, self.rows[layer], key, self.windows.get(layer).copied().flatten())
     }
 
     /// Mean A[i, i−1] over the query rows i ≥ 1.
@@ -131,6 +141,44 @@ impl CaptureSink for AttentionStats {
     }
     fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()> {
         record_pattern(hook, rows, value, |l, rows, keys, a| self.add_block(l, rows, keys, a))
+    }
+}
+
+/// Per (layer, head): the softmax mass learned sink logits took (`hook_sink_prob`), summed over
+/// query rows — only models with learned sinks deliver it.
+pub struct SinkMass {
+    /// [layer][head] Σ over query rows.
+    pub sums: Vec<Vec<f64>>,
+    /// [layer] query rows seen.
+    pub rows: Vec<usize>,
+}
+
+impl SinkMass {
+    pub fn new(n_layers: usize, n_heads: usize) -> Self {
+        SinkMass { sums: vec![vec![0.0; n_heads]; n_layers], rows: vec![0; n_layers] }
+    }
+
+    /// Mean sink mass of (layer, head) over the query rows, if the model delivered any.
+    pub fn mean(&self, layer: usize, head: usize) -> Option<f64> {
+        let rows = *self.rows.get(layer)?;
+        (rows > 0).then(|| self.sums[layer][head] / rows as f64)
+    }
+}
+
+impl CaptureSink for SinkMass {
+    fn wants(&self, hook: &HookPoint) -> bool {
+        matches!(hook, HookPoint::SinkProb(_))
+    }
+    fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()> {
+        let HookPoint::SinkProb(l) = *hook else { return Ok(()) };
+        let block = rows.len();
+        with_f32(value, |m| {
+            for (sum, head) in self.sums[l].iter_mut().zip(m.chunks(block.max(1))) {
+                *sum += head.iter().map(|&v| v as f64).sum::<f64>();
+            }
+        })?;
+        self.rows[l] += block;
+        Ok(())
     }
 }
 

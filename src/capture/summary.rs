@@ -9,7 +9,7 @@ use std::path::Path;
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
-use super::reducers::{Activation, AttentionStats, KvNorms, QuantRiskReducer, ResidNorms, TopActivations};
+use super::reducers::{Activation, AttentionStats, KvNorms, QuantRiskReducer, ResidNorms, SinkMass, TopActivations};
 use crate::error::Result;
 use crate::model::hook::HookPoint;
 use crate::model::llama::LlamaConfig;
@@ -23,6 +23,7 @@ pub struct StandardReducers {
     pub top: TopActivations,
     pub kv: KvNorms,
     pub quant: QuantRiskReducer,
+    pub sink_mass: SinkMass,
     quant_risk: bool,
     first_keys: usize,
     n_heads: usize,
@@ -34,11 +35,12 @@ impl StandardReducers {
     /// `quant_risk`: also measure int8 quantization risk per layer output (analyze uses it).
     pub fn new(cfg: &LlamaConfig, n_positions: usize, first_keys: usize, top_k: usize, quant_risk: bool) -> Self {
         StandardReducers {
-            attention: AttentionStats::new(cfg.n_layers, cfg.n_heads, n_positions),
+            attention: AttentionStats::new(cfg.n_layers, cfg.n_heads, n_positions).with_windows(layer_windows(cfg)),
             resid: ResidNorms::new(cfg.n_layers),
             top: TopActivations::new(cfg.n_layers, top_k),
             kv: KvNorms::new(cfg.n_layers, cfg.n_kv_heads),
             quant: QuantRiskReducer { layers: Vec::new() },
+            sink_mass: SinkMass::new(cfg.n_layers, cfg.n_heads),
             quant_risk,
             first_keys,
             n_heads: cfg.n_heads,
@@ -57,6 +59,7 @@ impl StandardReducers {
             let mean = |v: &[f32]| if v.is_empty() { 0.0 } else { v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64 };
             layers.push(LayerSummary {
                 layer: l,
+                window: self.attention.windows.get(l).copied().flatten(),
                 mean_attention_pos0: alpha0.iter().sum::<f64>() / self.n_heads.max(1) as f64,
                 max_abs: max.map_or(0.0, |a| a.value.abs()),
                 max_abs_pos: max.map(|a| a.pos),
@@ -76,6 +79,7 @@ impl StandardReducers {
                     prev_token_mass: self.attention.prev_token_mass(l, h),
                     self_mass: self.attention.self_mass(l, h),
                     entropy_mean: self.attention.entropy_mean(l, h),
+                    sink_mass: self.sink_mass.mean(l, h),
                 });
             }
         }
@@ -113,12 +117,18 @@ impl StandardReducers {
 
 impl CaptureSink for StandardReducers {
     fn wants(&self, hook: &HookPoint) -> bool {
-        self.attention.wants(hook) || self.resid.wants(hook) || self.top.wants(hook) || self.kv.wants(hook) || (self.quant_risk && self.quant.wants(hook))
+        self.attention.wants(hook) || self.sink_mass.wants(hook) || self.resid.wants(hook) || self.top.wants(hook) || self.kv.wants(hook) || (self.quant_risk && self.quant.wants(hook))
     }
     fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()> {
         let quant_risk = self.quant_risk;
-        let sinks: [(&mut dyn CaptureSink, bool); 5] =
-            [(&mut self.attention, true), (&mut self.resid, true), (&mut self.top, true), (&mut self.kv, true), (&mut self.quant, quant_risk)];
+        let sinks: [(&mut dyn CaptureSink, bool); 6] = [
+            (&mut self.attention, true),
+            (&mut self.sink_mass, true),
+            (&mut self.resid, true),
+            (&mut self.top, true),
+            (&mut self.kv, true),
+            (&mut self.quant, quant_risk),
+        ];
         for (s, on) in sinks {
             if on && s.wants(hook) {
                 s.record(hook, rows.clone(), value)?;
@@ -128,10 +138,18 @@ impl CaptureSink for StandardReducers {
     }
 }
 
+/// Each layer's own sliding window (None: global).
+pub fn layer_windows(cfg: &LlamaConfig) -> Vec<Option<usize>> {
+    (0..cfg.n_layers).map(|l| cfg.arch.window.filter(|_| cfg.arch.windowed(l))).collect()
+}
+
 /// Per-layer facts for the demo table and the JSON summary.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LayerSummary {
     pub layer: usize,
+    /// The layer's own sliding window (None: global attention).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<usize>,
     /// Mean over heads of α_0: the average attention a query pays to position 0.
     pub mean_attention_pos0: f64,
     /// Largest |h| in the layer output (resid_post), and where.
@@ -158,6 +176,9 @@ pub struct HeadSummary {
     pub self_mass: f64,
     /// Mean row entropy in nats (on a deterministic sample of ≤256 query rows).
     pub entropy_mean: f64,
+    /// Mean softmax mass the head's learned sink logit took (models with learned sinks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink_mass: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

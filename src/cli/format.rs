@@ -124,6 +124,24 @@ pub fn format_summary(r: &AnalysisReport) -> String {
         s.push_str(&format!("  k={k}: {:.1}", r.sink_score[&k]));
     }
     s.push_str(&format!("\nF-Attn (mean attention on position 0): {:.3}\n", r.f_attn));
+    if let Some(w) = r.model.window.filter(|_| !r.model.windowed_layers.is_empty()) {
+        let alpha0 = |windowed: bool| {
+            let v: Vec<f64> = r.heads.iter().filter(|h| r.model.layer_window(h.layer).is_some() == windowed).filter_map(|h| h.alpha.first().copied()).collect();
+            if v.is_empty() { "-".to_string() } else { format!("{:.3}", v.iter().sum::<f64>() / v.len() as f64) }
+        };
+        s.push_str(&format!(
+            "  by layer kind: global layers {}, windowed layers ({} of {}, {w} keys; α counts the queries within the window) {}\n",
+            alpha0(false),
+            r.model.windowed_layers.len(),
+            r.model.n_layers,
+            alpha0(true)
+        ));
+    }
+    let masses: Vec<(usize, usize, f64)> = r.heads.iter().filter_map(|h| Some((h.layer, h.head, h.sink_mass?))).collect();
+    if let Some(top) = masses.iter().max_by(|a, b| a.2.total_cmp(&b.2)) {
+        let mean = masses.iter().map(|m| m.2).sum::<f64>() / masses.len() as f64;
+        s.push_str(&format!("learned sinks: {:.3} of each softmax row on average (beside α_0); most in L{}H{}: {:.3}\n", mean, top.0, top.1, top.2));
+    }
     match r.massive.first_layer {
         Some(l) => s.push_str(&format!(
             "massive activations: from layer {l}, dims {:?}, positions {:?}\n",

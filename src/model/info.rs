@@ -31,9 +31,30 @@ pub struct ModelInfo {
     pub rms_eps: f64,
     pub tied_embeddings: bool,
     pub n_params: usize,
+    /// Keys a query sees on the windowed layers (sliding-window attention), if any layer has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<usize>,
+    /// The layers that attend through `window`; the others are global.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windowed_layers: Vec<usize>,
+    /// Each head has a learned sink logit in its softmax (gpt-oss).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub learned_sinks: bool,
     /// SHA-256 of the weight files (set by the commands that write runs; see [`LoadedModel::fingerprint`]).
     #[serde(default)]
     pub sha256: Option<String>,
+}
+
+impl ModelInfo {
+    /// Layer `l`'s own sliding window, if it has one.
+    pub fn layer_window(&self, l: usize) -> Option<usize> {
+        self.window.filter(|_| self.windowed_layers.contains(&l))
+    }
+
+    /// Every layer's own window.
+    pub fn layer_windows(&self) -> Vec<Option<usize>> {
+        (0..self.n_layers).map(|l| self.layer_window(l)).collect()
+    }
 }
 
 /// One token of the captured text.

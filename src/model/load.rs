@@ -117,6 +117,9 @@ fn base_info(source: &ModelSource, cfg: &LlamaConfig, architecture: String) -> M
         rms_eps: cfg.rms_eps,
         tied_embeddings: false,
         n_params: 0,
+        window: cfg.arch.window,
+        windowed_layers: (0..cfg.n_layers).filter(|&l| cfg.arch.windowed(l)).collect(),
+        learned_sinks: cfg.arch.learned_sinks,
         sha256: None,
     }
 }

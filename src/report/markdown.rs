@@ -8,6 +8,7 @@ use super::bundle::{FigureSpec, FIGURES_DIR, TABLES_DIR};
 use super::tokens::label;
 use super::run::Run;
 use super::tables::Table;
+use crate::model::info::ModelInfo;
 
 /// The index page of a run; `exists` says whether a path relative to the run directory will be
 /// there when the page is (figures and tables of the same export are still being staged).
@@ -23,6 +24,7 @@ pub fn index(run: &Run, figures: &[FigureSpec], tables: &[Table], exists: &dyn F
         ("context · vocab", format!("{} · {}", m.context_len, m.vocab_size)),
         ("weights", format!("{} → {}", m.quantization, m.compute)),
         ("tokenizer", format!("{} (adds BOS: {})", m.tokenizer, m.adds_bos)),
+        ("attention", attention_kind(m)),
         ("SHA-256", m.sha256.clone().map_or("-".into(), |h| format!("`{h}`"))),
     ];
     for (k, v) in rows {
@@ -69,6 +71,13 @@ fn findings(run: &Run, s: &mut String) {
         let ppl = c.nll.as_ref().map_or(String::new(), |n| format!(", perplexity {:.2}", n.perplexity));
         let _ = writeln!(s, "**Captured text.** {} — {} tokens{ppl}.\n", c.text_source, c.n_tokens);
         let ls = &c.summary.layers;
+        let alpha0 = c.summary.heads.iter().filter_map(|h| Some((h.layer, *h.alpha.first()?)));
+        if let Some(line) = by_window_kind(run.model(), alpha0) {
+            let _ = writeln!(s, "- **Attention on position 0 by layer kind.** {line}");
+        }
+        if let Some(line) = learned_sink_line(c.summary.heads.iter().filter_map(|h| Some((h.layer, h.head, h.sink_mass?, h.alpha.first().copied().unwrap_or(0.0))))) {
+            let _ = writeln!(s, "- **Learned sinks.** {line}");
+        }
         if let Some(peak) = ls.iter().max_by(|a, b| a.mean_attention_pos0.total_cmp(&b.mean_attention_pos0)) {
             let mean = ls.iter().map(|l| l.mean_attention_pos0).sum::<f64>() / ls.len().max(1) as f64;
             let first = c.tokens.first().map_or(String::new(), |t| format!(" (`{}`)", label(&t.piece, run.byte_level())));
@@ -99,6 +108,12 @@ fn findings(run: &Run, s: &mut String) {
             if positions.is_empty() { "none found".into() } else { positions.join(", ") },
             a.f_attn
         );
+        if let Some(line) = by_window_kind(run.model(), a.heads.iter().filter_map(|h| Some((h.layer, *h.alpha.first()?)))) {
+            let _ = writeln!(s, "- **F-Attn by layer kind.** {line}");
+        }
+        if let Some(line) = learned_sink_line(a.heads.iter().filter_map(|h| Some((h.layer, h.head, h.sink_mass?, h.alpha.first().copied().unwrap_or(0.0))))) {
+            let _ = writeln!(s, "- **Learned sinks.** {line}");
+        }
         let scores: Vec<String> = a.sink_score.iter().filter(|(_, v)| **v > 0.0).take(6).map(|(k, v)| format!("Sink_{k} = {v:.1}%")).collect();
         if !scores.is_empty() {
             let _ = writeln!(s, "- **Share of heads that sink** (α_k > ε): {}.", scores.join(", "));
@@ -162,4 +177,72 @@ fn findings(run: &Run, s: &mut String) {
         }
         s.push('\n');
     }
+}
+
+/// How the layers attend: all globally, or some through a sliding window (which), and whether
+/// heads carry learned sink logits.
+fn attention_kind(m: &ModelInfo) -> String {
+    let mut out = match m.window {
+        Some(w) if !m.windowed_layers.is_empty() => {
+            let global: Vec<usize> = (0..m.n_layers).filter(|l| !m.windowed_layers.contains(l)).collect();
+            let global = if global.is_empty() { "none".into() } else { layer_ranges(&global) };
+            format!("sliding window of {w} keys on layers {}; global layers: {global}", layer_ranges(&m.windowed_layers))
+        }
+        _ => "global (causal) on every layer".to_string(),
+    };
+    if m.learned_sinks {
+        out.push_str("; a learned sink logit per head");
+    }
+    out
+}
+
+/// Sorted layer numbers as ranges: "0–4, 6–10, 12".
+fn layer_ranges(layers: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < layers.len() {
+        let mut j = i;
+        while j + 1 < layers.len() && layers[j + 1] == layers[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i { format!("{}–{}", layers[i], layers[j]) } else { layers[i].to_string() });
+        i = j + 1;
+    }
+    parts.join(", ")
+}
+
+/// Mean α_0 over the heads of windowed layers and of global ones, for a model with both.
+fn by_window_kind(m: &ModelInfo, alpha0: impl Iterator<Item = (usize, f64)>) -> Option<String> {
+    m.window?;
+    let (mut local, mut global) = ((0.0, 0usize), (0.0, 0usize));
+    for (layer, a) in alpha0 {
+        let side = if m.layer_window(layer).is_some() { &mut local } else { &mut global };
+        side.0 += a;
+        side.1 += 1;
+    }
+    let mean = |(sum, n): (f64, usize)| if n > 0 { format!("{:.3} ({n} heads)", sum / n as f64) } else { "no heads".into() };
+    Some(format!(
+        "Mean α_0 on the global layers {}, on the windowed layers {} (α there counts only the queries within a window of position 0).",
+        mean(global),
+        mean(local)
+    ))
+}
+
+/// The learned sinks' share of the softmax beside α_0: (layer, head, sink mass, α_0) per head.
+fn learned_sink_line(heads: impl Iterator<Item = (usize, usize, f64, f64)>) -> Option<String> {
+    let heads: Vec<(usize, usize, f64, f64)> = heads.collect();
+    let n = heads.len();
+    let top = heads.iter().max_by(|a, b| a.2.total_cmp(&b.2))?;
+    let mean = heads.iter().map(|h| h.2).sum::<f64>() / n as f64;
+    let alpha0 = heads.iter().map(|h| h.3).sum::<f64>() / n as f64;
+    let above_half = heads.iter().filter(|h| h.2 > 0.5).count();
+    Some(format!(
+        "The sink logits take {:.1}% of a softmax row on average over {n} heads (α_0 beside it: {:.1}%); {above_half} heads give them more than half; the most, layer {} head {}, {:.1}% (its α_0 {:.1}%).",
+        100.0 * mean,
+        100.0 * alpha0,
+        top.0,
+        top.1,
+        100.0 * top.2,
+        100.0 * top.3
+    ))
 }

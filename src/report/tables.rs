@@ -6,6 +6,7 @@
 use super::records::StreamReport;
 use super::run::Run;
 use crate::analysis::massive::{find_massive, MassiveElement};
+use crate::analysis::sinks::seeing;
 use crate::model::info::TokenInfo;
 
 /// The probe name of rows that come from `capture.json` rather than from an analysis probe.
@@ -155,17 +156,23 @@ struct AlphaSource<'a> {
     alpha: Vec<Vec<Vec<f64>>>,
     /// [layer, kv_head, pos] value norms (the capture only).
     value_norm: Option<(&'a [usize], &'a [f32])>,
+    /// [layer][head] mean learned-sink mass, where the model has learned sinks.
+    sink_mass: Option<Vec<Vec<f64>>>,
 }
 
 fn alpha_sources(run: &Run) -> Vec<AlphaSource<'_>> {
     let mut sources = Vec::new();
     if let (Some(c), Some(alpha)) = (&run.capture, run.capture_alphas()) {
         let value_norm = run.reductions.as_ref().and_then(|r| r.get("value_norm", 3));
-        sources.push(AlphaSource { probe: CAPTURE_PROBE.into(), tokens: &c.tokens, alpha, value_norm });
+        let n_heads = run.model().n_heads;
+        let mass: Vec<Vec<f64>> = c.summary.heads.chunks(n_heads.max(1)).map(|layer| layer.iter().filter_map(|h| h.sink_mass).collect::<Vec<_>>()).filter(|v| !v.is_empty()).collect();
+        let sink_mass = (!mass.is_empty()).then_some(mass);
+        sources.push(AlphaSource { probe: CAPTURE_PROBE.into(), tokens: &c.tokens, alpha, value_norm, sink_mass });
     }
     if let Some(a) = &run.analysis {
         for p in &a.probes {
-            sources.push(AlphaSource { probe: p.name.clone(), tokens: &p.tokens, alpha: p.alpha.clone(), value_norm: None });
+            let sink_mass = (!p.sink_mass.is_empty()).then(|| p.sink_mass.clone());
+            sources.push(AlphaSource { probe: p.name.clone(), tokens: &p.tokens, alpha: p.alpha.clone(), value_norm: None, sink_mass });
         }
     }
     sources
@@ -181,6 +188,10 @@ struct HeadSinkRow<'a> {
     alpha: f64,
     value_norm: Option<f64>,
     class: Option<String>,
+    /// The layer's own sliding window, if it has one.
+    window: Option<usize>,
+    /// The head's mean learned-sink mass (models with learned sinks).
+    sink_mass: Option<f64>,
 }
 
 /// `head_sinks`: per (probe, layer, head, key position k < K), α_k and friends.
@@ -211,6 +222,8 @@ fn head_sinks(run: &Run, m: &Meta) -> Table {
                         alpha,
                         value_norm,
                         class: classes.get(&(layer, head)).cloned(),
+                        window: run.model().layer_window(layer),
+                        sink_mass: s.sink_mass.as_ref().and_then(|m| m.get(layer)?.get(head).copied()),
                     });
                 }
             }
@@ -225,7 +238,9 @@ fn head_sinks(run: &Run, m: &Meta) -> Table {
         .u32("n_tokens", |r| r.n_tokens)
         .f64("alpha", |r| r.alpha)
         // Column mass over every query row, divided by T (α averages only over rows that can see k).
-        .f64("mass_mean", |r| r.alpha * (r.n_tokens - r.key_pos.min(r.n_tokens)) as f64 / r.n_tokens.max(1) as f64)
+        .f64("mass_mean", |r| r.alpha * seeing(r.n_tokens, r.key_pos, r.window) as f64 / r.n_tokens.max(1) as f64)
+        .opt_u32("window", |r| r.window)
+        .opt_f64("sink_mass", |r| r.sink_mass)
         .bool("is_sink", |r| r.alpha > epsilon)
         .f64("epsilon", |_| epsilon)
         .opt_f64("value_norm", |r| r.value_norm)

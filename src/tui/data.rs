@@ -137,7 +137,7 @@ impl Data {
                 let t = cm.n_tokens;
                 let min_queries = ((t as f64 * MIN_QUERY_SHARE).ceil() as usize).max(2);
                 let pieces: Vec<String> = tokens.iter().map(|t| t.piece.clone()).collect();
-                discover_sink_positions(&nested, t, epsilon, min_queries, &pieces)
+                discover_sink_positions(&nested, t, &run.model().layer_windows(), epsilon, min_queries, &pieces)
             }
             // Without per-position mass, the analysis of the same text (its first probe) still knows.
             None => run
