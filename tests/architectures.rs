@@ -234,6 +234,12 @@ fn windowed_models_stream_like_their_forward() {
         let sink = Policy { kind: PolicyKind::Sink, sinks: 2, cache: 24, positions: PositionMode::Slot };
         let o = simulate(&lm.model, &ids, &[sink], &mut |_, _| {}).unwrap().remove(0);
         assert!(o.ppl.is_finite() && o.first_eviction_step == Some(24), "{family}");
+        // Its memory: windowed layers hold 16 of the 24 entries, global layers (if any) all 24.
+        let m = o.kv_memory;
+        let per_entry = 2 * 2 * (lm.model.cfg.n_kv_heads * lm.model.cfg.d_head) as u64;
+        assert_eq!(m.windowed_entries, Some(16), "{family}");
+        assert_eq!(m.bytes, (m.global_layers * 24 + m.windowed_layers * 16) as u64 * per_entry, "{family}");
+        assert_eq!(m.bytes_without_windows, (lm.model.cfg.n_layers * 24) as u64 * per_entry, "{family}");
         let refused = simulate_with(&lm.model, &ids, &[sink], SimOptions { token_by_token: true, ..SimOptions::default() }, &mut |_, _| {});
         assert!(refused.is_err_and(|e| e.to_string().contains("sliding window")), "{family}: token-by-token decoding must refuse the window");
     }

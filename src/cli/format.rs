@@ -173,7 +173,7 @@ pub fn format_summary(r: &AnalysisReport) -> String {
 pub fn format_outcome(o: &StreamOutcome) -> String {
     let opt = |v: Option<f64>| v.map_or("-".into(), |p| format!("{p:.3}"));
     format!(
-        "{}: {} tokens, perplexity {:.3}, after first eviction {} (first eviction at step {}), cliff {}, max cache {} entries, {:.1} tokens/s\n",
+        "{}: {} tokens, perplexity {:.3}, after first eviction {} (first eviction at step {}), cliff {}, max cache {} entries, KV memory {}, {:.1} tokens/s\n",
         o.label,
         o.tokens,
         o.ppl,
@@ -181,6 +181,7 @@ pub fn format_outcome(o: &StreamOutcome) -> String {
         o.first_eviction_step.map_or("-".into(), |s| s.to_string()),
         o.cliff_step.map_or("none".into(), |s| format!("at step {s}")),
         o.cache_len.iter().max().copied().unwrap_or(0),
+        o.kv_memory.describe(),
         o.tokens_per_s
     )
 }
@@ -202,6 +203,12 @@ pub fn format_recommendation(r: &Recommendation) -> String {
         }
     }
     s.push_str(&format!("\nrecommended sinks: {}\n{}\n", r.recommended_sinks.map_or("-".into(), |v| v.to_string()), r.verdict));
+    if let Some(m) = &r.kv_memory {
+        s.push_str(&format!("KV memory at W = {}: {} per sequence\n", r.cache, m.describe()));
+    }
+    if let Some(note) = &r.model_windows {
+        s.push_str(&format!("{note}\n"));
+    }
     s
 }
 

@@ -1,7 +1,8 @@
-//! KV-cache eviction: policies and position modes, the policy-managed cache, the streaming
-//! simulator, and the sink-count recommendation built on it.
+//! KV-cache eviction: policies and position modes, the policy-managed cache, its memory, the
+//! streaming simulator, and the sink-count recommendation built on it.
 
 pub mod cache;
+pub mod memory;
 pub mod policy;
 pub mod recommend;
 pub mod simulate;

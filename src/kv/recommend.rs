@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::memory::KvMemory;
 use super::simulate::{find_cliff_against, StreamOutcome};
 
 /// One row of the evidence table.
@@ -76,6 +77,12 @@ pub struct Recommendation {
     pub recommended_sinks: Option<usize>,
     pub table: Vec<SweepRow>,
     pub verdict: String,
+    /// The cache's memory at the budget W (the model's own windows capping its windowed layers).
+    #[serde(default)]
+    pub kv_memory: Option<KvMemory>,
+    /// What the model's own sliding windows imply whatever the policy (`None`: it has none).
+    #[serde(default)]
+    pub model_windows: Option<String>,
 }
 
 /// Re-dates every sweep policy's cliff against the best policy of the sweep (lowest
@@ -118,7 +125,9 @@ pub fn recommend(sweep: &[StreamOutcome], recompute: Option<&StreamOutcome>, cac
     let recommended = sweep.iter().find(|o| post(o).is_some_and(|p| p <= best * (1.0 + delta))).map(|o| o.policy.sinks);
     let recompute_row = recompute.and(table.last());
     let verdict = verdict(sweep, recompute.zip(recompute_row), recommended, best, delta, cache, tokens);
-    Recommendation { cache, delta, tokens, first_eviction_step, recommended_sinks: recommended, table, verdict }
+    // Every sink row holds W entries at its peak.
+    let kv_memory = sweep.iter().find(|o| o.policy.is_cached()).map(|o| o.kv_memory);
+    Recommendation { cache, delta, tokens, first_eviction_step, recommended_sinks: recommended, table, verdict, kv_memory, model_windows: None }
 }
 
 /// exp(mean over the post-eviction steps `recompute` scored of its NLL minus `other`'s) — the
@@ -209,6 +218,7 @@ mod tests {
             tokens: nll.len() + 1,
             tokens_per_s: 1.0,
             cache_len: (0..nll.len()).map(|t| (t + 1).min(10)).collect(),
+            kv_memory: Default::default(),
             nll,
         }
     }

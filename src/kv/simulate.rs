@@ -14,10 +14,11 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::cache::PolicyCache;
+use super::memory::{kv_memory, KvMemory};
 use super::policy::{Policy, PolicyKind, PositionMode};
 use super::trace::PolicyTrace;
 use crate::error::{Error, Result};
-use crate::model::llama::{KvStore, Llama};
+use crate::model::llama::{KvStore, Llama, LlamaConfig};
 use crate::model::sink::NoCapture;
 use crate::model::windowed::{QueryView, StreamKv};
 
@@ -48,6 +49,9 @@ pub struct StreamOutcome {
     /// First step at or after the first eviction where the rolling NLL jumps (see [`find_cliff`]).
     pub cliff_step: Option<usize>,
     pub tokens_per_s: f64,
+    /// The cache's memory at its longest, with the model's own windows capping its windowed layers.
+    #[serde(default)]
+    pub kv_memory: KvMemory,
 }
 
 /// How the simulator runs (the numbers do not depend on it beyond float rounding).
@@ -201,7 +205,7 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
             progress(done, total);
         })?;
     }
-    Ok(outcomes(policies, tracks, n, shared, every))
+    Ok(outcomes(&model.cfg, policies, tracks, n, shared, every))
 }
 
 /// Token rows per batch of `recompute` windows: enough that the projections run at full
@@ -260,7 +264,7 @@ fn dense() -> Policy {
 }
 
 /// Perplexities, first eviction, cliff and speed of each policy's gathered stream.
-fn outcomes(policies: &[Policy], tracks: Vec<Track>, n: usize, shared: usize, every: usize) -> Vec<StreamOutcome> {
+fn outcomes(cfg: &LlamaConfig, policies: &[Policy], tracks: Vec<Track>, n: usize, shared: usize, every: usize) -> Vec<StreamOutcome> {
     let steps = n - 1;
     policies
         .iter()
@@ -277,6 +281,7 @@ fn outcomes(policies: &[Policy], tracks: Vec<Track>, n: usize, shared: usize, ev
                 first_eviction_step,
                 tokens: n,
                 tokens_per_s: scored as f64 / tr.wall.max(1e-9),
+                kv_memory: kv_memory(cfg, tr.lens.iter().copied().max().unwrap_or(0)),
                 nll: tr.nll,
                 cache_len: tr.lens,
             }

@@ -1,6 +1,7 @@
 //! Streaming into a run: tokenize a long text, replay one cache policy (`stream`) or sweep the
 //! number of pinned sinks at a fixed budget (`recommend`), and write `stream.json`.
 
+use crate::kv::memory::model_windows_note;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -161,7 +162,8 @@ pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>,
     let mut outcomes = simulate_with(&lm.model, &ids, &policies, sim, &mut |done, total| progress.steps(&label, done, total))?;
     let recompute = if opts.recompute { outcomes.pop() } else { None };
     cliffs_against_best(&mut outcomes);
-    let rec = recommend(&outcomes, recompute.as_ref(), opts.cache, opts.delta);
+    let mut rec = recommend(&outcomes, recompute.as_ref(), opts.cache, opts.delta);
+    rec.model_windows = model_windows_note(&lm.model.cfg);
     if let Some(dir) = out {
         outcomes.extend(recompute);
         write_stream_report(lm, &opts.source, &ids, outcomes, Some(rec.clone()), start, dir)?;

@@ -170,10 +170,24 @@ fn findings(run: &Run, s: &mut String) {
                 );
             }
         } else {
-            s.push_str("| policy | perplexity | after first eviction | cliff |\n|---|---:|---:|---|\n");
+            s.push_str("| policy | perplexity | after first eviction | cliff | KV memory at peak |\n|---|---:|---:|---|---|\n");
             for o in &st.outcomes {
-                let _ = writeln!(s, "| {} | {:.3} | {} | {} |", o.label, o.ppl, o.ppl_after_eviction.map_or("-".into(), |p| format!("{p:.3}")), o.cliff_step.map_or("none".into(), |c| format!("step {c}")));
+                let _ = writeln!(
+                    s,
+                    "| {} | {:.3} | {} | {} | {} |",
+                    o.label,
+                    o.ppl,
+                    o.ppl_after_eviction.map_or("-".into(), |p| format!("{p:.3}")),
+                    o.cliff_step.map_or("none".into(), |c| format!("step {c}")),
+                    o.kv_memory.describe()
+                );
             }
+        }
+        if let Some(m) = st.recommendation.as_ref().and_then(|r| Some((r.cache, r.kv_memory?))) {
+            let _ = writeln!(s, "\nKV memory at W = {}: {} per sequence.", m.0, m.1.describe());
+        }
+        if let Some(note) = st.recommendation.as_ref().and_then(|r| r.model_windows.as_ref()) {
+            let _ = writeln!(s, "\nNote: {note}.");
         }
         s.push('\n');
     }

@@ -1,0 +1,113 @@
+//! What a KV cache costs on a model: entries and bytes per layer at a cache's peak, where a layer
+//! trained with a sliding window never holds more keys than its window whatever the policy keeps
+//! (Gemma 3's local layers: 512), so only the global layers pay for a long budget.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::llama::LlamaConfig;
+
+/// Bytes of one stored key or value element: f16, the cache type llama.cpp and vLLM default to.
+pub const CACHE_ELEMENT_BYTES: u64 = 2;
+
+/// A cache's memory at its peak length, per sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct KvMemory {
+    /// Entries a global layer holds at the peak.
+    pub global_entries: usize,
+    /// Entries a windowed layer holds at the peak (at most its window); `None` without windows.
+    pub windowed_entries: Option<usize>,
+    /// Layers of each kind.
+    pub global_layers: usize,
+    pub windowed_layers: usize,
+    /// Bytes of keys and values over every layer at the peak (f16).
+    pub bytes: u64,
+    /// What the same peak would take if every layer held it (the model's windows ignored).
+    pub bytes_without_windows: u64,
+}
+
+/// The memory of a cache whose queries see at most `peak` entries, on `cfg`'s layers.
+pub fn kv_memory(cfg: &LlamaConfig, peak: usize) -> KvMemory {
+    let per_entry = 2 * (cfg.n_kv_heads * cfg.d_head) as u64 * CACHE_ELEMENT_BYTES;
+    let windowed_layers = (0..cfg.n_layers).filter(|&l| cfg.arch.windowed(l)).count();
+    let global_layers = cfg.n_layers - windowed_layers;
+    let windowed_entries = cfg.arch.window.filter(|_| windowed_layers > 0).map(|w| w.min(peak));
+    let entries = global_layers * peak + windowed_layers * windowed_entries.unwrap_or(0);
+    KvMemory {
+        global_entries: peak,
+        windowed_entries,
+        global_layers,
+        windowed_layers,
+        bytes: entries as u64 * per_entry,
+        bytes_without_windows: (cfg.n_layers * peak) as u64 * per_entry,
+    }
+}
+
+impl KvMemory {
+    /// "4.7 MiB" (and what the model's own windows saved, where they do).
+    pub fn describe(&self) -> String {
+        let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
+        match self.windowed_entries {
+            Some(w) if self.bytes < self.bytes_without_windows => format!(
+                "{} (f16; the {} windowed layers hold {w} entries, the {} global ones {}: {} if every layer held them)",
+                mib(self.bytes),
+                self.windowed_layers,
+                self.global_layers,
+                self.global_entries,
+                mib(self.bytes_without_windows)
+            ),
+            _ => format!("{} (f16)", mib(self.bytes)),
+        }
+    }
+}
+
+/// What a model's own windows imply for any cache policy, in a sentence (`None`: no windows).
+pub fn model_windows_note(cfg: &LlamaConfig) -> Option<String> {
+    let w = cfg.arch.window?;
+    let windowed = (0..cfg.n_layers).filter(|&l| cfg.arch.windowed(l)).count();
+    (windowed > 0).then(|| {
+        format!(
+            "this model's own windows: {windowed} of its {} layers never see keys more than {w} back whatever the cache keeps, so a budget W applies in full to its {} global layers only; its windowed layers need at most {w} entries",
+            cfg.n_layers,
+            cfg.n_layers - windowed
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::llama::ArchSwitches;
+    use crate::model::rope::RopeLayout;
+
+    fn cfg(window: Option<usize>, global_every: Option<usize>) -> LlamaConfig {
+        LlamaConfig {
+            n_layers: 6,
+            n_heads: 4,
+            n_kv_heads: 1,
+            d_model: 64,
+            d_head: 16,
+            d_ff: 128,
+            vocab_size: 10,
+            context_len: 4096,
+            rope_theta: 1e4,
+            rope_layout: RopeLayout::HalfSplit,
+            rms_eps: 1e-6,
+            arch: ArchSwitches { window, global_every, ..ArchSwitches::default() },
+        }
+    }
+
+    #[test]
+    fn windowed_layers_hold_at_most_their_window() {
+        // 2·16 elements of 2 bytes per entry per layer = 64 bytes.
+        let plain = kv_memory(&cfg(None, None), 1000);
+        assert_eq!((plain.bytes, plain.bytes_without_windows, plain.windowed_entries), (6 * 1000 * 64, 6 * 1000 * 64, None));
+        // Gemma 3's pattern: layer 5 global, 0–4 windowed at 512.
+        let gemma = kv_memory(&cfg(Some(512), Some(6)), 1000);
+        assert_eq!((gemma.global_layers, gemma.windowed_layers, gemma.windowed_entries), (1, 5, Some(512)));
+        assert_eq!(gemma.bytes, (1000 + 5 * 512) * 64);
+        // Below the window nothing is saved.
+        assert_eq!(kv_memory(&cfg(Some(512), Some(6)), 256).bytes, 6 * 256 * 64);
+        assert!(model_windows_note(&cfg(Some(512), Some(6))).is_some_and(|n| n.contains("5 of its 6 layers")));
+        assert!(model_windows_note(&cfg(None, None)).is_none());
+    }
+}
