@@ -206,7 +206,7 @@ const GEMMA_PROMPT: &str = "The capital of France is";
 /// Mistral: every layer) in the KV-cache simulator's block replay: the dense stream equals the
 /// plain forward (itself checked against transformers) token by token, and with a budget no
 /// smaller than the text every policy equals dense exactly; decoding token by token through a
-/// policy cache, which does not model the window yet, is refused.
+/// policy cache equals the replay under `slot`.
 #[test]
 fn windowed_models_stream_like_their_forward() {
     use sinkscope::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
@@ -240,8 +240,20 @@ fn windowed_models_stream_like_their_forward() {
         assert_eq!(m.windowed_entries, Some(16), "{family}");
         assert_eq!(m.bytes, (m.global_layers * 24 + m.windowed_layers * 16) as u64 * per_entry, "{family}");
         assert_eq!(m.bytes_without_windows, (lm.model.cfg.n_layers * 24) as u64 * per_entry, "{family}");
-        let refused = simulate_with(&lm.model, &ids, &[sink], SimOptions { token_by_token: true, ..SimOptions::default() }, &mut |_, _| {});
-        assert!(refused.is_err_and(|e| e.to_string().contains("sliding window")), "{family}: token-by-token decoding must refuse the window");
+        // Decoding token by token through the policy cache (the window measured in cache slots,
+        // local layers with their own RoPE) equals the replay under `slot`; `delta` re-rotates
+        // each layer's keys with its own RoPE and stays close; `original` cannot be decoded so.
+        let by_token = SimOptions { token_by_token: true, ..SimOptions::default() };
+        let decoded = simulate_with(&lm.model, &ids, &[sink], by_token, &mut |_, _| {}).unwrap().remove(0);
+        let worst = decoded.nll.iter().zip(&o.nll).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(worst < 1e-4, "{family}: token by token vs block replay under a window {worst}");
+        let delta = Policy { positions: PositionMode::Delta, ..sink };
+        let d = simulate(&lm.model, &ids, &[delta], &mut |_, _| {}).unwrap().remove(0);
+        let drift = d.nll.iter().zip(&o.nll).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(drift < 1e-3, "{family}: delta vs slot under a window {drift}");
+        let original = Policy { positions: PositionMode::Original, ..sink };
+        let refused = simulate_with(&lm.model, &ids, &[original], by_token, &mut |_, _| {});
+        assert!(refused.is_err_and(|e| e.to_string().contains("sliding window")), "{family}: token-by-token `original` must refuse the window");
     }
 }
 

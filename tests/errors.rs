@@ -178,8 +178,9 @@ fn a_sliding_window_is_computed_or_refused_never_ignored() {
         std::fs::write(&cfg_path, c.to_string()).unwrap();
     };
     // Mistral's window is computed (tests/architectures.rs checks it against transformers), also
-    // by the simulator's block replay; decoding token by token through a policy cache, which does
-    // not model it yet, refuses instead of ignoring it.
+    // by the simulator's block replay and token-by-token decoding under `slot`/`delta`; decoding
+    // token by token under `original` (the window measured in slots there) refuses instead of
+    // ignoring it.
     with(&|c| {
         c["model_type"] = "mistral".into();
         c["sliding_window"] = 24.into();
@@ -189,8 +190,10 @@ fn a_sliding_window_is_computed_or_refused_never_ignored() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = common::sinkscope(&["stream", "-m", s(&dir), "-f", text, "--tokens", "100", "--cache", "32", "--policy", "window"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let e = fails(&["stream", "-m", s(&dir), "-f", text, "--tokens", "100", "--cache", "32", "--policy", "sink", "--positions", "delta"]);
-    assert!(e.contains("sliding window of 24 keys") && e.contains("--positions slot or original"), "{e}");
+    let out = common::sinkscope(&["stream", "-m", s(&dir), "-f", text, "--tokens", "100", "--cache", "32", "--policy", "sink", "--positions", "delta"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let e = fails(&["stream", "-m", s(&dir), "-f", text, "--tokens", "100", "--cache", "32", "--policy", "sink", "--positions", "original", "--token-by-token"]);
+    assert!(e.contains("sliding window of 24 keys") && e.contains("--positions slot"), "{e}");
     // Qwen2's window (from max_window_layers on) is refused outright.
     with(&|c| {
         c["model_type"] = "qwen2".into();

@@ -23,7 +23,9 @@ pub struct PolicyCache {
     next_stream: usize,
     /// Evictions so far.
     pub evictions: usize,
-    table: RopeTable,
+    /// Precomputed rotations per RoPE base (a model with local layers has two).
+    tables: Vec<(u64, RopeTable)>,
+    d_head: usize,
     /// Whether `k_rot` is maintained: for `delta`, and for a shared prefix that may become one.
     keep_rotated: bool,
 }
@@ -38,7 +40,8 @@ impl PolicyCache {
             stream_pos: Vec::new(),
             next_stream: 0,
             evictions: 0,
-            table: RopeTable::empty(d_head)?,
+            tables: Vec::new(),
+            d_head,
             keep_rotated: policy.positions == PositionMode::Delta,
         })
     }
@@ -69,8 +72,22 @@ impl PolicyCache {
         c
     }
 
-    /// Applies the policy after a step; returns how many entries were evicted.
-    pub fn evict(&mut self, rope: &Rope) -> Result<usize> {
+    /// The rotation table of `rope`'s base.
+    fn table(&mut self, rope: &Rope) -> Result<&mut RopeTable> {
+        let key = rope.theta.to_bits();
+        let i = match self.tables.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                self.tables.push((key, RopeTable::empty(self.d_head)?));
+                self.tables.len() - 1
+            }
+        };
+        Ok(&mut self.tables[i].1)
+    }
+
+    /// Applies the policy after a step; returns how many entries were evicted. `rope_of(l)` is
+    /// layer l's RoPE (local layers may have their own), for the `delta` re-rotation.
+    pub fn evict(&mut self, rope_of: &dyn Fn(usize) -> Rope) -> Result<usize> {
         let range = self.policy.evict(self.len());
         if range.is_empty() {
             return Ok(0);
@@ -94,7 +111,7 @@ impl PolicyCache {
                 let delta = (b - a) as i64;
                 let head = rot.narrow(1, 0, a)?;
                 let tail = rot.narrow(1, a, n - b)?;
-                let shifted = rope.rotate_by(&tail, &vec![-delta; n - b])?;
+                let shifted = rope_of(l).rotate_by(&tail, &vec![-delta; n - b])?;
                 if a > 0 { Tensor::cat(&[&head, &shifted], 1)? } else { shifted }
             } else {
                 rot
@@ -123,7 +140,7 @@ impl KvStore for PolicyCache {
             self.v[layer] = Tensor::cat(&[&self.v[layer], v], 1)?;
         }
         if self.keep_rotated {
-            let k_rot = rope.rotate_cached(k_pre, positions, &mut self.table)?;
+            let k_rot = rope.rotate_cached(k_pre, positions, self.table(rope)?)?;
             if self.k_rot.len() <= layer {
                 self.k_rot.push(k_rot);
             } else {
@@ -134,11 +151,15 @@ impl KvStore for PolicyCache {
         let keys = match self.policy.positions {
             PositionMode::Delta => self.k_rot[layer].clone(),
             // Rotate every kept key afresh from its pre-RoPE value: by slot, or by stream index.
-            PositionMode::Slot => rope.rotate_cached(&self.k_pre[layer], &(0..n).collect::<Vec<_>>(), &mut self.table)?,
+            PositionMode::Slot => {
+                let k_pre = self.k_pre[layer].clone();
+                rope.rotate_cached(&k_pre, &(0..n).collect::<Vec<_>>(), self.table(rope)?)?
+            }
             PositionMode::Original => {
                 let mut pos = self.stream_pos.clone();
                 pos.extend_from_slice(positions);
-                rope.rotate_cached(&self.k_pre[layer], &pos, &mut self.table)?
+                let k_pre = self.k_pre[layer].clone();
+                rope.rotate_cached(&k_pre, &pos, self.table(rope)?)?
             }
         };
         Ok((keys, self.v[layer].clone()))

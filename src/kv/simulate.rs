@@ -90,11 +90,11 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
     if n < 2 {
         return Err(Error::input("the stream needs at least 2 tokens"));
     }
-    // The block replay composes a layer's own window with the policy; decoding token by token
-    // through a policy cache (and so delta positions) does not yet.
-    if model.has_sliding_window() && (opts.token_by_token || policies.iter().any(|p| p.is_cached() && p.positions == PositionMode::Delta)) {
+    // Decoding through a policy cache measures a layer's own window in cache slots: the policy's
+    // positions under `slot` and `delta`, not under `original` (the block replay composes both).
+    if model.has_sliding_window() && opts.token_by_token && policies.iter().any(|p| p.is_cached() && p.positions == PositionMode::Original) {
         return Err(Error::input(format!(
-            "this model attends through a sliding window of {} keys on some layers, which token-by-token decoding through a policy cache (--token-by-token, --positions delta) does not model yet; use --positions slot or original",
+            "this model attends through a sliding window of {} keys on some layers, which token-by-token decoding with --positions original does not model (it measures the window in cache slots); drop --token-by-token, or use --positions slot",
             model.cfg.arch.window.unwrap_or(0)
         )));
     }
@@ -168,12 +168,12 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
     }
 
     // Policies decoded one token per step (all of them as one batch), then `recompute`.
-    let rope = model.rope();
+    let rope_of = |l: usize| model.layer_rope(l);
     let mut caches: Vec<(usize, PolicyCache)> = Vec::new();
     if let Some(prefix) = &prefix_cache {
         for (i, p) in policies.iter().enumerate().filter(|(_, p)| decoded(p)) {
             let mut c = prefix.with_policy(*p);
-            c.evict(&rope)?;
+            c.evict(&rope_of)?;
             caches.push((i, c));
         }
     }
@@ -194,7 +194,7 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
             tracks[*i].nll.push(s);
             tracks[*i].lens.push(c.len());
             tracks[*i].wall += share;
-            c.evict(&rope)?;
+            c.evict(&rope_of)?;
         }
         done += caches.len();
         progress(done, total);

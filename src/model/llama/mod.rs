@@ -247,6 +247,11 @@ impl Llama {
         }
     }
 
+    /// Layer `l`'s RoPE (a windowed layer's own where the model has one).
+    pub fn layer_rope(&self, l: usize) -> Rope {
+        self.layer_attention(l).rope.clone()
+    }
+
     /// The windowed layers' own RoPE, when it differs from the global one.
     pub fn rope_local(&self) -> Option<Rope> {
         self.rope_local.clone()
