@@ -365,3 +365,39 @@ fn analyzers_know_windows_and_learned_sinks() {
         assert!(windowed > 0 && windowed < cfg.n_layers, "{family}: windowed and global layers both");
     }
 }
+
+/// Final logit soft-capping (Gemma 2's `final_logit_softcapping`): the Gemma 3 fixture with a cap
+/// of 2 gives transformers' logits squashed as transformers squashes them, c · tanh(x / c), and
+/// the next-token NLL is scored from the capped logits (not the streamed plain head).
+#[test]
+fn final_logit_softcapping_squashes_the_logits() {
+    use sinkscope::model::sink::NoCapture;
+    let dir = common::temp_dir("gemma3-softcap").join("model");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = common::fixture("arch/gemma3");
+    for f in ["model.safetensors", "tokenizer.json"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    cfg["final_logit_softcapping"] = 2.0.into();
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    let lm = load(dir.to_str().unwrap(), &LoadOptions::default()).unwrap();
+    let fx = Fixture::open(&common::fixture("arch/gemma3/reference.safetensors"));
+    let tokens: Vec<u32> = fx.i64("tokens").iter().map(|&t| t as u32).collect();
+    let (t, v) = (tokens.len(), lm.model.cfg.vocab_size);
+    let hidden = lm.model.forward(&tokens, None, &mut NoCapture).unwrap();
+    let ours: Vec<f32> = lm.model.logits(&hidden).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    let (_, plain) = fx.f32("logits");
+    let capped: Vec<f32> = plain.iter().map(|&x| 2.0 * (x / 2.0).tanh()).collect();
+    let worst = ours.iter().zip(&capped).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst <= LOGIT_TOL, "capped logits differ by {worst}");
+    assert!(plain.iter().zip(&capped).any(|(a, b)| (a - b).abs() > 0.1), "the cap does not bite on this fixture");
+    let nll = lm.model.next_token_nll(&hidden.narrow(0, 0, t - 1).unwrap(), &tokens[1..]).unwrap();
+    for (r, got) in nll.iter().enumerate() {
+        let row = &capped[r * v..(r + 1) * v];
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let lse = max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
+        let want = lse - row[tokens[r + 1] as usize] as f64;
+        assert!((got - want).abs() < 1e-3, "row {r}: nll {got} vs {want}");
+    }
+}

@@ -50,6 +50,9 @@ fn describe_switches(a: &ArchSwitches, d_head: usize) -> String {
     if let Some(y) = a.rope_yarn {
         parts.push(format!("YaRN RoPE ×{} from {} positions", y.factor, y.original_context));
     }
+    if let Some(c) = a.final_logit_softcap {
+        parts.push(format!("logits soft-capped at {c}"));
+    }
     if a.embed_scale {
         parts.push("embeddings × √d_model".into());
     }

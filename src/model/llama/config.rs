@@ -142,6 +142,8 @@ pub struct ArchSwitches {
     pub moe: Option<Moe>,
     /// YaRN context extension of RoPE (gpt-oss), as transformers computes it.
     pub rope_yarn: Option<Yarn>,
+    /// Logits squashed to c · tanh(logits / c) (Gemma 2's `final_logit_softcapping`).
+    pub final_logit_softcap: Option<f64>,
 }
 
 impl ArchSwitches {
@@ -198,6 +200,9 @@ impl LlamaConfig {
         }
         if !self.d_head.is_multiple_of(2) {
             return Err(bad(format!("head size {} is odd (RoPE needs pairs)", self.d_head)));
+        }
+        if self.arch.final_logit_softcap.is_some_and(|c| !(c > 0.0 && c.is_finite())) {
+            return Err(bad(format!("final logit soft-cap {:?}", self.arch.final_logit_softcap)));
         }
         if self.arch.window == Some(0) {
             return Err(bad("a sliding window of 0 keys".into()));

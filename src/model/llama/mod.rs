@@ -284,7 +284,11 @@ impl Llama {
     /// Logits (rows, vocab) for final-norm hidden states (rows, d_model). Callers with long inputs
     /// pass row chunks: a full T×vocab matrix can be gigabytes.
     pub fn logits(&self, normed: &Tensor) -> Result<Tensor> {
-        self.lm_head.forward(normed)
+        let logits = self.lm_head.forward(normed)?;
+        Ok(match self.cfg.arch.final_logit_softcap {
+            Some(cap) => ((logits / cap)?.tanh()? * cap)?,
+            None => logits,
+        })
     }
 
     /// NLL of `targets[r]` given final-norm hidden row r: a dense head is streamed in vocabulary
@@ -297,9 +301,10 @@ impl Llama {
         self.check_ids(targets)?;
         let vocab = self.cfg.vocab_size;
         let normed = normed.contiguous()?;
-        let dense = match (&self.lm_head.weight, &self.lm_head.bias) {
-            (LinearWeight::Dense(w), None) => Some((w, true)),
-            (LinearWeight::DenseT(w), None) => Some((w, false)),
+        // The streamed head needs plain logits; a soft-capped one goes through `logits`.
+        let dense = match (&self.lm_head.weight, &self.lm_head.bias, self.cfg.arch.final_logit_softcap) {
+            (LinearWeight::Dense(w), None, None) => Some((w, true)),
+            (LinearWeight::DenseT(w), None, None) => Some((w, false)),
             _ => None,
         };
         if let Some((w, out_in)) = dense {
