@@ -43,15 +43,22 @@ pub fn kv_memory(cfg: &LlamaConfig, peak: usize) -> KvMemory {
 }
 
 impl KvMemory {
-    /// "4.7 MiB" (and what the model's own windows saved, where they do).
+    /// "4.7 MiB (f16)" (and what the model's own windows saved, where they do).
     pub fn describe(&self) -> String {
-        let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
+        let mib = |b: u64| match b {
+            b if b < 1 << 20 => format!("{:.1} KiB", b as f64 / 1024.0),
+            b if b < 1 << 30 => format!("{:.1} MiB", b as f64 / (1 << 20) as f64),
+            b => format!("{:.2} GiB", b as f64 / (1 << 30) as f64),
+        };
         match self.windowed_entries {
             Some(w) if self.bytes < self.bytes_without_windows => format!(
-                "{} (f16; the {} windowed layers hold {w} entries, the {} global ones {}: {} if every layer held them)",
+                "{} (f16; {} windowed layer{} hold{} {w} entries, {} global layer{} {}: {} if every layer held them)",
                 mib(self.bytes),
                 self.windowed_layers,
+                if self.windowed_layers == 1 { "" } else { "s" },
+                if self.windowed_layers == 1 { "s" } else { "" },
                 self.global_layers,
+                if self.global_layers == 1 { "" } else { "s" },
                 self.global_entries,
                 mib(self.bytes_without_windows)
             ),
@@ -109,5 +116,7 @@ mod tests {
         assert_eq!(kv_memory(&cfg(Some(512), Some(6)), 256).bytes, 6 * 256 * 64);
         assert!(model_windows_note(&cfg(Some(512), Some(6))).is_some_and(|n| n.contains("5 of its 6 layers")));
         assert!(model_windows_note(&cfg(None, None)).is_none());
+        assert_eq!(kv_memory(&cfg(None, None), 16).describe(), "6.0 KiB (f16)");
+        assert!(gemma.describe().starts_with("222.5 KiB (f16; 5 windowed layers hold 512 entries, 1 global layer 1000: 375.0 KiB if every layer held them)"), "{}", gemma.describe());
     }
 }
