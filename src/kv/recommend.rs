@@ -81,7 +81,7 @@ pub struct Recommendation {
     #[serde(default)]
     pub kv_memory: Option<KvMemory>,
     /// What the model's own sliding windows imply whatever the policy (`None`: it has none).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_windows: Option<String>,
 }
 
