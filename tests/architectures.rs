@@ -126,7 +126,7 @@ fn gpt2_refuses_positions_past_its_table_and_streams_by_slot() {
     let ids = &ids[..n + 10];
     let err = lm.model.forward(ids, None, &mut NoCapture).expect_err("ran past the learned positions");
     assert!(err.to_string().contains("positions this model learned"), "{err}");
-    let sink = Policy { kind: PolicyKind::Sink, sinks: 4, cache: 64, positions: PositionMode::Slot };
+    let sink = Policy { kind: PolicyKind::Sink, sinks: 4, cache: 64, positions: PositionMode::Slot, recent: 0 };
     let out = simulate(&lm.model, ids, &[sink], &mut |_, _| {}).unwrap().remove(0);
     assert!(out.ppl.is_finite() && out.nll.len() == ids.len() - 1);
     let original = Policy { positions: PositionMode::Original, ..sink };
@@ -178,10 +178,10 @@ fn every_family_streams_like_token_by_token_decoding() {
         let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
         let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
         let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(160).collect();
-        let mut policies = vec![Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot }];
+        let mut policies = vec![Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot, recent: 0 }];
         for positions in [PositionMode::Slot, PositionMode::Original] {
-            policies.push(Policy { kind: PolicyKind::Window, sinks: 0, cache: 40, positions });
-            policies.push(Policy { kind: PolicyKind::Sink, sinks: 4, cache: 40, positions });
+            policies.push(Policy { kind: PolicyKind::Window, sinks: 0, cache: 40, positions, recent: 0 });
+            policies.push(Policy { kind: PolicyKind::Sink, sinks: 4, cache: 40, positions, recent: 0 });
         }
         let blocks = simulate(&lm.model, &ids, &policies, &mut |_, _| {}).unwrap();
         let decoded = simulate_with(&lm.model, &ids, &policies, SimOptions { token_by_token: true, ..SimOptions::default() }, &mut |_, _| {}).unwrap();
@@ -191,7 +191,7 @@ fn every_family_streams_like_token_by_token_decoding() {
             assert!(worst < 1e-4, "{family} {}: block replay vs token by token {worst}", a.label);
         }
         // Delta rotation re-rotates kept keys (partial rotary included); it matches slot closely.
-        let delta = Policy { kind: PolicyKind::Sink, sinks: 4, cache: 40, positions: PositionMode::Delta };
+        let delta = Policy { kind: PolicyKind::Sink, sinks: 4, cache: 40, positions: PositionMode::Delta, recent: 0 };
         let d = simulate(&lm.model, &ids, &[delta], &mut |_, _| {}).unwrap().remove(0);
         let slot = &blocks[2];
         let drift = d.nll.iter().zip(&slot.nll).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
@@ -217,21 +217,21 @@ fn windowed_models_stream_like_their_forward() {
         let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(150).collect();
         let hidden = lm.model.forward(&ids, None, &mut NoCapture).unwrap();
         let want = lm.model.next_token_nll(&hidden.narrow(0, 0, ids.len() - 1).unwrap(), &ids[1..]).unwrap();
-        let dense = Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot };
+        let dense = Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot, recent: 0 };
         let got = simulate(&lm.model, &ids, &[dense], &mut |_, _| {}).unwrap().remove(0);
         let worst = got.nll.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
         assert!(worst < 1e-4, "{family}: dense replay vs forward {worst}");
         let mut all = vec![dense];
         for positions in [PositionMode::Slot, PositionMode::Original] {
-            all.push(Policy { kind: PolicyKind::Window, sinks: 0, cache: 200, positions });
-            all.push(Policy { kind: PolicyKind::Sink, sinks: 4, cache: 200, positions });
+            all.push(Policy { kind: PolicyKind::Window, sinks: 0, cache: 200, positions, recent: 0 });
+            all.push(Policy { kind: PolicyKind::Sink, sinks: 4, cache: 200, positions, recent: 0 });
         }
         let out = simulate(&lm.model, &ids, &all, &mut |_, _| {}).unwrap();
         for o in &out[1..] {
             assert_eq!(o.nll, out[0].nll, "{family} {}: no eviction, yet not dense", o.label);
         }
         // Evicting policies run (budget 24 > the fixtures' 16-key windows).
-        let sink = Policy { kind: PolicyKind::Sink, sinks: 2, cache: 24, positions: PositionMode::Slot };
+        let sink = Policy { kind: PolicyKind::Sink, sinks: 2, cache: 24, positions: PositionMode::Slot, recent: 0 };
         let o = simulate(&lm.model, &ids, &[sink], &mut |_, _| {}).unwrap().remove(0);
         assert!(o.ppl.is_finite() && o.first_eviction_step == Some(24), "{family}");
         // Its memory: windowed layers hold 16 of the 24 entries, global layers (if any) all 24.
@@ -422,7 +422,7 @@ fn windowed_streams_match_a_pytorch_loop() {
                 _ => PolicyKind::Sink,
             };
             let positions = if run["positions"] == "slot" { PositionMode::Slot } else { PositionMode::Original };
-            let policy = Policy { kind, sinks: run["sinks"].as_u64().unwrap() as usize, cache: run["cache"].as_u64().unwrap() as usize, positions };
+            let policy = Policy { kind, sinks: run["sinks"].as_u64().unwrap() as usize, cache: run["cache"].as_u64().unwrap() as usize, positions, recent: 0 };
             let want: Vec<f64> = run["nll"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
             let mut outs = vec![("replay", simulate(&lm.model, &ids, &[policy], &mut |_, _| {}).unwrap().remove(0))];
             if positions == PositionMode::Slot {

@@ -20,13 +20,13 @@ fn story_ids(lm: &LoadedModel, n: usize) -> Vec<u32> {
 }
 
 fn all_policies(w: usize) -> Vec<Policy> {
-    let mut v = vec![Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot }];
+    let mut v = vec![Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot, recent: 0 }];
     for positions in [PositionMode::Slot, PositionMode::Original, PositionMode::Delta] {
-        v.push(Policy { kind: PolicyKind::Window, sinks: 0, cache: w, positions });
-        v.push(Policy { kind: PolicyKind::Sink, sinks: 4, cache: w, positions });
-        v.push(Policy { kind: PolicyKind::Keep, sinks: 4, cache: w, positions });
+        v.push(Policy { kind: PolicyKind::Window, sinks: 0, cache: w, positions, recent: 0 });
+        v.push(Policy { kind: PolicyKind::Sink, sinks: 4, cache: w, positions, recent: 0 });
+        v.push(Policy { kind: PolicyKind::Keep, sinks: 4, cache: w, positions, recent: 0 });
     }
-    v.push(Policy { kind: PolicyKind::Recompute, sinks: 0, cache: w, positions: PositionMode::Slot });
+    v.push(Policy { kind: PolicyKind::Recompute, sinks: 0, cache: w, positions: PositionMode::Slot, recent: 0 });
     v
 }
 
@@ -45,7 +45,7 @@ fn without_eviction_every_policy_equals_dense_exactly() {
 fn dense_token_by_token_equals_one_batched_forward() {
     let Some(lm) = stories() else { return };
     let ids = story_ids(&lm, 300);
-    let dense = Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot };
+    let dense = Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot, recent: 0 };
     // Feed the tokens one decode step at a time through a policy cache (the simulator prefills
     // its shared prefix in one pass; this checks that shortcut against true token-by-token decoding).
     let mut cache = sinkscope::kv::cache::PolicyCache::new(dense, lm.model.cfg.d_head).unwrap();
@@ -98,11 +98,11 @@ fn evicting_policies_hold_their_budget_and_slot_delta_agree_closely() {
 /// SmolLM2 case, and the replay by 2.5e-4 (while matching the PyTorch loop's collapsed window
 /// within 3e-5 on its fixture).
 fn replay_matches_token_by_token(lm: &LoadedModel, ids: &[u32], w: usize, sinks: usize) {
-    let mut policies = vec![Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot }];
+    let mut policies = vec![Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot, recent: 0 }];
     for positions in [PositionMode::Slot, PositionMode::Original] {
-        policies.push(Policy { kind: PolicyKind::Window, sinks: 0, cache: w, positions });
-        policies.push(Policy { kind: PolicyKind::Sink, sinks, cache: w, positions });
-        policies.push(Policy { kind: PolicyKind::Keep, sinks, cache: w, positions });
+        policies.push(Policy { kind: PolicyKind::Window, sinks: 0, cache: w, positions, recent: 0 });
+        policies.push(Policy { kind: PolicyKind::Sink, sinks, cache: w, positions, recent: 0 });
+        policies.push(Policy { kind: PolicyKind::Keep, sinks, cache: w, positions, recent: 0 });
     }
     let blocks = simulate(&lm.model, ids, &policies, &mut |_, _| {}).unwrap();
     let decoded = simulate_with(&lm.model, ids, &policies, SimOptions { token_by_token: true, ..SimOptions::default() }, &mut |_, _| {}).unwrap();
@@ -147,9 +147,9 @@ fn batched_recompute_equals_one_forward_per_window() {
     let Some(lm) = stories() else { return };
     let ids = story_ids(&lm, 260);
     let w = 48;
-    let recompute = Policy { kind: PolicyKind::Recompute, sinks: 0, cache: w, positions: PositionMode::Slot };
+    let recompute = Policy { kind: PolicyKind::Recompute, sinks: 0, cache: w, positions: PositionMode::Slot, recent: 0 };
     // A larger sink budget makes the shared prefix shorter than W, so early windows are shorter.
-    let sink = Policy { kind: PolicyKind::Sink, sinks: 2, cache: 20, positions: PositionMode::Slot };
+    let sink = Policy { kind: PolicyKind::Sink, sinks: 2, cache: 20, positions: PositionMode::Slot, recent: 0 };
     for every in [1, 3] {
         let opts = SimOptions { recompute_every: every, ..SimOptions::default() };
         let out = simulate_with(&lm.model, &ids, &[sink, recompute], opts, &mut |_, _| {}).unwrap().remove(1);
@@ -257,12 +257,12 @@ fn policies_match_an_independent_pytorch_loop() {
         let reference = &json["models"][key];
         let ids: Vec<u32> = reference["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
         let runs = [
-            ("dense", Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot }),
-            ("window_slot", Policy { kind: PolicyKind::Window, sinks: 0, cache: w, positions: PositionMode::Slot }),
-            ("sink4_slot", Policy { kind: PolicyKind::Sink, sinks: s, cache: w, positions: PositionMode::Slot }),
-            ("sink4_original", Policy { kind: PolicyKind::Sink, sinks: s, cache: w, positions: PositionMode::Original }),
-            ("sink4_delta", Policy { kind: PolicyKind::Sink, sinks: s, cache: w, positions: PositionMode::Delta }),
-            ("recompute", Policy { kind: PolicyKind::Recompute, sinks: 0, cache: w, positions: PositionMode::Slot }),
+            ("dense", Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot, recent: 0 }),
+            ("window_slot", Policy { kind: PolicyKind::Window, sinks: 0, cache: w, positions: PositionMode::Slot, recent: 0 }),
+            ("sink4_slot", Policy { kind: PolicyKind::Sink, sinks: s, cache: w, positions: PositionMode::Slot, recent: 0 }),
+            ("sink4_original", Policy { kind: PolicyKind::Sink, sinks: s, cache: w, positions: PositionMode::Original, recent: 0 }),
+            ("sink4_delta", Policy { kind: PolicyKind::Sink, sinks: s, cache: w, positions: PositionMode::Delta, recent: 0 }),
+            ("recompute", Policy { kind: PolicyKind::Recompute, sinks: 0, cache: w, positions: PositionMode::Slot, recent: 0 }),
         ];
         let policies: Vec<Policy> = runs.iter().map(|(_, p)| *p).collect();
         let out = simulate(&lm.model, &ids, &policies, &mut |_, _| {}).unwrap();

@@ -175,6 +175,10 @@ pub fn format_summary(r: &AnalysisReport) -> String {
 
 pub fn format_outcome(o: &StreamOutcome) -> String {
     let opt = |v: Option<f64>| v.map_or("-".into(), |p| format!("{p:.3}"));
+    let kept = o.kept.map_or(String::new(), |k| {
+        let shares: Vec<String> = k.kept_first_share.iter().map(|s| format!("{:.0}%", 100.0 * s)).collect();
+        format!("kept positions 0–3 in {} of (layer, KV head, step) after the first eviction; mean key age {:.1} tokens\n", shares.join(" / "), k.mean_age)
+    });
     format!(
         "{}: {} tokens, perplexity {:.3}, after first eviction {} (first eviction at step {}), cliff {}, max cache {} entries, KV memory {}, {:.1} tokens/s\n",
         o.label,
@@ -186,7 +190,7 @@ pub fn format_outcome(o: &StreamOutcome) -> String {
         o.cache_len.iter().max().copied().unwrap_or(0),
         o.kv_memory.describe(),
         o.tokens_per_s
-    )
+    ) + &kept
 }
 
 pub fn format_recommendation(r: &Recommendation) -> String {

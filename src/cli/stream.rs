@@ -39,9 +39,17 @@ pub struct StreamArgs {
     pub text: StreamText,
     #[arg(long, value_enum)]
     pub policy: PolicyKind,
-    /// S for `sink` (kept inside the budget), N for `keep`.
-    #[arg(long, default_value_t = 4)]
-    pub sinks: usize,
+    /// S for `sink` (kept inside the budget), N for `keep`, the pinned first tokens for `h2o`,
+    /// `tova` and `snapkv` [default: 4 for sink and keep, 0 for the score-based policies].
+    #[arg(long)]
+    pub sinks: Option<usize>,
+    /// R for `h2o`: the most recent positions every query sees [default: W/2].
+    #[arg(long)]
+    pub recent: Option<usize>,
+    /// The observation window of `snapkv`: its last N queries score the keys, its last N keys
+    /// are kept [default: 32].
+    #[arg(long)]
+    pub observe: Option<usize>,
     /// The cache budget W: every key a query can see, its own included.
     #[arg(long, default_value_t = 256)]
     pub cache: usize,
@@ -101,7 +109,17 @@ pub fn run_stream(args: StreamArgs) -> Result<()> {
         check_out_dir(out)?;
     }
     let mut lm = args.model.load()?;
-    let policy = Policy { kind: args.policy, sinks: args.sinks, cache: args.cache, positions: args.positions };
+    let scored = matches!(args.policy, PolicyKind::H2o | PolicyKind::Tova | PolicyKind::Snapkv);
+    let sinks = args.sinks.unwrap_or(if scored { 0 } else { 4 });
+    let recent = match args.policy {
+        PolicyKind::H2o => args.recent.unwrap_or(0),
+        PolicyKind::Snapkv => args.observe.unwrap_or(0),
+        _ => 0,
+    };
+    if (args.recent.is_some() && args.policy != PolicyKind::H2o) || (args.observe.is_some() && args.policy != PolicyKind::Snapkv) {
+        return Err(crate::error::Error::input("--recent is for --policy h2o, --observe for --policy snapkv"));
+    }
+    let policy = Policy { kind: args.policy, sinks, cache: args.cache, positions: args.positions, recent };
     let outcome = stream_into(&mut lm, &args.text.source(), policy, args.out.as_deref(), &mut TerminalProgress::new())?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&outcome)?);

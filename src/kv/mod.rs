@@ -5,6 +5,7 @@ pub mod cache;
 pub mod memory;
 pub mod policy;
 pub mod recommend;
+pub mod scored;
 pub mod simulate;
 pub mod trace;
 

@@ -18,6 +18,14 @@ pub enum PolicyKind {
     Recompute,
     /// llama.cpp's `--keep N`: when full, discard half of the entries after the first N.
     Keep,
+    /// H2O (Zhang et al. 2023): per KV head, the S pinned keys, the R most recent and the
+    /// best-scoring rest, a key's score being all the attention it has received.
+    H2o,
+    /// TOVA (Oren et al. 2024): per KV head, evict the key the current query attends to least.
+    Tova,
+    /// SnapKV (Li et al. 2024), streaming: per KV head, keep the last `observe` keys and the rest
+    /// that the last `observe` queries attended to most (max-pooled over 7 neighbours).
+    Snapkv,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -42,7 +50,14 @@ pub struct Policy {
     /// The budget W (ignored by `dense`).
     pub cache: usize,
     pub positions: PositionMode,
+    /// R for `h2o` (its recent window; 0: W/2) and the observation window for `snapkv` (0: 32);
+    /// unused by the other kinds.
+    #[serde(default)]
+    pub recent: usize,
 }
+
+/// SnapKV's observation window when none is given.
+pub const SNAPKV_OBSERVE: usize = 32;
 
 impl Policy {
     pub fn label(&self) -> String {
@@ -57,6 +72,23 @@ impl Policy {
             PolicyKind::Sink => format!("sink S={} + {} recent, W={} ({pos})", self.sinks, self.cache - self.sinks.min(self.cache), self.cache),
             PolicyKind::Recompute => format!("recompute W={}", self.cache),
             PolicyKind::Keep => format!("keep N={} half-discard, W={} ({pos})", self.sinks, self.cache),
+            PolicyKind::H2o => format!("h2o S={} R={}, W={} ({pos})", self.sinks, self.recent_window(), self.cache),
+            PolicyKind::Tova => format!("tova S={}, W={} ({pos})", self.sinks, self.cache),
+            PolicyKind::Snapkv => format!("snapkv S={} observe {}, W={} ({pos})", self.sinks, self.recent_window(), self.cache),
+        }
+    }
+
+    /// Whether the kept keys are chosen from attention scores, per KV head (h2o, tova, snapkv).
+    pub fn is_scored(&self) -> bool {
+        matches!(self.kind, PolicyKind::H2o | PolicyKind::Tova | PolicyKind::Snapkv)
+    }
+
+    /// R for `h2o` and the observation window for `snapkv`, defaults applied.
+    pub fn recent_window(&self) -> usize {
+        match (self.kind, self.recent) {
+            (PolicyKind::H2o, 0) => self.cache / 2,
+            (PolicyKind::Snapkv, 0) => SNAPKV_OBSERVE,
+            (_, r) => r,
         }
     }
 
@@ -74,7 +106,21 @@ impl Policy {
             if w < 2 {
                 return Err(Error::input(format!("--cache {w} is too small: the budget must hold at least 2 entries")));
             }
-            if matches!(self.kind, PolicyKind::Sink | PolicyKind::Keep) && self.sinks >= w {
+            if self.is_scored() && self.positions == PositionMode::Delta {
+                return Err(Error::input("score-based policies (h2o, tova, snapkv) keep a different set of keys per KV head; use --positions slot or original"));
+            }
+            let (r, s) = (self.recent_window(), self.sinks);
+            // h2o may spend all of W − S on its recent window (that is the sink policy); snapkv
+            // must leave room to choose.
+            let bad = match self.kind {
+                PolicyKind::H2o => (r == 0 || r + s > w).then_some(("recent window", "--recent", "at most")),
+                PolicyKind::Snapkv => (r == 0 || r + s >= w).then_some(("observation window", "--observe", "less than")),
+                _ => None,
+            };
+            if let Some((what, flag, bound)) = bad {
+                return Err(Error::input(format!("the {what} ({flag} {r}) must be at least 1 and, with --sinks {s}, add up to {bound} --cache {w}")));
+            }
+            if matches!(self.kind, PolicyKind::Sink | PolicyKind::Keep | PolicyKind::H2o | PolicyKind::Tova | PolicyKind::Snapkv) && self.sinks >= w {
                 return Err(Error::input(format!(
                     "--sinks {} must be smaller than --cache {w}: sink tokens are part of the budget (S sinks + W−S recent)",
                     self.sinks
@@ -103,7 +149,8 @@ impl Policy {
             return 0..0;
         }
         match self.kind {
-            PolicyKind::Dense | PolicyKind::Recompute => 0..0,
+            // Score-based kinds choose per KV head (`kv::scored`).
+            PolicyKind::Dense | PolicyKind::Recompute | PolicyKind::H2o | PolicyKind::Tova | PolicyKind::Snapkv => 0..0,
             PolicyKind::Window => 0..len + 1 - self.cache,
             PolicyKind::Sink => self.sinks..self.sinks + len + 1 - self.cache,
             PolicyKind::Keep => {
@@ -119,7 +166,7 @@ mod tests {
     use super::*;
 
     fn p(kind: PolicyKind, sinks: usize, cache: usize) -> Policy {
-        Policy { kind, sinks, cache, positions: PositionMode::Slot }
+        Policy { kind, sinks, cache, positions: PositionMode::Slot, recent: 0 }
     }
 
     #[test]

@@ -209,7 +209,7 @@ mod tests {
     fn outcome(kind: PolicyKind, sinks: usize, nll: Vec<f64>) -> StreamOutcome {
         let first = 10;
         StreamOutcome {
-            policy: Policy { kind, sinks, cache: 10, positions: PositionMode::Slot },
+            policy: Policy { kind, sinks, cache: 10, positions: PositionMode::Slot, recent: 0 },
             label: format!("{kind:?} {sinks}"),
             ppl: ppl(&nll),
             ppl_after_eviction: Some(ppl(&nll[first..])),
@@ -219,6 +219,7 @@ mod tests {
             tokens_per_s: 1.0,
             cache_len: (0..nll.len()).map(|t| (t + 1).min(10)).collect(),
             kv_memory: Default::default(),
+            kept: None,
             nll,
         }
     }

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cache::PolicyCache;
 use super::memory::{kv_memory, KvMemory};
+use super::scored::{KeptStats, ScoredCache, StepAttention};
 use super::policy::{Policy, PolicyKind, PositionMode};
 use super::trace::PolicyTrace;
 use crate::error::{Error, Result};
@@ -52,6 +53,9 @@ pub struct StreamOutcome {
     /// The cache's memory at its longest, with the model's own windows capping its windowed layers.
     #[serde(default)]
     pub kv_memory: KvMemory,
+    /// What a score-based policy kept (`kept_first_share`, mean age); `None` for the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<KeptStats>,
 }
 
 /// How the simulator runs (the numbers do not depend on it beyond float rounding).
@@ -89,6 +93,15 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
     let n = ids.len();
     if n < 2 {
         return Err(Error::input("the stream needs at least 2 tokens"));
+    }
+    // Score-based policies decode on their own: a key's fate depends on every step's attention.
+    if policies.iter().any(Policy::is_scored) {
+        let rest: Vec<Policy> = policies.iter().filter(|p| !p.is_scored()).copied().collect();
+        let mut others = if rest.is_empty() { Vec::new() } else { simulate_with(model, ids, &rest, opts, progress)? }.into_iter();
+        return policies
+            .iter()
+            .map(|p| if p.is_scored() { scored(model, ids, *p, progress) } else { others.next().ok_or_else(|| Error::Internal("a policy went missing".into())) })
+            .collect();
     }
     // Decoding through a policy cache measures a layer's own window in cache slots: the policy's
     // positions under `slot` and `delta`, not under `original` (the block replay composes both).
@@ -208,6 +221,31 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
     Ok(outcomes(&model.cfg, policies, tracks, n, shared, every))
 }
 
+/// One score-based policy decoded token by token through its [`ScoredCache`], each step's
+/// attention weights scoring the keys before the eviction.
+fn scored(model: &Llama, ids: &[u32], policy: Policy, progress: &mut dyn FnMut(usize, usize)) -> Result<StreamOutcome> {
+    let cfg = &model.cfg;
+    if model.has_sliding_window() && policy.positions == PositionMode::Original {
+        return Err(Error::input("score-based policies on a model with its own sliding windows measure the window in cache slots; use --positions slot"));
+    }
+    let (n, steps) = (ids.len(), ids.len() - 1);
+    let mut cache = ScoredCache::new(policy, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head)?;
+    let mut track = Track { nll: Vec::with_capacity(steps), lens: Vec::with_capacity(steps), wall: 0.0 };
+    let start = Instant::now();
+    for t in 0..steps {
+        let mut attention = StepAttention::new(cfg.n_layers);
+        let h = model.forward_with(&ids[t..t + 1], Some(&mut cache), &mut attention)?;
+        track.nll.extend(model.next_token_nll(&h, &ids[t + 1..t + 2])?);
+        track.lens.push(cache.len());
+        cache.observe_and_evict(&attention.rows)?;
+        progress(t + 1, steps);
+    }
+    track.wall = start.elapsed().as_secs_f64();
+    let mut outcome = outcomes(cfg, &[policy], vec![track], n, steps, 1).remove(0);
+    outcome.kept = cache.stats();
+    Ok(outcome)
+}
+
 /// Token rows per batch of `recompute` windows: enough that the projections run at full
 /// matrix-multiply speed (a 128-token window alone runs ~1.3× slower per token, a 64-token one
 /// ~2.2×); each window still attends only within itself.
@@ -260,7 +298,7 @@ pub fn recompute_stride(tokens: usize, cache: usize, budget: usize) -> usize {
 }
 
 fn dense() -> Policy {
-    Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot }
+    Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot, recent: 0 }
 }
 
 /// Perplexities, first eviction, cliff and speed of each policy's gathered stream.
@@ -282,6 +320,7 @@ fn outcomes(cfg: &LlamaConfig, policies: &[Policy], tracks: Vec<Track>, n: usize
                 tokens: n,
                 tokens_per_s: scored as f64 / tr.wall.max(1e-9),
                 kv_memory: kv_memory(cfg, tr.lens.iter().copied().max().unwrap_or(0)),
+                kept: None,
                 nll: tr.nll,
                 cache_len: tr.lens,
             }

@@ -63,7 +63,7 @@ mod tests {
     use crate::kv::policy::PolicyKind;
 
     fn policy(kind: PolicyKind, sinks: usize, cache: usize, positions: PositionMode) -> Policy {
-        Policy { kind, sinks, cache, positions }
+        Policy { kind, sinks, cache, positions, recent: 0 }
     }
 
     #[test]

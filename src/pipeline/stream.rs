@@ -99,7 +99,7 @@ pub fn stream_tokens(lm: &LoadedModel, t: &StreamSource, progress: &mut dyn Prog
 pub fn stream_into(lm: &mut LoadedModel, source: &StreamSource, policy: Policy, out: Option<&Path>, progress: &mut dyn Progress) -> Result<StreamOutcome> {
     let start = Instant::now();
     let ids = stream_tokens(lm, source, progress)?;
-    let sinks = if matches!(policy.kind, PolicyKind::Sink | PolicyKind::Keep) { policy.sinks } else { 0 };
+    let sinks = if matches!(policy.kind, PolicyKind::Sink | PolicyKind::Keep) || policy.is_scored() { policy.sinks } else { 0 };
     let policy = Policy { sinks, ..policy };
     for w in policy.validate(ids.len(), lm.model.cfg.context_len)? {
         progress.warning(&w);
@@ -126,10 +126,10 @@ pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>,
     sinks.dedup();
     let mut policies: Vec<Policy> = sinks
         .iter()
-        .map(|&s| Policy { kind: if s == 0 { PolicyKind::Window } else { PolicyKind::Sink }, sinks: s, cache: opts.cache, positions: opts.positions })
+        .map(|&s| Policy { kind: if s == 0 { PolicyKind::Window } else { PolicyKind::Sink }, sinks: s, cache: opts.cache, positions: opts.positions, recent: 0 })
         .collect();
     if opts.recompute {
-        policies.push(Policy { kind: PolicyKind::Recompute, sinks: 0, cache: opts.cache, positions: opts.positions });
+        policies.push(Policy { kind: PolicyKind::Recompute, sinks: 0, cache: opts.cache, positions: opts.positions, recent: 0 });
     }
     let mut warnings = Vec::new();
     for p in &policies {

@@ -1,0 +1,318 @@
+//! Score-based eviction (H2O, TOVA, SnapKV), decoded one token per step: every (layer, KV head)
+//! keeps its own keys, chosen from the attention they have received (for GQA, summed over the
+//! query heads that share the KV head). All sets hold the same number of keys, so a layer's keys
+//! still form one (KV heads, n, d_head) tensor; which tokens they are differs per head.
+
+use std::collections::VecDeque;
+
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+use super::policy::{Policy, PolicyKind, PositionMode};
+use crate::error::{Error, Result};
+use crate::model::hook::HookPoint;
+use crate::model::llama::KvStore;
+use crate::model::rope::{Rope, RopeTable};
+use crate::model::sink::CaptureSink;
+use crate::numerics::tensor::with_f32;
+
+/// SnapKV's max-pooling kernel over neighbouring keys.
+const SNAPKV_KERNEL: usize = 7;
+/// Early positions whose survival `kept_first_share` reports.
+pub const KEPT_FIRST: usize = 4;
+
+/// What a score-based policy kept, over every (layer, KV head, step after its first eviction).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct KeptStats {
+    /// For k < 4: the share of (layer, KV head, step) whose kept set contains position k.
+    pub kept_first_share: [f64; KEPT_FIRST],
+    /// Mean age t − position of the kept keys at step t.
+    pub mean_age: f64,
+    /// (layer, KV head, step) triples counted.
+    pub samples: usize,
+}
+
+/// One KV head's kept keys, oldest first.
+#[derive(Default, Clone)]
+struct HeadSet {
+    /// Stream position of each key.
+    pos: Vec<usize>,
+    /// Keys before RoPE and values, `d_head` floats per key.
+    k: Vec<f32>,
+    v: Vec<f32>,
+    /// h2o: attention received since the key entered.
+    total: Vec<f64>,
+    /// tova: attention from the latest query.
+    last: Vec<f32>,
+    /// snapkv: attention from each of the latest `observe` queries, oldest first.
+    recent: Vec<VecDeque<f32>>,
+}
+
+impl HeadSet {
+    fn remove(&mut self, i: usize, dh: usize) {
+        self.pos.remove(i);
+        self.k.drain(i * dh..(i + 1) * dh);
+        self.v.drain(i * dh..(i + 1) * dh);
+        self.total.remove(i);
+        self.last.remove(i);
+        self.recent.remove(i);
+    }
+}
+
+/// The cache of one stream under a score-based policy.
+pub struct ScoredCache {
+    policy: Policy,
+    n_kv: usize,
+    d_head: usize,
+    group: usize,
+    /// [layer][kv head]
+    sets: Vec<Vec<HeadSet>>,
+    next_stream: usize,
+    evicted: bool,
+    tables: Vec<(u64, RopeTable)>,
+    /// Running sums behind [`KeptStats`].
+    first_hits: [usize; KEPT_FIRST],
+    age_sum: f64,
+    age_keys: usize,
+    samples: usize,
+}
+
+impl ScoredCache {
+    pub fn new(policy: Policy, n_layers: usize, n_heads: usize, n_kv: usize, d_head: usize) -> Result<Self> {
+        if !policy.is_scored() || policy.positions == PositionMode::Delta {
+            return Err(Error::Internal(format!("ScoredCache cannot run {}", policy.label())));
+        }
+        Ok(ScoredCache {
+            policy,
+            n_kv,
+            d_head,
+            group: n_heads / n_kv.max(1),
+            sets: vec![vec![HeadSet::default(); n_kv]; n_layers],
+            next_stream: 0,
+            evicted: false,
+            tables: Vec::new(),
+            first_hits: [0; KEPT_FIRST],
+            age_sum: 0.0,
+            age_keys: 0,
+            samples: 0,
+        })
+    }
+
+    /// Keys held per (layer, KV head).
+    pub fn len(&self) -> usize {
+        self.sets.first().and_then(|l| l.first()).map_or(0, |h| h.pos.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// What was kept so far (`None` before the first eviction).
+    pub fn stats(&self) -> Option<KeptStats> {
+        (self.samples > 0).then(|| KeptStats {
+            kept_first_share: std::array::from_fn(|k| self.first_hits[k] as f64 / self.samples as f64),
+            mean_age: self.age_sum / self.age_keys.max(1) as f64,
+            samples: self.samples,
+        })
+    }
+
+    fn table(&mut self, rope: &Rope) -> Result<&mut RopeTable> {
+        let key = rope.theta.to_bits();
+        let i = match self.tables.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                self.tables.push((key, RopeTable::empty(self.d_head)?));
+                self.tables.len() - 1
+            }
+        };
+        Ok(&mut self.tables[i].1)
+    }
+
+    /// Takes in the step's attention (`attention[l]`: the query's weights, H × n, as the
+    /// [`StepAttention`] sink recorded them), then evicts one key per (layer, KV head) if the
+    /// budget is full. Keys are scored after the step's attention, so the step's own weights count.
+    pub fn observe_and_evict(&mut self, attention: &[Vec<f32>]) -> Result<()> {
+        let n = self.len();
+        let (group, observe) = (self.group, self.policy.recent_window());
+        let step = self.next_stream.saturating_sub(1);
+        for (l, layer) in self.sets.iter_mut().enumerate() {
+            let a = attention.get(l).filter(|a| a.len() == layer.len() * group * n).ok_or_else(|| Error::Internal(format!("no attention of layer {l} for the scored cache")))?;
+            for (kv, set) in layer.iter_mut().enumerate() {
+                // The KV head's weights: the sum over its query heads, in head order.
+                let mut w = vec![0f32; n];
+                for g in 0..group {
+                    w.iter_mut().zip(&a[(kv * group + g) * n..][..n]).for_each(|(s, &x)| *s += x);
+                }
+                match self.policy.kind {
+                    PolicyKind::H2o => set.total.iter_mut().zip(&w).for_each(|(s, &x)| *s += x as f64),
+                    PolicyKind::Tova => set.last.clone_from(&w),
+                    _ => {
+                        for (ring, &x) in set.recent.iter_mut().zip(&w) {
+                            ring.push_back(x);
+                            if ring.len() > observe {
+                                ring.pop_front();
+                            }
+                        }
+                    }
+                }
+                if self.evicted {
+                    for (k, hit) in self.first_hits.iter_mut().enumerate() {
+                        *hit += set.pos.contains(&k) as usize;
+                    }
+                    self.age_sum += set.pos.iter().map(|&p| (step - p) as f64).sum::<f64>();
+                    self.age_keys += n;
+                    self.samples += 1;
+                }
+            }
+        }
+        if n < self.policy.cache {
+            return Ok(());
+        }
+        let dh = self.d_head;
+        for layer in self.sets.iter_mut() {
+            for set in layer.iter_mut() {
+                let victim = victim(&self.policy, set);
+                set.remove(victim, dh);
+            }
+        }
+        self.evicted = true;
+        Ok(())
+    }
+}
+
+/// The key to evict from a full set: the lowest score among the keys the policy may drop (not
+/// pinned, not protected as recent), ties to the older key.
+fn victim(policy: &Policy, set: &HeadSet) -> usize {
+    let n = set.pos.len();
+    let protected_tail = match policy.kind {
+        // The next query's recent window holds R positions, its own included: R − 1 kept ones.
+        PolicyKind::H2o => policy.recent_window().saturating_sub(1),
+        PolicyKind::Snapkv => policy.recent_window(),
+        _ => 0,
+    };
+    let score: Vec<f64> = match policy.kind {
+        PolicyKind::H2o => set.total.clone(),
+        PolicyKind::Tova => set.last.iter().map(|&x| x as f64).collect(),
+        _ => {
+            let sums: Vec<f64> = set.recent.iter().map(|r| r.iter().map(|&x| x as f64).sum()).collect();
+            let half = SNAPKV_KERNEL / 2;
+            (0..n).map(|i| sums[i.saturating_sub(half)..(i + half + 1).min(n)].iter().copied().fold(f64::NEG_INFINITY, f64::max)).collect()
+        }
+    };
+    let candidates = (0..n.saturating_sub(protected_tail)).filter(|&i| set.pos[i] >= policy.sinks);
+    let mut best: Option<usize> = None;
+    for i in candidates {
+        if best.is_none_or(|b| score[i] < score[b]) {
+            best = Some(i);
+        }
+    }
+    // Nothing choosable (R = W − S): the oldest key that is not pinned, as `sink` would.
+    best.unwrap_or_else(|| set.pos.iter().position(|&p| p >= policy.sinks).unwrap_or(0))
+}
+
+impl KvStore for ScoredCache {
+    fn next_positions(&self, t: usize) -> Vec<usize> {
+        match self.policy.positions {
+            PositionMode::Original => (self.next_stream..self.next_stream + t).collect(),
+            _ => (self.len()..self.len() + t).collect(),
+        }
+    }
+
+    fn append(&mut self, layer: usize, k_pre: &Tensor, v: &Tensor, rope: &Rope, _positions: &[usize]) -> Result<(Tensor, Tensor)> {
+        let (kvh, t, dh) = k_pre.dims3()?;
+        if kvh != self.n_kv || dh != self.d_head || layer >= self.sets.len() {
+            return Err(Error::Internal("scored cache: unexpected key shape".into()));
+        }
+        let (k_new, v_new) = (k_pre.contiguous()?, v.contiguous()?);
+        let first = self.next_stream;
+        with_f32(&k_new, |k| {
+            with_f32(&v_new, |v| {
+                for (h, set) in self.sets[layer].iter_mut().enumerate() {
+                    set.k.extend_from_slice(&k[h * t * dh..(h + 1) * t * dh]);
+                    set.v.extend_from_slice(&v[h * t * dh..(h + 1) * t * dh]);
+                    set.pos.extend(first..first + t);
+                    set.total.extend(std::iter::repeat_n(0.0, t));
+                    set.last.extend(std::iter::repeat_n(0.0, t));
+                    set.recent.extend(std::iter::repeat_with(VecDeque::new).take(t));
+                }
+            })
+        })??;
+        let n = self.sets[layer][0].pos.len();
+        let gather = |f: &dyn Fn(&HeadSet) -> &[f32]| -> Result<Tensor> {
+            let all: Vec<f32> = self.sets[layer].iter().flat_map(|s| f(s).iter().copied()).collect();
+            Ok(Tensor::from_vec(all, (kvh, n, dh), &Device::Cpu)?)
+        };
+        let (keys_pre, values) = (gather(&|s| &s.k)?, gather(&|s| &s.v)?);
+        let keys = match self.policy.positions {
+            // Every head's i-th key sits at slot i.
+            PositionMode::Slot => rope.rotate_cached(&keys_pre, &(0..n).collect::<Vec<_>>(), self.table(rope)?)?,
+            // Each head's keys at their own stream positions.
+            _ => {
+                let heads: Vec<Tensor> = (0..kvh).map(|h| rope.rotate(&keys_pre.narrow(0, h, 1)?, &self.sets[layer][h].pos)).collect::<Result<_>>()?;
+                Tensor::cat(&heads, 0)?
+            }
+        };
+        Ok((keys, values))
+    }
+
+    fn commit(&mut self, t: usize) {
+        self.next_stream += t;
+    }
+}
+
+/// Records each layer's attention weights of a one-token step (`hook_pattern`, H × n), for
+/// [`ScoredCache::observe_and_evict`].
+pub struct StepAttention {
+    pub rows: Vec<Vec<f32>>,
+}
+
+impl StepAttention {
+    pub fn new(n_layers: usize) -> Self {
+        StepAttention { rows: vec![Vec::new(); n_layers] }
+    }
+}
+
+impl CaptureSink for StepAttention {
+    fn wants(&self, hook: &HookPoint) -> bool {
+        matches!(hook, HookPoint::Pattern(_))
+    }
+
+    fn record(&mut self, hook: &HookPoint, rows: std::ops::Range<usize>, value: &Tensor) -> Result<()> {
+        if let HookPoint::Pattern(l) = *hook {
+            if rows.len() != 1 {
+                return Err(Error::Internal("scored caches decode one token per step".into()));
+            }
+            self.rows[l] = value.flatten_all()?.to_vec1::<f32>()?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(pos: &[usize], total: &[f64], last: &[f32]) -> HeadSet {
+        HeadSet { pos: pos.to_vec(), total: total.to_vec(), last: last.to_vec(), recent: vec![VecDeque::new(); pos.len()], ..HeadSet::default() }
+    }
+
+    fn policy(kind: PolicyKind, sinks: usize, recent: usize) -> Policy {
+        Policy { kind, sinks, cache: 6, positions: PositionMode::Slot, recent }
+    }
+
+    /// Ties go to the older key; pinned keys and the protected recent ones are never chosen.
+    #[test]
+    fn victims_follow_the_rules() {
+        let s = set(&[0, 1, 5, 7, 8, 9], &[0.1, 0.5, 0.5, 0.2, 0.0, 0.0], &[0.3, 0.2, 0.2, 0.9, 0.2, 0.1]);
+        // h2o, R = 3: the 2 newest kept keys (8, 9) are protected; lowest score 0.1 at position 0.
+        assert_eq!(victim(&policy(PolicyKind::H2o, 0, 3), &s), 0);
+        // Pin position 0: then 0.2 at position 7 is the lowest left.
+        assert_eq!(victim(&policy(PolicyKind::H2o, 1, 3), &s), 3);
+        // tova: lowest weight 0.1 (position 9, nothing protected); with ties 0.2 at 1, 5, 8 → the oldest.
+        assert_eq!(victim(&policy(PolicyKind::Tova, 0, 0), &s), 5);
+        let tied = set(&[0, 1, 5, 7], &[0.0; 4], &[0.4, 0.2, 0.2, 0.2]);
+        assert_eq!(victim(&policy(PolicyKind::Tova, 0, 0), &tied), 1);
+        // R = W − S leaves nothing to score: the oldest key not pinned, as `sink` evicts.
+        assert_eq!(victim(&policy(PolicyKind::H2o, 1, 6), &s), 1);
+    }
+}

@@ -1,0 +1,96 @@
+//! Score-based cache policies (h2o, tova, snapkv): against an independent PyTorch loop
+//! (tests/fixtures/make_score_stream_reference.py → score_stream_reference.json) on both committed
+//! models, 199 steps at W = 48, with and without 4 pinned sinks; and the identities the rules
+//! imply (no eviction ⇒ dense; h2o with R = W − S ⇒ window / sink).
+
+mod common;
+
+use sinkscope::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
+use sinkscope::model::{load, LoadOptions, LoadedModel};
+
+const NLL_TOL: f64 = 1e-4;
+
+fn policy(kind: PolicyKind, sinks: usize, cache: usize, recent: usize) -> Policy {
+    Policy { kind, sinks, cache, positions: PositionMode::Slot, recent }
+}
+
+fn load_model(file: &str) -> Option<LoadedModel> {
+    let path = common::model(file)?;
+    Some(load(path.to_str().unwrap(), &LoadOptions::default()).unwrap())
+}
+
+#[test]
+fn score_policies_match_a_pytorch_loop() {
+    let reference: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::fixture("score_stream_reference.json")).unwrap()).unwrap();
+    let w = reference["cache"].as_u64().unwrap() as usize;
+    for (name, file) in [("stories260k", "stories260K.gguf"), ("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")] {
+        let Some(lm) = load_model(file) else { return };
+        let data = &reference["models"][name];
+        let ids: Vec<u32> = data["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        for run in data["runs"].as_array().unwrap() {
+            let kind = match run["policy"].as_str().unwrap() {
+                "h2o" => PolicyKind::H2o,
+                "tova" => PolicyKind::Tova,
+                _ => PolicyKind::Snapkv,
+            };
+            let p = policy(kind, run["sinks"].as_u64().unwrap() as usize, w, 0);
+            let o = simulate(&lm.model, &ids, &[p], &mut |_, _| {}).unwrap().remove(0);
+            let want: Vec<f64> = run["nll"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+            let worst = o.nll.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            let kept = o.kept.expect("a score-based policy reports what it kept");
+            let shares: Vec<f64> = run["kept_first_share"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+            eprintln!("{name} {}: max |ΔNLL| {worst:.2e}; kept_first_share {:?} vs {shares:?}", o.label, kept.kept_first_share);
+            assert_eq!(o.nll.len(), want.len());
+            assert!(worst < NLL_TOL, "{name} {}: {worst} nats from the PyTorch loop", o.label);
+            // The same keys kept: the shares and ages agree to the last sample.
+            for (a, b) in kept.kept_first_share.iter().zip(&shares) {
+                assert!((a - b).abs() < 1e-9, "{name} {}: kept_first_share {a} vs {b}", o.label);
+            }
+            assert!((kept.mean_age - run["mean_age"].as_f64().unwrap()).abs() < 1e-9, "{name} {}: mean age", o.label);
+            assert_eq!(kept.samples as u64, run["samples"].as_u64().unwrap());
+        }
+    }
+}
+
+/// With a budget holding the whole stream nothing is evicted and every score-based policy is the
+/// dense decode, bit for bit; h2o whose recent window fills everything but the sinks (R = W − S)
+/// keeps exactly what `window` (S = 0) and `sink` keep, bit for bit.
+#[test]
+fn score_policies_reduce_to_dense_window_and_sink() {
+    let Some(lm) = load_model("stories260K.gguf") else { return };
+    let text = std::fs::read_to_string(common::corpora_dir().join("tinystories_val_subset.txt")).unwrap();
+    let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap()[..160].to_vec();
+    let by_token = SimOptions { token_by_token: true, ..SimOptions::default() };
+    let run = |p: Policy| simulate_with(&lm.model, &ids, &[p], by_token, &mut |_, _| {}).unwrap().remove(0);
+    let dense = run(policy(PolicyKind::Dense, 0, 0, 0));
+    for kind in [PolicyKind::H2o, PolicyKind::Tova, PolicyKind::Snapkv] {
+        let o = run(policy(kind, 2, 200, 8));
+        assert_eq!(o.nll, dense.nll, "{}", o.label);
+        assert_eq!((o.first_eviction_step, o.kept), (None, None), "{}", o.label);
+    }
+    let window = run(policy(PolicyKind::Window, 0, 40, 0));
+    let h2o = run(policy(PolicyKind::H2o, 0, 40, 40));
+    assert_eq!(h2o.nll, window.nll, "h2o with R = W equals window");
+    let sink = run(policy(PolicyKind::Sink, 4, 40, 0));
+    let h2o = run(policy(PolicyKind::H2o, 4, 40, 36));
+    assert_eq!(h2o.nll, sink.nll, "h2o with R = W − S equals sink");
+    assert_eq!(h2o.kept.unwrap().kept_first_share, [1.0; 4], "pinned keys are always kept");
+    // And the scores do choose: with R = W/2 the kept sets differ from the window's.
+    let chosen = run(policy(PolicyKind::H2o, 0, 40, 0));
+    assert_ne!(chosen.nll, window.nll);
+}
+
+/// Bad settings are refused with the reason: delta positions (per-head sets cannot share one
+/// re-rotation), a recent window that leaves nothing to choose, sinks filling the budget.
+#[test]
+fn impossible_score_settings_are_refused() {
+    for (p, why) in [
+        (Policy { positions: PositionMode::Delta, ..policy(PolicyKind::H2o, 0, 32, 0) }, "--positions slot or original"),
+        (policy(PolicyKind::H2o, 4, 32, 30), "--recent 30"),
+        (policy(PolicyKind::Snapkv, 0, 32, 32), "--observe 32"),
+        (policy(PolicyKind::Tova, 32, 32, 0), "--sinks 32"),
+    ] {
+        let e = p.validate(1000, 4096).expect_err(why);
+        assert!(e.to_string().contains(why), "{e}");
+    }
+}
