@@ -1,7 +1,8 @@
 //! Score-based cache policies (h2o, tova, snapkv): against an independent PyTorch loop
 //! (tests/fixtures/make_score_stream_reference.py → score_stream_reference.json) on both committed
-//! models, 199 steps at W = 48, with and without 4 pinned sinks; and the identities the rules
-//! imply (no eviction ⇒ dense; h2o with R = W − S ⇒ window / sink).
+//! models, 199 steps at W = 48, with and without 4 pinned sinks, decoded token by token and
+//! replayed a block at a time; and the identities the rules imply (no eviction ⇒ dense; h2o with
+//! R = W − S ⇒ window / sink).
 
 mod common;
 
@@ -34,8 +35,10 @@ fn score_policies_match_a_pytorch_loop() {
                 _ => PolicyKind::Snapkv,
             };
             let p = policy(kind, run["sinks"].as_u64().unwrap() as usize, w, 0);
-            let o = simulate(&lm.model, &ids, &[p], &mut |_, _| {}).unwrap().remove(0);
             let want: Vec<f64> = run["nll"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+            // Decoded token by token, and replayed a block of tokens at a time.
+            let by_token = SimOptions { token_by_token: true, ..SimOptions::default() };
+            for o in [simulate_with(&lm.model, &ids, &[p], by_token, &mut |_, _| {}).unwrap().remove(0), simulate(&lm.model, &ids, &[p], &mut |_, _| {}).unwrap().remove(0)] {
             let worst = o.nll.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
             let kept = o.kept.expect("a score-based policy reports what it kept");
             let shares: Vec<f64> = run["kept_first_share"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
@@ -48,6 +51,7 @@ fn score_policies_match_a_pytorch_loop() {
             }
             assert!((kept.mean_age - run["mean_age"].as_f64().unwrap()).abs() < 1e-9, "{name} {}: mean age", o.label);
             assert_eq!(kept.samples as u64, run["samples"].as_u64().unwrap());
+            }
         }
     }
 }

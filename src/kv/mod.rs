@@ -6,6 +6,7 @@ pub mod memory;
 pub mod policy;
 pub mod recommend;
 pub mod scored;
+mod scored_replay;
 pub mod simulate;
 pub mod trace;
 

@@ -32,14 +32,47 @@ pub struct KeptStats {
     pub samples: usize,
 }
 
+/// Running sums behind [`KeptStats`].
+#[derive(Default)]
+pub(super) struct Tally {
+    first_hits: [usize; KEPT_FIRST],
+    age_sum: f64,
+    age_keys: usize,
+    samples: usize,
+}
+
+impl Tally {
+    /// Counts one (layer, KV head) at `step`, if the step comes after the first eviction (which
+    /// every set makes at the end of step W − 1).
+    pub(super) fn count(&mut self, set: &HeadSet, step: usize, cache: usize) {
+        if step < cache {
+            return;
+        }
+        for (k, hit) in self.first_hits.iter_mut().enumerate() {
+            *hit += set.pos.contains(&k) as usize;
+        }
+        self.age_sum += set.pos.iter().map(|&p| (step - p) as f64).sum::<f64>();
+        self.age_keys += set.pos.len();
+        self.samples += 1;
+    }
+
+    fn stats(&self) -> Option<KeptStats> {
+        (self.samples > 0).then(|| KeptStats {
+            kept_first_share: std::array::from_fn(|k| self.first_hits[k] as f64 / self.samples as f64),
+            mean_age: self.age_sum / self.age_keys.max(1) as f64,
+            samples: self.samples,
+        })
+    }
+}
+
 /// One KV head's kept keys, oldest first.
 #[derive(Default, Clone)]
-struct HeadSet {
+pub(super) struct HeadSet {
     /// Stream position of each key.
-    pos: Vec<usize>,
+    pub(super) pos: Vec<usize>,
     /// Keys before RoPE and values, `d_head` floats per key.
-    k: Vec<f32>,
-    v: Vec<f32>,
+    pub(super) k: Vec<f32>,
+    pub(super) v: Vec<f32>,
     /// h2o: attention received since the key entered.
     total: Vec<f64>,
     /// tova: attention from the latest query.
@@ -49,6 +82,45 @@ struct HeadSet {
 }
 
 impl HeadSet {
+    /// Takes in a new key at stream position `pos`.
+    pub(super) fn push(&mut self, pos: usize, k: &[f32], v: &[f32]) {
+        self.pos.push(pos);
+        self.k.extend_from_slice(k);
+        self.v.extend_from_slice(v);
+        self.total.push(0.0);
+        self.last.push(0.0);
+        self.recent.push(VecDeque::new());
+    }
+
+    /// Scores the keys with the weights `w` the step's query gave them (summed over the KV
+    /// head's query heads).
+    pub(super) fn observe(&mut self, policy: &Policy, w: &[f32]) {
+        match policy.kind {
+            PolicyKind::H2o => self.total.iter_mut().zip(w).for_each(|(s, &x)| *s += x as f64),
+            PolicyKind::Tova => {
+                self.last.clear();
+                self.last.extend_from_slice(w);
+            }
+            _ => {
+                let observe = policy.recent_window();
+                for (ring, &x) in self.recent.iter_mut().zip(w) {
+                    ring.push_back(x);
+                    if ring.len() > observe {
+                        ring.pop_front();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drops one key, as the policy chooses, when the set holds the budget.
+    pub(super) fn evict_if_full(&mut self, policy: &Policy, dh: usize) {
+        if self.pos.len() >= policy.cache {
+            let i = victim(policy, self);
+            self.remove(i, dh);
+        }
+    }
+
     fn remove(&mut self, i: usize, dh: usize) {
         self.pos.remove(i);
         self.k.drain(i * dh..(i + 1) * dh);
@@ -61,20 +133,15 @@ impl HeadSet {
 
 /// The cache of one stream under a score-based policy.
 pub struct ScoredCache {
-    policy: Policy,
+    pub(super) policy: Policy,
     n_kv: usize,
-    d_head: usize,
-    group: usize,
+    pub(super) d_head: usize,
+    pub(super) group: usize,
     /// [layer][kv head]
-    sets: Vec<Vec<HeadSet>>,
-    next_stream: usize,
-    evicted: bool,
+    pub(super) sets: Vec<Vec<HeadSet>>,
+    pub(super) next_stream: usize,
     tables: Vec<(u64, RopeTable)>,
-    /// Running sums behind [`KeptStats`].
-    first_hits: [usize; KEPT_FIRST],
-    age_sum: f64,
-    age_keys: usize,
-    samples: usize,
+    pub(super) tally: Tally,
 }
 
 impl ScoredCache {
@@ -89,12 +156,8 @@ impl ScoredCache {
             group: n_heads / n_kv.max(1),
             sets: vec![vec![HeadSet::default(); n_kv]; n_layers],
             next_stream: 0,
-            evicted: false,
             tables: Vec::new(),
-            first_hits: [0; KEPT_FIRST],
-            age_sum: 0.0,
-            age_keys: 0,
-            samples: 0,
+            tally: Tally::default(),
         })
     }
 
@@ -109,11 +172,7 @@ impl ScoredCache {
 
     /// What was kept so far (`None` before the first eviction).
     pub fn stats(&self) -> Option<KeptStats> {
-        (self.samples > 0).then(|| KeptStats {
-            kept_first_share: std::array::from_fn(|k| self.first_hits[k] as f64 / self.samples as f64),
-            mean_age: self.age_sum / self.age_keys.max(1) as f64,
-            samples: self.samples,
-        })
+        self.tally.stats()
     }
 
     fn table(&mut self, rope: &Rope) -> Result<&mut RopeTable> {
@@ -133,7 +192,7 @@ impl ScoredCache {
     /// budget is full. Keys are scored after the step's attention, so the step's own weights count.
     pub fn observe_and_evict(&mut self, attention: &[Vec<f32>]) -> Result<()> {
         let n = self.len();
-        let (group, observe) = (self.group, self.policy.recent_window());
+        let (group, dh, policy) = (self.group, self.d_head, self.policy);
         let step = self.next_stream.saturating_sub(1);
         for (l, layer) in self.sets.iter_mut().enumerate() {
             let a = attention.get(l).filter(|a| a.len() == layer.len() * group * n).ok_or_else(|| Error::Internal(format!("no attention of layer {l} for the scored cache")))?;
@@ -143,46 +202,18 @@ impl ScoredCache {
                 for g in 0..group {
                     w.iter_mut().zip(&a[(kv * group + g) * n..][..n]).for_each(|(s, &x)| *s += x);
                 }
-                match self.policy.kind {
-                    PolicyKind::H2o => set.total.iter_mut().zip(&w).for_each(|(s, &x)| *s += x as f64),
-                    PolicyKind::Tova => set.last.clone_from(&w),
-                    _ => {
-                        for (ring, &x) in set.recent.iter_mut().zip(&w) {
-                            ring.push_back(x);
-                            if ring.len() > observe {
-                                ring.pop_front();
-                            }
-                        }
-                    }
-                }
-                if self.evicted {
-                    for (k, hit) in self.first_hits.iter_mut().enumerate() {
-                        *hit += set.pos.contains(&k) as usize;
-                    }
-                    self.age_sum += set.pos.iter().map(|&p| (step - p) as f64).sum::<f64>();
-                    self.age_keys += n;
-                    self.samples += 1;
-                }
+                set.observe(&policy, &w);
+                self.tally.count(set, step, policy.cache);
+                set.evict_if_full(&policy, dh);
             }
         }
-        if n < self.policy.cache {
-            return Ok(());
-        }
-        let dh = self.d_head;
-        for layer in self.sets.iter_mut() {
-            for set in layer.iter_mut() {
-                let victim = victim(&self.policy, set);
-                set.remove(victim, dh);
-            }
-        }
-        self.evicted = true;
         Ok(())
     }
 }
 
 /// The key to evict from a full set: the lowest score among the keys the policy may drop (not
 /// pinned, not protected as recent), ties to the older key.
-fn victim(policy: &Policy, set: &HeadSet) -> usize {
+pub(super) fn victim(policy: &Policy, set: &HeadSet) -> usize {
     let n = set.pos.len();
     let protected_tail = match policy.kind {
         // The next query's recent window holds R positions, its own included: R − 1 kept ones.
@@ -228,12 +259,10 @@ impl KvStore for ScoredCache {
         with_f32(&k_new, |k| {
             with_f32(&v_new, |v| {
                 for (h, set) in self.sets[layer].iter_mut().enumerate() {
-                    set.k.extend_from_slice(&k[h * t * dh..(h + 1) * t * dh]);
-                    set.v.extend_from_slice(&v[h * t * dh..(h + 1) * t * dh]);
-                    set.pos.extend(first..first + t);
-                    set.total.extend(std::iter::repeat_n(0.0, t));
-                    set.last.extend(std::iter::repeat_n(0.0, t));
-                    set.recent.extend(std::iter::repeat_with(VecDeque::new).take(t));
+                    for r in 0..t {
+                        let at = (h * t + r) * dh;
+                        set.push(first + r, &k[at..at + dh], &v[at..at + dh]);
+                    }
                 }
             })
         })??;

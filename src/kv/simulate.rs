@@ -100,7 +100,7 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
         let mut others = if rest.is_empty() { Vec::new() } else { simulate_with(model, ids, &rest, opts, progress)? }.into_iter();
         return policies
             .iter()
-            .map(|p| if p.is_scored() { scored(model, ids, *p, progress) } else { others.next().ok_or_else(|| Error::Internal("a policy went missing".into())) })
+            .map(|p| if p.is_scored() { scored(model, ids, *p, opts, progress) } else { others.next().ok_or_else(|| Error::Internal("a policy went missing".into())) })
             .collect();
     }
     // Decoding through a policy cache measures a layer's own window in cache slots: the policy's
@@ -221,9 +221,10 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
     Ok(outcomes(&model.cfg, policies, tracks, n, shared, every))
 }
 
-/// One score-based policy decoded token by token through its [`ScoredCache`], each step's
-/// attention weights scoring the keys before the eviction.
-fn scored(model: &Llama, ids: &[u32], policy: Policy, progress: &mut dyn FnMut(usize, usize)) -> Result<StreamOutcome> {
+/// One score-based policy through its [`ScoredCache`], each step's attention weights scoring the
+/// keys before the eviction: a block of tokens at a time (the same arithmetic), or decoded token
+/// by token (asked for, or a model with its own windows).
+fn scored(model: &Llama, ids: &[u32], policy: Policy, opts: SimOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<StreamOutcome> {
     let cfg = &model.cfg;
     if model.has_sliding_window() && policy.positions == PositionMode::Original {
         return Err(Error::input("score-based policies on a model with its own sliding windows measure the window in cache slots; use --positions slot"));
@@ -232,7 +233,16 @@ fn scored(model: &Llama, ids: &[u32], policy: Policy, progress: &mut dyn FnMut(u
     let mut cache = ScoredCache::new(policy, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head)?;
     let mut track = Track { nll: Vec::with_capacity(steps), lens: Vec::with_capacity(steps), wall: 0.0 };
     let start = Instant::now();
-    for t in 0..steps {
+    if !opts.token_by_token && !model.has_sliding_window() {
+        for b0 in (0..steps).step_by(STREAM_BLOCK) {
+            let b = STREAM_BLOCK.min(steps - b0);
+            let (h, lens) = cache.forward_block(model, &ids[b0..b0 + b])?;
+            track.nll.extend(model.next_token_nll(&h, &ids[b0 + 1..b0 + b + 1])?);
+            track.lens.extend(lens);
+            progress(b0 + b, steps);
+        }
+    }
+    for t in track.nll.len()..steps {
         let mut attention = StepAttention::new(cfg.n_layers);
         let h = model.forward_with(&ids[t..t + 1], Some(&mut cache), &mut attention)?;
         track.nll.extend(model.next_token_nll(&h, &ids[t + 1..t + 2])?);

@@ -1,0 +1,160 @@
+//! A score-based cache fed a block of tokens at a time, with the arithmetic of decoding them one
+//! by one. A layer's evictions depend only on that layer's own attention, so the block runs layer
+//! after layer: projections and MLPs on all its tokens at once (the weights read once per block,
+//! not once per token), and inside each layer's attention the tokens one after another — append
+//! the key, attend over the kept keys, score them, evict — exactly as token-by-token decoding does.
+
+use candle_core::{Device, Tensor};
+
+use super::policy::PositionMode;
+use super::scored::ScoredCache;
+use crate::error::{Error, Result};
+use crate::model::llama::attention::{Attend, LayerAttention};
+use crate::model::llama::Llama;
+use crate::model::rope::{Rope, RopeLayout};
+use crate::model::sink::{CaptureSink, NoCapture};
+use crate::numerics::tensor::with_f32;
+
+impl ScoredCache {
+    /// Runs the stream's next tokens and returns their final-norm hidden states and, per token,
+    /// the keys its query saw. Models with their own sliding windows decode token by token instead.
+    pub fn forward_block(&mut self, model: &Llama, tokens: &[u32]) -> Result<(Tensor, Vec<usize>)> {
+        if model.has_sliding_window() {
+            return Err(Error::Internal("a windowed model's scored cache decodes token by token".into()));
+        }
+        let start = self.next_stream;
+        let b = tokens.len();
+        // Where each token sits when it is appended: its slot (the set is full at W − 1 after
+        // the first eviction), or its stream position.
+        let held = self.len();
+        let positions: Vec<usize> = match self.policy.positions {
+            PositionMode::Original => (start..start + b).collect(),
+            _ => (0..b).map(|r| (held + r).min(self.policy.cache - 1)).collect(),
+        };
+        let span = positions.iter().copied().max().unwrap_or(0).max(self.policy.cache).max(start + b) + 1;
+        let rope = model.rope();
+        let (cos, sin) = rope.tables(&(0..span).collect::<Vec<_>>(), &Device::Cpu)?;
+        let (cos, sin) = (cos.flatten_all()?.to_vec1::<f32>()?, sin.flatten_all()?.to_vec1::<f32>()?);
+        let x = model.embed_tokens(tokens, &positions)?;
+        let mut lens = Vec::with_capacity(b);
+        let mut attend = BlockAttention { cache: self, start, b, rope, cos, sin, lens: &mut lens };
+        let hidden = model.run_blocks(x, 0, &mut attend, &mut NoCapture)?;
+        Ok((hidden, lens))
+    }
+}
+
+/// The attention of a block of stream tokens through a [`ScoredCache`].
+struct BlockAttention<'a> {
+    cache: &'a mut ScoredCache,
+    start: usize,
+    b: usize,
+    rope: Rope,
+    /// cos/sin rows for positions 0.., rot_dims/2 wide.
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    /// Keys each token's query saw (filled by layer 0).
+    lens: &'a mut Vec<usize>,
+}
+
+impl Attend for BlockAttention<'_> {
+    fn rows(&self) -> std::ops::Range<usize> {
+        self.start..self.start + self.b
+    }
+
+    fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _sink: &mut dyn CaptureSink) -> Result<Tensor> {
+        let (b, h, dh) = q.dims3()?;
+        let kvh = k.dim(1)?;
+        let (l, policy, group) = (at.index, self.cache.policy, self.cache.group);
+        let half = self.rope.rot_dims / 2;
+        let scale = 1.0 / (dh as f32).sqrt();
+        let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
+        let mut out = vec![0f32; b * h * dh];
+        with_f32(&q, |q| {
+            with_f32(&k, |k| {
+                with_f32(&v, |v| -> Result<()> {
+                    let mut q_rot = vec![0f32; dh];
+                    let mut keys: Vec<f32> = Vec::new();
+                    for r in 0..b {
+                        let step = self.start + r;
+                        for kv in 0..kvh {
+                            let at_kv = (r * kvh + kv) * dh;
+                            self.cache.sets[l][kv].push(step, &k[at_kv..at_kv + dh], &v[at_kv..at_kv + dh]);
+                        }
+                        let n = self.cache.sets[l][0].pos.len();
+                        if l == 0 {
+                            self.lens.push(n);
+                        }
+                        for kv in 0..kvh {
+                            let set = &self.cache.sets[l][kv];
+                            // Keys at their slots 0..n or their stream positions; the query at its own.
+                            let key_pos = |i: usize| if policy.positions == PositionMode::Original { set.pos[i] } else { i };
+                            let q_pos = if policy.positions == PositionMode::Original { step } else { n - 1 };
+                            keys.resize(n * dh, 0.0);
+                            for i in 0..n {
+                                rotate(&self.rope, &set.k[i * dh..(i + 1) * dh], &self.cos[key_pos(i) * half..], &self.sin[key_pos(i) * half..], &mut keys[i * dh..(i + 1) * dh]);
+                            }
+                            let mut summed = vec![0f32; n];
+                            let mut p = vec![0f32; n];
+                            for g in 0..group {
+                                let head = kv * group + g;
+                                let qh = &q[(r * h + head) * dh..][..dh];
+                                rotate(&self.rope, qh, &self.cos[q_pos * half..], &self.sin[q_pos * half..], &mut q_rot);
+                                for (i, s) in p.iter_mut().enumerate() {
+                                    *s = dot(&q_rot, &keys[i * dh..(i + 1) * dh]) * scale;
+                                }
+                                softmax(&mut p, at.sinks.map(|s| s[head]));
+                                let o = &mut out[(r * h + head) * dh..][..dh];
+                                for (i, &w) in p.iter().enumerate() {
+                                    o.iter_mut().zip(&set.v[i * dh..(i + 1) * dh]).for_each(|(o, &x)| *o += w * x);
+                                }
+                                summed.iter_mut().zip(&p).for_each(|(s, &x)| *s += x);
+                            }
+                            let set = &mut self.cache.sets[l][kv];
+                            set.observe(&policy, &summed);
+                            self.cache.tally.count(set, step, policy.cache);
+                            set.evict_if_full(&policy, dh);
+                        }
+                    }
+                    Ok(())
+                })
+            })
+        })????;
+        Ok(Tensor::from_vec(out, (b, h * dh), &Device::Cpu)?)
+    }
+
+    fn finish(&mut self) {
+        self.cache.next_stream += self.b;
+    }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Softmax in place, with a learned sink logit in the denominator where the head has one.
+fn softmax(row: &mut [f32], sink: Option<f32>) {
+    let max = row.iter().copied().fold(sink.unwrap_or(f32::NEG_INFINITY), f32::max);
+    let mut sum = sink.map_or(0.0, |s| (s - max).exp());
+    for x in row.iter_mut() {
+        *x = (*x - max).exp();
+        sum += *x;
+    }
+    row.iter_mut().for_each(|x| *x /= sum);
+}
+
+/// `x` rotated by one position's cos/sin (rot_dims/2 of each) into `out`, in the rope's layout;
+/// dimensions past rot_dims pass through.
+fn rotate(rope: &Rope, x: &[f32], cos: &[f32], sin: &[f32], out: &mut [f32]) {
+    let (rot, half) = (rope.rot_dims, rope.rot_dims / 2);
+    out.copy_from_slice(x);
+    for i in 0..half {
+        let (a, b) = match rope.layout {
+            RopeLayout::HalfSplit => (i, i + half),
+            RopeLayout::Interleaved => (2 * i, 2 * i + 1),
+        };
+        let (c, s) = (cos[i], sin[i]);
+        out[a] = x[a] * c - x[b] * s;
+        out[b] = x[b] * c + x[a] * s;
+    }
+    debug_assert!(rot <= x.len());
+}
