@@ -6,7 +6,7 @@ use candle_core::Tensor;
 use super::policy::{Policy, PositionMode};
 use crate::error::Result;
 use crate::model::llama::KvStore;
-use crate::model::rope::{Rope, RopeTable};
+use crate::model::rope::{Rope, RopeTables};
 
 /// Keys/values of every layer for the entries a policy has kept. Cloning is cheap (tensors are
 /// shared), which is how policies share the stream before their first eviction.
@@ -24,8 +24,7 @@ pub struct PolicyCache {
     /// Evictions so far.
     pub evictions: usize,
     /// Precomputed rotations per RoPE base (a model with local layers has two).
-    tables: Vec<(u64, RopeTable)>,
-    d_head: usize,
+    tables: RopeTables,
     /// Whether `k_rot` is maintained: for `delta`, and for a shared prefix that may become one.
     keep_rotated: bool,
 }
@@ -40,8 +39,7 @@ impl PolicyCache {
             stream_pos: Vec::new(),
             next_stream: 0,
             evictions: 0,
-            tables: Vec::new(),
-            d_head,
+            tables: RopeTables::new(d_head),
             keep_rotated: policy.positions == PositionMode::Delta,
         })
     }
@@ -72,18 +70,6 @@ impl PolicyCache {
         c
     }
 
-    /// The rotation table of `rope`'s base.
-    fn table(&mut self, rope: &Rope) -> Result<&mut RopeTable> {
-        let key = rope.theta.to_bits();
-        let i = match self.tables.iter().position(|(k, _)| *k == key) {
-            Some(i) => i,
-            None => {
-                self.tables.push((key, RopeTable::empty(self.d_head)?));
-                self.tables.len() - 1
-            }
-        };
-        Ok(&mut self.tables[i].1)
-    }
 
     /// Applies the policy after a step; returns how many entries were evicted. `rope_of(l)` is
     /// layer l's RoPE (local layers may have their own), for the `delta` re-rotation.
@@ -140,7 +126,7 @@ impl KvStore for PolicyCache {
             self.v[layer] = Tensor::cat(&[&self.v[layer], v], 1)?;
         }
         if self.keep_rotated {
-            let k_rot = rope.rotate_cached(k_pre, positions, self.table(rope)?)?;
+            let k_rot = rope.rotate_cached(k_pre, positions, self.tables.of(rope)?)?;
             if self.k_rot.len() <= layer {
                 self.k_rot.push(k_rot);
             } else {
@@ -153,13 +139,13 @@ impl KvStore for PolicyCache {
             // Rotate every kept key afresh from its pre-RoPE value: by slot, or by stream index.
             PositionMode::Slot => {
                 let k_pre = self.k_pre[layer].clone();
-                rope.rotate_cached(&k_pre, &(0..n).collect::<Vec<_>>(), self.table(rope)?)?
+                rope.rotate_cached(&k_pre, &(0..n).collect::<Vec<_>>(), self.tables.of(rope)?)?
             }
             PositionMode::Original => {
                 let mut pos = self.stream_pos.clone();
                 pos.extend_from_slice(positions);
                 let k_pre = self.k_pre[layer].clone();
-                rope.rotate_cached(&k_pre, &pos, self.table(rope)?)?
+                rope.rotate_cached(&k_pre, &pos, self.tables.of(rope)?)?
             }
         };
         Ok((keys, self.v[layer].clone()))

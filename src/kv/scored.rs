@@ -12,7 +12,7 @@ use super::policy::{Policy, PolicyKind, PositionMode};
 use crate::error::{Error, Result};
 use crate::model::hook::HookPoint;
 use crate::model::llama::KvStore;
-use crate::model::rope::{Rope, RopeTable};
+use crate::model::rope::{Rope, RopeTables};
 use crate::model::sink::CaptureSink;
 use crate::numerics::tensor::with_f32;
 
@@ -140,7 +140,7 @@ pub struct ScoredCache {
     /// [layer][kv head]
     pub(super) sets: Vec<Vec<HeadSet>>,
     pub(super) next_stream: usize,
-    tables: Vec<(u64, RopeTable)>,
+    tables: RopeTables,
     pub(super) tally: Tally,
 }
 
@@ -156,7 +156,7 @@ impl ScoredCache {
             group: n_heads / n_kv.max(1),
             sets: vec![vec![HeadSet::default(); n_kv]; n_layers],
             next_stream: 0,
-            tables: Vec::new(),
+            tables: RopeTables::new(d_head),
             tally: Tally::default(),
         })
     }
@@ -175,17 +175,6 @@ impl ScoredCache {
         self.tally.stats()
     }
 
-    fn table(&mut self, rope: &Rope) -> Result<&mut RopeTable> {
-        let key = rope.theta.to_bits();
-        let i = match self.tables.iter().position(|(k, _)| *k == key) {
-            Some(i) => i,
-            None => {
-                self.tables.push((key, RopeTable::empty(self.d_head)?));
-                self.tables.len() - 1
-            }
-        };
-        Ok(&mut self.tables[i].1)
-    }
 
     /// Takes in the step's attention (`attention[l]`: the query's weights, H × n, as the
     /// [`StepAttention`] sink recorded them), then evicts one key per (layer, KV head) if the
@@ -274,7 +263,7 @@ impl KvStore for ScoredCache {
         let (keys_pre, values) = (gather(&|s| &s.k)?, gather(&|s| &s.v)?);
         let keys = match self.policy.positions {
             // Every head's i-th key sits at slot i.
-            PositionMode::Slot => rope.rotate_cached(&keys_pre, &(0..n).collect::<Vec<_>>(), self.table(rope)?)?,
+            PositionMode::Slot => rope.rotate_cached(&keys_pre, &(0..n).collect::<Vec<_>>(), self.tables.of(rope)?)?,
             // Each head's keys at their own stream positions.
             _ => {
                 let heads: Vec<Tensor> = (0..kvh).map(|h| rope.rotate(&keys_pre.narrow(0, h, 1)?, &self.sets[layer][h].pos)).collect::<Result<_>>()?;

@@ -280,14 +280,14 @@ const GPT2_CONV1D: [&str; 4] = ["attn_qkv.weight", "attn_output.weight", "ffn_up
 /// GGUF-style canonical names (what [`super::llama::Llama::load`] asks for) → a family's HF names.
 fn hf_name(family: &str, canonical: &str) -> Option<String> {
     match family {
-        "gpt_neox" => return neox_name(canonical),
-        "gpt2" => return gpt2_name(canonical),
+        "gpt_neox" => return NEOX.name(canonical),
+        "gpt2" => return GPT2.name(canonical),
         "gpt_oss" => {
             if let Some(name) = gpt_oss_name(canonical) {
                 return Some(name);
             }
         }
-        "phi" => return phi_name(canonical),
+        "phi" => return PHI.name(canonical),
         _ => {}
     }
     let fixed = match canonical {
@@ -326,58 +326,78 @@ fn hf_name(family: &str, canonical: &str) -> Option<String> {
     Some(format!("model.layers.{layer}.{mapped}"))
 }
 
-/// GPT-NeoX's (Pythia's) names.
-fn neox_name(canonical: &str) -> Option<String> {
-    let fixed = match canonical {
-        "token_embd.weight" => Some("gpt_neox.embed_in.weight"),
-        "output_norm.weight" => Some("gpt_neox.final_layer_norm.weight"),
-        "output_norm.bias" => Some("gpt_neox.final_layer_norm.bias"),
-        "output.weight" => Some("embed_out.weight"),
-        _ => None,
-    };
-    if let Some(f) = fixed {
-        return Some(f.to_owned());
-    }
-    let (layer, tail) = canonical.strip_prefix("blk.")?.split_once('.')?;
-    let (module, kind) = tail.rsplit_once('.')?;
-    let mapped = match module {
-        "attn_norm" => "input_layernorm",
-        "ffn_norm" => "post_attention_layernorm",
-        "attn_qkv" => "attention.query_key_value",
-        "attn_output" => "attention.dense",
-        "ffn_up" => "mlp.dense_h_to_4h",
-        "ffn_down" => "mlp.dense_4h_to_h",
-        _ => return None,
-    };
-    Some(format!("gpt_neox.layers.{layer}.{mapped}.{kind}"))
+/// A family whose HF names are `{layer_prefix}{layer}.{module}.{weight|bias}`: fixed names for
+/// the embeddings, final norm and head, and a map of each block's modules.
+struct NameMap {
+    fixed: &'static [(&'static str, &'static str)],
+    layer_prefix: &'static str,
+    modules: &'static [(&'static str, &'static str)],
 }
 
-/// GPT-2's names (the output head is tied to `wte`).
-fn gpt2_name(canonical: &str) -> Option<String> {
-    let fixed = match canonical {
-        "token_embd.weight" => Some("transformer.wte.weight"),
-        "position_embd.weight" => Some("transformer.wpe.weight"),
-        "output_norm.weight" => Some("transformer.ln_f.weight"),
-        "output_norm.bias" => Some("transformer.ln_f.bias"),
-        "output.weight" => Some("lm_head.weight"),
-        _ => None,
-    };
-    if let Some(f) = fixed {
-        return Some(f.to_owned());
+impl NameMap {
+    fn name(&self, canonical: &str) -> Option<String> {
+        if let Some((_, hf)) = self.fixed.iter().find(|(c, _)| *c == canonical) {
+            return Some((*hf).to_owned());
+        }
+        let (layer, tail) = canonical.strip_prefix("blk.")?.split_once('.')?;
+        let (module, kind) = tail.rsplit_once('.')?;
+        let (_, mapped) = self.modules.iter().find(|(c, _)| *c == module)?;
+        Some(format!("{}{layer}.{mapped}.{kind}", self.layer_prefix))
     }
-    let (layer, tail) = canonical.strip_prefix("blk.")?.split_once('.')?;
-    let (module, kind) = tail.rsplit_once('.')?;
-    let mapped = match module {
-        "attn_norm" => "ln_1",
-        "ffn_norm" => "ln_2",
-        "attn_qkv" => "attn.c_attn",
-        "attn_output" => "attn.c_proj",
-        "ffn_up" => "mlp.c_fc",
-        "ffn_down" => "mlp.c_proj",
-        _ => return None,
-    };
-    Some(format!("transformer.h.{layer}.{mapped}.{kind}"))
 }
+
+/// GPT-NeoX's (Pythia's) names.
+const NEOX: NameMap = NameMap {
+    fixed: &[
+        ("token_embd.weight", "gpt_neox.embed_in.weight"),
+        ("output_norm.weight", "gpt_neox.final_layer_norm.weight"),
+        ("output_norm.bias", "gpt_neox.final_layer_norm.bias"),
+        ("output.weight", "embed_out.weight"),
+    ],
+    layer_prefix: "gpt_neox.layers.",
+    modules: &[
+        ("attn_norm", "input_layernorm"),
+        ("ffn_norm", "post_attention_layernorm"),
+        ("attn_qkv", "attention.query_key_value"),
+        ("attn_output", "attention.dense"),
+        ("ffn_up", "mlp.dense_h_to_4h"),
+        ("ffn_down", "mlp.dense_4h_to_h"),
+    ],
+};
+
+/// GPT-2's names (the output head is tied to `wte`).
+const GPT2: NameMap = NameMap {
+    fixed: &[
+        ("token_embd.weight", "transformer.wte.weight"),
+        ("position_embd.weight", "transformer.wpe.weight"),
+        ("output_norm.weight", "transformer.ln_f.weight"),
+        ("output_norm.bias", "transformer.ln_f.bias"),
+        ("output.weight", "lm_head.weight"),
+    ],
+    layer_prefix: "transformer.h.",
+    modules: &[("attn_norm", "ln_1"), ("ffn_norm", "ln_2"), ("attn_qkv", "attn.c_attn"), ("attn_output", "attn.c_proj"), ("ffn_up", "mlp.c_fc"), ("ffn_down", "mlp.c_proj")],
+};
+
+/// Phi's (Phi-1/1.5/2) names.
+const PHI: NameMap = NameMap {
+    fixed: &[
+        ("token_embd.weight", "model.embed_tokens.weight"),
+        ("output_norm.weight", "model.final_layernorm.weight"),
+        ("output_norm.bias", "model.final_layernorm.bias"),
+        ("output.weight", "lm_head.weight"),
+        ("output.bias", "lm_head.bias"),
+    ],
+    layer_prefix: "model.layers.",
+    modules: &[
+        ("attn_norm", "input_layernorm"),
+        ("attn_q", "self_attn.q_proj"),
+        ("attn_k", "self_attn.k_proj"),
+        ("attn_v", "self_attn.v_proj"),
+        ("attn_output", "self_attn.dense"),
+        ("ffn_up", "mlp.fc1"),
+        ("ffn_down", "mlp.fc2"),
+    ],
+};
 
 /// gpt-oss's names beyond Llama's: the sink logits, the router and the experts (kept in
 /// transformers' layout, see `MoeMlp::load`).
@@ -394,34 +414,6 @@ fn gpt_oss_name(canonical: &str) -> Option<String> {
         _ => return None,
     };
     Some(format!("model.layers.{layer}.{mapped}"))
-}
-
-/// Phi's (Phi-1/1.5/2) names.
-fn phi_name(canonical: &str) -> Option<String> {
-    let fixed = match canonical {
-        "token_embd.weight" => Some("model.embed_tokens.weight"),
-        "output_norm.weight" => Some("model.final_layernorm.weight"),
-        "output_norm.bias" => Some("model.final_layernorm.bias"),
-        "output.weight" => Some("lm_head.weight"),
-        "output.bias" => Some("lm_head.bias"),
-        _ => None,
-    };
-    if let Some(f) = fixed {
-        return Some(f.to_owned());
-    }
-    let (layer, tail) = canonical.strip_prefix("blk.")?.split_once('.')?;
-    let (module, kind) = tail.rsplit_once('.')?;
-    let mapped = match module {
-        "attn_norm" => "input_layernorm",
-        "attn_q" => "self_attn.q_proj",
-        "attn_k" => "self_attn.k_proj",
-        "attn_v" => "self_attn.v_proj",
-        "attn_output" => "self_attn.dense",
-        "ffn_up" => "mlp.fc1",
-        "ffn_down" => "mlp.fc2",
-        _ => return None,
-    };
-    Some(format!("model.layers.{layer}.{mapped}.{kind}"))
 }
 
 #[cfg(test)]

@@ -159,6 +159,33 @@ impl Rope {
     }
 }
 
+/// One [`RopeTable`] per RoPE base, for caches that serve layers with different bases (Gemma 3's
+/// local and global layers).
+#[derive(Debug, Clone)]
+pub struct RopeTables {
+    d_head: usize,
+    tables: Vec<(u64, RopeTable)>,
+}
+
+impl RopeTables {
+    pub fn new(d_head: usize) -> Self {
+        RopeTables { d_head, tables: Vec::new() }
+    }
+
+    /// The table of `rope`'s base.
+    pub fn of(&mut self, rope: &Rope) -> Result<&mut RopeTable> {
+        let key = rope.theta.to_bits();
+        let i = match self.tables.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                self.tables.push((key, RopeTable::empty(self.d_head)?));
+                self.tables.len() - 1
+            }
+        };
+        Ok(&mut self.tables[i].1)
+    }
+}
+
 /// cos/sin rows for positions 0..len, grown on demand (doubling), so caches that re-rotate every
 /// kept key at every step do not recompute trigonometry.
 #[derive(Debug, Clone)]
