@@ -438,3 +438,25 @@ fn windowed_streams_match_a_pytorch_loop() {
         }
     }
 }
+
+/// Score-based policies on models with their own windows and learned sinks: the block replay
+/// (local RoPE on windowed layers, kept keys a window or more slots back hidden, sink logits in
+/// the softmax) equals decoding token by token through the same cache.
+#[test]
+fn score_policies_on_windowed_models_replay_like_decoding() {
+    use sinkscope::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
+    for family in ["gemma3", "mistral", "gpt_oss"] {
+        let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
+        let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
+        let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(120).collect();
+        for kind in [PolicyKind::H2o, PolicyKind::Tova, PolicyKind::Snapkv] {
+            let p = Policy { kind, sinks: 2, cache: 24, positions: PositionMode::Slot, recent: 8 };
+            let block = simulate(&lm.model, &ids, &[p], &mut |_, _| {}).unwrap().remove(0);
+            let by_token = SimOptions { token_by_token: true, ..SimOptions::default() };
+            let decoded = simulate_with(&lm.model, &ids, &[p], by_token, &mut |_, _| {}).unwrap().remove(0);
+            let worst = block.nll.iter().zip(&decoded.nll).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            assert!(worst < 1e-4, "{family} {}: block replay vs token by token {worst}", block.label);
+            assert_eq!(block.kept, decoded.kept, "{family} {}: different keys kept", block.label);
+        }
+    }
+}

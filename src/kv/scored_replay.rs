@@ -17,10 +17,11 @@ use crate::numerics::tensor::with_f32;
 
 impl ScoredCache {
     /// Runs the stream's next tokens and returns their final-norm hidden states and, per token,
-    /// the keys its query saw. Models with their own sliding windows decode token by token instead.
+    /// the keys its query saw. A layer with its own sliding window hides the kept keys a window
+    /// or more slots from the query, as decoding through the cache does.
     pub fn forward_block(&mut self, model: &Llama, tokens: &[u32]) -> Result<(Tensor, Vec<usize>)> {
-        if model.has_sliding_window() {
-            return Err(Error::Internal("a windowed model's scored cache decodes token by token".into()));
+        if model.has_sliding_window() && self.policy.positions == PositionMode::Original {
+            return Err(Error::Internal("a windowed model's scored cache runs at slot positions".into()));
         }
         let start = self.next_stream;
         let b = tokens.len();
@@ -32,12 +33,15 @@ impl ScoredCache {
             _ => (0..b).map(|r| (held + r).min(self.policy.cache - 1)).collect(),
         };
         let span = positions.iter().copied().max().unwrap_or(0).max(self.policy.cache).max(start + b) + 1;
-        let rope = model.rope();
-        let (cos, sin) = rope.tables(&(0..span).collect::<Vec<_>>(), &Device::Cpu)?;
-        let (cos, sin) = (cos.flatten_all()?.to_vec1::<f32>()?, sin.flatten_all()?.to_vec1::<f32>()?);
+        let table = |rope: &Rope| -> Result<(Vec<f32>, Vec<f32>)> {
+            let (cos, sin) = rope.tables(&(0..span).collect::<Vec<_>>(), &Device::Cpu)?;
+            Ok((cos.flatten_all()?.to_vec1::<f32>()?, sin.flatten_all()?.to_vec1::<f32>()?))
+        };
+        let global = table(&model.rope())?;
+        let local = model.rope_local().map(|r| table(&r)).transpose()?;
         let x = model.embed_tokens(tokens, &positions)?;
         let mut lens = Vec::with_capacity(b);
-        let mut attend = BlockAttention { cache: self, start, b, rope, cos, sin, lens: &mut lens };
+        let mut attend = BlockAttention { cache: self, start, b, global, local, lens: &mut lens };
         let hidden = model.run_blocks(x, 0, &mut attend, &mut NoCapture)?;
         Ok((hidden, lens))
     }
@@ -48,10 +52,10 @@ struct BlockAttention<'a> {
     cache: &'a mut ScoredCache,
     start: usize,
     b: usize,
-    rope: Rope,
-    /// cos/sin rows for positions 0.., rot_dims/2 wide.
-    cos: Vec<f32>,
-    sin: Vec<f32>,
+    /// cos/sin rows for positions 0.., rot_dims/2 wide: the model's RoPE, and its windowed
+    /// layers' own where they have one.
+    global: (Vec<f32>, Vec<f32>),
+    local: Option<(Vec<f32>, Vec<f32>)>,
     /// Keys each token's query saw (filled by layer 0).
     lens: &'a mut Vec<usize>,
 }
@@ -65,7 +69,12 @@ impl Attend for BlockAttention<'_> {
         let (b, h, dh) = q.dims3()?;
         let kvh = k.dim(1)?;
         let (l, policy, group) = (at.index, self.cache.policy, self.cache.group);
-        let half = self.rope.rot_dims / 2;
+        let rope = at.rope;
+        let half = rope.rot_dims / 2;
+        let (cos, sin) = match (&self.local, at.local_rope) {
+            (Some(local), true) => (&local.0, &local.1),
+            _ => (&self.global.0, &self.global.1),
+        };
         let scale = 1.0 / (dh as f32).sqrt();
         let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
         let mut out = vec![0f32; b * h * dh];
@@ -91,16 +100,18 @@ impl Attend for BlockAttention<'_> {
                             let q_pos = if policy.positions == PositionMode::Original { step } else { n - 1 };
                             keys.resize(n * dh, 0.0);
                             for i in 0..n {
-                                rotate(&self.rope, &set.k[i * dh..(i + 1) * dh], &self.cos[key_pos(i) * half..], &self.sin[key_pos(i) * half..], &mut keys[i * dh..(i + 1) * dh]);
+                                rotate(rope, &set.k[i * dh..(i + 1) * dh], &cos[key_pos(i) * half..], &sin[key_pos(i) * half..], &mut keys[i * dh..(i + 1) * dh]);
                             }
                             let mut summed = vec![0f32; n];
                             let mut p = vec![0f32; n];
                             for g in 0..group {
                                 let head = kv * group + g;
                                 let qh = &q[(r * h + head) * dh..][..dh];
-                                rotate(&self.rope, qh, &self.cos[q_pos * half..], &self.sin[q_pos * half..], &mut q_rot);
+                                rotate(rope, qh, &cos[q_pos * half..], &sin[q_pos * half..], &mut q_rot);
                                 for (i, s) in p.iter_mut().enumerate() {
-                                    *s = dot(&q_rot, &keys[i * dh..(i + 1) * dh]) * scale;
+                                    // Keys a window or more slots back are hidden on windowed layers.
+                                    let hidden = at.window.is_some_and(|w| q_pos - key_pos(i) >= w);
+                                    *s = if hidden { f32::NEG_INFINITY } else { dot(&q_rot, &keys[i * dh..(i + 1) * dh]) * scale };
                                 }
                                 softmax(&mut p, at.sinks.map(|s| s[head]));
                                 let o = &mut out[(r * h + head) * dh..][..dh];

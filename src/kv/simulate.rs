@@ -223,7 +223,7 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
 
 /// One score-based policy through its [`ScoredCache`], each step's attention weights scoring the
 /// keys before the eviction: a block of tokens at a time (the same arithmetic), or decoded token
-/// by token (asked for, or a model with its own windows).
+/// by token when asked.
 fn scored(model: &Llama, ids: &[u32], policy: Policy, opts: SimOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<StreamOutcome> {
     let cfg = &model.cfg;
     if model.has_sliding_window() && policy.positions == PositionMode::Original {
@@ -233,7 +233,7 @@ fn scored(model: &Llama, ids: &[u32], policy: Policy, opts: SimOptions, progress
     let mut cache = ScoredCache::new(policy, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head)?;
     let mut track = Track { nll: Vec::with_capacity(steps), lens: Vec::with_capacity(steps), wall: 0.0 };
     let start = Instant::now();
-    if !opts.token_by_token && !model.has_sliding_window() {
+    if !opts.token_by_token {
         for b0 in (0..steps).step_by(STREAM_BLOCK) {
             let b = STREAM_BLOCK.min(steps - b0);
             let (h, lens) = cache.forward_block(model, &ids[b0..b0 + b])?;
