@@ -29,6 +29,10 @@ fn score_policies_match_a_pytorch_loop() {
         let data = &reference["models"][name];
         let ids: Vec<u32> = data["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
         for run in data["runs"].as_array().unwrap() {
+            if run["policy"] == "mixed" {
+                per_head_run_matches(&lm, &ids, w, run);
+                continue;
+            }
             let kind = match run["policy"].as_str().unwrap() {
                 "h2o" => PolicyKind::H2o,
                 "tova" => PolicyKind::Tova,
@@ -54,6 +58,20 @@ fn score_policies_match_a_pytorch_loop() {
             }
         }
     }
+}
+
+/// The per-head run of the reference (every third (layer, KV head) keeps the whole cache, the
+/// rest S = 4 + W − 4 recent).
+fn per_head_run_matches(lm: &LoadedModel, ids: &[u32], w: usize, run: &serde_json::Value) {
+    let gates: Vec<Vec<bool>> = run["gates"].as_array().unwrap().iter().map(|l| l.as_array().unwrap().iter().map(|g| g.as_bool().unwrap()).collect()).collect();
+    let o = sinkscope::kv::per_head::simulate_mixed(&lm.model, ids, &gates, run["sinks"].as_u64().unwrap() as usize, w).unwrap().outcome;
+    let want: Vec<f64> = run["nll"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    let worst = o.nll.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    eprintln!("{}: max |ΔNLL| {worst:.2e} vs the PyTorch loop", o.label);
+    assert!(o.nll.len() == want.len() && worst < NLL_TOL, "{}: {worst} nats from the PyTorch loop", o.label);
+    let kept = o.kept.unwrap();
+    assert!((kept.mean_age - run["mean_age"].as_f64().unwrap()).abs() < 1e-9, "{}: mean age", o.label);
+    assert_eq!(kept.samples as u64, run["samples"].as_u64().unwrap());
 }
 
 /// With a budget holding the whole stream nothing is evicted and every score-based policy is the
@@ -97,4 +115,30 @@ fn impossible_score_settings_are_refused() {
         let e = p.validate(1000, 4096).expect_err(why);
         assert!(e.to_string().contains(why), "{e}");
     }
+}
+
+/// A per-head policy with no retrieval heads is `sink` (S, W), with every head retrieval it is
+/// dense; in between its memory is the sum of what each head keeps.
+#[test]
+fn per_head_policies_span_sink_to_dense() {
+    use sinkscope::kv::per_head::{gates_by_share, measure, simulate_mixed};
+    let Some(lm) = load_model("SmolLM2-135M-Instruct.Q4_1.gguf") else { return };
+    let text = std::fs::read_to_string(common::corpora_dir().join("tinystories_val_subset.txt")).unwrap();
+    let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap()[..300].to_vec();
+    let cfg = &lm.model.cfg;
+    let score = measure(&lm.model, &ids, 4, 32).unwrap();
+    assert_eq!((score.len(), score[0].len()), (cfg.n_layers, cfg.n_kv_heads));
+    let close = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+    let none = simulate_mixed(&lm.model, &ids, &gates_by_share(&score, 0.0), 4, 64).unwrap();
+    let sink = simulate(&lm.model, &ids, &[policy(PolicyKind::Sink, 4, 64, 0)], &mut |_, _| {}).unwrap().remove(0);
+    assert!(close(&none.outcome.nll, &sink.nll) < 1e-4, "no retrieval heads vs sink: {}", close(&none.outcome.nll, &sink.nll));
+    let all = simulate_mixed(&lm.model, &ids, &gates_by_share(&score, 1.0), 4, 64).unwrap();
+    let dense = simulate(&lm.model, &ids, &[policy(PolicyKind::Dense, 0, 0, 0)], &mut |_, _| {}).unwrap().remove(0);
+    assert!(close(&all.outcome.nll, &dense.nll) < 1e-4, "all retrieval heads vs dense: {}", close(&all.outcome.nll, &dense.nll));
+    let kv = cfg.n_layers * cfg.n_kv_heads;
+    assert_eq!((none.entries, all.entries), (kv * 63, kv * 299));
+    let half = simulate_mixed(&lm.model, &ids, &gates_by_share(&score, 0.5), 4, 64).unwrap();
+    assert_eq!(half.retrieval_heads, kv / 2);
+    assert_eq!(half.entries, (kv / 2) * 299 + (kv - kv / 2) * 63);
+    assert_eq!(half.bytes, half.entries as u64 * 2 * cfg.d_head as u64 * 2);
 }

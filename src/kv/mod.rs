@@ -3,6 +3,7 @@
 
 pub mod cache;
 pub mod memory;
+pub mod per_head;
 pub mod policy;
 pub mod recommend;
 pub mod scored;

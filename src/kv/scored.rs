@@ -79,6 +79,8 @@ pub(super) struct HeadSet {
     last: Vec<f32>,
     /// snapkv: attention from each of the latest `observe` queries, oldest first.
     recent: Vec<VecDeque<f32>>,
+    /// A retrieval head under a per-head policy: it keeps every key.
+    pub(super) full: bool,
 }
 
 impl HeadSet {
@@ -115,7 +117,7 @@ impl HeadSet {
 
     /// Drops one key, as the policy chooses, when the set holds the budget.
     pub(super) fn evict_if_full(&mut self, policy: &Policy, dh: usize) {
-        if self.pos.len() >= policy.cache {
+        if !self.full && self.pos.len() >= policy.cache {
             let i = victim(policy, self);
             self.remove(i, dh);
         }
@@ -161,9 +163,28 @@ impl ScoredCache {
         })
     }
 
-    /// Keys held per (layer, KV head).
+    /// Keys held per (layer, KV head) — the most any set holds, under a per-head policy.
     pub fn len(&self) -> usize {
-        self.sets.first().and_then(|l| l.first()).map_or(0, |h| h.pos.len())
+        self.sets.first().map_or(0, |l| l.iter().map(|h| h.pos.len()).max().unwrap_or(0))
+    }
+
+    /// Keys held over every (layer, KV head): the cache's size in entries of one head.
+    pub fn entries(&self) -> usize {
+        self.sets.iter().flatten().map(|h| h.pos.len()).sum()
+    }
+
+    /// Marks the (layer, KV head) sets that keep every key (`full[l][kv]`; the retrieval heads
+    /// of a per-head policy). Only the block replay runs sets of different sizes.
+    pub fn with_full_heads(mut self, full: &[Vec<bool>]) -> Result<Self> {
+        if full.len() != self.sets.len() || full.iter().zip(&self.sets).any(|(f, s)| f.len() != s.len()) {
+            return Err(Error::input(format!("head gates name {} layers × {} KV heads; the model has {} × {}", full.len(), full.first().map_or(0, Vec::len), self.sets.len(), self.n_kv)));
+        }
+        for (layer, gates) in self.sets.iter_mut().zip(full) {
+            for (set, &g) in layer.iter_mut().zip(gates) {
+                set.full = g;
+            }
+        }
+        Ok(self)
     }
 
     pub fn is_empty(&self) -> bool {

@@ -89,12 +89,13 @@ impl Attend for BlockAttention<'_> {
                             let at_kv = (r * kvh + kv) * dh;
                             self.cache.sets[l][kv].push(step, &k[at_kv..at_kv + dh], &v[at_kv..at_kv + dh]);
                         }
-                        let n = self.cache.sets[l][0].pos.len();
                         if l == 0 {
-                            self.lens.push(n);
+                            self.lens.push(self.cache.sets[0].iter().map(|s| s.pos.len()).max().unwrap_or(0));
                         }
                         for kv in 0..kvh {
                             let set = &self.cache.sets[l][kv];
+                            // Sets of a per-head policy hold different numbers of keys.
+                            let n = set.pos.len();
                             // Keys at their slots 0..n or their stream positions; the query at its own.
                             let key_pos = |i: usize| if policy.positions == PositionMode::Original { set.pos[i] } else { i };
                             let q_pos = if policy.positions == PositionMode::Original { step } else { n - 1 };

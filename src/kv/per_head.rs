@@ -1,0 +1,167 @@
+//! Per-head cache policies (DuoAttention-style): which KV heads need the whole cache
+//! ("retrieval") and which do with S sinks + R recent keys ("streaming"), judged from the
+//! attention each head pays outside those keys on a long text; the gates as DuoAttention's TSV;
+//! and the mixed policy's stream, where retrieval heads keep every key and streaming heads S + R.
+
+use std::ops::Range;
+use std::time::Instant;
+
+use candle_core::Tensor;
+use serde::{Deserialize, Serialize};
+
+use super::memory::CACHE_ELEMENT_BYTES;
+use super::policy::{Policy, PolicyKind, PositionMode};
+use super::scored::ScoredCache;
+use super::simulate::{ppl, StreamOutcome};
+use crate::error::{Error, Result};
+use crate::model::hook::HookPoint;
+use crate::model::llama::Llama;
+use crate::model::sink::CaptureSink;
+use crate::numerics::tensor::with_f32;
+
+/// Tokens per block of the mixed stream (as the other replays).
+const BLOCK: usize = 128;
+
+/// Per (layer, query head): the attention mass each query row puts on keys that are neither
+/// among the first S nor among its R most recent positions (its own included), summed over the
+/// rows that have such keys (q ≥ S + R).
+pub struct OutsideMass {
+    sinks: usize,
+    recent: usize,
+    /// [layer][head]
+    pub sums: Vec<Vec<f64>>,
+    /// [layer] rows counted.
+    pub rows: Vec<usize>,
+}
+
+impl OutsideMass {
+    pub fn new(n_layers: usize, n_heads: usize, sinks: usize, recent: usize) -> Self {
+        OutsideMass { sinks, recent, sums: vec![vec![0.0; n_heads]; n_layers], rows: vec![0; n_layers] }
+    }
+
+    /// Mean outside mass of (layer, head) over the rows counted.
+    pub fn mean(&self, layer: usize, head: usize) -> f64 {
+        self.sums[layer][head] / self.rows[layer].max(1) as f64
+    }
+}
+
+impl CaptureSink for OutsideMass {
+    fn wants(&self, hook: &HookPoint) -> bool {
+        matches!(hook, HookPoint::Pattern(_))
+    }
+
+    fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()> {
+        let HookPoint::Pattern(l) = *hook else { return Ok(()) };
+        let (heads, block, keys) = value.dims3()?;
+        let (s, r) = (self.sinks, self.recent);
+        let counted: Vec<usize> = (0..block).filter(|&i| rows.start + i >= s + r).collect();
+        with_f32(value, |a| {
+            for (h, sum) in self.sums[l].iter_mut().enumerate().take(heads) {
+                for &i in &counted {
+                    let q = rows.start + i;
+                    let row = &a[(h * block + i) * keys..][..keys];
+                    *sum += row[s..=(q - r).min(keys - 1)].iter().map(|&x| x as f64).sum::<f64>();
+                }
+            }
+        })?;
+        self.rows[l] += counted.len();
+        Ok(())
+    }
+}
+
+/// Each KV head's need for the whole cache, and which heads get it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HeadGates {
+    pub sinks: usize,
+    pub recent: usize,
+    /// Tokens the scores were measured on.
+    pub tokens: usize,
+    /// [layer][kv head]: the largest mean outside mass among the query heads sharing the KV head
+    /// (what a streaming cache would take away from it).
+    pub score: Vec<Vec<f64>>,
+    /// [layer][kv head]: keeps the whole cache (1 in the TSV).
+    pub full: Vec<Vec<bool>>,
+}
+
+/// Measures every KV head's outside mass on `ids` (one forward, within the model's context).
+pub fn measure(model: &Llama, ids: &[u32], sinks: usize, recent: usize) -> Result<Vec<Vec<f64>>> {
+    let cfg = &model.cfg;
+    if ids.len() <= sinks + recent {
+        return Err(Error::input(format!("{} tokens leave no query with keys beyond {sinks} sinks + {recent} recent; use a longer text", ids.len())));
+    }
+    let mut mass = OutsideMass::new(cfg.n_layers, cfg.n_heads, sinks, recent);
+    model.forward(ids, None, &mut mass)?;
+    let group = cfg.n_heads / cfg.n_kv_heads;
+    Ok((0..cfg.n_layers).map(|l| (0..cfg.n_kv_heads).map(|kv| (0..group).map(|g| mass.mean(l, kv * group + g)).fold(0.0, f64::max)).collect()).collect())
+}
+
+/// The `share` of KV heads with the highest scores as retrieval heads (ties: the earlier head).
+pub fn gates_by_share(score: &[Vec<f64>], share: f64) -> Vec<Vec<bool>> {
+    let mut order: Vec<(usize, usize)> = score.iter().enumerate().flat_map(|(l, h)| (0..h.len()).map(move |kv| (l, kv))).collect();
+    order.sort_by(|a, b| score[b.0][b.1].total_cmp(&score[a.0][a.1]).then(a.cmp(b)));
+    let n = (share.clamp(0.0, 1.0) * order.len() as f64).round() as usize;
+    let mut full: Vec<Vec<bool>> = score.iter().map(|h| vec![false; h.len()]).collect();
+    for &(l, kv) in &order[..n] {
+        full[l][kv] = true;
+    }
+    full
+}
+
+/// The gates as DuoAttention writes them: one row per layer, one tab-separated column per KV
+/// head, 1 = the whole cache.
+pub fn gates_tsv(full: &[Vec<bool>]) -> String {
+    full.iter().map(|l| l.iter().map(|&f| if f { "1" } else { "0" }).collect::<Vec<_>>().join("\t") + "\n").collect()
+}
+
+/// A mixed policy's stream and its memory.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MixedOutcome {
+    pub outcome: StreamOutcome,
+    pub retrieval_heads: usize,
+    pub kv_heads: usize,
+    /// Entries over every (layer, KV head) at the end of the stream, and their f16 bytes.
+    pub entries: usize,
+    pub bytes: u64,
+}
+
+/// Streams `ids` with retrieval heads (`full`) keeping every key and the others S sinks + the
+/// rest of a budget of W recent keys, a block of tokens at a time.
+pub fn simulate_mixed(model: &Llama, ids: &[u32], full: &[Vec<bool>], sinks: usize, cache: usize) -> Result<MixedOutcome> {
+    let cfg = &model.cfg;
+    if ids.len() < 2 || sinks >= cache {
+        return Err(Error::input(format!("a per-head policy needs at least 2 tokens and --sinks {sinks} below the streaming heads' budget {cache}")));
+    }
+    // h2o whose recent window is all of W − S keeps exactly what `sink` keeps.
+    let policy = Policy { kind: PolicyKind::H2o, sinks, cache, positions: PositionMode::Slot, recent: cache - sinks };
+    let mut store = ScoredCache::new(policy, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head)?.with_full_heads(full)?;
+    let steps = ids.len() - 1;
+    let (mut nll, mut lens) = (Vec::with_capacity(steps), Vec::with_capacity(steps));
+    let start = Instant::now();
+    for b0 in (0..steps).step_by(BLOCK) {
+        let b = BLOCK.min(steps - b0);
+        let (h, l) = store.forward_block(model, &ids[b0..b0 + b])?;
+        nll.extend(model.next_token_nll(&h, &ids[b0 + 1..b0 + b + 1])?);
+        lens.extend(l);
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let retrieval_heads = full.iter().flatten().filter(|&&f| f).count();
+    let kv_heads = cfg.n_layers * cfg.n_kv_heads;
+    let first_eviction_step = (retrieval_heads < kv_heads && steps > cache).then_some(cache);
+    let entries = store.entries();
+    let outcome = StreamOutcome {
+        policy,
+        label: format!("per-head: {retrieval_heads} of {kv_heads} KV heads full, the rest sink S={sinks} + {} recent", cache - sinks),
+        ppl: ppl(&nll),
+        ppl_after_eviction: first_eviction_step.map(|s| ppl(&nll[s..])),
+        first_eviction_step,
+        cliff_step: None,
+        tokens: ids.len(),
+        tokens_per_s: steps as f64 / wall.max(1e-9),
+        kv_memory: Default::default(),
+        kept: store.stats(),
+        nll,
+        cache_len: lens,
+    };
+    let bytes = entries as u64 * 2 * cfg.d_head as u64 * CACHE_ELEMENT_BYTES;
+    Ok(MixedOutcome { outcome, retrieval_heads, kv_heads, entries, bytes })
+}
