@@ -142,3 +142,35 @@ fn per_head_policies_span_sink_to_dense() {
     assert_eq!(half.entries, (kv / 2) * 299 + (kv - kv / 2) * 63);
     assert_eq!(half.bytes, half.entries as u64 * 2 * cfg.d_head as u64 * 2);
 }
+
+/// `sinkscope heads` writes DuoAttention-format gates (layers × KV heads, 1 = whole cache, the
+/// asked share of them) and the scores behind them; `recommend --per-head` lays the sweep beside
+/// uniform caches of the same memory, from 0% retrieval heads (= sink) to 100% (= dense).
+#[test]
+fn heads_and_the_per_head_sweep_from_the_cli() {
+    let Some(_) = common::model("stories260K.gguf") else { return };
+    let dir = common::temp_dir("heads-cli");
+    let text = common::corpora_dir().join("tinystories_val_subset.txt");
+    let out = common::sinkscope(&["heads", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "400", "--sinks", "2", "--recent", "30", "--retrieval-share", "0.5", "-o", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tsv = std::fs::read_to_string(dir.join("head_gates.tsv")).unwrap();
+    let rows: Vec<Vec<&str>> = tsv.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!((rows.len(), rows[0].len()), (5, 4), "stories260K: 5 layers × 4 KV heads");
+    assert!(rows.iter().flatten().all(|g| *g == "0" || *g == "1"));
+    assert_eq!(rows.iter().flatten().filter(|g| **g == "1").count(), 10);
+    let heads: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("heads.json")).unwrap()).unwrap();
+    assert_eq!((heads["sinks"].as_u64(), heads["recent"].as_u64(), heads["tokens"].as_u64()), (Some(2), Some(30), Some(400)));
+    let out = common::sinkscope(&["recommend", "--per-head", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "300", "--cache", "48", "--head-sinks", "2", "--shares", "0,0.5,1", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let f: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = f["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    // 0%: the uniform cache of equal memory is the same sink cache; 100%: both are dense.
+    for r in [&rows[0], &rows[2]] {
+        let (a, b) = (r["ppl_from_w"].as_f64().unwrap(), r["uniform_ppl_from_w"].as_f64().unwrap());
+        assert!((a - b).abs() < 1e-3 * b, "{r}");
+    }
+    assert!(rows[0]["entries"].as_u64() < rows[1]["entries"].as_u64() && rows[1]["entries"].as_u64() < rows[2]["entries"].as_u64());
+    let bad = common::sinkscope(&["heads", "-m", "stories260k", "-f", text.to_str().unwrap(), "--retrieval-share", "1.5", "-o", dir.to_str().unwrap()]);
+    assert_eq!(bad.status.code(), Some(2));
+}

@@ -6,6 +6,7 @@ use crate::kv::recommend::Recommendation;
 use crate::kv::simulate::StreamOutcome;
 use crate::model::info::ModelInfo;
 use crate::model::llama::{ArchSwitches, MlpKind, NormKind, NormPlacement, QkNorm};
+use crate::pipeline::heads::Frontier;
 use crate::report::export::Exported;
 use crate::report::records::CaptureReport;
 
@@ -229,6 +230,29 @@ pub fn format_exported(e: &Exported) -> String {
     }
     if let Some(i) = &e.index {
         s.push_str(&format!("report {}\n", i.display()));
+    }
+    s
+}
+
+pub fn format_frontier(f: &Frontier) -> String {
+    let kv_heads = f.gates.full.iter().flatten().count();
+    let mut s = format!(
+        "per-head policies over {} tokens: retrieval KV heads keep every key, the others {} sinks + {} recent (W = {}); heads ranked by attention outside those keys over {} tokens\n\n",
+        f.tokens, f.sinks, f.cache - f.sinks, f.cache, f.gates.tokens
+    );
+    s.push_str(&format!("retrieval heads      KV entries   KV memory (f16)   ppl from step {:<5}  | uniform sink, same memory: W   ppl from step {}\n", f.cache, f.cache));
+    for r in &f.rows {
+        s.push_str(&format!(
+            "{:>4} of {:<4} ({:>5.1}%) {:>10}   {:>12.2} MiB   {:>18}   | {:>28}   {:>18}\n",
+            r.retrieval_heads,
+            kv_heads,
+            100.0 * r.share,
+            r.entries,
+            r.bytes as f64 / (1 << 20) as f64,
+            format!("{:.3}", r.ppl_from_w),
+            r.uniform_cache,
+            format!("{:.3}", r.uniform_ppl_from_w)
+        ));
     }
     s
 }

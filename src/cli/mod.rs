@@ -10,6 +10,7 @@ mod export;
 mod fetch;
 mod format;
 mod generate;
+mod heads;
 mod info;
 mod interrupt;
 mod model_args;
@@ -48,6 +49,9 @@ pub enum Command {
     /// Sweep the number of sink tokens at a fixed cache budget (plus the recompute reference) and
     /// recommend how many this model needs.
     Recommend(stream::RecommendArgs),
+    /// Classify KV heads as retrieval (whole cache) or streaming (sinks + recent window) from the
+    /// attention each pays outside those keys; write DuoAttention-format gates.
+    Heads(heads::HeadsArgs),
     /// Browse a run in the terminal: heads, heatmaps, sinks, activations and streaming curves
     /// (or compute one first with -m MODEL -f TEXT).
     #[cfg(feature = "tui")]
@@ -77,6 +81,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Analyze(a) => analyze::run(a),
         Command::Stream(a) => stream::run_stream(a),
         Command::Recommend(a) => stream::run_recommend(a),
+        Command::Heads(a) => heads::run(a),
         #[cfg(feature = "tui")]
         Command::Dash(a) => dash::run(a),
         Command::Export(a) => export::run(a),

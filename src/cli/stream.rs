@@ -5,12 +5,13 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::format::{format_outcome, format_recommendation};
+use super::format::{format_frontier, format_outcome, format_recommendation};
 use super::model_args::ModelArgs;
 use super::progress::TerminalProgress;
 use crate::error::Result;
 use crate::kv::policy::{Policy, PolicyKind, PositionMode};
 use crate::io::staging::check_out_dir;
+use crate::pipeline::heads::per_head_sweep;
 use crate::pipeline::stream::{stream_into, sweep_into, StreamSource, SweepOptions, RECOMPUTE_BUDGET};
 
 /// The text a stream runs over.
@@ -96,10 +97,20 @@ pub struct RecommendArgs {
     /// Also write the sweep (every policy's per-token NLL) as stream.json into this run directory.
     #[arg(short = 'o', long)]
     pub out: Option<PathBuf>,
+    /// Sweep per-head policies instead: the share of KV heads keeping the whole cache (the rest
+    /// keep --head-sinks sinks + W − S recent), against KV memory, beside `sink` at equal memory.
+    #[arg(long)]
+    pub per_head: bool,
+    /// S of the streaming heads under --per-head.
+    #[arg(long, default_value_t = 4)]
+    pub head_sinks: usize,
+    /// Shares of retrieval heads swept under --per-head.
+    #[arg(long, value_delimiter = ',', default_value = "0,0.125,0.25,0.5,1")]
+    pub shares: Vec<f64>,
 }
 
 impl StreamText {
-    fn source(&self) -> StreamSource {
+    pub(super) fn source(&self) -> StreamSource {
         StreamSource { file: self.file.clone(), start_char: self.start_char, tokens: self.tokens, token_by_token: self.token_by_token }
     }
 }
@@ -130,6 +141,16 @@ pub fn run_stream(args: StreamArgs) -> Result<()> {
 }
 
 pub fn run_recommend(args: RecommendArgs) -> Result<()> {
+    if args.per_head {
+        let lm = args.model.load()?;
+        let f = per_head_sweep(&lm, &args.text.source(), args.cache, args.head_sinks, &args.shares, args.out.as_deref(), &mut TerminalProgress::new())?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&f)?);
+        } else {
+            print!("{}", format_frontier(&f));
+        }
+        return Ok(());
+    }
     let opts = SweepOptions {
         source: args.text.source(),
         cache: args.cache,

@@ -6,5 +6,6 @@ pub mod analyze;
 pub mod capture;
 pub mod demo;
 pub mod generate;
+pub mod heads;
 pub mod progress;
 pub mod stream;
