@@ -52,8 +52,12 @@ pub struct Policy {
     pub positions: PositionMode,
     /// R for `h2o` (its recent window; 0: W/2) and the observation window for `snapkv` (0: 32);
     /// unused by the other kinds.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub recent: usize,
+}
+
+fn is_zero(v: &usize) -> bool {
+    *v == 0
 }
 
 /// SnapKV's observation window when none is given.

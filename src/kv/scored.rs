@@ -1,7 +1,8 @@
-//! Score-based eviction (H2O, TOVA, SnapKV), decoded one token per step: every (layer, KV head)
-//! keeps its own keys, chosen from the attention they have received (for GQA, summed over the
-//! query heads that share the KV head). All sets hold the same number of keys, so a layer's keys
-//! still form one (KV heads, n, d_head) tensor; which tokens they are differs per head.
+//! Score-based eviction (H2O, TOVA, SnapKV) and per-head policies: every (layer, KV head) keeps
+//! its own keys, chosen from the attention they have received (for GQA, summed over the query
+//! heads that share the KV head). Decoding token by token goes through [`KvStore`] here (all sets
+//! the same size, so a layer's keys still form one (KV heads, n, d_head) tensor); `scored_replay`
+//! runs a block of tokens at a time, and sets of different sizes.
 
 use std::collections::VecDeque;
 
@@ -195,7 +196,6 @@ impl ScoredCache {
     pub fn stats(&self) -> Option<KeptStats> {
         self.tally.stats()
     }
-
 
     /// Takes in the step's attention (`attention[l]`: the query's weights, H × n, as the
     /// [`StepAttention`] sink recorded them), then evicts one key per (layer, KV head) if the
