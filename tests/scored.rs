@@ -173,4 +173,17 @@ fn heads_and_the_per_head_sweep_from_the_cli() {
     assert!(rows[0]["entries"].as_u64() < rows[1]["entries"].as_u64() && rows[1]["entries"].as_u64() < rows[2]["entries"].as_u64());
     let bad = common::sinkscope(&["heads", "-m", "stories260k", "-f", text.to_str().unwrap(), "--retrieval-share", "1.5", "-o", dir.to_str().unwrap()]);
     assert_eq!(bad.status.code(), Some(2));
+    // With -o the sweep is a run: its streams, the frontier, and the gates export as tables.
+    let run = dir.join("run");
+    let out = common::sinkscope(&["recommend", "--per-head", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "300", "--cache", "48", "--head-sinks", "2", "--shares", "0,0.5", "-o", run.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = common::sinkscope(&["export", run.to_str().unwrap(), "--parquet", "--md"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for t in ["head_gates", "per_head_frontier", "stream_nll"] {
+        assert!(run.join("tables").join(format!("{t}.parquet")).is_file(), "{t}");
+    }
+    let gates = sinkscope::report::parquet::read_frame(&run.join("tables/head_gates.parquet")).unwrap();
+    assert_eq!(gates.height(), 20);
+    let index = std::fs::read_to_string(run.join("index.md")).unwrap();
+    assert!(index.contains("**Per-head policies**") && index.contains("| 10 of 20 (50.0%)"), "{index}");
 }

@@ -6,7 +6,7 @@ use crate::kv::recommend::Recommendation;
 use crate::kv::simulate::StreamOutcome;
 use crate::model::info::ModelInfo;
 use crate::model::llama::{ArchSwitches, MlpKind, NormKind, NormPlacement, QkNorm};
-use crate::pipeline::heads::Frontier;
+use crate::kv::per_head::Frontier;
 use crate::report::export::Exported;
 use crate::report::records::CaptureReport;
 

@@ -142,8 +142,11 @@ pub fn run_stream(args: StreamArgs) -> Result<()> {
 
 pub fn run_recommend(args: RecommendArgs) -> Result<()> {
     if args.per_head {
-        let lm = args.model.load()?;
-        let f = per_head_sweep(&lm, &args.text.source(), args.cache, args.head_sinks, &args.shares, args.out.as_deref(), &mut TerminalProgress::new())?;
+        if let Some(out) = &args.out {
+            check_out_dir(out)?;
+        }
+        let mut lm = args.model.load()?;
+        let f = per_head_sweep(&mut lm, &args.text.source(), args.cache, args.head_sinks, &args.shares, args.out.as_deref(), &mut TerminalProgress::new())?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&f)?);
         } else {

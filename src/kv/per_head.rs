@@ -165,3 +165,31 @@ pub fn simulate_mixed(model: &Llama, ids: &[u32], full: &[Vec<bool>], sinks: usi
     let bytes = entries as u64 * 2 * cfg.d_head as u64 * CACHE_ELEMENT_BYTES;
     Ok(MixedOutcome { outcome, retrieval_heads, kv_heads, entries, bytes })
 }
+
+/// One point of the per-head frontier, beside the uniform cache of the same memory.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FrontierRow {
+    pub share: f64,
+    pub retrieval_heads: usize,
+    /// Entries over every (layer, KV head) at the end of the stream, and their f16 bytes.
+    pub entries: usize,
+    pub bytes: u64,
+    pub ppl: f64,
+    /// Perplexity over the steps from W on (where streaming heads have evicted), the same steps
+    /// for every row and for the uniform cache.
+    pub ppl_from_w: f64,
+    /// `sink S` with the budget that holds the same entries per KV head, over the same steps.
+    pub uniform_cache: usize,
+    pub uniform_ppl_from_w: f64,
+}
+
+/// The sweep over the share of retrieval heads.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Frontier {
+    pub cache: usize,
+    pub sinks: usize,
+    pub tokens: usize,
+    pub gates: HeadGates,
+    pub rows: Vec<FrontierRow>,
+    pub wall_seconds: f64,
+}

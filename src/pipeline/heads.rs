@@ -5,17 +5,16 @@
 
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-
 use super::progress::Progress;
-use super::stream::{stream_tokens, StreamSource};
+use super::stream::{stream_tokens, write_stream_report, StreamSource};
 use crate::error::{Error, Result};
 use crate::io::atomic::write_atomic;
 use crate::io::write_json_atomic;
-use crate::kv::per_head::{gates_by_share, gates_tsv, measure, simulate_mixed, HeadGates};
+use crate::kv::per_head::{gates_by_share, gates_tsv, measure, simulate_mixed, Frontier, FrontierRow, HeadGates};
 use crate::kv::policy::{Policy, PolicyKind, PositionMode};
 use crate::kv::simulate::{ppl, simulate};
 use crate::model::load::LoadedModel;
+use crate::report::run::PER_HEAD_FILE;
 
 /// The gates file DuoAttention reads (layers × KV heads, 1 = the whole cache).
 pub const GATES_FILE: &str = "head_gates.tsv";
@@ -60,37 +59,9 @@ fn measure_gates(lm: &LoadedModel, ids: &[u32], opts: GateOptions, progress: &mu
     Ok(HeadGates { sinks: opts.sinks, recent: opts.recent, tokens: n, score, full })
 }
 
-/// One point of the per-head frontier, beside the uniform cache of the same memory.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct FrontierRow {
-    pub share: f64,
-    pub retrieval_heads: usize,
-    /// Entries over every (layer, KV head) at the end of the stream, and their f16 bytes.
-    pub entries: usize,
-    pub bytes: u64,
-    pub ppl: f64,
-    /// Perplexity over the steps from W on (where streaming heads have evicted), the same steps
-    /// for every row and for the uniform cache.
-    pub ppl_from_w: f64,
-    /// `sink S` with the budget that holds the same entries per KV head, over the same steps.
-    pub uniform_cache: usize,
-    pub uniform_ppl_from_w: f64,
-}
-
-/// The sweep over the share of retrieval heads.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Frontier {
-    pub cache: usize,
-    pub sinks: usize,
-    pub tokens: usize,
-    pub gates: HeadGates,
-    pub rows: Vec<FrontierRow>,
-    pub wall_seconds: f64,
-}
-
 /// Sweeps `shares` of retrieval heads (streaming heads keep S sinks + W − S recent), each beside
 /// `sink S` at the budget of equal memory; writes `per_head.json` into `out` when given.
-pub fn per_head_sweep(lm: &LoadedModel, source: &StreamSource, cache: usize, sinks: usize, shares: &[f64], out: Option<&Path>, progress: &mut dyn Progress) -> Result<Frontier> {
+pub fn per_head_sweep(lm: &mut LoadedModel, source: &StreamSource, cache: usize, sinks: usize, shares: &[f64], out: Option<&Path>, progress: &mut dyn Progress) -> Result<Frontier> {
     let start = std::time::Instant::now();
     if sinks >= cache {
         return Err(Error::input(format!("--head-sinks {sinks} must be smaller than --cache {cache}")));
@@ -105,9 +76,9 @@ pub fn per_head_sweep(lm: &LoadedModel, source: &StreamSource, cache: usize, sin
     let from = cache;
     let opts = GateOptions { sinks, recent: cache - sinks, share: 0.0 };
     let gates = measure_gates(lm, &ids, opts, progress)?;
-    let cfg = &lm.model.cfg;
-    let kv_heads = cfg.n_layers * cfg.n_kv_heads;
+    let kv_heads = lm.model.cfg.n_layers * lm.model.cfg.n_kv_heads;
     let mut rows = Vec::new();
+    let mut outcomes = Vec::new();
     for (i, &share) in shares.iter().enumerate() {
         progress.stage(&format!("[{}/{}] {:.0}% of KV heads keep the whole cache", i + 1, shares.len(), 100.0 * share));
         let full = gates_by_share(&gates.score, share);
@@ -115,6 +86,10 @@ pub fn per_head_sweep(lm: &LoadedModel, source: &StreamSource, cache: usize, sin
         let uniform_cache = (mixed.entries as f64 / kv_heads as f64).round() as usize + 1;
         let uniform = Policy { kind: PolicyKind::Sink, sinks, cache: uniform_cache.max(sinks + 2), positions: PositionMode::Slot, recent: 0 };
         let u = simulate(&lm.model, &ids, &[uniform], &mut |_, _| {})?.remove(0);
+        let mut uniform_outcome = u.clone();
+        uniform_outcome.label = format!("{} (memory of {:.0}% retrieval)", u.label, 100.0 * share);
+        outcomes.push(mixed.outcome.clone());
+        outcomes.push(uniform_outcome);
         rows.push(FrontierRow {
             share,
             retrieval_heads: mixed.retrieval_heads,
@@ -129,10 +104,10 @@ pub fn per_head_sweep(lm: &LoadedModel, source: &StreamSource, cache: usize, sin
     let frontier = Frontier { cache, sinks, tokens: ids.len(), gates, rows, wall_seconds: start.elapsed().as_secs_f64() };
     if let Some(dir) = out {
         std::fs::create_dir_all(dir).map_err(|e| Error::file(dir, format!("cannot create the output directory ({e})")))?;
+        // Every stream as stream.json (the run's curves and `stream_nll`), the frontier beside it.
+        write_stream_report(lm, source, &ids, outcomes, None, start, dir)?;
         write_json_atomic(&dir.join(PER_HEAD_FILE), &frontier)?;
     }
     Ok(frontier)
 }
 
-/// The frontier's file in a run directory.
-pub const PER_HEAD_FILE: &str = "per_head.json";

@@ -191,6 +191,28 @@ fn findings(run: &Run, s: &mut String) {
         }
         s.push('\n');
     }
+    if let Some(f) = &run.per_head {
+        let kv = f.gates.score.iter().map(Vec::len).sum::<usize>();
+        let _ = writeln!(
+            s,
+            "**Per-head policies** over {} tokens: retrieval KV heads keep every key, the others {} sinks + {} recent (W = {}); heads ranked by the attention they pay outside those keys over {} tokens.\n",
+            f.tokens, f.sinks, f.cache - f.sinks, f.cache, f.gates.tokens
+        );
+        let _ = writeln!(s, "| retrieval KV heads | KV memory (f16) | perplexity from step {} | uniform sink S = {}, same memory | its W |\n|---|---:|---:|---:|---:|", f.cache, f.sinks);
+        for r in &f.rows {
+            let _ = writeln!(
+                s,
+                "| {} of {kv} ({:.1}%) | {:.2} MiB | {:.3} | {:.3} | {} |",
+                r.retrieval_heads,
+                100.0 * r.share,
+                r.bytes as f64 / (1 << 20) as f64,
+                r.ppl_from_w,
+                r.uniform_ppl_from_w,
+                r.uniform_cache
+            );
+        }
+        s.push('\n');
+    }
 }
 
 /// How the layers attend: all globally, or some through a sliding window (which), and whether

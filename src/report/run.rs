@@ -2,6 +2,7 @@
 //! heatmaps.safetensors and reductions.safetensors a command wrote there, loaded and checked. The
 //! exporters and the dashboard read runs only through this.
 
+use crate::kv::per_head::Frontier;
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
@@ -18,6 +19,8 @@ use crate::model::info::{ModelInfo, TokenInfo};
 pub const CAPTURE_FILE: &str = "capture.json";
 pub const ANALYSIS_FILE: &str = "report.json";
 pub const STREAM_FILE: &str = "stream.json";
+/// `recommend --per-head`'s frontier (beside its stream.json).
+pub const PER_HEAD_FILE: &str = "per_head.json";
 pub const HEATMAPS_FILE: &str = "heatmaps.safetensors";
 pub const REDUCTIONS_FILE: &str = "reductions.safetensors";
 
@@ -28,6 +31,8 @@ pub struct Run {
     pub capture: Option<CaptureReport>,
     pub analysis: Option<AnalysisReport>,
     pub stream: Option<StreamReport>,
+    /// `recommend --per-head`'s sweep, when the run has one.
+    pub per_head: Option<Frontier>,
     pub heatmaps: Option<Heatmaps>,
     /// Per-position arrays of the capture (see reports/README.md).
     pub reductions: Option<Arrays>,
@@ -57,6 +62,7 @@ impl Run {
             capture: read_json(&dir.join(CAPTURE_FILE))?,
             analysis: read_json(&dir.join(ANALYSIS_FILE))?,
             stream: read_json(&dir.join(STREAM_FILE))?,
+            per_head: read_json(&dir.join(PER_HEAD_FILE))?,
             heatmaps: if heatmaps_path.exists() { Some(Heatmaps::load(&heatmaps_path)?) } else { None },
             reductions: if reductions_path.exists() { Some(Arrays::read(&reductions_path, "capture")?) } else { None },
         };

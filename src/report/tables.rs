@@ -3,6 +3,7 @@
 //! Parquet writer and the figures consume them. Column names and types are a public contract
 //! (documented in notebooks-data/README.md) — change them only deliberately.
 
+use crate::kv::per_head::Frontier;
 use super::records::StreamReport;
 use super::run::Run;
 use crate::analysis::massive::{find_massive, MassiveElement};
@@ -145,7 +146,50 @@ pub fn tables(run: &Run) -> Vec<Table> {
             out.push(recommend(s, &m));
         }
     }
+    if let Some(f) = &run.per_head {
+        out.push(head_gates(f, &m));
+        out.push(per_head_frontier(f, &m));
+    }
     out
+}
+
+/// `head_gates`: per (layer, KV head), the attention its query heads put outside S sinks + R
+/// recent keys, and its rank (1 = needs the whole cache most).
+fn head_gates(f: &Frontier, m: &Meta) -> Table {
+    let g = &f.gates;
+    let mut cells: Vec<(usize, usize, f64)> = g.score.iter().enumerate().flat_map(|(l, h)| h.iter().enumerate().map(move |(kv, &s)| (l, kv, s))).collect();
+    let mut order: Vec<usize> = (0..cells.len()).collect();
+    order.sort_by(|&a, &b| cells[b].2.total_cmp(&cells[a].2).then(a.cmp(&b)));
+    let mut rank = vec![0; cells.len()];
+    for (r, &i) in order.iter().enumerate() {
+        rank[i] = r + 1;
+    }
+    let rows: Vec<(usize, usize, f64, usize)> = cells.drain(..).zip(rank).map(|((l, kv, s), r)| (l, kv, s, r)).collect();
+    Builder::new(&rows, m)
+        .u32("layer", |r| r.0)
+        .u32("kv_head", |r| r.1)
+        .f64("outside_mass", |r| r.2)
+        .u32("rank", |r| r.3)
+        .u32("sinks", |_| g.sinks)
+        .u32("recent", |_| g.recent)
+        .u32("tokens", |_| g.tokens)
+        .build("head_gates")
+}
+
+/// `per_head_frontier`: per share of retrieval heads, KV memory and perplexity from step W, beside
+/// `sink S` at the same memory.
+fn per_head_frontier(f: &Frontier, m: &Meta) -> Table {
+    Builder::new(&f.rows, m)
+        .f64("share", |r| r.share)
+        .u32("retrieval_heads", |r| r.retrieval_heads)
+        .u32("entries", |r| r.entries)
+        .f64("bytes", |r| r.bytes as f64)
+        .f64("ppl_from_w", |r| r.ppl_from_w)
+        .u32("uniform_cache", |r| r.uniform_cache)
+        .f64("uniform_ppl_from_w", |r| r.uniform_ppl_from_w)
+        .u32("cache", |_| f.cache)
+        .u32("sinks", |_| f.sinks)
+        .build("per_head_frontier")
 }
 
 /// A probe's per-head α_k (k < K) with its tokens, T, and the kv-head value norms if known.
