@@ -177,11 +177,12 @@ fn heads_and_the_per_head_sweep_from_the_cli() {
     let run = dir.join("run");
     let out = common::sinkscope(&["recommend", "--per-head", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "300", "--cache", "48", "--head-sinks", "2", "--shares", "0,0.5", "-o", run.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = common::sinkscope(&["export", run.to_str().unwrap(), "--parquet", "--md"]);
+    let out = common::sinkscope(&["export", run.to_str().unwrap(), "--parquet", "--md", "--png"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     for t in ["head_gates", "per_head_frontier", "stream_nll"] {
         assert!(run.join("tables").join(format!("{t}.parquet")).is_file(), "{t}");
     }
+    assert!(run.join("figures/per-head-frontier.png").is_file());
     let gates = sinkscope::report::parquet::read_frame(&run.join("tables/head_gates.parquet")).unwrap();
     assert_eq!(gates.height(), 20);
     let index = std::fs::read_to_string(run.join("index.md")).unwrap();

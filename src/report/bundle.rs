@@ -37,6 +37,7 @@ pub(crate) enum FigureKind {
     Massive,
     Ppl,
     PplAfterEviction,
+    PerHeadFrontier,
 }
 
 /// The figures this run has data for, in reading order.
@@ -71,6 +72,13 @@ pub fn figure_specs(run: &Run, opts: &ExportOptions) -> Vec<FigureSpec> {
             stem: "ppl-after-eviction".into(),
             caption: "Perplexity after the first eviction per policy, recommended S highlighted, sampled values with their 95% interval".into(),
             kind: FigureKind::PplAfterEviction,
+        });
+    }
+    if run.per_head.is_some() {
+        specs.push(FigureSpec {
+            stem: "per-head-frontier".into(),
+            caption: "KV memory against perplexity: per-head policies (retrieval heads keep everything) beside a uniform sink cache of the same memory".into(),
+            kind: FigureKind::PerHeadFrontier,
         });
     }
     specs

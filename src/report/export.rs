@@ -46,6 +46,7 @@ fn draw(run: &Run, spec: &FigureSpec, paths: &[PathBuf]) -> Result<bool> {
         FigureKind::Massive => save_all(figures::massive_dims(run, 24), paths),
         FigureKind::Ppl => save_all(figures::ppl_curves(run), paths),
         FigureKind::PplAfterEviction => save_all(figures::ppl_after_eviction(run), paths),
+        FigureKind::PerHeadFrontier => save_all(figures::per_head_frontier(run), paths),
     }
 }
 

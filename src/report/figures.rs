@@ -255,3 +255,29 @@ pub fn ppl_after_eviction(run: &Run) -> Option<IntervalChart> {
         highlight_label: "recommended S".into(),
     })
 }
+
+#[cfg(feature = "plots")]
+/// `recommend --per-head`'s frontier: KV memory (MiB, f16) against perplexity from step W, the
+/// per-head policies beside `sink S` caches of the same memory.
+pub fn per_head_frontier(run: &Run) -> Option<LineChart> {
+    let f = run.per_head.as_ref()?;
+    // KiB for tiny models, so the axis is not squeezed against its minimum width of 1.
+    let big = f.rows.iter().any(|r| r.bytes >= 1 << 20);
+    let (unit, div) = if big { ("MiB", (1u64 << 20) as f64) } else { ("KiB", 1024.0) };
+    let mib = |b: u64| b as f64 / div;
+    let series = vec![
+        (format!("per-head: retrieval heads whole, others S={} + {} recent", f.sinks, f.cache - f.sinks), f.rows.iter().map(|r| (mib(r.bytes), r.ppl_from_w)).collect()),
+        (format!("uniform sink S={}, same memory", f.sinks), f.rows.iter().map(|r| (mib(r.bytes), r.uniform_ppl_from_w)).collect()),
+    ];
+    Some(LineChart {
+        title: format!("{} — per-head cache policies", run.model_name()),
+        subtitle: format!("{} tokens; perplexity from step {} (W); shares of retrieval heads {}", f.tokens, f.cache, f.rows.iter().map(|r| format!("{:.0}%", 100.0 * r.share)).collect::<Vec<_>>().join(", ")),
+        x_desc: format!("KV cache at the end of the stream ({unit}, f16)"),
+        y_desc: "perplexity".into(),
+        series,
+        log_y: false,
+        markers: Vec::new(),
+        points: true,
+        legend_bottom: false,
+    })
+}

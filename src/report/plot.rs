@@ -356,7 +356,8 @@ impl Figure for LineChart {
                     .configure_mesh()
                     .x_desc(self.x_desc.as_str())
                     .y_desc($y_desc)
-                    .x_labels(if self.points { (x_max - x_min).round() as usize + 1 } else { 10 })
+                    // One label per integer x for short discrete axes (layers); a dozen for long ones.
+                    .x_labels(if self.points && x_max - x_min <= 40.0 { (x_max - x_min).round() as usize + 1 } else { 10 })
                     .x_label_formatter(&|x| if x.fract() == 0.0 { format!("{x:.0}") } else if self.points { String::new() } else { format!("{x:.1}") })
                     .y_label_formatter(&|y| if *y >= 100.0 { format!("{y:.0}") } else if *y >= 1.0 { format!("{y:.1}") } else { format!("{y:.2e}") })
                     .label_style((FONT, 14))
