@@ -413,3 +413,23 @@ fn tmux_smoke() {
     assert!(out.status.success(), "tmux smoke test failed:\n{log}");
     assert!(log.contains("PASS"), "{log}");
 }
+
+/// A `recommend --per-head` run: its streams in the policy table, the frontier in the side pane,
+/// and for a selected per-head stream what its sets kept.
+#[test]
+fn streaming_shows_the_per_head_frontier() {
+    let Some(_) = common::model("stories260K.gguf") else { return };
+    let dir = common::temp_dir("tui-per-head").join("run");
+    let text = common::corpora_dir().join("tinystories_val_subset.txt");
+    let out = common::sinkscope(&["recommend", "--per-head", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "200", "--cache", "48", "--head-sinks", "2", "--shares", "0,0.5", "-o", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut app = App::new(Run::open(&dir).unwrap());
+    let s = screen(&mut app, &[Action::GoTab(Tab::Streaming)]);
+    assert!(s.contains("Per-head policies, W = 48") && s.contains(" 50% "), "{s}");
+    // With no retrieval heads the per-head policy is the uniform cache: the same perplexity twice.
+    let zero = s.lines().find(|l| l.contains("  0% ")).expect("the 0% row");
+    let pane = zero.rsplit('│').nth(1).unwrap_or(zero);
+    let nums: Vec<&str> = pane.split_whitespace().filter(|w| w.contains('.') && !w.contains("MiB")).collect();
+    assert!(nums.len() >= 2 && nums[0] == nums[1], "{zero}");
+    assert!(s.contains("kept 0–3 100% / 100%"), "{s}");
+}

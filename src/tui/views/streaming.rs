@@ -1,5 +1,6 @@
 //! Streaming: rolling perplexity against tokens for every KV-cache policy (braille lines), the
-//! first eviction marked, the sweep table with the recommended sink count, and the verdict.
+//! first eviction marked, the sweep table with the recommended sink count, the verdict, what a
+//! score-based policy kept, and the per-head frontier when the run has one.
 
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
@@ -8,7 +9,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Chart, Dataset, GraphType, Paragraph, Wrap};
 use ratatui::Frame;
 
-use super::{block, kv, missing, DIM};
+use super::{block, heading, kv, missing, DIM};
 use crate::tui::state::App;
 use crate::tui::layout;
 use crate::tui::widgets::colour::{series, short};
@@ -37,10 +38,26 @@ pub fn render(f: &mut Frame, area: Rect, app: &App) {
             v.push(Line::from(""));
             v.push(Line::from(r.verdict.clone()));
         }
-        None => v.push(Line::from(Span::styled("stream.json from `sinkscope stream`: one policy, no sweep (run `recommend` for the sink-count table).", Style::new().fg(DIM)))),
+        None => match &app.run.per_head {
+            Some(fr) => {
+                v.push(heading(&format!("Per-head policies, W = {}", fr.cache)));
+                v.push(Line::from(Span::styled("PPL from step W: per-head · uniform sink, same memory", Style::new().fg(DIM))));
+                for r in &fr.rows {
+                    let mib = r.bytes as f64 / (1 << 20) as f64;
+                    v.push(kv(&format!("{:>3.0}%", 100.0 * r.share), format!("{:.3} · {:.3} ({mib:.2} MiB)", r.ppl_from_w, r.uniform_ppl_from_w)));
+                }
+            }
+            None => v.push(Line::from(Span::styled("stream.json from `sinkscope stream`: one policy, no sweep (run `recommend` for the sink-count table).", Style::new().fg(DIM)))),
+        },
     }
     v.push(Line::from(""));
     v.push(kv("text", format!("{} from char {}", stream.text_source, stream.start_char)));
+    // What the selected score-based policy kept: do its heavy hitters rediscover the sinks?
+    if let Some(k) = stream.outcomes.get(app.policy).and_then(|o| o.kept) {
+        let shares: Vec<String> = k.kept_first_share.iter().map(|s| format!("{:.0}%", 100.0 * s)).collect();
+        v.push(kv("kept 0–3", format!("{} of (layer, KV head, step)", shares.join(" / "))));
+        v.push(kv("mean age", format!("{:.1} tokens", k.mean_age)));
+    }
     f.render_widget(Paragraph::new(v).wrap(Wrap { trim: false }).block(block("Recommendation")), g.verdict);
 }
 
