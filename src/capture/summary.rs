@@ -35,7 +35,7 @@ impl StandardReducers {
     /// `quant_risk`: also measure int8 quantization risk per layer output (analyze uses it).
     pub fn new(cfg: &LlamaConfig, n_positions: usize, first_keys: usize, top_k: usize, quant_risk: bool) -> Self {
         StandardReducers {
-            attention: AttentionStats::new(cfg.n_layers, cfg.n_heads, n_positions).with_windows(layer_windows(cfg)),
+            attention: AttentionStats::new(cfg.n_layers, cfg.n_heads, n_positions).with_windows((0..cfg.n_layers).map(|l| cfg.layer_window(l)).collect()),
             resid: ResidNorms::new(cfg.n_layers),
             top: TopActivations::new(cfg.n_layers, top_k),
             kv: KvNorms::new(cfg.n_layers, cfg.n_kv_heads),
@@ -136,11 +136,6 @@ impl CaptureSink for StandardReducers {
         }
         Ok(())
     }
-}
-
-/// Each layer's own sliding window (None: global).
-pub fn layer_windows(cfg: &LlamaConfig) -> Vec<Option<usize>> {
-    (0..cfg.n_layers).map(|l| cfg.arch.window.filter(|_| cfg.arch.windowed(l))).collect()
 }
 
 /// Per-layer facts for the demo table and the JSON summary.

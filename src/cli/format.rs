@@ -129,16 +129,14 @@ pub fn format_summary(r: &AnalysisReport) -> String {
     }
     s.push_str(&format!("\nF-Attn (mean attention on position 0): {:.3}\n", r.f_attn));
     if let Some(w) = r.model.window.filter(|_| !r.model.windowed_layers.is_empty()) {
-        let alpha0 = |windowed: bool| {
-            let v: Vec<f64> = r.heads.iter().filter(|h| r.model.layer_window(h.layer).is_some() == windowed).filter_map(|h| h.alpha.first().copied()).collect();
-            if v.is_empty() { "-".to_string() } else { format!("{:.3}", v.iter().sum::<f64>() / v.len() as f64) }
-        };
+        let [global, windowed] = r.model.mean_by_layer_kind(r.heads.iter().filter_map(|h| Some((h.layer, *h.alpha.first()?))));
+        let mean = |side: Option<(f64, usize)>| side.map_or("-".to_string(), |(m, _)| format!("{m:.3}"));
         s.push_str(&format!(
             "  by layer kind: global layers {}, windowed layers ({} of {}, {w} keys; α counts the queries within the window) {}\n",
-            alpha0(false),
+            mean(global),
             r.model.windowed_layers.len(),
             r.model.n_layers,
-            alpha0(true)
+            mean(windowed)
         ));
     }
     let masses: Vec<(usize, usize, f64)> = r.heads.iter().filter_map(|h| Some((h.layer, h.head, h.sink_mass?))).collect();

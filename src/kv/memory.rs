@@ -28,7 +28,7 @@ pub struct KvMemory {
 /// The memory of a cache whose queries see at most `peak` entries, on `cfg`'s layers.
 pub fn kv_memory(cfg: &LlamaConfig, peak: usize) -> KvMemory {
     let per_entry = 2 * (cfg.n_kv_heads * cfg.d_head) as u64 * CACHE_ELEMENT_BYTES;
-    let windowed_layers = (0..cfg.n_layers).filter(|&l| cfg.arch.windowed(l)).count();
+    let windowed_layers = cfg.windowed_layers().len();
     let global_layers = cfg.n_layers - windowed_layers;
     let windowed_entries = cfg.arch.window.filter(|_| windowed_layers > 0).map(|w| w.min(peak));
     let entries = global_layers * peak + windowed_layers * windowed_entries.unwrap_or(0);
@@ -70,7 +70,7 @@ impl KvMemory {
 /// What a model's own windows imply for any cache policy, in a sentence (`None`: no windows).
 pub fn model_windows_note(cfg: &LlamaConfig) -> Option<String> {
     let w = cfg.arch.window?;
-    let windowed = (0..cfg.n_layers).filter(|&l| cfg.arch.windowed(l)).count();
+    let windowed = cfg.windowed_layers().len();
     (windowed > 0).then(|| {
         format!(
             "this model's own windows: {windowed} of its {} layers never see keys more than {w} back whatever the cache keeps, so a budget W applies in full to its {} global layers only; its windowed layers need at most {w} entries",

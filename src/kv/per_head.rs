@@ -4,23 +4,19 @@
 //! and the mixed policy's stream, where retrieval heads keep every key and streaming heads S + R.
 
 use std::ops::Range;
-use std::time::Instant;
 
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
-use super::memory::CACHE_ELEMENT_BYTES;
+use super::memory::{KvMemory, CACHE_ELEMENT_BYTES};
 use super::policy::{Policy, PolicyKind, PositionMode};
 use super::scored::ScoredCache;
-use super::simulate::{ppl, StreamOutcome};
+use super::simulate::{ppl, replay_scored, StreamOutcome, Track};
 use crate::error::{Error, Result};
 use crate::model::hook::HookPoint;
 use crate::model::llama::Llama;
 use crate::model::sink::CaptureSink;
 use crate::numerics::tensor::with_f32;
-
-/// Tokens per block of the mixed stream (as the other replays).
-const BLOCK: usize = 128;
 
 /// Per (layer, query head): the attention mass each query row puts on keys that are neither
 /// among the first S nor among its R most recent positions (its own included), summed over the
@@ -135,19 +131,15 @@ pub fn simulate_mixed(model: &Llama, ids: &[u32], full: &[Vec<bool>], sinks: usi
     let policy = Policy { kind: PolicyKind::H2o, sinks, cache, positions: PositionMode::Slot, recent: cache - sinks };
     let mut store = ScoredCache::new(policy, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head)?.with_full_heads(full)?;
     let steps = ids.len() - 1;
-    let (mut nll, mut lens) = (Vec::with_capacity(steps), Vec::with_capacity(steps));
-    let start = Instant::now();
-    for b0 in (0..steps).step_by(BLOCK) {
-        let b = BLOCK.min(steps - b0);
-        let (h, l) = store.forward_block(model, &ids[b0..b0 + b])?;
-        nll.extend(model.next_token_nll(&h, &ids[b0 + 1..b0 + b + 1])?);
-        lens.extend(l);
-    }
-    let wall = start.elapsed().as_secs_f64();
+    let Track { nll, lens, wall } = replay_scored(model, ids, &mut store, &mut |_, _| {})?;
     let retrieval_heads = full.iter().flatten().filter(|&&f| f).count();
     let kv_heads = cfg.n_layers * cfg.n_kv_heads;
     let first_eviction_step = (retrieval_heads < kv_heads && steps > cache).then_some(cache);
     let entries = store.entries();
+    let bytes = entries as u64 * 2 * cfg.d_head as u64 * CACHE_ELEMENT_BYTES;
+    // Sets of different sizes: the memory is what they hold together (every layer counted as
+    // held, whatever a layer's own window lets its queries see).
+    let memory = KvMemory { global_entries: lens.iter().copied().max().unwrap_or(0), windowed_entries: None, global_layers: cfg.n_layers, windowed_layers: 0, bytes, bytes_without_windows: bytes };
     let outcome = StreamOutcome {
         policy,
         label: format!("per-head: {retrieval_heads} of {kv_heads} KV heads full, the rest sink S={sinks} + {} recent", cache - sinks),
@@ -157,12 +149,11 @@ pub fn simulate_mixed(model: &Llama, ids: &[u32], full: &[Vec<bool>], sinks: usi
         cliff_step: None,
         tokens: ids.len(),
         tokens_per_s: steps as f64 / wall.max(1e-9),
-        kv_memory: Default::default(),
+        kv_memory: memory,
         kept: store.stats(),
         nll,
         cache_len: lens,
     };
-    let bytes = entries as u64 * 2 * cfg.d_head as u64 * CACHE_ELEMENT_BYTES;
     Ok(MixedOutcome { outcome, retrieval_heads, kv_heads, entries, bytes })
 }
 

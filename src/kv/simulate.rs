@@ -81,11 +81,11 @@ pub fn simulate(model: &Llama, ids: &[u32], policies: &[Policy], progress: &mut 
 }
 
 /// Per-policy results being gathered.
-struct Track {
-    nll: Vec<f64>,
-    lens: Vec<usize>,
+pub(super) struct Track {
+    pub(super) nll: Vec<f64>,
+    pub(super) lens: Vec<usize>,
     /// Seconds spent on this policy alone (its share of batched work).
-    wall: f64,
+    pub(super) wall: f64,
 }
 
 /// As [`simulate`], with options.
@@ -231,29 +231,42 @@ fn scored(model: &Llama, ids: &[u32], policy: Policy, opts: SimOptions, progress
     }
     let (n, steps) = (ids.len(), ids.len() - 1);
     let mut cache = ScoredCache::new(policy, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head)?;
-    let mut track = Track { nll: Vec::with_capacity(steps), lens: Vec::with_capacity(steps), wall: 0.0 };
-    let start = Instant::now();
-    if !opts.token_by_token {
-        for b0 in (0..steps).step_by(STREAM_BLOCK) {
-            let b = STREAM_BLOCK.min(steps - b0);
-            let (h, lens) = cache.forward_block(model, &ids[b0..b0 + b])?;
-            track.nll.extend(model.next_token_nll(&h, &ids[b0 + 1..b0 + b + 1])?);
-            track.lens.extend(lens);
-            progress(b0 + b, steps);
+    let track = if opts.token_by_token {
+        let mut track = Track { nll: Vec::with_capacity(steps), lens: Vec::with_capacity(steps), wall: 0.0 };
+        let start = Instant::now();
+        for t in 0..steps {
+            let mut attention = StepAttention::new(cfg.n_layers);
+            let h = model.forward_with(&ids[t..t + 1], Some(&mut cache), &mut attention)?;
+            track.nll.extend(model.next_token_nll(&h, &ids[t + 1..t + 2])?);
+            track.lens.push(cache.len());
+            cache.observe_and_evict(&attention.rows)?;
+            progress(t + 1, steps);
         }
-    }
-    for t in track.nll.len()..steps {
-        let mut attention = StepAttention::new(cfg.n_layers);
-        let h = model.forward_with(&ids[t..t + 1], Some(&mut cache), &mut attention)?;
-        track.nll.extend(model.next_token_nll(&h, &ids[t + 1..t + 2])?);
-        track.lens.push(cache.len());
-        cache.observe_and_evict(&attention.rows)?;
-        progress(t + 1, steps);
-    }
-    track.wall = start.elapsed().as_secs_f64();
+        track.wall = start.elapsed().as_secs_f64();
+        track
+    } else {
+        replay_scored(model, ids, &mut cache, progress)?
+    };
     let mut outcome = outcomes(cfg, &[policy], vec![track], n, steps, 1).remove(0);
     outcome.kept = cache.stats();
     Ok(outcome)
+}
+
+/// Streams `ids` through a scored cache a block of [`STREAM_BLOCK`] tokens at a time (the
+/// arithmetic of decoding them one by one; see `kv::scored_replay`).
+pub(super) fn replay_scored(model: &Llama, ids: &[u32], cache: &mut ScoredCache, progress: &mut dyn FnMut(usize, usize)) -> Result<Track> {
+    let steps = ids.len().saturating_sub(1);
+    let mut track = Track { nll: Vec::with_capacity(steps), lens: Vec::with_capacity(steps), wall: 0.0 };
+    let start = Instant::now();
+    for b0 in (0..steps).step_by(STREAM_BLOCK) {
+        let b = STREAM_BLOCK.min(steps - b0);
+        let (h, lens) = cache.forward_block(model, &ids[b0..b0 + b])?;
+        track.nll.extend(model.next_token_nll(&h, &ids[b0 + 1..b0 + b + 1])?);
+        track.lens.extend(lens);
+        progress(b0 + b, steps);
+    }
+    track.wall = start.elapsed().as_secs_f64();
+    Ok(track)
 }
 
 /// Token rows per batch of `recompute` windows: enough that the projections run at full

@@ -51,6 +51,18 @@ impl ModelInfo {
         self.window.filter(|_| self.windowed_layers.contains(&l))
     }
 
+    /// The mean of per-head values (layer, value) over global layers and over windowed ones, each
+    /// with its count; `None` for a kind with no values.
+    pub fn mean_by_layer_kind(&self, values: impl Iterator<Item = (usize, f64)>) -> [Option<(f64, usize)>; 2] {
+        let mut sums = [(0.0, 0usize); 2];
+        for (layer, v) in values {
+            let side = &mut sums[self.layer_window(layer).is_some() as usize];
+            side.0 += v;
+            side.1 += 1;
+        }
+        sums.map(|(sum, n)| (n > 0).then(|| (sum / n as f64, n)))
+    }
+
     /// Every layer's own window.
     pub fn layer_windows(&self) -> Vec<Option<usize>> {
         (0..self.n_layers).map(|l| self.layer_window(l)).collect()

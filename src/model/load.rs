@@ -118,7 +118,7 @@ fn base_info(source: &ModelSource, cfg: &LlamaConfig, architecture: String) -> M
         tied_embeddings: false,
         n_params: 0,
         window: cfg.arch.window,
-        windowed_layers: (0..cfg.n_layers).filter(|&l| cfg.arch.windowed(l)).collect(),
+        windowed_layers: cfg.windowed_layers(),
         learned_sinks: cfg.arch.learned_sinks,
         sha256: None,
     }

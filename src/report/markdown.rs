@@ -250,13 +250,8 @@ fn layer_ranges(layers: &[usize]) -> String {
 /// Mean α_0 over the heads of windowed layers and of global ones, for a model with both.
 fn by_window_kind(m: &ModelInfo, alpha0: impl Iterator<Item = (usize, f64)>) -> Option<String> {
     m.window?;
-    let (mut local, mut global) = ((0.0, 0usize), (0.0, 0usize));
-    for (layer, a) in alpha0 {
-        let side = if m.layer_window(layer).is_some() { &mut local } else { &mut global };
-        side.0 += a;
-        side.1 += 1;
-    }
-    let mean = |(sum, n): (f64, usize)| if n > 0 { format!("{:.3} ({n} heads)", sum / n as f64) } else { "no heads".into() };
+    let [global, local] = m.mean_by_layer_kind(alpha0);
+    let mean = |side: Option<(f64, usize)>| side.map_or("no heads".into(), |(mean, n)| format!("{mean:.3} ({n} heads)"));
     Some(format!(
         "Mean α_0 on the global layers {}, on the windowed layers {} (α there counts only the queries within a window of position 0).",
         mean(global),

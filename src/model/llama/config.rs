@@ -179,6 +179,16 @@ pub fn switches(family: &str) -> ArchSwitches {
 }
 
 impl LlamaConfig {
+    /// Layer `l`'s own sliding window, if it attends through one.
+    pub fn layer_window(&self, l: usize) -> Option<usize> {
+        self.arch.window.filter(|_| self.arch.windowed(l))
+    }
+
+    /// The layers that attend through a sliding window.
+    pub fn windowed_layers(&self) -> Vec<usize> {
+        (0..self.n_layers).filter(|&l| self.arch.windowed(l)).collect()
+    }
+
     /// Checks the numbers are usable before any tensor is read.
     pub fn validate(&self, source: &std::path::Path) -> Result<()> {
         let bad = |what: String| Error::file(source, format!("model configuration is impossible: {what}"));

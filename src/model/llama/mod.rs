@@ -83,9 +83,8 @@ impl Llama {
         if tokens.is_empty() {
             return Err(Error::input("no tokens to run: the text is empty"));
         }
-        let positions = store.as_ref().map_or_else(|| (0..tokens.len()).collect(), |s| s.next_positions(tokens.len()));
-        let past = store.as_ref().map_or(0, |s| s.next_positions(1)[0]);
-        let rows = past..past + tokens.len();
+        let positions = store.as_ref().map_or_else(|| (0..tokens.len()).collect::<Vec<_>>(), |s| s.next_positions(tokens.len()));
+        let rows = positions[0]..positions[0] + tokens.len();
         let x = self.embed_tokens(tokens, &positions)?;
         emit(sink, HookPoint::Embed, &rows, &x)?;
         self.run_layers(x, 0, &mut [Seq { store, mask: None }], sink)
@@ -236,13 +235,13 @@ impl Llama {
 
     /// Layer `l`'s RoPE and window.
     fn layer_attention(&self, l: usize) -> LayerAttention<'_> {
-        let windowed = self.cfg.arch.windowed(l);
-        let local = self.rope_local.as_ref().filter(|_| windowed);
+        let window = self.cfg.layer_window(l);
+        let local = self.rope_local.as_ref().filter(|_| window.is_some());
         LayerAttention {
             index: l,
             rope: local.unwrap_or(&self.rope),
             local_rope: local.is_some(),
-            window: if windowed { self.cfg.arch.window } else { None },
+            window,
             sinks: self.blocks[l].sinks.as_deref(),
         }
     }
@@ -259,7 +258,7 @@ impl Llama {
 
     /// Whether some layer attends through a sliding window of the model's own.
     pub fn has_sliding_window(&self) -> bool {
-        (0..self.cfg.n_layers).any(|l| self.cfg.arch.windowed(l))
+        !self.cfg.windowed_layers().is_empty()
     }
 
     /// Refuses token ids outside the vocabulary (inputs to embed, targets to score).
