@@ -161,7 +161,7 @@ fn masked_variants_reuse_the_prefix_and_batch_exactly() {
         candle_core::Tensor::from_slice(data, shape, &candle_core::Device::Cpu).unwrap()
     };
     let diff = |a: &candle_core::Tensor, b: &candle_core::Tensor| -> f32 { (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap() };
-    let masks: Vec<KeyMask> = (0..8).map(|h| KeyMask { layer: 3, heads: vec![h], key: 0 }).collect();
+    let masks: Vec<KeyMask> = (0..8).map(|h| KeyMask::key(3, vec![h], 0)).collect();
     let batched = lm.model.forward_masked(&resid(3), &masks).unwrap();
     for (m, b) in masks.iter().zip(&batched) {
         let single = &lm.model.forward_masked(&resid(3), std::slice::from_ref(m)).unwrap()[0];
@@ -169,16 +169,17 @@ fn masked_variants_reuse_the_prefix_and_batch_exactly() {
         assert!(diff(&clean, b) > 0.0, "masking must change something");
     }
     // An empty head list masks nothing: the re-run equals the clean pass.
-    let none = &lm.model.forward_masked(&resid(2), &[KeyMask { layer: 2, heads: vec![], key: 0 }]).unwrap()[0];
+    let none = &lm.model.forward_masked(&resid(2), &[KeyMask::key(2, vec![], 0)]).unwrap()[0];
     assert!(diff(&clean, none) < 1e-5);
     // Re-running every layer from layer 0's input (an empty mask at layer 0) reproduces the clean
     // pass too: the clean pass's saved layer inputs are exactly where the variants may start.
-    let from_zero = lm.model.forward_masked(&resid(0), &[KeyMask { layer: 0, heads: vec![], key: 0 }]).unwrap().remove(0);
+    let from_zero = lm.model.forward_masked(&resid(0), &[KeyMask::key(0, vec![], 0)]).unwrap().remove(0);
     assert!(diff(&clean, &from_zero) < 1e-5);
 }
 
-/// Key-masking ablations against HF transformers with the same intervention patched into its eager
-/// attention (tests/fixtures/ablation_reference.json). Tolerance: 2e-5 nats + 0.01% of the value.
+/// Key-masking ablations — one key hidden, or heads restricted to S sinks + R recent keys — against
+/// HF transformers with the same intervention patched into its eager attention
+/// (tests/fixtures/ablation_reference.json). Tolerance: 2e-5 nats + 0.01% of the value.
 #[test]
 fn ablation_matches_hf_with_the_same_mask() {
     use sinkscope::capture::ablation::run_masks;
@@ -193,13 +194,18 @@ fn ablation_matches_hf_with_the_same_mask() {
             .iter()
             .map(|c| {
                 let heads: Vec<usize> = c["heads"].as_array().unwrap().iter().map(|h| h.as_u64().unwrap() as usize).collect();
-                let mask = KeyMask { layer: c["layer"].as_u64().unwrap() as usize, heads, key: c["key"].as_u64().unwrap() as usize };
+                let (layer, key) = (c["layer"].as_u64().unwrap() as usize, c["key"].as_u64().unwrap() as usize);
+                // A case with "recent" restricts the heads to a streaming cache (S = key, R).
+                let mask = match c["recent"].as_u64() {
+                    Some(r) => KeyMask::streaming(layer, heads, key, r as usize),
+                    None => KeyMask::key(layer, heads, key),
+                };
                 vec![(mask, None)]
             })
             .collect();
         let results = run_masks(&lm.model, &ids, &groups, &mut |_, _| {}).unwrap();
         for (c, r) in cases.iter().zip(&results) {
-            eprintln!("{key} L{} {} k{}: ΔNLL {:.6} (HF {:.6}), KL {:.6} (HF {:.6})", c["layer"], c["heads"], c["key"], r.delta_nll, c["delta_nll"].as_f64().unwrap(), r.kl, c["kl"].as_f64().unwrap());
+            eprintln!("{key} L{} {} k{} r{}: ΔNLL {:.6} (HF {:.6}), KL {:.6} (HF {:.6})", c["layer"], c["heads"], c["key"], c["recent"], r.delta_nll, c["delta_nll"].as_f64().unwrap(), r.kl, c["kl"].as_f64().unwrap());
             for (name, ours) in [("delta_nll", r.delta_nll), ("kl", r.kl)] {
                 let want = c[name].as_f64().unwrap();
                 assert!((ours - want).abs() <= 2e-5 + 1e-4 * want.abs(), "{key} layer {} heads {} key {}: {name} {ours} vs HF {want}", c["layer"], c["heads"], c["key"]);

@@ -126,7 +126,11 @@ fn per_head_policies_span_sink_to_dense() {
     let text = std::fs::read_to_string(common::corpora_dir().join("tinystories_val_subset.txt")).unwrap();
     let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap()[..300].to_vec();
     let cfg = &lm.model.cfg;
-    let score = measure(&lm.model, &ids, 4, 32).unwrap();
+    let evidence = measure(&lm.model, &ids, 4, 32).unwrap();
+    let score = evidence.outside;
+    // α_0 is a mean attention weight; SmolLM2's heads sink onto key 0.
+    assert!(evidence.alpha0.iter().flatten().all(|a| (0.0..=1.0 + 1e-6).contains(a)));
+    assert!(evidence.alpha0.iter().flatten().any(|&a| a > 0.5));
     assert_eq!((score.len(), score[0].len()), (cfg.n_layers, cfg.n_kv_heads));
     let close = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
     let none = simulate_mixed(&lm.model, &ids, &gates_by_share(&score, 0.0), 4, 64).unwrap();
@@ -187,4 +191,85 @@ fn heads_and_the_per_head_sweep_from_the_cli() {
     assert_eq!(gates.height(), 20);
     let index = std::fs::read_to_string(run.join("index.md")).unwrap();
     assert!(index.contains("**Per-head policies**") && index.contains("| 10 of 20 (50.0%)"), "{index}");
+}
+
+/// `heads --causal` ranks KV heads by the ΔNLL when each alone keeps only S + R keys (the masks
+/// are checked against HF in tests/analysis.rs): the gates are the top share by that evidence,
+/// α_0 and the outside mass sit beside it, and the TSV is what heads.json says.
+#[test]
+fn heads_ranked_by_causal_evidence() {
+    let Some(_) = common::model("stories260K.gguf") else { return };
+    let dir = common::temp_dir("heads-causal");
+    let text = common::corpora_dir().join("tinystories_val_subset.txt");
+    let out = common::sinkscope(&["heads", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "300", "--sinks", "2", "--recent", "30", "--retrieval-share", "0.25", "--causal", "--causal-tokens", "120", "-o", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ΔNLL"), "{}", String::from_utf8_lossy(&out.stdout));
+    let heads: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("heads.json")).unwrap()).unwrap();
+    assert_eq!((heads["ranked_by"].as_str(), heads["causal_tokens"].as_u64()), (Some("causal"), Some(120)));
+    let grid = |key: &str| -> Vec<Vec<f64>> { heads[key].as_array().unwrap().iter().map(|l| l.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect()).collect() };
+    let (causal, alpha0) = (grid("causal"), grid("alpha0"));
+    assert_eq!((causal.len(), causal[0].len(), alpha0.len(), alpha0[0].len()), (5, 4, 5, 4));
+    assert!(causal.iter().flatten().all(|d| d.is_finite() && d.abs() < 5.0) && causal.iter().flatten().any(|d| d.abs() > 1e-6));
+    assert!(alpha0.iter().flatten().all(|a| (0.0..=1.0 + 1e-6).contains(a)));
+    // The 5 of 20 gates set are the 5 largest ΔNLL.
+    let tsv = std::fs::read_to_string(dir.join("head_gates.tsv")).unwrap();
+    let gates: Vec<bool> = tsv.lines().flat_map(|l| l.split('\t').map(|g| g == "1").collect::<Vec<_>>()).collect();
+    let flat: Vec<f64> = causal.iter().flatten().copied().collect();
+    let lowest_kept = flat.iter().zip(&gates).filter(|(_, &g)| g).map(|(d, _)| *d).fold(f64::INFINITY, f64::min);
+    let highest_left = flat.iter().zip(&gates).filter(|(_, &g)| !g).map(|(d, _)| *d).fold(f64::NEG_INFINITY, f64::max);
+    assert_eq!(gates.iter().filter(|&&g| g).count(), 5);
+    assert!(lowest_kept >= highest_left, "gates must be the top ΔNLL: {lowest_kept} < {highest_left}");
+    // A causal window that leaves no query beyond S + R is refused with the reason.
+    let bad = common::sinkscope(&["heads", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "300", "--sinks", "2", "--recent", "30", "--causal", "--causal-tokens", "20", "-o", dir.to_str().unwrap()]);
+    assert_eq!(bad.status.code(), Some(2), "{}", String::from_utf8_lossy(&bad.stderr));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("sinks + 30 recent"), "{}", String::from_utf8_lossy(&bad.stderr));
+}
+
+/// `recommend --policy h2o` sweeps the pinned keys of h2o (S = 0 is h2o unpinned, not a window),
+/// on a separate calibration text the per-head ranking says so, and settings that name no S to
+/// sweep are refused.
+#[test]
+fn recommend_sweeps_score_policies() {
+    let Some(_) = common::model("stories260K.gguf") else { return };
+    let text = common::corpora_dir().join("tinystories_val_subset.txt");
+    let t = text.to_str().unwrap();
+    let out = common::sinkscope(&["recommend", "-m", "stories260k", "-f", t, "--tokens", "200", "--cache", "48", "--policy", "h2o", "--recent", "16", "--sinks", "0,2", "--no-recompute", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rec: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let labels: Vec<&str> = rec["table"].as_array().unwrap().iter().map(|r| r["label"].as_str().unwrap()).collect();
+    assert_eq!(labels, ["h2o S=0 R=16, W=48 (slot)", "h2o S=2 R=16, W=48 (slot)"]);
+    assert!(rec["verdict"].as_str().unwrap().contains("h2o") || rec["verdict"].as_str().unwrap().contains("Pin"), "{}", rec["verdict"]);
+    for bad in [
+        vec!["--policy", "dense"],
+        vec!["--policy", "tova", "--recent", "8"],
+        vec!["--causal"],
+        vec!["--calibrate", t],
+    ] {
+        let mut args = vec!["recommend", "-m", "stories260k", "-f", t, "--tokens", "200", "--cache", "48"];
+        args.extend(bad.iter().copied());
+        let out = common::sinkscope(&args);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let cal = common::corpora_dir().join("tinyshakespeare.txt");
+    let out = common::sinkscope(&["recommend", "--per-head", "-m", "stories260k", "-f", t, "--tokens", "200", "--cache", "48", "--head-sinks", "2", "--shares", "0,0.5", "--calibrate", cal.to_str().unwrap(), "--calibrate-start-char", "1000", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let f: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(f["gates"]["calibration"].as_str().unwrap().ends_with("tinyshakespeare.txt from character 1000"), "{}", f["gates"]);
+}
+
+/// A stream of a score-based policy with nothing pinned exports the kept-first figure and says
+/// in index.md what it kept.
+#[test]
+fn kept_first_positions_are_exported() {
+    let Some(_) = common::model("stories260K.gguf") else { return };
+    let dir = common::temp_dir("kept-first");
+    let text = common::corpora_dir().join("tinystories_val_subset.txt");
+    let out = common::sinkscope(&["stream", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "200", "--cache", "48", "--policy", "tova", "-o", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = common::sinkscope(&["export", dir.to_str().unwrap(), "--md", "--svg"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let svg = std::fs::read_to_string(dir.join("figures/kept-first.svg")).unwrap();
+    assert!(svg.contains("tova S=0"), "the legend names the policy");
+    let index = std::fs::read_to_string(dir.join("index.md")).unwrap();
+    assert!(index.contains("What score-based policies with nothing pinned kept") && index.contains("- tova S=0, W=48 (slot): "), "{index}");
 }

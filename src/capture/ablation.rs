@@ -47,10 +47,10 @@ pub fn run_ablation(model: &Llama, ids: &[u32], plan: &AblationPlan, progress: &
         for layer in 0..cfg.n_layers {
             let mut group = Vec::new();
             if plan.per_head {
-                group.extend((0..cfg.n_heads).map(|h| (KeyMask { layer, heads: vec![h], key }, Some(h))));
+                group.extend((0..cfg.n_heads).map(|h| (KeyMask::key(layer, vec![h], key), Some(h))));
             }
             if plan.per_layer {
-                group.push((KeyMask { layer, heads: (0..cfg.n_heads).collect(), key }, None));
+                group.push((KeyMask::key(layer, (0..cfg.n_heads).collect(), key), None));
             }
             if !group.is_empty() {
                 groups.push(group);
@@ -65,8 +65,12 @@ pub fn run_ablation(model: &Llama, ids: &[u32], plan: &AblationPlan, progress: &
 /// (`None`: a whole layer).
 pub fn run_masks(model: &Llama, ids: &[u32], groups: &[Vec<(KeyMask, Option<usize>)>], progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<AblationResult>> {
     let t = ids.len();
-    if let Some((m, _)) = groups.iter().flatten().find(|(m, _)| m.key + 2 > t) {
-        return Err(Error::input(format!("cannot ablate key {} of a {t}-token probe: it needs tokens after it to score", m.key)));
+    // Rows from the mask's first query on predict the next token; at least one must be scored.
+    if let Some((m, _)) = groups.iter().flatten().find(|(m, _)| m.first_query() + 2 > t) {
+        return Err(match m.recent {
+            None => Error::input(format!("cannot ablate key {} of a {t}-token probe: it needs tokens after it to score", m.key)),
+            Some(r) => Error::input(format!("{t} tokens leave no query with keys beyond {} sinks + {r} recent to hide; use a longer text", m.key)),
+        });
     }
     let cfg = &model.cfg;
     let mut inputs = TensorCollector::new(HookFilter::parse("hook_resid_pre", cfg.n_layers)?, t);
@@ -86,7 +90,7 @@ pub fn run_masks(model: &Llama, ids: &[u32], groups: &[Vec<(KeyMask, Option<usiz
         for ((mask, head), masked) in group.iter().zip(model.forward_masked(&resid, &masks)?) {
             // Rows i > key predict tokens i+1; rows ≤ key cannot see the mask. Scored in chunks so
             // the buffers stay small enough for the allocator to reuse (no page-fault churn).
-            let first = mask.key + 1;
+            let first = mask.first_query();
             let (mut dnll, mut kl) = (0.0, 0.0);
             for start in (first..t - 1).step_by(SCORE_ROWS) {
                 let end = (start + SCORE_ROWS).min(t - 1);
@@ -101,6 +105,24 @@ pub fn run_masks(model: &Llama, ids: &[u32], groups: &[Vec<(KeyMask, Option<usiz
         }
     }
     Ok(results)
+}
+
+/// Per (layer, KV head): the mean ΔNLL when every query head sharing that KV head sees only the
+/// first `sinks` keys and its `recent` most recent ones (a streaming head in DuoAttention's sense),
+/// the rest of the model unchanged — over the rows from S + R on. The causal evidence of which KV
+/// heads need the whole cache.
+pub fn streaming_head_ablation(model: &Llama, ids: &[u32], sinks: usize, recent: usize, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<Vec<f64>>> {
+    let cfg = &model.cfg;
+    let group = cfg.n_heads / cfg.n_kv_heads;
+    let groups: Vec<Vec<(KeyMask, Option<usize>)>> = (0..cfg.n_layers)
+        .map(|layer| (0..cfg.n_kv_heads).map(|kv| (KeyMask::streaming(layer, (kv * group..(kv + 1) * group).collect(), sinks, recent), Some(kv))).collect())
+        .collect();
+    let results = run_masks(model, ids, &groups, progress)?;
+    let mut delta = vec![vec![0.0; cfg.n_kv_heads]; cfg.n_layers];
+    for r in results {
+        delta[r.layer][r.head.unwrap_or(0)] = r.delta_nll;
+    }
+    Ok(delta)
 }
 
 /// Logits of hidden rows start..end as a flat [rows, vocab] vector.

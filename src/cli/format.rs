@@ -8,6 +8,7 @@ use crate::model::info::ModelInfo;
 use crate::model::llama::{ArchSwitches, MlpKind, NormKind, NormPlacement, QkNorm};
 use crate::kv::per_head::Frontier;
 use crate::report::export::Exported;
+use crate::report::markdown::equal_ppl_memory;
 use crate::report::records::CaptureReport;
 
 /// What sets the model's family apart from Llama, in words ("as Llama" when nothing does).
@@ -235,13 +236,13 @@ pub fn format_exported(e: &Exported) -> String {
 pub fn format_frontier(f: &Frontier) -> String {
     let kv_heads = f.gates.full.iter().flatten().count();
     let mut s = format!(
-        "per-head policies over {} tokens: retrieval KV heads keep every key, the others {} sinks + {} recent (W = {}); heads ranked by attention outside those keys over {} tokens\n\n",
-        f.tokens, f.sinks, f.cache - f.sinks, f.cache, f.gates.tokens
+        "per-head policies over {} tokens: retrieval KV heads keep every key, the others {} sinks + {} recent (W = {}); heads ranked by {}\n\n",
+        f.tokens, f.sinks, f.cache - f.sinks, f.cache, f.gates.ranked_by_text()
     );
-    s.push_str(&format!("retrieval heads      KV entries   KV memory (f16)   ppl from step {:<5}  | uniform sink, same memory: W   ppl from step {}\n", f.cache, f.cache));
+    s.push_str(&format!("retrieval heads      KV entries   KV memory (f16)   ppl from step {:<5}  | uniform sink, same memory: W   ppl from step {}  | uniform at equal ppl\n", f.cache, f.cache));
     for r in &f.rows {
         s.push_str(&format!(
-            "{:>4} of {:<4} ({:>5.1}%) {:>10}   {:>12.2} MiB   {:>18}   | {:>28}   {:>18}\n",
+            "{:>4} of {:<4} ({:>5.1}%) {:>10}   {:>12.2} MiB   {:>18}   | {:>28}   {:>18}  | {}\n",
             r.retrieval_heads,
             kv_heads,
             100.0 * r.share,
@@ -249,7 +250,8 @@ pub fn format_frontier(f: &Frontier) -> String {
             r.bytes as f64 / (1 << 20) as f64,
             format!("{:.3}", r.ppl_from_w),
             r.uniform_cache,
-            format!("{:.3}", r.uniform_ppl_from_w)
+            format!("{:.3}", r.uniform_ppl_from_w),
+            equal_ppl_memory(r)
         ));
     }
     s

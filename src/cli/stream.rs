@@ -11,7 +11,7 @@ use super::progress::TerminalProgress;
 use crate::error::Result;
 use crate::kv::policy::{Policy, PolicyKind, PositionMode};
 use crate::io::staging::check_out_dir;
-use crate::pipeline::heads::per_head_sweep;
+use crate::pipeline::heads::{per_head_sweep, PerHeadSweep, CAUSAL_TOKENS, GATE_TOKENS};
 use crate::pipeline::stream::{stream_into, sweep_into, StreamSource, SweepOptions, RECOMPUTE_BUDGET};
 
 /// The text a stream runs over.
@@ -73,9 +73,18 @@ pub struct RecommendArgs {
     /// The cache budget W.
     #[arg(long)]
     pub cache: usize,
-    /// Sink counts to sweep (0 = a plain window).
+    /// Sink counts to sweep (0 = a plain window, or the score-based policy unpinned).
     #[arg(long, value_delimiter = ',', default_value = "0,1,2,4,8,16")]
     pub sinks: Vec<usize>,
+    /// The policy whose pinned first tokens are swept: sink (S = 0 is window), h2o, tova or snapkv.
+    #[arg(long, value_enum, default_value_t = PolicyKind::Sink)]
+    pub policy: PolicyKind,
+    /// R for `--policy h2o` [default: W/2].
+    #[arg(long)]
+    pub recent: Option<usize>,
+    /// The observation window of `--policy snapkv` [default: 32].
+    #[arg(long)]
+    pub observe: Option<usize>,
     /// Recommend the smallest S within this fraction of the best post-eviction perplexity.
     #[arg(long, default_value_t = 0.02)]
     pub delta: f64,
@@ -107,6 +116,20 @@ pub struct RecommendArgs {
     /// Shares of retrieval heads swept under --per-head.
     #[arg(long, value_delimiter = ',', default_value = "0,0.125,0.25,0.5,1")]
     pub shares: Vec<f64>,
+    /// Under --per-head, rank KV heads by the ΔNLL when each alone keeps only the sinks and the
+    /// recent window (measured on --causal-tokens tokens) instead of the attention outside them.
+    #[arg(long)]
+    pub causal: bool,
+    /// Tokens the causal ranking is measured on.
+    #[arg(long, default_value_t = CAUSAL_TOKENS)]
+    pub causal_tokens: usize,
+    /// Under --per-head, rank the heads on this text (its first tokens) instead of the one the
+    /// policies are evaluated on.
+    #[arg(long)]
+    pub calibrate: Option<PathBuf>,
+    /// Start the calibration text at this character (past a licence header, say).
+    #[arg(long, default_value_t = 0)]
+    pub calibrate_start_char: usize,
 }
 
 impl StreamText {
@@ -122,14 +145,7 @@ pub fn run_stream(args: StreamArgs) -> Result<()> {
     let mut lm = args.model.load()?;
     let scored = matches!(args.policy, PolicyKind::H2o | PolicyKind::Tova | PolicyKind::Snapkv);
     let sinks = args.sinks.unwrap_or(if scored { 0 } else { 4 });
-    let recent = match args.policy {
-        PolicyKind::H2o => args.recent.unwrap_or(0),
-        PolicyKind::Snapkv => args.observe.unwrap_or(0),
-        _ => 0,
-    };
-    if (args.recent.is_some() && args.policy != PolicyKind::H2o) || (args.observe.is_some() && args.policy != PolicyKind::Snapkv) {
-        return Err(crate::error::Error::input("--recent is for --policy h2o, --observe for --policy snapkv"));
-    }
+    let recent = scored_window(args.policy, args.recent, args.observe)?;
     let policy = Policy { kind: args.policy, sinks, cache: args.cache, positions: args.positions, recent };
     let outcome = stream_into(&mut lm, &args.text.source(), policy, args.out.as_deref(), &mut TerminalProgress::new())?;
     if args.json {
@@ -140,13 +156,35 @@ pub fn run_stream(args: StreamArgs) -> Result<()> {
     Ok(())
 }
 
+/// The policy's `recent` field: R for h2o, the observation window for snapkv (0: its default).
+fn scored_window(policy: PolicyKind, recent: Option<usize>, observe: Option<usize>) -> Result<usize> {
+    if (recent.is_some() && policy != PolicyKind::H2o) || (observe.is_some() && policy != PolicyKind::Snapkv) {
+        return Err(crate::error::Error::input("--recent is for --policy h2o, --observe for --policy snapkv"));
+    }
+    Ok(match policy {
+        PolicyKind::H2o => recent.unwrap_or(0),
+        PolicyKind::Snapkv => observe.unwrap_or(0),
+        _ => 0,
+    })
+}
+
 pub fn run_recommend(args: RecommendArgs) -> Result<()> {
+    if !args.per_head && (args.causal || args.calibrate.is_some()) {
+        return Err(crate::error::Error::input("--causal and --calibrate choose the heads of --per-head; add --per-head"));
+    }
     if args.per_head {
         if let Some(out) = &args.out {
             check_out_dir(out)?;
         }
         let mut lm = args.model.load()?;
-        let f = per_head_sweep(&mut lm, &args.text.source(), args.cache, args.head_sinks, &args.shares, args.out.as_deref(), &mut TerminalProgress::new())?;
+        let sweep = PerHeadSweep {
+            cache: args.cache,
+            sinks: args.head_sinks,
+            shares: args.shares.clone(),
+            causal_tokens: args.causal.then_some(args.causal_tokens),
+            calibration: args.calibrate.clone().map(|file| StreamSource { file, start_char: args.calibrate_start_char, tokens: GATE_TOKENS, token_by_token: false }),
+        };
+        let f = per_head_sweep(&mut lm, &args.text.source(), &sweep, args.out.as_deref(), &mut TerminalProgress::new())?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&f)?);
         } else {
@@ -158,6 +196,8 @@ pub fn run_recommend(args: RecommendArgs) -> Result<()> {
         source: args.text.source(),
         cache: args.cache,
         sinks: args.sinks.clone(),
+        family: args.policy,
+        recent: scored_window(args.policy, args.recent, args.observe)?,
         delta: args.delta,
         positions: args.positions,
         recompute: !args.no_recompute,

@@ -1,7 +1,8 @@
 //! Per-head cache policies (DuoAttention-style): which KV heads need the whole cache
 //! ("retrieval") and which do with S sinks + R recent keys ("streaming"), judged from the
-//! attention each head pays outside those keys on a long text; the gates as DuoAttention's TSV;
-//! and the mixed policy's stream, where retrieval heads keep every key and streaming heads S + R.
+//! attention each head pays outside those keys on a long text (or from the causal evidence the
+//! caller measured); the gates as DuoAttention's TSV; and the mixed policy's stream, where
+//! retrieval heads keep every key and streaming heads S + R.
 
 use std::ops::Range;
 
@@ -19,25 +20,32 @@ use crate::model::sink::CaptureSink;
 use crate::numerics::tensor::with_f32;
 
 /// Per (layer, query head): the attention mass each query row puts on keys that are neither
-/// among the first S nor among its R most recent positions (its own included), summed over the
-/// rows that have such keys (q ≥ S + R).
+/// among the first S nor among its R most recent positions (its own included), and on key 0
+/// (α_0), summed over the rows that have such keys (q ≥ S + R).
 pub struct OutsideMass {
     sinks: usize,
     recent: usize,
     /// [layer][head]
     pub sums: Vec<Vec<f64>>,
+    /// [layer][head]: attention on key 0 over the same rows.
+    pub first_key: Vec<Vec<f64>>,
     /// [layer] rows counted.
     pub rows: Vec<usize>,
 }
 
 impl OutsideMass {
     pub fn new(n_layers: usize, n_heads: usize, sinks: usize, recent: usize) -> Self {
-        OutsideMass { sinks, recent, sums: vec![vec![0.0; n_heads]; n_layers], rows: vec![0; n_layers] }
+        OutsideMass { sinks, recent, sums: vec![vec![0.0; n_heads]; n_layers], first_key: vec![vec![0.0; n_heads]; n_layers], rows: vec![0; n_layers] }
     }
 
     /// Mean outside mass of (layer, head) over the rows counted.
     pub fn mean(&self, layer: usize, head: usize) -> f64 {
         self.sums[layer][head] / self.rows[layer].max(1) as f64
+    }
+
+    /// Mean attention of (layer, head) on key 0 over the rows counted.
+    pub fn alpha0(&self, layer: usize, head: usize) -> f64 {
+        self.first_key[layer][head] / self.rows[layer].max(1) as f64
     }
 }
 
@@ -52,17 +60,29 @@ impl CaptureSink for OutsideMass {
         let (s, r) = (self.sinks, self.recent);
         let counted: Vec<usize> = (0..block).filter(|&i| rows.start + i >= s + r).collect();
         with_f32(value, |a| {
-            for (h, sum) in self.sums[l].iter_mut().enumerate().take(heads) {
+            for (h, (sum, first)) in self.sums[l].iter_mut().zip(self.first_key[l].iter_mut()).enumerate().take(heads) {
                 for &i in &counted {
                     let q = rows.start + i;
                     let row = &a[(h * block + i) * keys..][..keys];
                     *sum += row[s..=(q - r).min(keys - 1)].iter().map(|&x| x as f64).sum::<f64>();
+                    *first += row[0] as f64;
                 }
             }
         })?;
         self.rows[l] += counted.len();
         Ok(())
     }
+}
+
+/// The evidence KV heads are ranked by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateEvidence {
+    /// The attention paid outside the S sinks and R recent keys.
+    #[default]
+    Outside,
+    /// The ΔNLL when the KV head alone is restricted to them.
+    Causal,
 }
 
 /// Each KV head's need for the whole cache, and which heads get it.
@@ -72,15 +92,54 @@ pub struct HeadGates {
     pub recent: usize,
     /// Tokens the scores were measured on.
     pub tokens: usize,
+    /// The text they were measured on, when it is not the text the policies are evaluated on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<String>,
     /// [layer][kv head]: the largest mean outside mass among the query heads sharing the KV head
     /// (what a streaming cache would take away from it).
     pub score: Vec<Vec<f64>>,
+    /// [layer][kv head]: the mean α_0 (attention on key 0) of its query heads, over the same rows.
+    #[serde(default)]
+    pub alpha0: Vec<Vec<f64>>,
+    /// [layer][kv head]: mean ΔNLL (nats) over the rows from S + R on when this KV head alone is
+    /// restricted to S + R keys, on the first `causal_tokens` tokens (`None`: not measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub causal: Option<Vec<Vec<f64>>>,
+    #[serde(default)]
+    pub causal_tokens: usize,
+    #[serde(default)]
+    pub ranked_by: GateEvidence,
     /// [layer][kv head]: keeps the whole cache (1 in the TSV).
     pub full: Vec<Vec<bool>>,
 }
 
-/// Measures every KV head's outside mass on `ids` (one forward, within the model's context).
-pub fn measure(model: &Llama, ids: &[u32], sinks: usize, recent: usize) -> Result<Vec<Vec<f64>>> {
+impl HeadGates {
+    /// The values the heads are ranked by (higher: needs the whole cache more).
+    pub fn ranking(&self) -> &[Vec<f64>] {
+        match (&self.causal, self.ranked_by) {
+            (Some(c), GateEvidence::Causal) => c,
+            _ => &self.score,
+        }
+    }
+
+    /// What the heads were ranked by, in words.
+    pub fn ranked_by_text(&self) -> String {
+        let on = self.calibration.as_ref().map_or(String::new(), |c| format!(" of {c}"));
+        match self.ranked_by {
+            GateEvidence::Causal => format!("the ΔNLL when each alone keeps only those keys, over {} tokens{on}", self.causal_tokens),
+            GateEvidence::Outside => format!("the attention they pay outside those keys over {} tokens{on}", self.tokens),
+        }
+    }
+}
+
+/// Per KV head: the outside mass (the largest of its query heads') and α_0 (their mean).
+pub struct HeadEvidence {
+    pub outside: Vec<Vec<f64>>,
+    pub alpha0: Vec<Vec<f64>>,
+}
+
+/// Measures every KV head's outside mass and α_0 on `ids` (one forward, within the model's context).
+pub fn measure(model: &Llama, ids: &[u32], sinks: usize, recent: usize) -> Result<HeadEvidence> {
     let cfg = &model.cfg;
     if ids.len() <= sinks + recent {
         return Err(Error::input(format!("{} tokens leave no query with keys beyond {sinks} sinks + {recent} recent; use a longer text", ids.len())));
@@ -88,7 +147,10 @@ pub fn measure(model: &Llama, ids: &[u32], sinks: usize, recent: usize) -> Resul
     let mut mass = OutsideMass::new(cfg.n_layers, cfg.n_heads, sinks, recent);
     model.forward(ids, None, &mut mass)?;
     let group = cfg.n_heads / cfg.n_kv_heads;
-    Ok((0..cfg.n_layers).map(|l| (0..cfg.n_kv_heads).map(|kv| (0..group).map(|g| mass.mean(l, kv * group + g)).fold(0.0, f64::max)).collect()).collect())
+    let per_kv = |f: &dyn Fn(usize, usize) -> f64| -> Vec<Vec<f64>> { (0..cfg.n_layers).map(|l| (0..cfg.n_kv_heads).map(|kv| f(l, kv)).collect()).collect() };
+    let outside = per_kv(&|l, kv| (0..group).map(|g| mass.mean(l, kv * group + g)).fold(0.0, f64::max));
+    let alpha0 = per_kv(&|l, kv| (0..group).map(|g| mass.alpha0(l, kv * group + g)).sum::<f64>() / group as f64);
+    Ok(HeadEvidence { outside, alpha0 })
 }
 
 /// The `share` of KV heads with the highest scores as retrieval heads (ties: the earlier head).
@@ -172,6 +234,29 @@ pub struct FrontierRow {
     /// `sink S` with the budget that holds the same entries per KV head, over the same steps.
     pub uniform_cache: usize,
     pub uniform_ppl_from_w: f64,
+    /// The f16 bytes a uniform `sink S` cache needs to reach this row's perplexity, read off the
+    /// uniform points by linear interpolation (`None`: outside the swept range).
+    #[serde(default)]
+    pub uniform_bytes_at_equal_ppl: Option<f64>,
+}
+
+/// The memory at which the piecewise-linear curve through the uniform points (bytes, ppl) first
+/// comes down to `ppl`; `None` when it never does within the points or starts below it.
+pub fn uniform_bytes_at(rows: &[FrontierRow], ppl: f64) -> Option<f64> {
+    let mut points: Vec<(f64, f64)> = rows.iter().map(|r| (r.bytes as f64, r.uniform_ppl_from_w)).collect();
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // Equal up to float rounding (the 0% and 100% rows are the uniform cache itself).
+    let tol = 1e-9 * ppl.abs();
+    if let Some(&(b, _)) = points.iter().find(|p| (p.1 - ppl).abs() <= tol) {
+        return Some(b);
+    }
+    if points.first().is_none_or(|p| p.1 < ppl) {
+        return None;
+    }
+    points.windows(2).find_map(|w| {
+        let ((b0, p0), (b1, p1)) = (w[0], w[1]);
+        (p1 <= ppl && p0 >= ppl).then(|| b0 + (b1 - b0) * (p0 - ppl) / (p0 - p1))
+    })
 }
 
 /// The sweep over the share of retrieval heads.
@@ -183,4 +268,24 @@ pub struct Frontier {
     pub gates: HeadGates,
     pub rows: Vec<FrontierRow>,
     pub wall_seconds: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(bytes: u64, ppl: f64, uniform: f64) -> FrontierRow {
+        FrontierRow { share: 0.0, retrieval_heads: 0, entries: 0, bytes, ppl, ppl_from_w: ppl, uniform_cache: 0, uniform_ppl_from_w: uniform, uniform_bytes_at_equal_ppl: None }
+    }
+
+    #[test]
+    fn equal_perplexity_memory_reads_the_uniform_curve() {
+        let rows = [row(100, 30.0, 30.0), row(200, 26.0, 24.0), row(400, 20.0, 20.0)];
+        // 26 lies between the uniform points (100, 30) and (200, 24): two thirds of the way.
+        assert!((uniform_bytes_at(&rows, 26.0).unwrap() - 166.666_666).abs() < 1e-3);
+        assert_eq!(uniform_bytes_at(&rows, 30.0), Some(100.0));
+        assert_eq!(uniform_bytes_at(&rows, 20.0 + 1e-12), Some(400.0));
+        assert_eq!(uniform_bytes_at(&rows, 19.0), None, "below every uniform point");
+        assert_eq!(uniform_bytes_at(&rows, 31.0), None, "above the smallest cache");
+    }
 }

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::memory::KvMemory;
+use super::policy::PolicyKind;
 use super::simulate::{find_cliff_against, StreamOutcome};
 
 /// One row of the evidence table.
@@ -148,10 +149,17 @@ fn verdict(sweep: &[StreamOutcome], recompute: Option<(&StreamOutcome, &SweepRow
     let pct = |x: f64| format!("{:.1}%", 100.0 * x);
     let at = |s: usize| sweep.iter().find(|o| o.policy.sinks == s).and_then(|o| o.ppl_after_eviction);
     let mut v = String::new();
+    // What S = 0 is: a plain window, or the score-based policy with nothing pinned.
+    let unpinned = match sweep.first().map(|o| o.policy.kind) {
+        Some(PolicyKind::H2o) => "h2o with nothing pinned (S=0)",
+        Some(PolicyKind::Tova) => "tova with nothing pinned (S=0)",
+        Some(PolicyKind::Snapkv) => "snapkv with nothing pinned (S=0)",
+        _ => "a plain window (S=0)",
+    };
     match at(0) {
         Some(p0) if p0 <= best * (1.0 + delta) => {
             v.push_str(&format!(
-                "This model does not collapse without sinks: a plain window (S=0) reaches post-eviction perplexity {p0:.2}, within {} of the best ({best:.2}); pinning sink tokens buys nothing here.",
+                "This model does not collapse without sinks: {unpinned} reaches post-eviction perplexity {p0:.2}, within {} of the best ({best:.2}); pinning sink tokens buys nothing here.",
                 pct(delta)
             ));
         }

@@ -11,7 +11,7 @@ use super::stream::{sweep_into, StreamSource, SweepOptions, RECOMPUTE_BUDGET};
 use crate::capture::run::CaptureOptions;
 use crate::error::Result;
 use crate::io::write_atomic;
-use crate::kv::policy::PositionMode;
+use crate::kv::policy::{PolicyKind, PositionMode};
 use crate::model::load::LoadedModel;
 use crate::probe::ProbeSet;
 use crate::report::bundle::{ExportOptions, INDEX_FILE};
@@ -69,6 +69,8 @@ pub fn run_demo(lm: &mut LoadedModel, opts: &DemoOptions, out: &Path, progress: 
             source: StreamSource { file: text, start_char: 0, tokens: opts.stream_tokens, token_by_token: false },
             cache: opts.cache,
             sinks: vec![0, 1, 2, 4, 8],
+            family: PolicyKind::Sink,
+            recent: 0,
             delta: 0.02,
             positions: PositionMode::Slot,
             recompute: true,

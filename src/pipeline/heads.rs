@@ -10,7 +10,8 @@ use super::stream::{stream_tokens, write_stream_report, StreamSource};
 use crate::error::{Error, Result};
 use crate::io::atomic::write_atomic;
 use crate::io::write_json_atomic;
-use crate::kv::per_head::{gates_by_share, gates_tsv, measure, simulate_mixed, Frontier, FrontierRow, HeadGates};
+use crate::capture::ablation::streaming_head_ablation;
+use crate::kv::per_head::{gates_by_share, gates_tsv, measure, simulate_mixed, uniform_bytes_at, Frontier, FrontierRow, GateEvidence, HeadGates};
 use crate::kv::policy::{Policy, PolicyKind, PositionMode};
 use crate::kv::simulate::{ppl, simulate};
 use crate::model::load::LoadedModel;
@@ -24,8 +25,12 @@ pub const HEADS_FILE: &str = "heads.json";
 /// small, but time grows with T²).
 pub const GATE_TOKENS: usize = 2048;
 
+/// Tokens the causal evidence is measured on by default: each of the layers × KV heads variants
+/// re-runs the layers from its own on and scores every row, so time grows with T·heads.
+pub const CAUSAL_TOKENS: usize = 512;
+
 /// What the per-head classification looks at.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct GateOptions {
     /// The S first keys a streaming head keeps.
     pub sinks: usize,
@@ -33,15 +38,21 @@ pub struct GateOptions {
     pub recent: usize,
     /// Share of KV heads kept whole.
     pub share: f64,
+    /// Also measure each KV head's ΔNLL when it alone keeps S + R keys, on this many tokens, and
+    /// rank by it (`None`: rank by the attention outside S + R).
+    pub causal_tokens: Option<usize>,
+    /// Measure on this text instead of the one the policies are evaluated on.
+    pub calibration: Option<StreamSource>,
 }
 
 /// Measures the gates on the first tokens of `source` (at most [`GATE_TOKENS`] and the model's
-/// context), and writes `head_gates.tsv` and `heads.json` into `out` when given.
-pub fn heads_into(lm: &LoadedModel, source: &StreamSource, opts: GateOptions, out: Option<&Path>, progress: &mut dyn Progress) -> Result<HeadGates> {
+/// context; the calibration text instead when given), and writes `head_gates.tsv` and
+/// `heads.json` into `out` when given.
+pub fn heads_into(lm: &LoadedModel, source: &StreamSource, opts: &GateOptions, out: Option<&Path>, progress: &mut dyn Progress) -> Result<HeadGates> {
     if !(0.0..=1.0).contains(&opts.share) {
         return Err(Error::input(format!("--retrieval-share {} must lie between 0 and 1", opts.share)));
     }
-    let ids = stream_tokens(lm, source, progress)?;
+    let ids = stream_tokens(lm, opts.calibration.as_ref().unwrap_or(source), progress)?;
     let gates = measure_gates(lm, &ids, opts, progress)?;
     if let Some(dir) = out {
         std::fs::create_dir_all(dir).map_err(|e| Error::file(dir, format!("cannot create the output directory ({e})")))?;
@@ -51,18 +62,54 @@ pub fn heads_into(lm: &LoadedModel, source: &StreamSource, opts: GateOptions, ou
     Ok(gates)
 }
 
-fn measure_gates(lm: &LoadedModel, ids: &[u32], opts: GateOptions, progress: &mut dyn Progress) -> Result<HeadGates> {
+fn measure_gates(lm: &LoadedModel, ids: &[u32], opts: &GateOptions, progress: &mut dyn Progress) -> Result<HeadGates> {
     let n = ids.len().min(GATE_TOKENS).min(lm.model.cfg.context_len);
     progress.stage(&format!("measuring each KV head's attention outside {} sinks + {} recent keys over {n} tokens", opts.sinks, opts.recent));
-    let score = measure(&lm.model, &ids[..n], opts.sinks, opts.recent)?;
-    let full = gates_by_share(&score, opts.share);
-    Ok(HeadGates { sinks: opts.sinks, recent: opts.recent, tokens: n, score, full })
+    let evidence = measure(&lm.model, &ids[..n], opts.sinks, opts.recent)?;
+    let (causal, causal_tokens) = match opts.causal_tokens {
+        Some(t) => {
+            let t = t.min(n);
+            let label = format!("each KV head alone restricted to {} sinks + {} recent keys, over {t} tokens", opts.sinks, opts.recent);
+            progress.stage(&label);
+            let delta = streaming_head_ablation(&lm.model, &ids[..t], opts.sinks, opts.recent, &mut |done, total| progress.steps(&label, done, total))?;
+            (Some(delta), t)
+        }
+        None => (None, 0),
+    };
+    let mut gates = HeadGates {
+        sinks: opts.sinks,
+        recent: opts.recent,
+        tokens: n,
+        calibration: opts.calibration.as_ref().map(|c| if c.start_char == 0 { c.file.display().to_string() } else { format!("{} from character {}", c.file.display(), c.start_char) }),
+        score: evidence.outside,
+        alpha0: evidence.alpha0,
+        ranked_by: if causal.is_some() { GateEvidence::Causal } else { GateEvidence::Outside },
+        causal,
+        causal_tokens,
+        full: Vec::new(),
+    };
+    gates.full = gates_by_share(gates.ranking(), opts.share);
+    Ok(gates)
+}
+
+/// A per-head sweep: the budget W, the streaming heads' S, the shares of retrieval heads, and
+/// the evidence heads are ranked by.
+#[derive(Debug, Clone)]
+pub struct PerHeadSweep {
+    pub cache: usize,
+    pub sinks: usize,
+    pub shares: Vec<f64>,
+    /// See [`GateOptions::causal_tokens`].
+    pub causal_tokens: Option<usize>,
+    /// See [`GateOptions::calibration`].
+    pub calibration: Option<StreamSource>,
 }
 
 /// Sweeps `shares` of retrieval heads (streaming heads keep S sinks + W − S recent), each beside
 /// `sink S` at the budget of equal memory; writes `per_head.json` into `out` when given.
-pub fn per_head_sweep(lm: &mut LoadedModel, source: &StreamSource, cache: usize, sinks: usize, shares: &[f64], out: Option<&Path>, progress: &mut dyn Progress) -> Result<Frontier> {
+pub fn per_head_sweep(lm: &mut LoadedModel, source: &StreamSource, sweep: &PerHeadSweep, out: Option<&Path>, progress: &mut dyn Progress) -> Result<Frontier> {
     let start = std::time::Instant::now();
+    let (cache, sinks, shares) = (sweep.cache, sweep.sinks, &sweep.shares);
     if sinks >= cache {
         return Err(Error::input(format!("--head-sinks {sinks} must be smaller than --cache {cache}")));
     }
@@ -74,14 +121,17 @@ pub fn per_head_sweep(lm: &mut LoadedModel, source: &StreamSource, cache: usize,
         return Err(Error::input(format!("{} tokens never fill --cache {cache}; use more --tokens", ids.len())));
     }
     let from = cache;
-    let opts = GateOptions { sinks, recent: cache - sinks, share: 0.0 };
-    let gates = measure_gates(lm, &ids, opts, progress)?;
+    let opts = GateOptions { sinks, recent: cache - sinks, share: 0.0, causal_tokens: sweep.causal_tokens, calibration: sweep.calibration.clone() };
+    let gates = match &sweep.calibration {
+        Some(c) => measure_gates(lm, &stream_tokens(lm, c, progress)?, &opts, progress)?,
+        None => measure_gates(lm, &ids, &opts, progress)?,
+    };
     let kv_heads = lm.model.cfg.n_layers * lm.model.cfg.n_kv_heads;
     let mut rows = Vec::new();
     let mut outcomes = Vec::new();
     for (i, &share) in shares.iter().enumerate() {
         progress.stage(&format!("[{}/{}] {:.0}% of KV heads keep the whole cache", i + 1, shares.len(), 100.0 * share));
-        let full = gates_by_share(&gates.score, share);
+        let full = gates_by_share(gates.ranking(), share);
         let mixed = simulate_mixed(&lm.model, &ids, &full, sinks, cache)?;
         let uniform_cache = (mixed.entries as f64 / kv_heads as f64).round() as usize + 1;
         let uniform = Policy { kind: PolicyKind::Sink, sinks, cache: uniform_cache.max(sinks + 2), positions: PositionMode::Slot, recent: 0 };
@@ -99,7 +149,11 @@ pub fn per_head_sweep(lm: &mut LoadedModel, source: &StreamSource, cache: usize,
             ppl_from_w: ppl(&mixed.outcome.nll[from..]),
             uniform_cache: uniform.cache,
             uniform_ppl_from_w: ppl(&u.nll[from..]),
+            uniform_bytes_at_equal_ppl: None,
         });
+    }
+    for i in 0..rows.len() {
+        rows[i].uniform_bytes_at_equal_ppl = uniform_bytes_at(&rows, rows[i].ppl_from_w);
     }
     let frontier = Frontier { cache, sinks, tokens: ids.len(), gates, rows, wall_seconds: start.elapsed().as_secs_f64() };
     if let Some(dir) = out {

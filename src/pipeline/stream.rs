@@ -36,8 +36,12 @@ pub struct SweepOptions {
     pub source: StreamSource,
     /// The cache budget W.
     pub cache: usize,
-    /// Sink counts to sweep (0 = a plain window).
+    /// Sink counts to sweep (0 = a plain window, or the score-based policy unpinned).
     pub sinks: Vec<usize>,
+    /// The policy whose S is swept: `sink` (S = 0 is `window`), `h2o`, `tova` or `snapkv`.
+    pub family: PolicyKind,
+    /// R for `h2o`, the observation window for `snapkv` (0: their defaults).
+    pub recent: usize,
     /// Recommend the smallest S within this fraction of the best post-eviction perplexity.
     pub delta: f64,
     pub positions: PositionMode,
@@ -63,6 +67,13 @@ impl SweepOptions {
         }
         if self.sinks.is_empty() {
             return Err(Error::input("--sinks needs at least one value"));
+        }
+        if !matches!(self.family, PolicyKind::Sink | PolicyKind::Window | PolicyKind::H2o | PolicyKind::Tova | PolicyKind::Snapkv) {
+            let kind = format!("{:?}", self.family).to_lowercase();
+            return Err(Error::input(format!("recommend sweeps the S of sink, h2o, tova or snapkv; --policy {kind} has none")));
+        }
+        if self.recent != 0 && !matches!(self.family, PolicyKind::H2o | PolicyKind::Snapkv) {
+            return Err(Error::input("--recent is for --policy h2o, --observe for --policy snapkv"));
         }
         if self.recompute_every == Some(0) {
             return Err(Error::input("--recompute-every must be at least 1"));
@@ -116,7 +127,7 @@ pub fn stream_into(lm: &mut LoadedModel, source: &StreamSource, policy: Policy, 
     Ok(outcome)
 }
 
-/// Runs the sink-count sweep on a loaded model (writing stream.json into `out` when given).
+/// Runs the sink-count sweep (of `sink`, or of a score-based policy's pinned keys) on a loaded model (writing stream.json into `out` when given).
 pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>, progress: &mut dyn Progress) -> Result<Recommendation> {
     opts.validate()?;
     let start = Instant::now();
@@ -126,7 +137,10 @@ pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>,
     sinks.dedup();
     let mut policies: Vec<Policy> = sinks
         .iter()
-        .map(|&s| Policy { kind: if s == 0 { PolicyKind::Window } else { PolicyKind::Sink }, sinks: s, cache: opts.cache, positions: opts.positions, recent: 0 })
+        .map(|&s| match opts.family {
+            PolicyKind::Sink | PolicyKind::Window => Policy { kind: if s == 0 { PolicyKind::Window } else { PolicyKind::Sink }, sinks: s, cache: opts.cache, positions: opts.positions, recent: 0 },
+            kind => Policy { kind, sinks: s, cache: opts.cache, positions: opts.positions, recent: opts.recent },
+        })
         .collect();
     if opts.recompute {
         policies.push(Policy { kind: PolicyKind::Recompute, sinks: 0, cache: opts.cache, positions: opts.positions, recent: 0 });

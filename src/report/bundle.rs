@@ -38,6 +38,7 @@ pub(crate) enum FigureKind {
     Ppl,
     PplAfterEviction,
     PerHeadFrontier,
+    KeptFirst,
 }
 
 /// The figures this run has data for, in reading order.
@@ -72,6 +73,13 @@ pub fn figure_specs(run: &Run, opts: &ExportOptions) -> Vec<FigureSpec> {
             stem: "ppl-after-eviction".into(),
             caption: "Perplexity after the first eviction per policy, recommended S highlighted, sampled values with their 95% interval".into(),
             kind: FigureKind::PplAfterEviction,
+        });
+    }
+    if !super::figures::unpinned_kept(run).is_empty() {
+        specs.push(FigureSpec {
+            stem: "kept-first".into(),
+            caption: "How often score-based policies with nothing pinned keep each of the first positions".into(),
+            kind: FigureKind::KeptFirst,
         });
     }
     if run.per_head.is_some() {

@@ -47,6 +47,7 @@ fn draw(run: &Run, spec: &FigureSpec, paths: &[PathBuf]) -> Result<bool> {
         FigureKind::Ppl => save_all(figures::ppl_curves(run), paths),
         FigureKind::PplAfterEviction => save_all(figures::ppl_after_eviction(run), paths),
         FigureKind::PerHeadFrontier => save_all(figures::per_head_frontier(run), paths),
+        FigureKind::KeptFirst => save_all(figures::kept_first(run), paths),
     }
 }
 

@@ -9,6 +9,7 @@ use super::plot::{BarChart, HeadGrid, HeadHeatmap, IntervalChart, LineChart, Sca
 use super::run::Run;
 #[cfg(feature = "plots")]
 use crate::metrics::massive::{is_massive, MASSIVE_ABS};
+use crate::kv::scored::KeptStats;
 
 /// Per-head α_k over the run's main text: the capture's, else the analysis's mean over probes.
 /// [layer][head][k].
@@ -279,5 +280,33 @@ pub fn per_head_frontier(run: &Run) -> Option<LineChart> {
         markers: Vec::new(),
         points: true,
         legend_bottom: false,
+    })
+}
+
+/// The streams of a run that say whether heavy hitters rediscover the sinks: score-based policies
+/// with nothing pinned, and what they kept.
+pub fn unpinned_kept(run: &Run) -> Vec<(&str, KeptStats)> {
+    run.stream.as_ref().map_or(Vec::new(), |s| s.outcomes.iter().filter(|o| o.policy.is_scored() && o.policy.sinks == 0).filter_map(|o| Some((o.label.as_str(), o.kept?))).collect())
+}
+
+#[cfg(feature = "plots")]
+/// For each score-based policy with nothing pinned: the share of (layer, KV head, step after the
+/// first eviction) whose kept set holds each of the first positions.
+pub fn kept_first(run: &Run) -> Option<LineChart> {
+    let kept = unpinned_kept(run);
+    if kept.is_empty() {
+        return None;
+    }
+    let series = kept.iter().map(|(label, k)| (label.to_string(), k.kept_first_share.iter().enumerate().map(|(pos, s)| (pos as f64, 100.0 * s)).collect())).collect();
+    Some(LineChart {
+        title: format!("{} — do score-based policies keep the first tokens?", run.model_name()),
+        subtitle: format!("{}; nothing pinned (S = 0); share of (layer, KV head, step after the first eviction)", run.text_name()),
+        x_desc: "position in the stream".into(),
+        y_desc: "kept (% of layer × KV head × step)".into(),
+        series,
+        log_y: false,
+        markers: Vec::new(),
+        points: true,
+        legend_bottom: true,
     })
 }

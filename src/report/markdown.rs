@@ -8,6 +8,7 @@ use super::bundle::{FigureSpec, FIGURES_DIR, TABLES_DIR};
 use super::tokens::label;
 use super::run::Run;
 use super::tables::Table;
+use crate::kv::per_head::FrontierRow;
 use crate::model::info::ModelInfo;
 
 /// The index page of a run; `exists` says whether a path relative to the run directory will be
@@ -183,6 +184,14 @@ fn findings(run: &Run, s: &mut String) {
                 );
             }
         }
+        let kept = super::figures::unpinned_kept(run);
+        if !kept.is_empty() {
+            s.push_str("\nWhat score-based policies with nothing pinned kept (share of layer × KV head × step after the first eviction holding positions 0 / 1 / 2 / 3; mean age of the kept keys):\n\n");
+            for (label, k) in kept {
+                let shares: Vec<String> = k.kept_first_share.iter().map(|v| format!("{:.0}%", 100.0 * v)).collect();
+                let _ = writeln!(s, "- {label}: {}; mean key age {:.1} tokens", shares.join(" / "), k.mean_age);
+            }
+        }
         if let Some(m) = st.recommendation.as_ref().and_then(|r| Some((r.cache, r.kv_memory?))) {
             let _ = writeln!(s, "\nKV memory at W = {}: {} per sequence.", m.0, m.1.describe());
         }
@@ -195,24 +204,33 @@ fn findings(run: &Run, s: &mut String) {
         let kv = f.gates.score.iter().map(Vec::len).sum::<usize>();
         let _ = writeln!(
             s,
-            "**Per-head policies** over {} tokens: retrieval KV heads keep every key, the others {} sinks + {} recent (W = {}); heads ranked by the attention they pay outside those keys over {} tokens.\n",
-            f.tokens, f.sinks, f.cache - f.sinks, f.cache, f.gates.tokens
+            "**Per-head policies** over {} tokens: retrieval KV heads keep every key, the others {} sinks + {} recent (W = {}); heads ranked by {}.\n",
+            f.tokens, f.sinks, f.cache - f.sinks, f.cache, f.gates.ranked_by_text()
         );
-        let _ = writeln!(s, "| retrieval KV heads | KV memory (f16) | perplexity from step {} | uniform sink S = {}, same memory | its W |\n|---|---:|---:|---:|---:|", f.cache, f.sinks);
+        let _ = writeln!(s, "| retrieval KV heads | KV memory (f16) | perplexity from step {} | uniform sink S = {}, same memory | its W | uniform memory at equal perplexity |\n|---|---:|---:|---:|---:|---:|", f.cache, f.sinks);
         for r in &f.rows {
             let _ = writeln!(
                 s,
-                "| {} of {kv} ({:.1}%) | {:.2} MiB | {:.3} | {:.3} | {} |",
+                "| {} of {kv} ({:.1}%) | {:.2} MiB | {:.3} | {:.3} | {} | {} |",
                 r.retrieval_heads,
                 100.0 * r.share,
                 r.bytes as f64 / (1 << 20) as f64,
                 r.ppl_from_w,
                 r.uniform_ppl_from_w,
-                r.uniform_cache
+                r.uniform_cache,
+                equal_ppl_memory(r)
             );
         }
         s.push('\n');
     }
+}
+
+/// The uniform cache's memory at the per-head row's perplexity, and what the per-head policy saves.
+pub fn equal_ppl_memory(r: &FrontierRow) -> String {
+    let Some(b) = r.uniform_bytes_at_equal_ppl else { return "outside the sweep".into() };
+    let saved = 1.0 - r.bytes as f64 / b;
+    let verdict = if saved.abs() < 0.005 { "the same".to_string() } else if saved > 0.0 { format!("per-head saves {:.0}%", 100.0 * saved) } else { format!("per-head needs {:.0}% more", -100.0 * saved) };
+    format!("{:.2} MiB ({verdict})", b / (1 << 20) as f64)
 }
 
 /// How the layers attend: all globally, or some through a sliding window (which), and whether

@@ -154,22 +154,28 @@ pub fn tables(run: &Run) -> Vec<Table> {
 }
 
 /// `head_gates`: per (layer, KV head), the attention its query heads put outside S sinks + R
-/// recent keys, and its rank (1 = needs the whole cache most).
+/// recent keys, their α_0, the causal ΔNLL when measured, and its rank by the evidence the gates
+/// used (1 = needs the whole cache most).
 fn head_gates(f: &Frontier, m: &Meta) -> Table {
     let g = &f.gates;
-    let mut cells: Vec<(usize, usize, f64)> = g.score.iter().enumerate().flat_map(|(l, h)| h.iter().enumerate().map(move |(kv, &s)| (l, kv, s))).collect();
+    let ranking = g.ranking();
+    let cells: Vec<(usize, usize)> = g.score.iter().enumerate().flat_map(|(l, h)| (0..h.len()).map(move |kv| (l, kv))).collect();
     let mut order: Vec<usize> = (0..cells.len()).collect();
-    order.sort_by(|&a, &b| cells[b].2.total_cmp(&cells[a].2).then(a.cmp(&b)));
+    order.sort_by(|&a, &b| ranking[cells[b].0][cells[b].1].total_cmp(&ranking[cells[a].0][cells[a].1]).then(a.cmp(&b)));
     let mut rank = vec![0; cells.len()];
     for (r, &i) in order.iter().enumerate() {
         rank[i] = r + 1;
     }
-    let rows: Vec<(usize, usize, f64, usize)> = cells.drain(..).zip(rank).map(|((l, kv, s), r)| (l, kv, s, r)).collect();
+    let rows: Vec<(usize, usize, usize)> = cells.into_iter().zip(rank).map(|((l, kv), r)| (l, kv, r)).collect();
     Builder::new(&rows, m)
         .u32("layer", |r| r.0)
         .u32("kv_head", |r| r.1)
-        .f64("outside_mass", |r| r.2)
-        .u32("rank", |r| r.3)
+        .f64("outside_mass", |r| g.score[r.0][r.1])
+        .opt_f64("alpha0", |r| g.alpha0.get(r.0).and_then(|h| h.get(r.1)).copied())
+        .opt_f64("causal_delta_nll", |r| g.causal.as_ref().map(|c| c[r.0][r.1]))
+        .u32("rank", |r| r.2)
+        .bool("full_cache", |r| g.full[r.0][r.1])
+        .str("ranked_by", |_| format!("{:?}", g.ranked_by).to_lowercase())
         .u32("sinks", |_| g.sinks)
         .u32("recent", |_| g.recent)
         .u32("tokens", |_| g.tokens)
@@ -187,6 +193,7 @@ fn per_head_frontier(f: &Frontier, m: &Meta) -> Table {
         .f64("ppl_from_w", |r| r.ppl_from_w)
         .u32("uniform_cache", |r| r.uniform_cache)
         .f64("uniform_ppl_from_w", |r| r.uniform_ppl_from_w)
+        .opt_f64("uniform_bytes_at_equal_ppl", |r| r.uniform_bytes_at_equal_ppl)
         .u32("cache", |_| f.cache)
         .u32("sinks", |_| f.sinks)
         .build("per_head_frontier")

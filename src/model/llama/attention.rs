@@ -160,11 +160,9 @@ pub(crate) fn attention(
                                 row[query + 1..].fill(f32::NEG_INFINITY);
                                 row[..first].fill(f32::NEG_INFINITY);
                             }
-                            // A knocked-out key is hidden from the chosen heads' later queries.
-                            if let Some(m) = mask {
-                                if query > m.key && m.heads.contains(&head) {
-                                    row[m.key] = f32::NEG_INFINITY;
-                                }
+                            // Knocked-out keys are hidden from the chosen heads' later queries.
+                            if let Some(m) = mask.filter(|m| m.heads.contains(&head)) {
+                                row[m.hidden(query)].fill(f32::NEG_INFINITY);
                             }
                             // Softmax while the row is in cache, unless the raw scores are wanted first.
                             if !want_scores {

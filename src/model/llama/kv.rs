@@ -7,12 +7,44 @@ use crate::error::Result;
 use crate::model::rope::Rope;
 
 /// Hides key position `key` from the queries after it, in `heads` of `layer` (softmax renormalises
-/// over the remaining keys): the intervention behind "this head depends on that position".
+/// over the remaining keys): the intervention behind "this head depends on that position". With
+/// `recent = Some(R)` it hides every key from `key` up to the query's R-th most recent instead:
+/// the heads then see only the first `key` positions and their last R — a streaming head's cache.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KeyMask {
     pub layer: usize,
     pub heads: Vec<usize>,
     pub key: usize,
+    pub recent: Option<usize>,
+}
+
+impl KeyMask {
+    /// Hides the one key `key`.
+    pub fn key(layer: usize, heads: Vec<usize>, key: usize) -> Self {
+        KeyMask { layer, heads, key, recent: None }
+    }
+
+    /// Leaves the heads the first `sinks` keys and the last `recent` (`recent` ≥ 1: its own key).
+    pub fn streaming(layer: usize, heads: Vec<usize>, sinks: usize, recent: usize) -> Self {
+        KeyMask { layer, heads, key: sinks, recent: Some(recent.max(1)) }
+    }
+
+    /// The first query whose row the mask changes.
+    pub fn first_query(&self) -> usize {
+        match self.recent {
+            None => self.key + 1,
+            Some(r) => self.key + r,
+        }
+    }
+
+    /// The keys hidden from `query`'s row (empty before [`KeyMask::first_query`]).
+    pub fn hidden(&self, query: usize) -> std::ops::Range<usize> {
+        match self.recent {
+            _ if query < self.first_query() => 0..0,
+            None => self.key..self.key + 1,
+            Some(r) => self.key..query + 1 - r,
+        }
+    }
 }
 
 /// Where attention keys and values live between forward calls, and at which rotary positions new
@@ -67,5 +99,21 @@ impl KvStore for KvCache {
 
     fn commit(&mut self, t: usize) {
         self.len += t;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KeyMask;
+
+    #[test]
+    fn masks_hide_one_key_or_everything_between_sinks_and_recent() {
+        let one = KeyMask::key(0, vec![0], 2);
+        assert_eq!((one.first_query(), one.hidden(2), one.hidden(3), one.hidden(9)), (3, 0..0, 2..3, 2..3));
+        // S = 2, R = 3: query 5 is the first with a key (2) outside both; query 9 keeps 0, 1, 7, 8, 9.
+        let streaming = KeyMask::streaming(0, vec![0], 2, 3);
+        assert_eq!((streaming.first_query(), streaming.hidden(4), streaming.hidden(5), streaming.hidden(9)), (5, 0..0, 2..3, 2..7));
+        // R = 0 would hide a query's own key: it is raised to 1.
+        assert_eq!(KeyMask::streaming(0, vec![0], 0, 0).hidden(4), 0..4);
     }
 }
