@@ -1,9 +1,11 @@
 //! The diagnosis: pure functions from captured reductions to findings — sink metrics and sink
 //! positions, massive activations, head classes, causal head dependency, quantization risk — and
-//! their aggregation over probes into an [`AnalysisReport`]. Never loads a model.
+//! their aggregation over probes into an [`AnalysisReport`]; and sink loss in a serving trace.
+//! Never loads a model.
 
 pub mod heads;
 pub mod massive;
+pub mod sink_loss;
 pub mod sinks;
 
 use std::collections::BTreeMap;

@@ -16,6 +16,7 @@ mod interrupt;
 mod model_args;
 mod progress;
 mod stream;
+mod watch;
 
 use clap::{Parser, Subcommand};
 
@@ -52,6 +53,10 @@ pub enum Command {
     /// Classify KV heads as retrieval (whole cache) or streaming (sinks + recent window) from the
     /// attention each pays outside those keys; write DuoAttention-format gates.
     Heads(heads::HeadsArgs),
+    /// Read a serving trace's per-token logprobs (JSONL, OpenAI/vLLM/llama.cpp responses,
+    /// stream.json, CSV) and find sink loss: steps down in the rolling logprob just after an
+    /// eviction. Exit status 3 when one is found (2 stays bad input).
+    Watch(watch::WatchArgs),
     /// Browse a run in the terminal: heads, heatmaps, sinks, activations and streaming curves
     /// (or compute one first with -m MODEL -f TEXT).
     #[cfg(feature = "tui")]
@@ -64,7 +69,8 @@ pub enum Command {
     Models(fetch::ModelsArgs),
 }
 
-pub fn run(cli: Cli) -> Result<()> {
+/// Runs the command; the exit status it asks for (0 unless `watch` raises an alert).
+pub fn run(cli: Cli) -> Result<u8> {
     // The dashboard owns the terminal (Ctrl-C is a key there); every other command cleans up.
     #[cfg(feature = "tui")]
     let interactive = matches!(cli.command, Command::Dash(_));
@@ -73,7 +79,11 @@ pub fn run(cli: Cli) -> Result<()> {
     if !interactive {
         interrupt::install();
     }
+    if let Command::Watch(a) = cli.command {
+        return watch::run(a);
+    }
     match cli.command {
+        Command::Watch(_) => Ok(()),
         Command::Demo(a) => demo::run(a),
         Command::Info(a) => info::run(a),
         Command::Generate(a) => generate::run(a),
@@ -88,4 +98,5 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Fetch(a) => fetch::run_fetch(a),
         Command::Models(a) => fetch::run_models(a),
     }
+    .map(|()| 0)
 }

@@ -9,3 +9,4 @@ pub mod generate;
 pub mod heads;
 pub mod progress;
 pub mod stream;
+pub mod watch;

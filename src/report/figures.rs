@@ -9,6 +9,8 @@ use super::plot::{BarChart, HeadGrid, HeadHeatmap, IntervalChart, LineChart, Sca
 use super::run::Run;
 #[cfg(feature = "plots")]
 use crate::metrics::massive::{is_massive, MASSIVE_ABS};
+#[cfg(feature = "plots")]
+use crate::analysis::sink_loss::RequestReport;
 use crate::kv::scored::KeptStats;
 
 /// Per-head α_k over the run's main text: the capture's, else the analysis's mean over probes.
@@ -309,4 +311,39 @@ pub fn kept_first(run: &Run) -> Option<LineChart> {
         points: true,
         legend_bottom: true,
     })
+}
+
+#[cfg(feature = "plots")]
+/// One request of a serving trace: token logprobs, their rolling mean, the level before and after
+/// each detected step, evictions and steps marked.
+pub fn watch_chart(r: &RequestReport, rolling: usize) -> LineChart {
+    let xy = |v: &[f64]| v.iter().enumerate().map(|(i, &y)| (i as f64, y)).collect::<Vec<_>>();
+    let mut series = vec![("token logprob".to_string(), xy(&r.logprobs)), (format!("rolling mean ({rolling} tokens)"), xy(&r.rolling))];
+    // Each step as the levels it separates (one series: consecutive steps join end to start).
+    let levels: Vec<(f64, f64)> = r
+        .steps
+        .iter()
+        .flat_map(|s| {
+            let (from, at, to) = (s.step.start.saturating_sub(96) as f64, s.step.start as f64, (s.step.start + 96).min(r.tokens) as f64);
+            [(from, s.step.mean_before), (at, s.step.mean_before), (at, s.step.mean_after), (to, s.step.mean_after)]
+        })
+        .collect();
+    if !levels.is_empty() {
+        series.push(("level before / after each step".to_string(), levels));
+    }
+    // An eviction that a step was dated to shares the step's marker (their labels would overlap).
+    let near_step = |e: usize| r.steps.iter().any(|s| s.eviction == Some(e) && s.sink_loss);
+    let mut markers: Vec<(f64, String)> = r.evictions.iter().filter(|&&e| !near_step(e)).take(12).map(|&e| (e as f64, "eviction".to_string())).collect();
+    markers.extend(r.steps.iter().map(|s| (s.step.start as f64, format!("{}step −{:.2} nats", if s.sink_loss { "eviction → SINK LOSS: " } else { "" }, s.step.size))));
+    LineChart {
+        title: format!("sink-loss watch — request {}", r.id),
+        subtitle: format!("{} tokens; mean logprob {:.3}; {} eviction{} ({}); {} step{} down", r.tokens, r.mean_logprob, r.evictions.len(), if r.evictions.len() == 1 { "" } else { "s" }, r.eviction_source, r.steps.len(), if r.steps.len() == 1 { "" } else { "s" }),
+        x_desc: "token".into(),
+        y_desc: "logprob (nats)".into(),
+        series,
+        log_y: false,
+        markers,
+        points: false,
+        legend_bottom: true,
+    }
 }

@@ -1,0 +1,345 @@
+//! Reading per-token logprob traces from serving logs: JSONL records, OpenAI-compatible completion
+//! and chat responses (as vLLM and llama.cpp's server return them, whole or streamed as `data:`
+//! chunks), llama.cpp's native `completion_probabilities`, sinkscope's own `stream.json`, and CSV
+//! with a `logprob` column — several requests per file — into one shape, or one clear error naming
+//! the file and the record.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+/// One request's tokens, in order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TraceRequest {
+    pub id: String,
+    /// Natural-log probability of each generated (or scored) token.
+    pub logprobs: Vec<f64>,
+    /// The token's text where the trace gives it.
+    pub tokens: Vec<Option<String>>,
+    /// The KV cache's length after each token, where the trace gives it.
+    pub cache_len: Vec<Option<usize>>,
+    /// Token indices at which the trace reports an eviction (explicit events, or the cache
+    /// length failing to grow).
+    pub evictions: Vec<usize>,
+}
+
+/// Which format a trace was read as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceFormat {
+    Jsonl,
+    OpenAi,
+    LlamaCpp,
+    SinkscopeStream,
+    Csv,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trace {
+    pub format: TraceFormat,
+    pub requests: Vec<TraceRequest>,
+}
+
+/// Reads a trace file, telling the format from its content.
+pub fn read_trace(path: &Path) -> Result<Trace> {
+    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::file(path, "no such file"),
+        _ => Error::file(path, format!("cannot read ({e})")),
+    })?;
+    let text = String::from_utf8(bytes).map_err(|e| Error::file(path, format!("is not UTF-8 text (bad byte at offset {}); a trace is JSON, JSONL or CSV", e.utf8_error().valid_up_to())))?;
+    parse_trace(&text).map_err(|why| Error::file(path, why))
+}
+
+/// Parses a trace's text; the error says what is wrong and where.
+pub fn parse_trace(text: &str) -> std::result::Result<Trace, String> {
+    let trimmed = text.trim_start_matches('\u{feff}').trim();
+    if trimmed.is_empty() {
+        return Err("is empty; a trace needs one logprob per token".into());
+    }
+    let trace = if trimmed.starts_with("data:") {
+        from_jsonl(trimmed)?
+    } else if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        match serde_json::from_str::<Value>(trimmed) {
+            Ok(v) => from_json_document(&v)?,
+            // Not one JSON document: one per line.
+            Err(_) if trimmed.starts_with('{') => from_jsonl(trimmed)?,
+            Err(e) => return Err(format!("is not valid JSON ({e})")),
+        }
+    } else {
+        from_csv(trimmed)?
+    };
+    if trace.requests.iter().all(|r| r.logprobs.is_empty()) {
+        return Err("holds no token logprobs (OpenAI responses need `logprobs` requested; CSV needs a `logprob` column)".into());
+    }
+    for r in &trace.requests {
+        if let Some(i) = r.logprobs.iter().position(|l| !l.is_finite() || *l > 1e-6) {
+            return Err(format!("request {}: token {i} has logprob {} — a log-probability is a finite number ≤ 0", r.id, r.logprobs[i]));
+        }
+    }
+    Ok(trace)
+}
+
+fn from_json_document(v: &Value) -> std::result::Result<Trace, String> {
+    match v {
+        Value::Array(items) => {
+            let mut requests = Vec::new();
+            let mut format = None;
+            for (i, item) in items.iter().enumerate() {
+                let t = response(item, &format!("#{i}")).map_err(|e| format!("element {i}: {e}"))?;
+                format.get_or_insert(t.format);
+                requests.extend(t.requests);
+            }
+            Ok(Trace { format: format.ok_or("is an empty JSON array")?, requests })
+        }
+        Value::Object(o) if o.contains_key("outcomes") && o.contains_key("sinkscope_version") => sinkscope_stream(v),
+        Value::Object(o) if o.contains_key("logprob") => from_jsonl(&v.to_string()),
+        _ => response(v, ""),
+    }
+}
+
+/// One OpenAI-compatible or llama.cpp response.
+fn response(v: &Value, id: &str) -> std::result::Result<Trace, String> {
+    if let Some(choices) = v.get("choices").and_then(Value::as_array) {
+        let base = v.get("id").and_then(Value::as_str).unwrap_or(id);
+        let name = |i: usize, c: &Value| match c.get("index").and_then(Value::as_u64).unwrap_or(i as u64) {
+            0 => base.to_string(),
+            k => format!("{base}/{k}"),
+        };
+        let requests = choices.iter().enumerate().map(|(i, c)| openai_choice(c, &name(i, c))).collect::<std::result::Result<_, _>>()?;
+        return Ok(Trace { format: TraceFormat::OpenAi, requests });
+    }
+    if let Some(probs) = v.get("completion_probabilities").and_then(Value::as_array) {
+        let base = v.get("id_slot").map_or(id.to_string(), |s| format!("slot {s}"));
+        return Ok(Trace { format: TraceFormat::LlamaCpp, requests: vec![llama_cpp(probs, &base)?] });
+    }
+    Err("is neither an OpenAI-compatible response (`choices`), llama.cpp's (`completion_probabilities`), sinkscope's stream.json nor JSONL with a `logprob` per line".into())
+}
+
+fn openai_choice(c: &Value, id: &str) -> std::result::Result<TraceRequest, String> {
+    // A streamed chunk without logprobs (the role chunk, the finish chunk) adds no token.
+    if c.get("delta").is_some() && c.get("logprobs").is_none_or(Value::is_null) {
+        return Ok(TraceRequest { id: id.to_string(), ..TraceRequest::default() });
+    }
+    let lp = c.get("logprobs").filter(|l| !l.is_null()).ok_or_else(|| format!("choice {id} has no `logprobs`; request them (`logprobs: true` for chat, `logprobs: 1` for completions)"))?;
+    let mut r = TraceRequest { id: id.to_string(), ..TraceRequest::default() };
+    if let Some(content) = lp.get("content").and_then(Value::as_array) {
+        // Chat: one object per token.
+        for (i, t) in content.iter().enumerate() {
+            r.logprobs.push(number(t.get("logprob"), || format!("choice {id}, token {i}: no numeric `logprob`"))?);
+            r.tokens.push(t.get("token").and_then(Value::as_str).map(str::to_string));
+            r.cache_len.push(None);
+        }
+    } else if let Some(values) = lp.get("token_logprobs").and_then(Value::as_array) {
+        // Completions: parallel arrays; an echoed prompt's first token has null.
+        let tokens = lp.get("tokens").and_then(Value::as_array);
+        for (i, v) in values.iter().enumerate() {
+            if v.is_null() && i == 0 {
+                continue;
+            }
+            r.logprobs.push(number(Some(v), || format!("choice {id}: token_logprobs[{i}] is not a number"))?);
+            r.tokens.push(tokens.and_then(|t| t.get(i)).and_then(Value::as_str).map(str::to_string));
+            r.cache_len.push(None);
+        }
+    } else {
+        return Err(format!("choice {id}: `logprobs` has neither `content` (chat) nor `token_logprobs` (completions)"));
+    }
+    Ok(r)
+}
+
+/// llama.cpp's `/completion` with `n_probs`: newer servers give each token's `logprob`, older
+/// ones `probs` (top candidates with `tok_str`/`prob`) beside the token's `content`.
+fn llama_cpp(probs: &[Value], id: &str) -> std::result::Result<TraceRequest, String> {
+    let mut r = TraceRequest { id: id.to_string(), ..TraceRequest::default() };
+    for (i, p) in probs.iter().enumerate() {
+        let token = p.get("token").or_else(|| p.get("content")).and_then(Value::as_str).map(str::to_string);
+        let logprob = if let Some(l) = p.get("logprob") {
+            number(Some(l), || format!("completion_probabilities[{i}].logprob is not a number"))?
+        } else if let Some(prob) = p.get("prob") {
+            number(Some(prob), || format!("completion_probabilities[{i}].prob is not a number"))?.ln()
+        } else {
+            let chosen = p.get("probs").and_then(Value::as_array).and_then(|c| c.iter().find(|c| c.get("tok_str").and_then(Value::as_str) == token.as_deref()));
+            let prob = chosen.and_then(|c| c.get("prob")).and_then(Value::as_f64);
+            prob.ok_or_else(|| format!("completion_probabilities[{i}]: the sampled token is not among its `probs` (raise n_probs, or use a server that returns `logprob`)"))?.ln()
+        };
+        r.logprobs.push(logprob);
+        r.tokens.push(token);
+        r.cache_len.push(None);
+    }
+    Ok(r)
+}
+
+/// sinkscope's stream.json: each policy's stream is a request (logprob = −NLL, the cache length
+/// after each step).
+fn sinkscope_stream(v: &Value) -> std::result::Result<Trace, String> {
+    let outcomes = v["outcomes"].as_array().ok_or("stream.json: `outcomes` is not a list")?;
+    let mut requests = Vec::new();
+    for (k, o) in outcomes.iter().enumerate() {
+        let id = o.get("label").and_then(Value::as_str).map_or(format!("policy {k}"), str::to_string);
+        let nll = o.get("nll").and_then(Value::as_array).ok_or_else(|| format!("stream.json: outcome {id} has no `nll`"))?;
+        let lens = o.get("cache_len").and_then(Value::as_array);
+        let mut r = TraceRequest { id, ..TraceRequest::default() };
+        for (i, x) in nll.iter().enumerate() {
+            // An unscored step (a sampled recompute) is skipped, not invented.
+            let Some(x) = x.as_f64() else { continue };
+            r.logprobs.push(-x);
+            r.tokens.push(None);
+            r.cache_len.push(lens.and_then(|l| l.get(i)).and_then(Value::as_u64).map(|n| n as usize));
+        }
+        r.evictions = evictions_from_lengths(&r.cache_len);
+        requests.push(r);
+    }
+    Ok(Trace { format: TraceFormat::SinkscopeStream, requests })
+}
+
+/// Token indices at which a cache stops growing or shrinks after growing (the start of each
+/// run of evictions: a window's first full step, each `keep` half-discard).
+pub fn evictions_from_lengths(lens: &[Option<usize>]) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut grew = true;
+    for i in 1..lens.len() {
+        let (Some(a), Some(b)) = (lens[i - 1], lens[i]) else { continue };
+        let evicting = b <= a;
+        if evicting && grew {
+            out.push(i);
+        }
+        grew = !evicting;
+    }
+    out
+}
+
+/// JSONL: a `logprob` per line (optional `token`, `cache_len`, a request id in `request`,
+/// `request_id` or `id`), event lines (`"event": "eviction"` or `"evicted": n`) marking an
+/// eviction before the next token; or one response per line.
+fn from_jsonl(text: &str) -> std::result::Result<Trace, String> {
+    let mut by_id: BTreeMap<String, (usize, TraceRequest)> = BTreeMap::new();
+    let mut responses = Vec::new();
+    let mut format = TraceFormat::Jsonl;
+    for (n, line) in text.lines().enumerate() {
+        // Server-sent events (a streamed response as logged): `data: {...}` lines, `data: [DONE]`.
+        let line = line.trim();
+        let line = line.strip_prefix("data:").map_or(line, str::trim_start);
+        if line.is_empty() || line == "[DONE]" || line.starts_with(':') || line.starts_with("event:") {
+            continue;
+        }
+        let v: Value = serde_json::from_str(line).map_err(|e| format!("line {}: not JSON ({e})", n + 1))?;
+        if v.get("choices").is_some() || v.get("completion_probabilities").is_some() {
+            let t = response(&v, &format!("line {}", n + 1)).map_err(|e| format!("line {}: {e}", n + 1))?;
+            format = t.format;
+            // A streamed response's chunks share its id: their tokens join into one request.
+            for r in t.requests {
+                match responses.iter_mut().find(|x: &&mut TraceRequest| x.id == r.id) {
+                    Some(x) => {
+                        x.logprobs.extend(r.logprobs);
+                        x.tokens.extend(r.tokens);
+                        x.cache_len.extend(r.cache_len);
+                    }
+                    None => responses.push(r),
+                }
+            }
+            continue;
+        }
+        let id = ["request", "request_id", "id"].iter().find_map(|k| v.get(*k)).map_or(String::new(), |x| x.as_str().map_or(x.to_string(), str::to_string));
+        let order = by_id.len();
+        let (_, r) = by_id.entry(id.clone()).or_insert_with(|| (order, TraceRequest { id, ..TraceRequest::default() }));
+        let event = v.get("event").and_then(Value::as_str).is_some_and(|e| e.starts_with("evict")) || v.get("evicted").is_some_and(|e| e.as_u64().is_some_and(|n| n > 0) || e == &Value::Bool(true));
+        if event && !r.evictions.contains(&r.logprobs.len()) {
+            r.evictions.push(r.logprobs.len());
+        }
+        match v.get("logprob") {
+            Some(l) => {
+                r.logprobs.push(number(Some(l), || format!("line {}: `logprob` is not a number", n + 1))?);
+                r.tokens.push(v.get("token").and_then(Value::as_str).map(str::to_string));
+                r.cache_len.push(v.get("cache_len").and_then(Value::as_u64).map(|n| n as usize));
+            }
+            None if event => {}
+            None => return Err(format!("line {}: no `logprob` (and no eviction event)", n + 1)),
+        }
+    }
+    let mut requests: Vec<(usize, TraceRequest)> = by_id.into_values().collect();
+    requests.sort_by_key(|(order, _)| *order);
+    let mut requests: Vec<TraceRequest> = requests.into_iter().map(|(_, r)| r).collect();
+    for r in &mut requests {
+        merge_length_evictions(r);
+    }
+    requests.extend(responses);
+    Ok(Trace { format, requests })
+}
+
+/// Adds the evictions the cache lengths imply to the explicit ones.
+fn merge_length_evictions(r: &mut TraceRequest) {
+    for e in evictions_from_lengths(&r.cache_len) {
+        if !r.evictions.contains(&e) {
+            r.evictions.push(e);
+        }
+    }
+    r.evictions.sort_unstable();
+}
+
+/// CSV with a header naming a `logprob` column (optional `token`, `cache_len`, `request`,
+/// `event`); fields may be double-quoted.
+fn from_csv(text: &str) -> std::result::Result<Trace, String> {
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let header = csv_fields(lines.next().unwrap_or_default());
+    let col = |name: &str| header.iter().position(|h| h.trim().eq_ignore_ascii_case(name));
+    let logprob = col("logprob").ok_or("is not JSON, and as CSV its header has no `logprob` column")?;
+    let (token, cache, request, event) = (col("token"), col("cache_len"), col("request").or_else(|| col("request_id")), col("event"));
+    let mut by_id: BTreeMap<String, (usize, TraceRequest)> = BTreeMap::new();
+    for (n, line) in lines.enumerate() {
+        let f = csv_fields(line);
+        let get = |c: Option<usize>| c.and_then(|c| f.get(c)).map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+        let id = get(request).unwrap_or_default();
+        let order = by_id.len();
+        let (_, r) = by_id.entry(id.clone()).or_insert_with(|| (order, TraceRequest { id, ..TraceRequest::default() }));
+        if get(event).is_some_and(|e| e.starts_with("evict")) {
+            r.evictions.push(r.logprobs.len());
+        }
+        let Some(l) = get(Some(logprob)) else {
+            if get(event).is_some() {
+                continue;
+            }
+            return Err(format!("CSV row {}: empty `logprob`", n + 2));
+        };
+        r.logprobs.push(l.parse::<f64>().map_err(|_| format!("CSV row {}: `logprob` {l:?} is not a number", n + 2))?);
+        // A token's own spaces are part of it.
+        r.tokens.push(token.and_then(|c| f.get(c)).filter(|t| !t.is_empty()).cloned());
+        r.cache_len.push(get(cache).and_then(|c| c.parse().ok()));
+    }
+    let mut requests: Vec<(usize, TraceRequest)> = by_id.into_values().collect();
+    requests.sort_by_key(|(order, _)| *order);
+    let mut requests: Vec<TraceRequest> = requests.into_iter().map(|(_, r)| r).collect();
+    for r in &mut requests {
+        merge_length_evictions(r);
+    }
+    Ok(Trace { format: TraceFormat::Csv, requests })
+}
+
+/// One CSV line's fields (RFC 4180 quoting; no newlines inside fields).
+fn csv_fields(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                chars.next();
+                if let Some(f) = fields.last_mut() {
+                    f.push('"');
+                }
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => fields.push(String::new()),
+            (c, _) => {
+                if let Some(f) = fields.last_mut() {
+                    f.push(c);
+                }
+            }
+        }
+    }
+    fields
+}
+
+fn number(v: Option<&Value>, why: impl Fn() -> String) -> std::result::Result<f64, String> {
+    v.and_then(Value::as_f64).ok_or_else(why)
+}
