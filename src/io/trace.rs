@@ -257,14 +257,23 @@ fn from_jsonl(text: &str) -> std::result::Result<Trace, String> {
             None => return Err(format!("line {}: no `logprob` (and no eviction event)", n + 1)),
         }
     }
-    let mut requests: Vec<(usize, TraceRequest)> = by_id.into_values().collect();
-    requests.sort_by_key(|(order, _)| *order);
-    let mut requests: Vec<TraceRequest> = requests.into_iter().map(|(_, r)| r).collect();
-    for r in &mut requests {
-        merge_length_evictions(r);
-    }
+    let mut requests = in_order(by_id);
     requests.extend(responses);
     Ok(Trace { format, requests })
+}
+
+/// The requests of a line-per-token log in the order they first appeared, each with the
+/// evictions its cache lengths imply added to its explicit ones.
+fn in_order(by_id: BTreeMap<String, (usize, TraceRequest)>) -> Vec<TraceRequest> {
+    let mut requests: Vec<(usize, TraceRequest)> = by_id.into_values().collect();
+    requests.sort_by_key(|(order, _)| *order);
+    requests
+        .into_iter()
+        .map(|(_, mut r)| {
+            merge_length_evictions(&mut r);
+            r
+        })
+        .collect()
 }
 
 /// Adds the evictions the cache lengths imply to the explicit ones.
@@ -306,13 +315,7 @@ fn from_csv(text: &str) -> std::result::Result<Trace, String> {
         r.tokens.push(token.and_then(|c| f.get(c)).filter(|t| !t.is_empty()).cloned());
         r.cache_len.push(get(cache).and_then(|c| c.parse().ok()));
     }
-    let mut requests: Vec<(usize, TraceRequest)> = by_id.into_values().collect();
-    requests.sort_by_key(|(order, _)| *order);
-    let mut requests: Vec<TraceRequest> = requests.into_iter().map(|(_, r)| r).collect();
-    for r in &mut requests {
-        merge_length_evictions(r);
-    }
-    Ok(Trace { format: TraceFormat::Csv, requests })
+    Ok(Trace { format: TraceFormat::Csv, requests: in_order(by_id) })
 }
 
 /// One CSV line's fields (RFC 4180 quoting; no newlines inside fields).
