@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::io::trace::{Trace, TraceRequest};
-use crate::metrics::changepoint::{downward_steps, rolling_mean, Step, StepOptions};
+use crate::metrics::changepoint::{downward_steps, mean_var, rolling_mean, Step, StepOptions, CONTEXT_FREE};
 
 /// How steps are attributed to evictions.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -69,17 +69,10 @@ pub struct EvictionTest {
 pub const EVICTION_Z: f64 = 2.326;
 /// Tokens after an eviction compared with the baseline before it.
 pub const EVICTION_AFTER: usize = 64;
-/// The first tokens of a request have little context (their logprobs are far below the rest):
-/// they stay out of the baseline before an eviction.
-const CONTEXT_FREE: usize = 16;
 
 /// Tests each eviction with at least 32 tokens before it (after the context-free first ones) and
 /// 16 after it.
 fn test_evictions(x: &[f64], evictions: &[usize], opts: &WatchOptions) -> Vec<EvictionTest> {
-    let mean_var = |v: &[f64]| {
-        let m = v.iter().sum::<f64>() / v.len() as f64;
-        (m, v.iter().map(|a| (a - m).powi(2)).sum::<f64>())
-    };
     evictions
         .iter()
         .filter_map(|&e| {
@@ -88,9 +81,10 @@ fn test_evictions(x: &[f64], evictions: &[usize], opts: &WatchOptions) -> Vec<Ev
             if e < from + 32 || to < e + 16 {
                 return None;
             }
-            let ((mb, sb), (ma, sa)) = (mean_var(&x[from..e]), mean_var(&x[e..to]));
+            let ((mb, vb), (ma, va)) = (mean_var(&x[from..e]), mean_var(&x[e..to]));
             let (n1, n2) = ((e - from) as f64, (to - e) as f64);
-            let sd = ((sb + sa) / (n1 + n2 - 2.0)).sqrt().max(1e-9);
+            // Pooled over both segments (sums of squares from the population variances).
+            let sd = ((vb * n1 + va * n2) / (n1 + n2 - 2.0)).sqrt().max(1e-9);
             let drop = mb - ma;
             let z = drop / (sd * (1.0 / n1 + 1.0 / n2).sqrt());
             Some(EvictionTest { eviction: e, mean_before: mb, mean_after: ma, drop, z, sink_loss: drop >= opts.steps.min_step && z >= EVICTION_Z })
@@ -121,8 +115,9 @@ fn pooled(requests: &[RequestReport]) -> Option<PooledTest> {
         return None;
     }
     let n = drops.len() as f64;
-    let mean_drop = drops.iter().sum::<f64>() / n;
-    let sd = (drops.iter().map(|d| (d - mean_drop).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+    let (mean_drop, var) = mean_var(&drops);
+    // The sample standard deviation of the drops.
+    let sd = (var * n / (n - 1.0)).sqrt();
     let standard_error = (sd / n.sqrt()).max(1e-9);
     let z = mean_drop / standard_error;
     Some(PooledTest { requests: drops.len(), mean_drop, standard_error, z, sink_loss: z >= EVICTION_Z })

@@ -6,7 +6,8 @@
 //! - F-Attn = mean over layers and heads of the attention paid to position 0 (Qiu et al. 2025), i.e.
 //!   the mean of α_0;
 //! - sink-position discovery: every key position that some head treats as a sink (α_k > ε over
-//!   enough later queries), not only position 0.
+//!   enough later queries), not only position 0;
+//! - learned sinks (gpt-oss): the share of each softmax row a head's sink logit takes, summarised.
 
 use serde::{Deserialize, Serialize};
 
@@ -156,4 +157,31 @@ mod tests {
         // The last position (one query) can never qualify with min_queries = 2.
         assert!(found.iter().all(|s| s.pos <= 4));
     }
+}
+
+/// Learned sink logits summarised over heads, beside α_0.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LearnedSinks {
+    pub heads: usize,
+    /// Mean share of a softmax row the sink logits take, and the mean α_0 beside it.
+    pub mean: f64,
+    pub mean_alpha0: f64,
+    /// Heads whose sink takes more than half of a row.
+    pub above_half: usize,
+    /// The head whose sink takes most: (layer, head, sink mass, α_0).
+    pub top: (usize, usize, f64, f64),
+}
+
+/// Summarises (layer, head, sink mass, α_0) per head; `None` without learned sinks.
+pub fn learned_sinks(heads: impl Iterator<Item = (usize, usize, f64, f64)>) -> Option<LearnedSinks> {
+    let heads: Vec<(usize, usize, f64, f64)> = heads.collect();
+    let n = heads.len();
+    let top = *heads.iter().max_by(|a, b| a.2.total_cmp(&b.2))?;
+    Some(LearnedSinks {
+        heads: n,
+        mean: heads.iter().map(|h| h.2).sum::<f64>() / n as f64,
+        mean_alpha0: heads.iter().map(|h| h.3).sum::<f64>() / n as f64,
+        above_half: heads.iter().filter(|h| h.2 > 0.5).count(),
+        top,
+    })
 }

@@ -1,6 +1,7 @@
 //! What each command prints: plain-text tables of a model, a capture, a diagnosis, a stream, a
 //! sweep and an export.
 
+use crate::analysis::sinks::learned_sinks;
 use crate::analysis::AnalysisReport;
 use crate::kv::recommend::Recommendation;
 use crate::kv::simulate::StreamOutcome;
@@ -140,10 +141,8 @@ pub fn format_summary(r: &AnalysisReport) -> String {
             mean(windowed)
         ));
     }
-    let masses: Vec<(usize, usize, f64)> = r.heads.iter().filter_map(|h| Some((h.layer, h.head, h.sink_mass?))).collect();
-    if let Some(top) = masses.iter().max_by(|a, b| a.2.total_cmp(&b.2)) {
-        let mean = masses.iter().map(|m| m.2).sum::<f64>() / masses.len() as f64;
-        s.push_str(&format!("learned sinks: {:.3} of each softmax row on average (beside α_0); most in L{}H{}: {:.3}\n", mean, top.0, top.1, top.2));
+    if let Some(ls) = learned_sinks(r.heads.iter().filter_map(|h| Some((h.layer, h.head, h.sink_mass?, h.alpha.first().copied().unwrap_or(0.0))))) {
+        s.push_str(&format!("learned sinks: {:.3} of each softmax row on average (beside α_0); most in L{}H{}: {:.3}\n", ls.mean, ls.top.0, ls.top.1, ls.top.2));
     }
     match r.massive.first_layer {
         Some(l) => s.push_str(&format!(

@@ -241,8 +241,7 @@ fn from_jsonl(text: &str) -> std::result::Result<Trace, String> {
             continue;
         }
         let id = ["request", "request_id", "id"].iter().find_map(|k| v.get(*k)).map_or(String::new(), |x| x.as_str().map_or(x.to_string(), str::to_string));
-        let order = by_id.len();
-        let (_, r) = by_id.entry(id.clone()).or_insert_with(|| (order, TraceRequest { id, ..TraceRequest::default() }));
+        let r = request_for(&mut by_id, id);
         let event = v.get("event").and_then(Value::as_str).is_some_and(|e| e.starts_with("evict")) || v.get("evicted").is_some_and(|e| e.as_u64().is_some_and(|n| n > 0) || e == &Value::Bool(true));
         if event && !r.evictions.contains(&r.logprobs.len()) {
             r.evictions.push(r.logprobs.len());
@@ -260,6 +259,13 @@ fn from_jsonl(text: &str) -> std::result::Result<Trace, String> {
     let mut requests = in_order(by_id);
     requests.extend(responses);
     Ok(Trace { format, requests })
+}
+
+/// The request `id` of a line-per-token log, created (numbered in order of appearance) on its
+/// first line.
+fn request_for(by_id: &mut BTreeMap<String, (usize, TraceRequest)>, id: String) -> &mut TraceRequest {
+    let order = by_id.len();
+    &mut by_id.entry(id.clone()).or_insert_with(|| (order, TraceRequest { id, ..TraceRequest::default() })).1
 }
 
 /// The requests of a line-per-token log in the order they first appeared, each with the
@@ -298,9 +304,7 @@ fn from_csv(text: &str) -> std::result::Result<Trace, String> {
     for (n, line) in lines.enumerate() {
         let f = csv_fields(line);
         let get = |c: Option<usize>| c.and_then(|c| f.get(c)).map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
-        let id = get(request).unwrap_or_default();
-        let order = by_id.len();
-        let (_, r) = by_id.entry(id.clone()).or_insert_with(|| (order, TraceRequest { id, ..TraceRequest::default() }));
+        let r = request_for(&mut by_id, get(request).unwrap_or_default());
         if get(event).is_some_and(|e| e.starts_with("evict")) {
             r.evictions.push(r.logprobs.len());
         }

@@ -84,7 +84,7 @@ const WARM_UP: usize = 32;
 const MIN_SEGMENT: f64 = 16.0;
 /// The first tokens of a series have little context to predict from (their logprobs are far
 /// below the rest): they stay out of every baseline.
-const CONTEXT_FREE: usize = 16;
+pub const CONTEXT_FREE: usize = 16;
 
 /// The most likely start of a step in `x[from..=alarm]`, searched from `earliest`: the split
 /// with the largest two-sample statistic (mean before − mean after)·√(n₁n₂/(n₁+n₂)), ties to
@@ -111,11 +111,16 @@ fn date_step(x: &[f64], from: usize, earliest: usize, alarm: usize) -> usize {
     best.1
 }
 
-/// Mean and standard deviation of `x` (population), σ floored at [`MIN_SIGMA`].
-fn mean_sd(x: &[f64]) -> (f64, f64) {
+/// Mean and population variance of `x` (0, 0 when empty).
+pub fn mean_var(x: &[f64]) -> (f64, f64) {
     let n = x.len().max(1) as f64;
     let mean = x.iter().sum::<f64>() / n;
-    let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+    (mean, x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n)
+}
+
+/// Mean and standard deviation of `x` (population), σ floored at [`MIN_SIGMA`].
+fn mean_sd(x: &[f64]) -> (f64, f64) {
+    let (mean, var) = mean_var(x);
     (mean, var.sqrt().max(MIN_SIGMA))
 }
 

@@ -51,7 +51,7 @@ pub fn write_outputs(report: &WatchReport, dir: &Path) -> Result<()> {
         let mut order: Vec<usize> = (0..report.requests.len()).collect();
         order.sort_by_key(|&i| (report.requests[i].steps.is_empty(), i));
         for &i in order.iter().take(MAX_FIGURES) {
-            let chart = crate::report::figures::watch_chart(&report.requests[i], report.options.rolling);
+            let chart = crate::report::figures::watch_chart(&report.requests[i], report.options.rolling, report.options.steps.baseline);
             for ext in ["png", "svg"] {
                 crate::report::plot::save(&chart, &dir.join(format!("watch-{i}.{ext}")))?;
             }

@@ -315,8 +315,9 @@ pub fn kept_first(run: &Run) -> Option<LineChart> {
 
 #[cfg(feature = "plots")]
 /// One request of a serving trace: token logprobs, their rolling mean, the level before and after
-/// each detected step, evictions and steps marked.
-pub fn watch_chart(r: &RequestReport, rolling: usize) -> LineChart {
+/// each detected step (over the `baseline` tokens each level was measured on), evictions and
+/// steps marked.
+pub fn watch_chart(r: &RequestReport, rolling: usize, baseline: usize) -> LineChart {
     let xy = |v: &[f64]| v.iter().enumerate().map(|(i, &y)| (i as f64, y)).collect::<Vec<_>>();
     let mut series = vec![("token logprob".to_string(), xy(&r.logprobs)), (format!("rolling mean ({rolling} tokens)"), xy(&r.rolling))];
     // Each step as the levels it separates (one series: consecutive steps join end to start).
@@ -324,7 +325,7 @@ pub fn watch_chart(r: &RequestReport, rolling: usize) -> LineChart {
         .steps
         .iter()
         .flat_map(|s| {
-            let (from, at, to) = (s.step.start.saturating_sub(96) as f64, s.step.start as f64, (s.step.start + 96).min(r.tokens) as f64);
+            let (from, at, to) = (s.step.start.saturating_sub(baseline) as f64, s.step.start as f64, (s.step.start + baseline).min(r.tokens) as f64);
             [(from, s.step.mean_before), (at, s.step.mean_before), (at, s.step.mean_after), (to, s.step.mean_after)]
         })
         .collect();

@@ -8,6 +8,7 @@ use super::bundle::{FigureSpec, FIGURES_DIR, TABLES_DIR};
 use super::tokens::label;
 use super::run::Run;
 use super::tables::Table;
+use crate::analysis::sinks::{learned_sinks, LearnedSinks};
 use crate::kv::per_head::FrontierRow;
 use crate::model::info::ModelInfo;
 
@@ -279,16 +280,11 @@ fn by_window_kind(m: &ModelInfo, alpha0: impl Iterator<Item = (usize, f64)>) -> 
 
 /// The learned sinks' share of the softmax beside α_0: (layer, head, sink mass, α_0) per head.
 fn learned_sink_line(heads: impl Iterator<Item = (usize, usize, f64, f64)>) -> Option<String> {
-    let heads: Vec<(usize, usize, f64, f64)> = heads.collect();
-    let n = heads.len();
-    let top = heads.iter().max_by(|a, b| a.2.total_cmp(&b.2))?;
-    let mean = heads.iter().map(|h| h.2).sum::<f64>() / n as f64;
-    let alpha0 = heads.iter().map(|h| h.3).sum::<f64>() / n as f64;
-    let above_half = heads.iter().filter(|h| h.2 > 0.5).count();
+    let LearnedSinks { heads: n, mean, mean_alpha0, above_half, top } = learned_sinks(heads)?;
     Some(format!(
         "The sink logits take {:.1}% of a softmax row on average over {n} heads (α_0 beside it: {:.1}%); {above_half} heads give them more than half; the most, layer {} head {}, {:.1}% (its α_0 {:.1}%).",
         100.0 * mean,
-        100.0 * alpha0,
+        100.0 * mean_alpha0,
         top.0,
         top.1,
         100.0 * top.2,
