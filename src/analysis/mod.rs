@@ -1,10 +1,11 @@
 //! The diagnosis: pure functions from captured reductions to findings — sink metrics and sink
-//! positions, massive activations, head classes, causal head dependency, quantization risk — and
+//! positions, massive activations, head classes, causal head dependency, quantization risk and what fake quantization did — and
 //! their aggregation over probes into an [`AnalysisReport`]; and sink loss in a serving trace.
 //! Never loads a model.
 
 pub mod heads;
 pub mod massive;
+pub mod quant;
 pub mod sink_loss;
 pub mod sinks;
 

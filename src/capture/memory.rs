@@ -20,8 +20,8 @@ pub struct MemoryEstimate {
 pub fn hook_elements(cfg: &LlamaConfig, hook: &HookPoint, t: u64) -> u64 {
     let (d, h, kvh, dh, ff) = (cfg.d_model as u64, cfg.n_heads as u64, cfg.n_kv_heads as u64, cfg.d_head as u64, cfg.d_ff as u64);
     match hook {
-        HookPoint::Embed | HookPoint::LnFinal | HookPoint::ResidPre(_) | HookPoint::ResidMid(_) | HookPoint::ResidPost(_) | HookPoint::AttnOut(_) => t * d,
-        HookPoint::Q(_) => t * h * dh,
+        HookPoint::Embed | HookPoint::LnFinal | HookPoint::ResidPre(_) | HookPoint::ResidMid(_) | HookPoint::ResidPost(_) | HookPoint::AttnOut(_) | HookPoint::AttnIn(_) | HookPoint::MlpIn(_) => t * d,
+        HookPoint::Q(_) | HookPoint::Z(_) => t * h * dh,
         HookPoint::K(_) | HookPoint::V(_) => t * kvh * dh,
         HookPoint::AttnScores(_) | HookPoint::Pattern(_) => h * t * t,
         HookPoint::SinkProb(_) => h * t,

@@ -15,6 +15,7 @@ mod info;
 mod interrupt;
 mod model_args;
 mod progress;
+mod quant;
 mod stream;
 mod watch;
 
@@ -57,6 +58,10 @@ pub enum Command {
     /// stream.json, CSV) and find sink loss: steps down in the rolling logprob just after an
     /// eviction. Exit status 3 when one is found (2 stays bad input).
     Watch(watch::WatchArgs),
+    /// Fake-quantize activations at every linear projection's input (int8/int4; per-tensor,
+    /// per-token, per-channel; dynamic or calibrated, with or without the first positions) and
+    /// measure perplexity, NLL at the sink positions vs the rest, and SQNR per layer and site.
+    Quant(quant::QuantArgs),
     /// Browse a run in the terminal: heads, heatmaps, sinks, activations and streaming curves
     /// (or compute one first with -m MODEL -f TEXT).
     #[cfg(feature = "tui")]
@@ -92,6 +97,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Stream(a) => stream::run_stream(a),
         Command::Recommend(a) => stream::run_recommend(a),
         Command::Heads(a) => heads::run(a),
+        Command::Quant(a) => quant::run(a),
         #[cfg(feature = "tui")]
         Command::Dash(a) => dash::run(a),
         Command::Export(a) => export::run(a),

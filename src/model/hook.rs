@@ -17,6 +17,9 @@ pub enum HookPoint {
     ResidMid(usize),
     /// `blocks.{l}.hook_resid_post` — block l's output, [pos, d_model].
     ResidPost(usize),
+    /// `blocks.{l}.ln1.hook_normalized` — the attention's normalised input (what the q|k|v
+    /// projections read), [pos, d_model].
+    AttnIn(usize),
     /// `blocks.{l}.attn.hook_q` — queries before RoPE, [pos, head, d_head].
     Q(usize),
     /// `blocks.{l}.attn.hook_k` — keys before RoPE, [pos, kv_head, d_head].
@@ -32,25 +35,35 @@ pub enum HookPoint {
     /// `blocks.{l}.attn.hook_sink_prob` — the softmax mass each head's learned sink logit took
     /// (models with learned sinks only), [head, query_pos]; delivered in query blocks.
     SinkProb(usize),
+    /// `blocks.{l}.attn.hook_z` — the heads' outputs side by side (what o_proj reads),
+    /// [pos, head·d_head].
+    Z(usize),
     /// `blocks.{l}.hook_attn_out` — attention sub-block output after o_proj, [pos, d_model].
     AttnOut(usize),
-    /// `blocks.{l}.mlp.hook_post` — SwiGLU hidden activation silu(gate)·up, [pos, d_mlp].
+    /// `blocks.{l}.ln2.hook_normalized` — the MLP's normalised input (what gate|up or up read),
+    /// [pos, d_model].
+    MlpIn(usize),
+    /// `blocks.{l}.mlp.hook_post` — the MLP's hidden activation (what the down projection reads),
+    /// [pos, d_mlp].
     MlpPost(usize),
     /// `ln_final.hook_normalized` — final RMSNorm output, [pos, d_model].
     LnFinal,
 }
 
 /// The per-layer hook suffixes, in forward order.
-const LAYER_HOOKS: [&str; 11] = [
+const LAYER_HOOKS: [&str; 14] = [
     "hook_resid_pre",
+    "ln1.hook_normalized",
     "attn.hook_q",
     "attn.hook_k",
     "attn.hook_v",
     "attn.hook_attn_scores",
     "attn.hook_pattern",
     "attn.hook_sink_prob",
+    "attn.hook_z",
     "hook_attn_out",
     "hook_resid_mid",
+    "ln2.hook_normalized",
     "mlp.hook_post",
     "hook_resid_post",
 ];
@@ -60,8 +73,8 @@ impl HookPoint {
         use HookPoint::*;
         match *self {
             Embed | LnFinal => None,
-            ResidPre(l) | ResidMid(l) | ResidPost(l) | Q(l) | K(l) | V(l) | AttnScores(l) | Pattern(l) | SinkProb(l)
-            | AttnOut(l) | MlpPost(l) => Some(l),
+            ResidPre(l) | ResidMid(l) | ResidPost(l) | AttnIn(l) | Q(l) | K(l) | V(l) | AttnScores(l) | Pattern(l)
+            | SinkProb(l) | Z(l) | AttnOut(l) | MlpIn(l) | MlpPost(l) => Some(l),
         }
     }
 
@@ -71,16 +84,19 @@ impl HookPoint {
             Embed => "hook_embed",
             LnFinal => "ln_final.hook_normalized",
             ResidPre(_) => LAYER_HOOKS[0],
-            Q(_) => LAYER_HOOKS[1],
-            K(_) => LAYER_HOOKS[2],
-            V(_) => LAYER_HOOKS[3],
-            AttnScores(_) => LAYER_HOOKS[4],
-            Pattern(_) => LAYER_HOOKS[5],
-            SinkProb(_) => LAYER_HOOKS[6],
-            AttnOut(_) => LAYER_HOOKS[7],
-            ResidMid(_) => LAYER_HOOKS[8],
-            MlpPost(_) => LAYER_HOOKS[9],
-            ResidPost(_) => LAYER_HOOKS[10],
+            AttnIn(_) => LAYER_HOOKS[1],
+            Q(_) => LAYER_HOOKS[2],
+            K(_) => LAYER_HOOKS[3],
+            V(_) => LAYER_HOOKS[4],
+            AttnScores(_) => LAYER_HOOKS[5],
+            Pattern(_) => LAYER_HOOKS[6],
+            SinkProb(_) => LAYER_HOOKS[7],
+            Z(_) => LAYER_HOOKS[8],
+            AttnOut(_) => LAYER_HOOKS[9],
+            ResidMid(_) => LAYER_HOOKS[10],
+            MlpIn(_) => LAYER_HOOKS[11],
+            MlpPost(_) => LAYER_HOOKS[12],
+            ResidPost(_) => LAYER_HOOKS[13],
         }
     }
 
@@ -88,14 +104,17 @@ impl HookPoint {
         use HookPoint::*;
         Some(match suffix {
             "hook_resid_pre" => ResidPre(layer),
+            "ln1.hook_normalized" => AttnIn(layer),
             "attn.hook_q" => Q(layer),
             "attn.hook_k" => K(layer),
             "attn.hook_v" => V(layer),
             "attn.hook_attn_scores" => AttnScores(layer),
             "attn.hook_pattern" => Pattern(layer),
             "attn.hook_sink_prob" => SinkProb(layer),
+            "attn.hook_z" => Z(layer),
             "hook_attn_out" => AttnOut(layer),
             "hook_resid_mid" => ResidMid(layer),
+            "ln2.hook_normalized" => MlpIn(layer),
             "mlp.hook_post" => MlpPost(layer),
             "hook_resid_post" => ResidPost(layer),
             _ => return None,
@@ -204,7 +223,9 @@ mod tests {
         }
         assert_eq!(HookPoint::Pattern(12).to_string(), "blocks.12.attn.hook_pattern");
         assert_eq!(HookPoint::MlpPost(0).to_string(), "blocks.0.mlp.hook_post");
-        assert_eq!(HookPoint::all(2).len(), 2 + 2 * 11);
+        assert_eq!(HookPoint::all(2).len(), 2 + 2 * 14);
+        assert_eq!(HookPoint::Z(3).to_string(), "blocks.3.attn.hook_z");
+        assert_eq!(HookPoint::AttnIn(0).to_string(), "blocks.0.ln1.hook_normalized");
     }
 
     #[test]

@@ -18,6 +18,13 @@ pub trait CaptureSink {
     /// covered along the position axis — the query axis for attention maps, which arrive in
     /// query blocks whose key axis spans every visible key (0..rows.end).
     fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()>;
+
+    /// A replacement for the tensor at `hook`, which the forward pass then uses in its place (an
+    /// intervention, e.g. fake quantization). Called before `record`, only at hooks whose value
+    /// feeds later computation (not attention maps) and only when `wants` says so. Default: none.
+    fn rewrite(&mut self, _hook: &HookPoint, _rows: Range<usize>, _value: &Tensor) -> Result<Option<Tensor>> {
+        Ok(None)
+    }
 }
 
 /// Captures nothing (plain inference).
@@ -46,5 +53,17 @@ impl CaptureSink for FanOut<'_> {
             }
         }
         Ok(())
+    }
+    /// Each sink's rewrite applies to what the sinks before it left.
+    fn rewrite(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<Option<Tensor>> {
+        let mut current: Option<Tensor> = None;
+        for sink in self.0.iter_mut() {
+            if sink.wants(hook) {
+                if let Some(new) = sink.rewrite(hook, rows.clone(), current.as_ref().unwrap_or(value))? {
+                    current = Some(new);
+                }
+            }
+        }
+        Ok(current)
     }
 }

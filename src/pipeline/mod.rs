@@ -8,5 +8,6 @@ pub mod demo;
 pub mod generate;
 pub mod heads;
 pub mod progress;
+pub mod quant;
 pub mod stream;
 pub mod watch;

@@ -39,6 +39,10 @@ pub(crate) enum FigureKind {
     PplAfterEviction,
     PerHeadFrontier,
     KeptFirst,
+    /// `quant`'s NLL increase by position at one bit width.
+    QuantNll(u32),
+    /// `quant`'s lowest SQNR per layer at one bit width.
+    QuantSqnr(u32),
 }
 
 /// The figures this run has data for, in reading order.
@@ -87,6 +91,18 @@ pub fn figure_specs(run: &Run, opts: &ExportOptions) -> Vec<FigureSpec> {
             stem: "per-head-frontier".into(),
             caption: "KV memory against perplexity: per-head policies (retrieval heads keep everything) beside a uniform sink cache of the same memory".into(),
             kind: FigureKind::PerHeadFrontier,
+        });
+    }
+    for bits in super::figures::quant_bits(run) {
+        specs.push(FigureSpec {
+            stem: format!("quant-nll-int{bits}"),
+            caption: format!("int{bits} activation quantization: NLL increase over the unquantized model by position (the first positions are the sinks), per scheme"),
+            kind: FigureKind::QuantNll(bits),
+        });
+        specs.push(FigureSpec {
+            stem: format!("quant-sqnr-int{bits}"),
+            caption: format!("int{bits} activation quantization: the lowest SQNR of each layer's projection inputs, per scheme"),
+            kind: FigureKind::QuantSqnr(bits),
         });
     }
     specs

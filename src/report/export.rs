@@ -48,6 +48,8 @@ fn draw(run: &Run, spec: &FigureSpec, paths: &[PathBuf]) -> Result<bool> {
         FigureKind::PplAfterEviction => save_all(figures::ppl_after_eviction(run), paths),
         FigureKind::PerHeadFrontier => save_all(figures::per_head_frontier(run), paths),
         FigureKind::KeptFirst => save_all(figures::kept_first(run), paths),
+        FigureKind::QuantNll(bits) => save_all(figures::quant_nll(run, bits), paths),
+        FigureKind::QuantSqnr(bits) => save_all(figures::quant_sqnr(run, bits), paths),
     }
 }
 

@@ -285,6 +285,79 @@ pub fn per_head_frontier(run: &Run) -> Option<LineChart> {
     })
 }
 
+/// The bit widths of a run's `quant` sweep, widest first.
+pub fn quant_bits(run: &Run) -> Vec<u32> {
+    let mut bits: Vec<u32> = run.quant.as_ref().map_or(Vec::new(), |q| q.cases.iter().map(|c| c.setting.bits).collect());
+    bits.sort_unstable_by(|a, b| b.cmp(a));
+    bits.dedup();
+    bits
+}
+
+/// Positions the quant NLL figure shows: the sinks and what follows them.
+const QUANT_POSITIONS: usize = 64;
+
+#[cfg(feature = "plots")]
+/// `quant` at one bit width: per scheme, the mean NLL increase over the unquantized model at each
+/// of the first positions (averaged over the sequences), sink positions marked.
+pub fn quant_nll(run: &Run, bits: u32) -> Option<LineChart> {
+    let q = run.quant.as_ref()?;
+    let series: Vec<(String, Vec<(f64, f64)>)> = q
+        .cases
+        .iter()
+        .filter(|c| c.setting.bits == bits)
+        .map(|c| (c.label.clone(), c.nll_by_position.iter().zip(&q.baseline_by_position).take(QUANT_POSITIONS).enumerate().map(|(p, (v, b))| (p as f64, v - b)).collect()))
+        .collect();
+    if series.is_empty() {
+        return None;
+    }
+    Some(LineChart {
+        title: format!("{} — int{bits} activation quantization by position", run.model_name()),
+        subtitle: format!("{} × {} tokens of {}; static scales from {}", q.sequences, q.tokens_per_sequence, q.text_source, q.calibration.source),
+        x_desc: "position of the predicting token (each sequence starts at 0)".into(),
+        y_desc: "NLL increase over unquantized (nats)".into(),
+        series,
+        log_y: false,
+        markers: vec![(q.sink_positions as f64 - 0.5, format!("first {} positions", q.sink_positions))],
+        points: false,
+        legend_bottom: false,
+    })
+}
+
+#[cfg(feature = "plots")]
+/// `quant` at one bit width: per scheme, each layer's lowest SQNR over its projection inputs.
+pub fn quant_sqnr(run: &Run, bits: u32) -> Option<LineChart> {
+    let q = run.quant.as_ref()?;
+    let series: Vec<(String, Vec<(f64, f64)>)> = q
+        .cases
+        .iter()
+        .filter(|c| c.setting.bits == bits)
+        .map(|c| {
+            let mut by_layer: std::collections::BTreeMap<usize, f64> = std::collections::BTreeMap::new();
+            for s in &c.sites {
+                if let Some(db) = s.sqnr_db {
+                    let e = by_layer.entry(s.layer).or_insert(f64::INFINITY);
+                    *e = e.min(db);
+                }
+            }
+            (c.label.clone(), by_layer.into_iter().map(|(l, db)| (l as f64, db)).collect())
+        })
+        .collect();
+    if series.iter().all(|s| s.1.is_empty()) {
+        return None;
+    }
+    Some(LineChart {
+        title: format!("{} — int{bits}: where quantization noise is worst", run.model_name()),
+        subtitle: "lowest SQNR over each layer's projection inputs (qkv, o, gate_up, down; k, v with --kv)".into(),
+        x_desc: "layer".into(),
+        y_desc: "SQNR (dB)".into(),
+        series,
+        log_y: false,
+        markers: Vec::new(),
+        points: true,
+        legend_bottom: true,
+    })
+}
+
 /// The streams of a run that say whether heavy hitters rediscover the sinks: score-based policies
 /// with nothing pinned, and what they kept.
 pub fn unpinned_kept(run: &Run) -> Vec<(&str, KeptStats)> {

@@ -1,6 +1,7 @@
 //! `index.md`: a run's findings in plain language with the numbers, linking every figure and
 //! table that exists beside it. Deterministic text from the run's files only.
 
+use crate::analysis::quant::QuantReport;
 use std::fmt::Write;
 use std::path::Path;
 
@@ -224,6 +225,35 @@ fn findings(run: &Run, s: &mut String) {
         }
         s.push('\n');
     }
+    if let Some(q) = &run.quant {
+        quant_section(s, q);
+    }
+}
+
+/// `quant`'s table of settings and its findings.
+fn quant_section(s: &mut String, q: &QuantReport) {
+    let _ = writeln!(
+        s,
+        "**Activation quantization** (fake, symmetric absmax, at every linear projection's input; weights as loaded) over {} × {} tokens of {}; static scales from {}{}. Sink side = predictions from positions < {}.\n",
+        q.sequences,
+        q.tokens_per_sequence,
+        q.text_source,
+        q.calibration.source,
+        if q.calibration.in_sample { " (in-sample)" } else { "" },
+        q.sink_positions
+    );
+    let _ = writeln!(s, "| setting | perplexity | NLL at sink positions (Δ) | NLL elsewhere (Δ) | worst site (SQNR) | zeroed |\n|---|---:|---:|---:|---|---:|");
+    let _ = writeln!(s, "| unquantized | {:.3} | {:.3} | {:.3} | | |", q.baseline.ppl, q.baseline.sink_nll, q.baseline.rest_nll);
+    for c in &q.cases {
+        let worst = c.worst_site().map_or("-".to_string(), |w| format!("layer {} {}: {:.1} dB", w.layer, w.site.name(), w.sqnr_db.unwrap_or(f64::INFINITY)));
+        let zeroed = c.sites.iter().map(|x| x.zero_share).sum::<f64>() / c.sites.len().max(1) as f64;
+        let _ = writeln!(s, "| {} | {:.3} | {:.3} ({:+.3}) | {:.3} ({:+.3}) | {worst} | {:.1}% |", c.label, c.nll.ppl, c.nll.sink_nll, c.delta_sink, c.nll.rest_nll, c.delta_rest, 100.0 * zeroed);
+    }
+    s.push('\n');
+    for f in q.findings() {
+        let _ = writeln!(s, "- {f}");
+    }
+    s.push('\n');
 }
 
 /// The uniform cache's memory at the per-head row's perplexity, and what the per-head policy saves.

@@ -1,6 +1,6 @@
 //! A run directory as one value: whichever of capture.json, report.json (analysis), stream.json,
-//! heatmaps.safetensors and reductions.safetensors a command wrote there, loaded and checked. The
-//! exporters and the dashboard read runs only through this.
+//! per_head.json, quant.json, heatmaps.safetensors and reductions.safetensors a command wrote
+//! there, loaded and checked. The exporters and the dashboard read runs only through this.
 
 use crate::kv::per_head::Frontier;
 use std::path::{Path, PathBuf};
@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use super::records::{CaptureReport, StreamReport};
 use super::tokens::is_byte_level;
 use crate::analysis::sinks::Alphas;
+use crate::analysis::quant::QuantReport;
 use crate::analysis::AnalysisReport;
 use crate::capture::heatmaps::Heatmaps;
 use crate::error::{Error, Result};
@@ -21,6 +22,8 @@ pub const ANALYSIS_FILE: &str = "report.json";
 pub const STREAM_FILE: &str = "stream.json";
 /// `recommend --per-head`'s frontier (beside its stream.json).
 pub const PER_HEAD_FILE: &str = "per_head.json";
+/// `quant`'s fake-quantization sweep.
+pub const QUANT_FILE: &str = "quant.json";
 pub const HEATMAPS_FILE: &str = "heatmaps.safetensors";
 pub const REDUCTIONS_FILE: &str = "reductions.safetensors";
 
@@ -33,6 +36,8 @@ pub struct Run {
     pub stream: Option<StreamReport>,
     /// `recommend --per-head`'s sweep, when the run has one.
     pub per_head: Option<Frontier>,
+    /// `quant`'s sweep, when the run has one.
+    pub quant: Option<QuantReport>,
     pub heatmaps: Option<Heatmaps>,
     /// Per-position arrays of the capture (see reports/README.md).
     pub reductions: Option<Arrays>,
@@ -63,20 +68,26 @@ impl Run {
             analysis: read_json(&dir.join(ANALYSIS_FILE))?,
             stream: read_json(&dir.join(STREAM_FILE))?,
             per_head: read_json(&dir.join(PER_HEAD_FILE))?,
+            quant: read_json(&dir.join(QUANT_FILE))?,
             heatmaps: if heatmaps_path.exists() { Some(Heatmaps::load(&heatmaps_path)?) } else { None },
             reductions: if reductions_path.exists() { Some(Arrays::read(&reductions_path, "capture")?) } else { None },
         };
         // Tables and views are sized by the model's layers × heads: a corrupt count must not
         // become gigabytes (found by fuzzing: n_heads = 7,747,748 allocated 0.9 GB).
-        for (file, m) in [(CAPTURE_FILE, run.capture.as_ref().map(|c| &c.model)), (ANALYSIS_FILE, run.analysis.as_ref().map(|a| &a.model)), (STREAM_FILE, run.stream.as_ref().map(|s| &s.model))] {
+        for (file, m) in [
+            (CAPTURE_FILE, run.capture.as_ref().map(|c| &c.model)),
+            (ANALYSIS_FILE, run.analysis.as_ref().map(|a| &a.model)),
+            (STREAM_FILE, run.stream.as_ref().map(|s| &s.model)),
+            (QUANT_FILE, run.quant.as_ref().map(|q| &q.model)),
+        ] {
             if let Some(m) = m {
                 if m.n_layers > MAX_LAYERS_OR_HEADS || m.n_heads > MAX_LAYERS_OR_HEADS || m.n_layers * m.n_heads > MAX_LAYER_HEADS {
                     return Err(Error::file(&dir.join(file), format!("describes {} layers × {} heads, which no model has; the file is corrupt — re-run the command that made it", m.n_layers, m.n_heads)));
                 }
             }
         }
-        if run.capture.is_none() && run.analysis.is_none() && run.stream.is_none() {
-            return Err(Error::file(dir, format!("holds no sinkscope results (none of {CAPTURE_FILE}, {ANALYSIS_FILE}, {STREAM_FILE}); run `sinkscope demo` or `capture`/`analyze`/`recommend` with -o first")));
+        if run.capture.is_none() && run.analysis.is_none() && run.stream.is_none() && run.quant.is_none() {
+            return Err(Error::file(dir, format!("holds no sinkscope results (none of {CAPTURE_FILE}, {ANALYSIS_FILE}, {STREAM_FILE}, {QUANT_FILE}); run `sinkscope demo` or `capture`/`analyze`/`recommend`/`quant` with -o first")));
         }
         if let (Some(maps), Some(tokens)) = (&run.heatmaps, run.tokens()) {
             if maps.n_tokens != tokens.len() {
@@ -87,17 +98,23 @@ impl Run {
     }
 
     pub fn model(&self) -> &ModelInfo {
-        match (&self.capture, &self.analysis, &self.stream) {
-            (Some(c), _, _) => &c.model,
-            (_, Some(a), _) => &a.model,
-            (_, _, Some(s)) => &s.model,
+        match (&self.capture, &self.analysis, &self.stream, &self.quant) {
+            (Some(c), _, _, _) => &c.model,
+            (_, Some(a), _, _) => &a.model,
+            (_, _, Some(s), _) => &s.model,
+            (_, _, _, Some(q)) => &q.model,
             _ => unreachable!("Run::open requires one of the reports"),
         }
     }
 
     /// The sinkscope version that wrote the run (its first report's).
     pub fn sinkscope_version(&self) -> &str {
-        [self.capture.as_ref().map(|c| &c.sinkscope_version), self.analysis.as_ref().map(|a| &a.sinkscope_version), self.stream.as_ref().map(|s| &s.sinkscope_version)]
+        [
+            self.capture.as_ref().map(|c| &c.sinkscope_version),
+            self.analysis.as_ref().map(|a| &a.sinkscope_version),
+            self.stream.as_ref().map(|s| &s.sinkscope_version),
+            self.quant.as_ref().map(|q| &q.sinkscope_version),
+        ]
             .into_iter()
             .flatten()
             .next()

@@ -3,6 +3,7 @@
 //! Parquet writer and the figures consume them. Column names and types are a public contract
 //! (documented in notebooks-data/README.md) — change them only deliberately.
 
+use crate::analysis::quant::{QuantCase, QuantReport, SiteNoise};
 use crate::kv::per_head::Frontier;
 use super::records::StreamReport;
 use super::run::Run;
@@ -150,7 +151,37 @@ pub fn tables(run: &Run) -> Vec<Table> {
         out.push(head_gates(f, &m));
         out.push(per_head_frontier(f, &m));
     }
+    if let Some(q) = &run.quant {
+        out.push(quant(q, &m));
+    }
     out
+}
+
+/// `quant`: per setting (scheme, bits, K/V or not, calibration skip) and per layer and site, the
+/// SQNR and zeroed share, beside the setting's perplexity and NLL at the sink positions and the
+/// rest (and the unquantized model's).
+fn quant(q: &QuantReport, m: &Meta) -> Table {
+    let rows: Vec<(&QuantCase, &SiteNoise)> = q.cases.iter().flat_map(|c| c.sites.iter().map(move |s| (c, s))).collect();
+    Builder::new(&rows, m)
+        .str("setting", |r| r.0.label.clone())
+        .str("scheme", |r| r.0.setting.scheme.name().to_string())
+        .u32("bits", |r| r.0.setting.bits as usize)
+        .bool("kv", |r| r.0.setting.kv)
+        .u32("calib_skip", |r| r.0.setting.calib_skip)
+        .u32("layer", |r| r.1.layer)
+        .str("site", |r| r.1.site.name().to_string())
+        .opt_f64("sqnr_db", |r| r.1.sqnr_db)
+        .f64("zero_share", |r| r.1.zero_share)
+        .f64("ppl", |r| r.0.nll.ppl)
+        .f64("sink_nll", |r| r.0.nll.sink_nll)
+        .f64("rest_nll", |r| r.0.nll.rest_nll)
+        .f64("delta_sink", |r| r.0.delta_sink)
+        .f64("delta_rest", |r| r.0.delta_rest)
+        .f64("baseline_ppl", |_| q.baseline.ppl)
+        .u32("sink_positions", |_| q.sink_positions)
+        .u32("sequences", |_| q.sequences)
+        .u32("tokens_per_sequence", |_| q.tokens_per_sequence)
+        .build("quant")
 }
 
 /// `head_gates`: per (layer, KV head), the attention its query heads put outside S sinks + R

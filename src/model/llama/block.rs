@@ -46,11 +46,12 @@ pub(crate) enum Mlp {
 }
 
 impl Mlp {
-    /// The activation (what `hook_mlp_post` records; none for a mixture of experts, whose
-    /// tokens each have their own) and the block's output.
-    pub(crate) fn forward(&self, x: &Tensor) -> Result<(Option<Tensor>, Tensor)> {
+    /// The block's output for input `x`; `hidden` sees the activation the down projection reads
+    /// (`hook_mlp_post`) and returns what it should read instead. A mixture of experts, whose
+    /// tokens each have their own activation, never calls it.
+    pub(crate) fn forward(&self, x: &Tensor, hidden: &mut dyn FnMut(Tensor) -> Result<Tensor>) -> Result<Tensor> {
         let (act, down) = match self {
-            Mlp::Moe(moe) => return Ok((None, moe.forward(x)?)),
+            Mlp::Moe(moe) => return moe.forward(x),
             Mlp::SwiGlu { gate_up, down } => (swiglu(&gate_up.forward(x)?)?, down),
             Mlp::GeGlu { gate_up, down } => {
                 let gu = gate_up.forward(x)?;
@@ -60,8 +61,7 @@ impl Mlp {
             Mlp::Gelu { up, down, tanh: false } => (up.forward(x)?.gelu_erf()?, down),
             Mlp::Gelu { up, down, tanh: true } => (up.forward(x)?.gelu()?, down),
         };
-        let out = down.forward(&act)?;
-        Ok((Some(act), out))
+        down.forward(&hidden(act)?)
     }
 }
 

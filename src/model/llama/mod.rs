@@ -162,7 +162,8 @@ impl Llama {
             emit(sink, HookPoint::ResidPre(l), &rows, &x)?;
             let norm = |n: &Option<Norm>, x: &Tensor| -> Result<Tensor> { n.as_ref().map_or_else(|| Ok(x.clone()), |n| n.forward(x, eps)) };
             let block_in = x.clone();
-            let attn_in = norm(&block.attn_in, &x)?;
+            let attn_in_raw = norm(&block.attn_in, &x)?;
+            let attn_in = intervene(sink, HookPoint::AttnIn(l), &rows, attn_in_raw.clone())?;
             let qkv = block.qkv.forward(&attn_in)?;
             let (nq, nkv) = (h * dh, kvh * dh);
             // Queries and keys normalised before RoPE (hook_q / hook_k see them normalised): over
@@ -178,28 +179,28 @@ impl Llama {
             }
             let v = qkv.narrow(1, nq + nkv, nkv)?.reshape((total, kvh, dh))?;
             emit(sink, HookPoint::Q(l), &rows, &q)?;
-            emit(sink, HookPoint::K(l), &rows, &k)?;
-            emit(sink, HookPoint::V(l), &rows, &v)?;
+            let k = intervene(sink, HookPoint::K(l), &rows, k)?;
+            let v = intervene(sink, HookPoint::V(l), &rows, v)?;
             let layer = self.layer_attention(l);
             if let Some(scale) = self.cfg.arch.attn_scale {
                 // The kernels scale scores by 1/√d_head; this family wants `scale` instead.
                 q = (q * (scale * (dh as f64).sqrt()))?;
             }
-            let attn = attend.attend(&layer, &q, &k, &v, sink)?;
-            let attn_out = norm(&block.attn_out, &block.o_proj.forward(&attn)?)?;
+            let z = attend.attend(&layer, &q, &k, &v, sink)?;
+            let z = intervene(sink, HookPoint::Z(l), &rows, z)?;
+            let attn_out = norm(&block.attn_out, &block.o_proj.forward(&z)?)?;
             emit(sink, HookPoint::AttnOut(l), &rows, &attn_out)?;
             x = (x + attn_out)?;
             emit(sink, HookPoint::ResidMid(l), &rows, &x)?;
             // Under a parallel residual the MLP reads the block's input, not x + attn — through
-            // the attention's own norm where the family shares one.
+            // the attention's own norm where the family shares one (before that hook's rewrite:
+            // each projection input is rewritten once, at its own hook).
             let xn = match self.cfg.arch.norm_placement {
-                NormPlacement::Shared => attn_in,
+                NormPlacement::Shared => attn_in_raw,
                 _ => norm(&block.mlp_in, if self.cfg.arch.parallel_residual { &block_in } else { &x })?,
             };
-            let (act, mlp_out) = block.mlp.forward(&xn)?;
-            if let Some(act) = act {
-                emit(sink, HookPoint::MlpPost(l), &rows, &act)?;
-            }
+            let xn = intervene(sink, HookPoint::MlpIn(l), &rows, xn)?;
+            let mlp_out = block.mlp.forward(&xn, &mut |act| intervene(sink, HookPoint::MlpPost(l), &rows, act))?;
             x = (x + norm(&block.mlp_out, &mlp_out)?)?;
             emit(sink, HookPoint::ResidPost(l), &rows, &x)?;
         }
@@ -322,6 +323,18 @@ impl Llama {
         }
         Ok(out)
     }
+}
+
+/// Lets `sink` replace the tensor at `hook` (see [`CaptureSink::rewrite`]), records what the
+/// forward pass will use, and returns it.
+fn intervene(sink: &mut dyn CaptureSink, hook: HookPoint, rows: &std::ops::Range<usize>, value: Tensor) -> Result<Tensor> {
+    if !sink.wants(&hook) {
+        return Ok(value);
+    }
+    let value = if value.is_contiguous() { value } else { value.contiguous()? };
+    let value = sink.rewrite(&hook, rows.clone(), &value)?.unwrap_or(value);
+    sink.record(&hook, rows.clone(), &value)?;
+    Ok(value)
 }
 
 fn emit(sink: &mut dyn CaptureSink, hook: HookPoint, rows: &std::ops::Range<usize>, value: &Tensor) -> Result<()> {

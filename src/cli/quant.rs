@@ -1,0 +1,100 @@
+//! `sinkscope quant`: what fake activation quantization (int8/int4; per-tensor, per-token,
+//! per-channel; dynamic or calibrated) does to a model's perplexity, at the sink positions and
+//! elsewhere, and where in the network it adds the most noise.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::model_args::ModelArgs;
+use super::progress::TerminalProgress;
+use crate::error::{Error, Result};
+use crate::metrics::quant::QuantScheme;
+use crate::pipeline::quant::{quant_into, QuantOptions};
+
+#[derive(Args, Debug)]
+pub struct QuantArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The evaluated text (UTF-8), cut into --sequences sequences of --max-tokens tokens.
+    #[arg(short = 'f', long)]
+    pub file: PathBuf,
+    /// Tokens per sequence; each runs from position 0 with nothing cached.
+    #[arg(long, default_value_t = 512)]
+    pub max_tokens: usize,
+    /// Consecutive sequences cut from the text (each adds its first positions to the sink side).
+    #[arg(long, default_value_t = 4)]
+    pub sequences: usize,
+    /// Integer widths, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "8,4")]
+    pub bits: Vec<u32>,
+    /// Schemes, comma-separated: tensor_dynamic, token_dynamic, channel_static, tensor_static.
+    #[arg(long, value_delimiter = ',', default_value = "tensor_dynamic,token_dynamic,channel_static,tensor_static")]
+    pub schemes: Vec<String>,
+    /// Quantize the keys and values (the KV cache) too.
+    #[arg(long)]
+    pub kv: bool,
+    /// Calibration text for the static schemes [default: the evaluated file's tokens after the
+    /// evaluated sequences].
+    #[arg(long)]
+    pub calibrate: Option<PathBuf>,
+    /// Also calibrate the static schemes without each calibration sequence's first k positions
+    /// (the calibration set that under-samples attention sinks); 0 turns that off.
+    #[arg(long, default_value_t = 4)]
+    pub calib_skip_first: usize,
+    /// Rows predicted from positions below this are the sink side of the NLL split.
+    #[arg(long, default_value_t = 4)]
+    pub sink_positions: usize,
+    /// Print the report as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write quant.json into this run directory (for `export` and `dash`).
+    #[arg(short = 'o', long)]
+    pub out: Option<PathBuf>,
+}
+
+fn scheme(name: &str) -> Result<QuantScheme> {
+    QuantScheme::ALL
+        .into_iter()
+        .find(|s| s.name() == name.trim())
+        .ok_or_else(|| Error::input(format!("unknown scheme '{name}' (expected tensor_dynamic, token_dynamic, channel_static or tensor_static)")))
+}
+
+pub fn run(args: QuantArgs) -> Result<()> {
+    let opts = QuantOptions {
+        file: args.file,
+        tokens: args.max_tokens,
+        sequences: args.sequences,
+        bits: args.bits,
+        schemes: args.schemes.iter().map(|s| scheme(s)).collect::<Result<_>>()?,
+        kv: args.kv,
+        calibrate: args.calibrate,
+        calib_skip_first: args.calib_skip_first,
+        sink_positions: args.sink_positions,
+    };
+    opts.validate()?;
+    let mut lm = args.model.load()?;
+    let report = quant_into(&mut lm, &opts, args.out.as_deref(), &mut TerminalProgress::new())?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!(
+        "{} × {} tokens of {}; sink side = predictions from positions < {}; static scales from {}",
+        report.sequences, report.tokens_per_sequence, report.text_source, report.sink_positions, report.calibration.source
+    );
+    println!("{:<34} {:>12} {:>10} {:>10}  worst site (SQNR)   zeroed", "setting", "perplexity", "Δ sink", "Δ rest");
+    println!("{:<34} {:>12.3} {:>10} {:>10}", "unquantized", report.baseline.ppl, "", "");
+    for c in &report.cases {
+        let worst = c.worst_site().map_or("-".to_string(), |w| format!("L{} {} {:.1} dB", w.layer, w.site.name(), w.sqnr_db.unwrap_or(f64::INFINITY)));
+        let zeroed = c.sites.iter().map(|s| s.zero_share).sum::<f64>() / c.sites.len().max(1) as f64;
+        println!("{:<34} {:>12.3} {:>+10.3} {:>+10.3}  {worst:<19} {:>5.1}%", c.label, c.nll.ppl, c.delta_sink, c.delta_rest, 100.0 * zeroed);
+    }
+    for f in report.findings() {
+        println!("- {f}");
+    }
+    if let Some(dir) = &args.out {
+        println!("quant.json in {}; `sinkscope export {}` writes the table, figure and report", dir.display(), dir.display());
+    }
+    Ok(())
+}
