@@ -2,6 +2,7 @@
 //! parses its flags into a plain options struct, calls one `pipeline` job, and prints the result.
 
 mod analyze;
+mod canary;
 mod capture;
 #[cfg(feature = "tui")]
 mod dash;
@@ -62,6 +63,10 @@ pub enum Command {
     /// per-token, per-channel; dynamic or calibrated, with or without the first positions) and
     /// measure perplexity, NLL at the sink positions vs the rest, and SQNR per layer and site.
     Quant(quant::QuantArgs),
+    /// Generate (or score a text) under a cache policy, logging per step the attention on the
+    /// first four cache slots of every layer and the token log-probability; flag where the
+    /// watched layer's mass collapses; write a trace `watch` reads.
+    Canary(canary::CanaryArgs),
     /// Browse a run in the terminal: heads, heatmaps, sinks, activations and streaming curves
     /// (or compute one first with -m MODEL -f TEXT).
     #[cfg(feature = "tui")]
@@ -98,6 +103,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Recommend(a) => stream::run_recommend(a),
         Command::Heads(a) => heads::run(a),
         Command::Quant(a) => quant::run(a),
+        Command::Canary(a) => canary::run(a),
         #[cfg(feature = "tui")]
         Command::Dash(a) => dash::run(a),
         Command::Export(a) => export::run(a),

@@ -1,7 +1,8 @@
 //! KV-cache eviction: policies and position modes, the policy-managed cache, its memory, the
-//! streaming simulator, and the sink-count recommendation built on it.
+//! streaming simulator, the sink-count recommendation built on it, and the live canary.
 
 pub mod cache;
+pub mod canary;
 pub mod memory;
 pub mod per_head;
 pub mod policy;

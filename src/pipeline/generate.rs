@@ -5,6 +5,7 @@ use crate::error::{Error, Result};
 use crate::model::llama::KvCache;
 use crate::model::load::LoadedModel;
 use crate::model::sink::NoCapture;
+use crate::numerics::sampling::{argmax, sample, XorShift};
 
 /// Generates up to `n` tokens after `prompt`, calling `emit` with each newly decoded piece of
 /// text; returns the generated ids. Stops at an end-of-sequence token, at BOS (llama2.c's rule),
@@ -59,40 +60,4 @@ pub fn generate_text(lm: &LoadedModel, prompt: &str, n: usize) -> Result<(String
     let mut text = String::new();
     let ids = generate(lm, prompt, n, 0.0, 0, &mut |piece| text.push_str(piece))?;
     Ok((text, ids))
-}
-
-pub fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
-/// A small deterministic generator for sampling (xorshift64*).
-struct XorShift(u64);
-
-impl XorShift {
-    fn next_f64(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-fn sample(logits: &[f32], temperature: f64, rng: &mut XorShift) -> u32 {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let weights: Vec<f64> = logits.iter().map(|&l| ((l as f64 - max) / temperature).exp()).collect();
-    let total: f64 = weights.iter().sum();
-    let mut r = rng.next_f64() * total;
-    for (i, w) in weights.iter().enumerate() {
-        r -= w;
-        if r <= 0.0 {
-            return i as u32;
-        }
-    }
-    argmax(logits)
 }

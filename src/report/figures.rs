@@ -12,6 +12,8 @@ use crate::metrics::massive::{is_massive, MASSIVE_ABS};
 #[cfg(feature = "plots")]
 use crate::analysis::sink_loss::RequestReport;
 use crate::kv::scored::KeptStats;
+#[cfg(feature = "plots")]
+use crate::kv::canary::{CanaryRun, FIRST_SLOTS};
 
 /// Per-head α_k over the run's main text: the capture's, else the analysis's mean over probes.
 /// [layer][head][k].
@@ -417,6 +419,73 @@ pub fn watch_chart(r: &RequestReport, rolling: usize, baseline: usize) -> LineCh
         series,
         log_y: false,
         markers,
+        points: false,
+        legend_bottom: true,
+    }
+}
+
+#[cfg(feature = "plots")]
+/// The landmarks of a canary run, as vertical markers at their token index (one marker, labels
+/// joined, where they coincide).
+fn canary_markers(run: &CanaryRun) -> Vec<(f64, String)> {
+    let at = |i: Option<usize>| i.and_then(|i| run.steps.get(i)).map(|s| s.index as f64);
+    let mut out: Vec<(f64, String)> = Vec::new();
+    for (x, label) in [(at(run.first_eviction), "first eviction"), (at(run.sink_evicted), "first token evicted"), (at(run.collapse_at), "collapse flagged")] {
+        let Some(x) = x else { continue };
+        match out.iter_mut().find(|m| m.0 == x) {
+            Some(m) => m.1 = format!("{} = {label}", m.1),
+            None => out.push((x, label.to_string())),
+        }
+    }
+    out
+}
+
+#[cfg(feature = "plots")]
+/// A canary run's attention on the first four cache slots per step: the watched layer, the mean
+/// over layers, the first and the last layer; evictions marked.
+pub fn canary_mass(model: &str, run: &CanaryRun) -> LineChart {
+    let layers = run.steps.first().map_or(0, |s| s.first_slot_mass.len());
+    let of = |f: &dyn Fn(&[f64]) -> f64| run.steps.iter().map(|s| (s.index as f64, f(&s.first_slot_mass))).collect::<Vec<_>>();
+    let layer = |l: usize| move |m: &[f64]| m.get(l).copied().unwrap_or(0.0);
+    let mut series = vec![
+        (format!("layer {} (watched)", run.layer), of(&layer(run.layer))),
+        ("mean over layers".to_string(), of(&|m: &[f64]| m.iter().sum::<f64>() / m.len().max(1) as f64)),
+    ];
+    for l in [0, layers.saturating_sub(1)] {
+        if l != run.layer && layers > 0 && !series.iter().any(|s| s.0 == format!("layer {l}")) {
+            series.push((format!("layer {l}"), of(&layer(l))));
+        }
+    }
+    LineChart {
+        title: format!("Canary under {}: attention on the first {FIRST_SLOTS} cache slots", run.policy.label()),
+        subtitle: format!(
+            "{model}; per step, mean over heads; baseline (watched layer, before the first eviction) {}; flagged below {:.0}% of it",
+            run.baseline_mass.map_or("-".into(), |b| format!("{b:.3}")),
+            100.0 * run.collapse
+        ),
+        x_desc: "token index".into(),
+        y_desc: "attention on slots 0–3".into(),
+        series,
+        log_y: false,
+        markers: canary_markers(run),
+        points: false,
+        legend_bottom: false,
+    }
+}
+
+#[cfg(feature = "plots")]
+/// A canary run's token log-probabilities and their rolling mean; evictions marked.
+pub fn canary_logprob(model: &str, run: &CanaryRun, rolling: usize) -> LineChart {
+    let xy: Vec<(f64, f64)> = run.steps.iter().map(|s| (s.index as f64, s.logprob)).collect();
+    let mean = crate::metrics::changepoint::rolling_mean(&run.steps.iter().map(|s| s.logprob).collect::<Vec<_>>(), rolling);
+    LineChart {
+        title: format!("Canary under {}: token log-probability", run.policy.label()),
+        subtitle: format!("{model}; natural log; rolling mean over {rolling} tokens"),
+        x_desc: "token index".into(),
+        y_desc: "log p(token)".into(),
+        series: vec![("token logprob".into(), xy), (format!("rolling mean ({rolling})"), run.steps.iter().zip(mean).map(|(s, m)| (s.index as f64, m)).collect())],
+        log_y: false,
+        markers: canary_markers(run),
         points: false,
         legend_bottom: true,
     }

@@ -359,7 +359,7 @@ impl Figure for LineChart {
                     // One label per integer x for short discrete axes (layers); a dozen for long ones.
                     .x_labels(if self.points && x_max - x_min <= 40.0 { (x_max - x_min).round() as usize + 1 } else { 10 })
                     .x_label_formatter(&|x| if x.fract() == 0.0 { format!("{x:.0}") } else if self.points { String::new() } else { format!("{x:.1}") })
-                    .y_label_formatter(&|y| if y.abs() >= 100.0 { format!("{y:.0}") } else if y.abs() >= 1.0 || *y == 0.0 { format!("{y:.1}") } else { format!("{y:.2e}") })
+                    .y_label_formatter(&|y| if y.abs() >= 100.0 { format!("{y:.0}") } else if y.abs() >= 1.0 || *y == 0.0 { format!("{y:.1}") } else if y.abs() >= 0.01 { format!("{y:.2}") } else { format!("{y:.2e}") })
                     .label_style((FONT, 14))
                     .axis_desc_style((FONT, 16))
                     .light_line_style(RGBColor(235, 235, 235))

@@ -1,0 +1,110 @@
+//! `sinkscope canary`: generate under a cache policy and log, per step, the attention on the first
+//! four cache slots of every layer (the mid-depth one watched) and the token's log-probability;
+//! flag where the mass collapses; write a trace `watch` reads.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::model_args::ModelArgs;
+use super::progress::TerminalProgress;
+use crate::error::Result;
+use crate::kv::canary::FIRST_SLOTS;
+use crate::kv::policy::{Policy, PolicyKind, PositionMode};
+use crate::pipeline::canary::{canary_into, CanaryJob, CANARY_TRACE};
+
+#[derive(Args, Debug)]
+pub struct CanaryArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The prompt (scored token by token, never flagged).
+    #[arg(short = 'p', long, default_value = "")]
+    pub prompt: String,
+    /// Tokens to generate (or, with --force, to score).
+    #[arg(short = 'n', long, default_value_t = 512)]
+    pub steps: usize,
+    /// Score this text as the continuation instead of generating one (log-probabilities of real
+    /// text: a sharper canary than a model's own greedy choices).
+    #[arg(long)]
+    pub force: Option<PathBuf>,
+    /// Start the forced text at this character.
+    #[arg(long, default_value_t = 0)]
+    pub start_char: usize,
+    /// The cache policy: dense, window, sink or keep.
+    #[arg(long, value_enum, default_value_t = PolicyKind::Sink)]
+    pub policy: PolicyKind,
+    /// The cache budget W.
+    #[arg(long, default_value_t = 256)]
+    pub cache: usize,
+    /// S for sink, N for keep.
+    #[arg(long, default_value_t = 4)]
+    pub sinks: usize,
+    #[arg(long, value_enum, default_value_t = PositionMode::Slot)]
+    pub positions: PositionMode,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// The watched layer [default: mid-depth].
+    #[arg(long)]
+    pub layer: Option<usize>,
+    /// Flag a step when the watched layer's mass falls below this fraction of its level before
+    /// the first eviction.
+    #[arg(long, default_value_t = 0.25)]
+    pub collapse: f64,
+    /// Print canary.json instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Write canary.json, canary-trace.jsonl and the figures here.
+    #[arg(short = 'o', long)]
+    pub out: Option<PathBuf>,
+}
+
+pub fn run(args: CanaryArgs) -> Result<()> {
+    let sinks = if matches!(args.policy, PolicyKind::Sink | PolicyKind::Keep) { args.sinks } else { 0 };
+    let policy = Policy { kind: args.policy, sinks, cache: args.cache, positions: args.positions, recent: 0 };
+    let job = CanaryJob {
+        prompt: args.prompt,
+        force: args.force,
+        start_char: args.start_char,
+        steps: args.steps,
+        policy,
+        temperature: args.temperature,
+        seed: args.seed,
+        layer: args.layer,
+        collapse: args.collapse,
+    };
+    let mut lm = args.model.load()?;
+    let r = canary_into(&mut lm, &job, args.out.as_deref(), &mut TerminalProgress::new())?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    let run = &r.run;
+    let at = |i: Option<usize>| i.and_then(|i| run.steps.get(i)).map_or("never".to_string(), |s| format!("token {}", s.index));
+    println!("{} under {}: {} steps, watched layer {} of {}", r.model.name.as_deref().unwrap_or(&r.model.architecture), policy.label(), run.steps.len(), run.layer, r.model.n_layers);
+    println!(
+        "attention on the first {FIRST_SLOTS} cache slots, watched layer: baseline {} before the first eviction; flagged below {:.0}% of it",
+        run.baseline_mass.map_or("-".into(), |b| format!("{b:.3}")),
+        100.0 * run.collapse
+    );
+    println!("first eviction: {}; first token evicted: {}; collapse flagged: {}", at(run.first_eviction), at(run.sink_evicted), at(run.collapse_at));
+    let lp = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3}"));
+    println!("mean token logprob: {} before the first eviction, {} after", lp(r.mean_logprob_before), lp(r.mean_logprob_after));
+    println!("{:>7} {:>6} {:>9} {:>9} {:>10}  first slots", "token", "keys", "watched", "all (mean)", "logprob");
+    let every = (run.steps.len() / 24).max(1);
+    let landmarks = [run.first_eviction, run.sink_evicted, run.collapse_at];
+    for (_, s) in run.steps.iter().enumerate().filter(|(i, _)| i % every == 0 || landmarks.contains(&Some(*i))) {
+        let all = s.first_slot_mass.iter().sum::<f64>() / s.first_slot_mass.len().max(1) as f64;
+        let mark = if s.flagged { " !" } else { "" };
+        println!("{:>7} {:>6} {:>9.3} {:>9.3} {:>10.3}  {:?}{mark}", s.index, s.keys, s.first_slot_mass.get(run.layer).copied().unwrap_or(0.0), all, s.logprob, s.first_slots);
+    }
+    if r.forced.is_none() {
+        println!("continuation: {}", r.continuation.replace('\n', " "));
+    }
+    if let Some(dir) = &args.out {
+        println!("canary.json, {CANARY_TRACE} (read it with `sinkscope watch`) and figures in {}", dir.display());
+    }
+    Ok(())
+}
