@@ -3,6 +3,7 @@
 //! parts missing, tiny and large sizes, exports, and the real-terminal tmux smoke script.
 #![cfg(feature = "tui")]
 
+#[macro_use]
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -432,4 +433,30 @@ fn streaming_shows_the_per_head_frontier() {
     let nums: Vec<&str> = pane.split_whitespace().filter(|w| w.contains('.') && !w.contains("MiB")).collect();
     assert!(nums.len() >= 2 && nums[0] == nums[1], "{zero}");
     assert!(s.contains("kept 0–3 100% / 100%"), "{s}");
+}
+
+/// `quant`'s results show under the Activations tab: below the magnitudes in a full run, as the
+/// whole view in a quant-only run (every other tab says what it lacks, nothing panics).
+#[test]
+fn quant_results_show_in_the_activations_view() {
+    let model = model_or_skip!("stories260K.gguf");
+    let story = common::fixture("texts/tinystories.txt");
+    let full = copy_without("with-quant", &[]);
+    let only = common::temp_dir("quant-only").join("run");
+    for dir in [&full, &only] {
+        let out = common::sinkscope(&["quant", "-m", model.to_str().unwrap(), "-f", story.to_str().unwrap(), "--max-tokens", "64", "--sequences", "2", "-o", dir.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    for (dir, also) in [(&full, "Per layer (resid_post)"), (&only, "tensor_static int4 skip4")] {
+        let mut app = App::new(Run::open(dir).unwrap());
+        update(&mut app, Action::GoTab(Tab::Activations));
+        let s = text(&draw(&mut app, 160, 60));
+        assert!(s.contains("Activation quantization") && s.contains("token_dynamic int8") && s.contains(also), "{s}");
+        for tab in Tab::ALL {
+            update(&mut app, Action::GoTab(tab));
+            for (w, h) in [(160, 60), (30, 8)] {
+                draw(&mut app, w, h);
+            }
+        }
+    }
 }

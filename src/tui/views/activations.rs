@@ -1,6 +1,7 @@
 //! Activations: per-layer max |h| and median |h| of the residual stream on a log scale (braille
 //! lines, with the massive bar |h| = 100), the per-layer table with where each maximum sits, and
-//! the massive dims and positions (Sun et al. 2024).
+//! the massive dims and positions (Sun et al. 2024); below them, when the run has one, what
+//! activation quantization did.
 
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
@@ -23,6 +24,18 @@ fn log(v: f32) -> f64 {
 
 pub fn render(f: &mut Frame, area: Rect, app: &App) {
     let layers = &app.data.layers;
+    let area = match &app.run.quant {
+        Some(q) if layers.is_empty() => return super::quant::render(f, area, q),
+        Some(q) => {
+            // The quantization table under the magnitudes: its rows and verdicts, the (wrapped)
+            // text line, the header, the baseline and the borders.
+            let want = (q.cases.len() + q.skip_comparisons.len() + 6) as u16;
+            let h = want.min(area.height / 2);
+            super::quant::render(f, Rect { y: area.bottom() - h, height: h, ..area }, q);
+            Rect { height: area.height - h, ..area }
+        }
+        None => area,
+    };
     if layers.is_empty() {
         missing(f, area, "Activations", "This run has no per-layer magnitudes (needs capture.json, or report.json from analyze).", "sinkscope capture -m MODEL -f TEXT -o RUN_DIR");
         return;

@@ -6,6 +6,7 @@ pub mod grid;
 pub mod heatmap;
 pub mod help;
 pub mod overview;
+pub mod quant;
 pub mod streaming;
 pub mod tokens;
 
