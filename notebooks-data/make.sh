@@ -15,3 +15,20 @@ copy /tmp/sinkscope-notebooks-demo notebooks-data/smollm2-135m
 rm -rf /tmp/sinkscope-notebooks-stories && cp -r tests/fixtures/run-stories260k /tmp/sinkscope-notebooks-stories
 $S export /tmp/sinkscope-notebooks-stories
 copy /tmp/sinkscope-notebooks-stories notebooks-data/stories260k
+# Activation quantization on SmolLM2-135M (README "quant"): 16 × 256 tokens of Pride and Prejudice,
+# static scales from Frankenstein, with and without its first 4 positions.
+M=../shared/models/SmolLM2-135M-Instruct.Q4_1.gguf
+rm -rf /tmp/sinkscope-notebooks-quant
+$S quant -m $M -f ../shared/corpora/pg1342_pride_and_prejudice.txt --max-tokens 256 --sequences 16 \
+  --calibrate ../shared/corpora/pg84_frankenstein.txt -o /tmp/sinkscope-notebooks-quant
+$S export /tmp/sinkscope-notebooks-quant
+copy /tmp/sinkscope-notebooks-quant notebooks-data/smollm2-135m-quant
+# The canary (README "canary"): 600 tokens of Pride and Prejudice scored under window and sink
+# caches of W = 128; the figures and the trace `watch` reads.
+for P in window sink; do
+  D=notebooks-data/smollm2-135m-canary/$P
+  rm -rf "$D" && mkdir -p "$D"
+  $S canary -m $M --force ../shared/corpora/pg1342_pride_and_prejudice.txt --start-char 100000 -n 600 \
+    --policy $P --cache 128 -o /tmp/sinkscope-notebooks-canary-$P > "$D/summary.txt"
+  cp /tmp/sinkscope-notebooks-canary-$P/canary-*.png /tmp/sinkscope-notebooks-canary-$P/canary-trace.jsonl "$D/"
+done

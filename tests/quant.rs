@@ -63,6 +63,7 @@ fn quant_matches_pytorch_with_the_same_fake_quantization() {
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::fixture("quant_reference.json")).unwrap()).unwrap();
     let mut report = vec!["(cases past the vocabulary size are marked *: no signal left to compare)".to_string()];
     let mut failures = Vec::new();
+    let mut sites_checked = 0;
     for (key, file) in [("stories260k", "stories260K.gguf"), ("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")] {
         let path = model_or_skip!(file);
         let lm = load(path.to_str().unwrap(), &LoadOptions::default()).unwrap();
@@ -79,8 +80,22 @@ fn quant_matches_pytorch_with_the_same_fake_quantization() {
                 calib_skip: c["skip"].as_u64().unwrap() as usize,
             };
             let cal = setting.scheme.is_static().then(|| Calibration::measure(&lm.model, &calib, setting.calib_skip, setting.kv).unwrap());
-            let ours = NllSplit::of(&score(&lm.model, &tokens, Some(setting), cal.as_ref()).unwrap().nll, 4);
+            let scored = score(&lm.model, &tokens, Some(setting), cal.as_ref()).unwrap();
+            let ours = NllSplit::of(&scored.nll, 4);
             let theirs = c["nll_mean"].as_f64().unwrap();
+            // Where both sides computed the same thing to float rounding, every site's input is
+            // the same tensor: its SQNR and zeroed share agree (this checks the new hook points).
+            if key == "stories260k" && (ours.nll_mean - theirs).abs() < 1e-5 {
+                let sites = c["sites"].as_array().unwrap();
+                assert_eq!(sites.len(), scored.noise.len(), "{key} {}", setting.label());
+                for site in sites {
+                    let (l, name) = (site["layer"].as_u64().unwrap() as usize, site["site"].as_str().unwrap());
+                    let n = scored.noise.iter().find(|((layer, s), _)| *layer == l && s.name() == name).unwrap().1;
+                    let (db, zs) = (site["sqnr_db"].as_f64().unwrap(), site["zero_share"].as_f64().unwrap());
+                    assert!((n.sqnr_db().unwrap() - db).abs() < 1e-3 && (n.zero_share() - zs).abs() < 1e-3, "{key} {} L{l} {name}: {:?} {} vs {db} {zs}", setting.label(), n.sqnr_db(), n.zero_share());
+                }
+                sites_checked += sites.len();
+            }
             let jitter_ours = [1u64, 2, 3, 4, 5, 6]
                 .iter()
                 .map(|&seed| {
@@ -104,6 +119,8 @@ fn quant_matches_pytorch_with_the_same_fake_quantization() {
         }
     }
     eprintln!("{}", report.join("\n"));
+    eprintln!("{sites_checked} (layer, site) SQNR / zeroed shares checked against the reference");
+    assert!(sites_checked > 100, "too few sites compared: {sites_checked}");
     assert!(failures.is_empty(), "outside tolerance:\n{}", failures.join("\n"));
 }
 

@@ -12,7 +12,8 @@ use crate::model::info::ModelInfo;
 /// A sink-position NLL increase this much larger (nats) with the first positions left out of
 /// calibration than with them in breaks the model at those tokens: only there when it is also
 /// [`BREAK_RATIO`]× what the other positions gained; spreading beyond them when those gained at
-/// least [`SPREAD_NATS`] (the sinks anchor every later token's attention).
+/// least [`SPREAD_NATS`] (through the attention the sinks anchor, or at other tokens with large
+/// activations the same scales clip).
 pub const BREAK_NATS: f64 = 0.5;
 pub const BREAK_RATIO: f64 = 5.0;
 pub const SPREAD_NATS: f64 = 0.1;
@@ -209,7 +210,7 @@ impl QuantReport {
                 c.full.1,
                 match c.verdict {
                     SkipVerdict::BreaksSinksOnly => "breaks the model at exactly those tokens",
-                    SkipVerdict::BreaksSinksAndBeyond => "breaks the model at those tokens, and through the attention they anchor, at the others too",
+                    SkipVerdict::BreaksSinksAndBeyond => "breaks the model at those tokens, and at the others too",
                     SkipVerdict::NotAtSinks => "does not single out the sink positions",
                 }
             ));

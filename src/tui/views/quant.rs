@@ -29,7 +29,7 @@ pub fn render(f: &mut Frame, area: Rect, q: &QuantReport) {
     for s in &q.skip_comparisons {
         let (text, colour) = match s.verdict {
             SkipVerdict::BreaksSinksOnly => ("breaks exactly the sink positions", WARN),
-            SkipVerdict::BreaksSinksAndBeyond => ("breaks the sink positions and the rest with them", WARN),
+            SkipVerdict::BreaksSinksAndBeyond => ("breaks the sink positions, and the rest too", WARN),
             SkipVerdict::NotAtSinks => ("no sink-specific damage", DIM),
         };
         v.push(Line::from(vec![
