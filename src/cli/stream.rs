@@ -56,6 +56,9 @@ pub struct StreamArgs {
     pub cache: usize,
     #[arg(long, value_enum, default_value_t = PositionMode::Slot)]
     pub positions: PositionMode,
+    /// Also print the perplexity of every N-token segment of the stream (0: not).
+    #[arg(long, default_value_t = 0)]
+    pub segment: usize,
     /// Print the outcome (with per-token NLL and cache length) as JSON.
     #[arg(long)]
     pub json: bool,
@@ -152,6 +155,11 @@ pub fn run_stream(args: StreamArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&outcome)?);
     } else {
         print!("{}", format_outcome(&outcome));
+        if args.segment > 0 {
+            for (start, n, p) in crate::kv::simulate::segment_ppl(&outcome.nll, args.segment) {
+                println!("  tokens {:>7}–{:<7} perplexity {p:.3}", start, start + n);
+            }
+        }
     }
     Ok(())
 }

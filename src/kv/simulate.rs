@@ -351,6 +351,12 @@ fn outcomes(cfg: &LlamaConfig, policies: &[Policy], tracks: Vec<Track>, n: usize
         .collect()
 }
 
+/// Perplexity of each consecutive `len`-step segment: (first step, steps, perplexity); the last
+/// segment may be shorter.
+pub fn segment_ppl(nll: &[f64], len: usize) -> Vec<(usize, usize, f64)> {
+    nll.chunks(len.max(1)).enumerate().map(|(i, c)| (i * len.max(1), c.len(), ppl(c))).collect()
+}
+
 /// exp(mean NLL) over the scored (non-NaN) steps.
 pub fn ppl(nll: &[f64]) -> f64 {
     let scored: Vec<f64> = nll.iter().copied().filter(|v| !v.is_nan()).collect();
