@@ -32,3 +32,14 @@ for P in window sink; do
     --policy $P --cache 128 -o /tmp/sinkscope-notebooks-canary-$P > "$D/summary.txt"
   cp /tmp/sinkscope-notebooks-canary-$P/canary-*.png /tmp/sinkscope-notebooks-canary-$P/canary-trace.jsonl "$D/"
 done
+# 100,000 tokens through a sink cache (README "Measured: 100,000 tokens"; about 10 minutes).
+for f in pg1342_pride_and_prejudice pg84_frankenstein pg2701_moby_dick pg37106_little_women pg2641_a_room_with_a_view pg64317_the_great_gatsby; do
+  cat ../shared/corpora/$f.txt; printf '\n\n'
+done > /tmp/sinkscope-notebooks-books.txt
+rm -rf /tmp/sinkscope-notebooks-stream100k
+D=notebooks-data/smollm2-135m-stream100k
+rm -rf "$D" && mkdir -p "$D"
+$S stream -m $M -f /tmp/sinkscope-notebooks-books.txt --tokens 100000 --policy sink --cache 256 --segment 10000 \
+  -o /tmp/sinkscope-notebooks-stream100k > "$D/summary.txt"
+$S export /tmp/sinkscope-notebooks-stream100k --png
+cp /tmp/sinkscope-notebooks-stream100k/figures/ppl-curves.png "$D/"

@@ -102,6 +102,11 @@ impl QuantCase {
         }
     }
 
+    /// The share of nonzero inputs rounded to 0, averaged over the sites.
+    pub fn mean_zero_share(&self) -> f64 {
+        self.sites.iter().map(|s| s.zero_share).sum::<f64>() / self.sites.len().max(1) as f64
+    }
+
     /// The site with the lowest SQNR (the one quantization hurts most).
     pub fn worst_site(&self) -> Option<&SiteNoise> {
         self.sites.iter().filter(|s| s.sqnr_db.is_some()).min_by(|a, b| a.sqnr_db.unwrap_or(f64::INFINITY).total_cmp(&b.sqnr_db.unwrap_or(f64::INFINITY)))

@@ -20,8 +20,10 @@ pub trait CaptureSink {
     fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()>;
 
     /// A replacement for the tensor at `hook`, which the forward pass then uses in its place (an
-    /// intervention, e.g. fake quantization). Called before `record`, only at hooks whose value
-    /// feeds later computation (not attention maps) and only when `wants` says so. Default: none.
+    /// intervention, e.g. fake quantization). Called before `record`, when `wants` says so, at the
+    /// hooks whose value the forward pass goes on to use as it is: the inputs of the projections
+    /// (`ln1.hook_normalized`, `attn.hook_z`, `ln2.hook_normalized`, `mlp.hook_post`) and the keys and
+    /// values (`attn.hook_k`, `attn.hook_v`). Default: none.
     fn rewrite(&mut self, _hook: &HookPoint, _rows: Range<usize>, _value: &Tensor) -> Result<Option<Tensor>> {
         Ok(None)
     }

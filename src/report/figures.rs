@@ -180,6 +180,11 @@ pub fn massive_dims(run: &Run, n: usize) -> Option<BarChart> {
 /// Tokens in the rolling window of the perplexity curves.
 pub const PPL_WINDOW: usize = 64;
 
+/// The rolling window of a stream's perplexity figure: [`PPL_WINDOW`], or a 400th of a long stream.
+pub fn ppl_window(tokens: usize) -> usize {
+    PPL_WINDOW.max(tokens / 400)
+}
+
 /// At every step, exp of the mean of the finite NLLs among the last `window` steps (NaN marks an
 /// unscored step); `None` where fewer than `min_scored` of them were scored. The figures and the
 /// dashboard both draw their curves from this.
@@ -202,7 +207,7 @@ pub fn rolling_ppl(nll: &[f64], window: usize, min_scored: usize) -> Vec<Option<
 }
 
 #[cfg(feature = "plots")]
-/// Rolling perplexity (exp of the mean NLL over the last [`PPL_WINDOW`] steps) per policy, with
+/// Rolling perplexity (exp of the mean NLL over the last [`ppl_window`] steps) per policy, with
 /// the first eviction and each policy's cliff marked.
 pub fn ppl_curves(run: &Run) -> Option<LineChart> {
     let s = run.stream.as_ref()?;
@@ -210,7 +215,9 @@ pub fn ppl_curves(run: &Run) -> Option<LineChart> {
     // samples: too noisy to compare by eye; `ppl_after_eviction` shows it with its interval.
     let (dense, sparse): (Vec<_>, Vec<_>) = s.outcomes.iter().partition(|o| o.nll.iter().all(|v| v.is_finite()));
     // From half a window on, so the first points are not means over a handful of tokens.
-    let curve = |nll: &[f64]| rolling_ppl(nll, PPL_WINDOW, 4).into_iter().enumerate().skip(PPL_WINDOW / 2).filter_map(|(i, p)| Some((i as f64, p?))).collect();
+    // Long streams (100,000 tokens) would be a blur of 64-token means: about 400 windows across.
+    let window = ppl_window(s.tokens.len());
+    let curve = |nll: &[f64]| rolling_ppl(nll, window, 4).into_iter().enumerate().skip(window / 2).filter_map(|(i, p)| Some((i as f64, p?))).collect();
     let series = dense.iter().map(|o| (o.label.clone(), curve(&o.nll))).collect();
     let omitted = if sparse.is_empty() { String::new() } else { format!("; scored on a subset of steps, so shown with its interval in ppl-after-eviction instead: {}", sparse.iter().map(|o| o.label.as_str()).collect::<Vec<_>>().join(", ")) };
     let mut markers = Vec::new();
@@ -220,7 +227,7 @@ pub fn ppl_curves(run: &Run) -> Option<LineChart> {
     let cache = s.outcomes.iter().find(|o| o.policy.cache > 0).map(|o| o.policy.cache).unwrap_or(0);
     Some(LineChart {
         title: format!("{} — perplexity while streaming, per cache policy", run.model_name()),
-        subtitle: format!("{}; {} tokens; budget W = {cache}; rolling perplexity over {PPL_WINDOW} tokens{omitted}", s.text_source, s.tokens.len()),
+        subtitle: format!("{}; {} tokens; budget W = {cache}; rolling perplexity over {window} tokens{omitted}", s.text_source, s.tokens.len()),
         x_desc: "tokens streamed".into(),
         y_desc: "perplexity".into(),
         series,

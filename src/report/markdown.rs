@@ -246,7 +246,7 @@ fn quant_section(s: &mut String, q: &QuantReport) {
     let _ = writeln!(s, "| unquantized | {:.3} | {:.3} | {:.3} | | |", q.baseline.ppl, q.baseline.sink_nll, q.baseline.rest_nll);
     for c in &q.cases {
         let worst = c.worst_site().map_or("-".to_string(), |w| format!("layer {} {}: {:.1} dB", w.layer, w.site.name(), w.sqnr_db.unwrap_or(f64::INFINITY)));
-        let zeroed = c.sites.iter().map(|x| x.zero_share).sum::<f64>() / c.sites.len().max(1) as f64;
+        let zeroed = c.mean_zero_share();
         let _ = writeln!(s, "| {} | {:.3} | {:.3} ({:+.3}) | {:.3} ({:+.3}) | {worst} | {:.1}% |", c.label, c.nll.ppl, c.nll.sink_nll, c.delta_sink, c.nll.rest_nll, c.delta_rest, 100.0 * zeroed);
     }
     s.push('\n');

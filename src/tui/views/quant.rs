@@ -21,7 +21,7 @@ pub fn render(f: &mut Frame, area: Rect, q: &QuantReport) {
     v.push(Line::from(format!("{:<30} {:>10}", "unquantized", short(q.baseline.ppl))));
     for c in &q.cases {
         let worst = c.worst_site().map_or("-".to_string(), |w| format!("L{} {} {:.1} dB", w.layer, w.site.name(), w.sqnr_db.unwrap_or(f64::INFINITY)));
-        let zeroed = c.sites.iter().map(|s| s.zero_share).sum::<f64>() / c.sites.len().max(1) as f64;
+        let zeroed = c.mean_zero_share();
         // Red where the sink positions lose more than half a nat.
         let style = if c.delta_sink > 0.5 { Style::new().fg(Color::LightRed) } else { Style::new() };
         v.push(Line::from(Span::styled(format!("{:<30} {:>10} {:>+8.3} {:>+8.3}  {:<20} {:>5.1}%", c.label, short(c.nll.ppl), c.delta_sink, c.delta_rest, worst, 100.0 * zeroed), style)));
