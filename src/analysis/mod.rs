@@ -8,6 +8,7 @@ pub mod massive;
 pub mod quant;
 pub mod sink_loss;
 pub mod sinks;
+pub mod survey;
 
 use std::collections::BTreeMap;
 

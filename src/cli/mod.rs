@@ -18,6 +18,7 @@ mod model_args;
 mod progress;
 mod quant;
 mod stream;
+mod survey;
 mod watch;
 
 use clap::{Parser, Subcommand};
@@ -67,6 +68,9 @@ pub enum Command {
     /// first four cache slots of every layer and the token log-probability; flag where the
     /// watched layer's mass collapses; write a trace `watch` reads.
     Canary(canary::CanaryArgs),
+    /// Several models side by side: the probe-set diagnosis and sink-count sweeps per model
+    /// (resumable), then one comparison table, page and figures.
+    Survey(survey::SurveyArgs),
     /// Browse a run in the terminal: heads, heatmaps, sinks, activations and streaming curves
     /// (or compute one first with -m MODEL -f TEXT).
     #[cfg(feature = "tui")]
@@ -104,6 +108,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Heads(a) => heads::run(a),
         Command::Quant(a) => quant::run(a),
         Command::Canary(a) => canary::run(a),
+        Command::Survey(a) => survey::run(a),
         #[cfg(feature = "tui")]
         Command::Dash(a) => dash::run(a),
         Command::Export(a) => export::run(a),

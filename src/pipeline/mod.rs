@@ -11,4 +11,5 @@ pub mod heads;
 pub mod progress;
 pub mod quant;
 pub mod stream;
+pub mod survey;
 pub mod watch;

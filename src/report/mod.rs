@@ -12,5 +12,6 @@ pub mod parquet;
 pub mod plot;
 pub mod records;
 pub mod run;
+pub mod survey;
 pub mod tables;
 pub mod tokens;

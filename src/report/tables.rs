@@ -4,6 +4,7 @@
 //! (documented in notebooks-data/README.md) — change them only deliberately.
 
 use crate::analysis::quant::{QuantCase, QuantReport, SiteNoise};
+use crate::analysis::survey::{Survey, SurveyRow, SurveySweep};
 use crate::kv::per_head::Frontier;
 use super::records::StreamReport;
 use super::run::Run;
@@ -90,6 +91,10 @@ impl<'a, R> Builder<'a, R> {
             Column { name: "sinkscope_version", data: ColumnData::Str(vec![meta.version.clone(); n]) },
         ];
         Builder { rows, columns }
+    }
+    /// Without the run's metadata columns (a table whose rows come from several models).
+    fn bare(rows: &'a [R]) -> Self {
+        Builder { rows, columns: Vec::new() }
     }
     fn u32(mut self, name: &'static str, f: impl Fn(&R) -> usize) -> Self {
         self.columns.push(Column { name, data: ColumnData::U32(self.rows.iter().map(|r| f(r) as u32).collect()) });
@@ -503,4 +508,35 @@ fn recommend(s: &StreamReport, m: &Meta) -> Table {
         .f64("delta", |_| rec.map_or(0.0, |r| r.delta))
         .u32("tokens", |_| rec.map_or(0, |r| r.tokens))
         .build("recommend")
+}
+
+/// `survey`: one row per model × sweep (text, budget), the model's diagnosis repeated on each.
+pub fn survey_table(s: &Survey) -> Table {
+    let rows: Vec<(&SurveyRow, Option<&SurveySweep>)> = s.rows.iter().flat_map(|r| {
+        let sweeps: Vec<Option<&SurveySweep>> = if r.sweeps.is_empty() { vec![None] } else { r.sweeps.iter().map(Some).collect() };
+        sweeps.into_iter().map(move |w| (r, w))
+    }).collect();
+    Builder::bare(&rows)
+        .str("model", |r| r.0.model.clone())
+        .str("model_sha256", |r| r.0.sha256.clone().unwrap_or_default())
+        .str("sinkscope_version", |_| s.sinkscope_version.clone())
+        .str("family", |r| r.0.family.clone())
+        .u32("n_params", |r| r.0.n_params)
+        .u32("n_layers", |r| r.0.n_layers)
+        .str("windowed_layers", |r| r.0.windowed_layers.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(","))
+        .bool("learned_sinks", |r| r.0.learned_sinks)
+        .f64("sink_0", |r| r.0.sink_0)
+        .f64("f_attn", |r| r.0.f_attn)
+        .str("sink_positions", |r| r.0.sink_positions_beyond_0.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","))
+        .f64("max_activation", |r| r.0.max_activation)
+        .f64("max_to_median", |r| r.0.max_to_median)
+        .opt_u32("first_massive_layer", |r| r.0.first_massive_layer)
+        .str("text", |r| r.1.map_or(String::new(), |w| w.text.clone()))
+        .opt_u32("cache", |r| r.1.map(|w| w.cache))
+        .opt_u32("tokens", |r| r.1.map(|w| w.tokens))
+        .opt_f64("window_ppl", |r| r.1.and_then(|w| w.window_ppl))
+        .opt_f64("best_ppl", |r| r.1.and_then(|w| w.best_ppl))
+        .opt_f64("window_ratio", |r| r.1.and_then(|w| w.window_ratio))
+        .opt_u32("recommended_sinks", |r| r.1.and_then(|w| w.recommended_sinks))
+        .build("survey")
 }

@@ -1,0 +1,138 @@
+//! The survey's comparison across models: one row per model from its probe-set diagnosis and its
+//! sink-count sweeps — family, size, windowed layers, learned sinks, Sink_0^ε, F-Attn, sink
+//! positions beyond 0, the largest activation and its ratio to the median, the first massive layer,
+//! α_0 by layer, and per text and budget the window's post-eviction perplexity against the best
+//! and the recommended S.
+
+use serde::{Deserialize, Serialize};
+
+use super::AnalysisReport;
+use crate::kv::recommend::Recommendation;
+
+/// One sink-count sweep of a model (one text, one budget).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SurveySweep {
+    pub text: String,
+    pub cache: usize,
+    pub tokens: usize,
+    /// Post-eviction perplexity of the plain window (S = 0) and of the best S.
+    pub window_ppl: Option<f64>,
+    pub best_ppl: Option<f64>,
+    /// window / best: how much evicting the first tokens costs.
+    pub window_ratio: Option<f64>,
+    pub recommended_sinks: Option<usize>,
+}
+
+impl SurveySweep {
+    pub fn of(text: &str, r: &Recommendation) -> SurveySweep {
+        let sink_rows = || r.table.iter().filter(|row| row.sinks.is_some());
+        let window_ppl = sink_rows().find(|row| row.sinks == Some(0)).and_then(|row| row.ppl_after_eviction);
+        let best_ppl = sink_rows().filter_map(|row| row.ppl_after_eviction).min_by(f64::total_cmp);
+        SurveySweep {
+            text: text.to_string(),
+            cache: r.cache,
+            tokens: r.tokens,
+            window_ppl,
+            best_ppl,
+            window_ratio: window_ppl.zip(best_ppl).map(|(w, b)| w / b),
+            recommended_sinks: r.recommended_sinks,
+        }
+    }
+}
+
+/// One model's row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SurveyRow {
+    pub model: String,
+    pub source: String,
+    pub sha256: Option<String>,
+    pub family: String,
+    pub n_params: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    /// Layers attending through a sliding window of the model's own (empty: all global).
+    pub windowed_layers: Vec<usize>,
+    pub window: Option<usize>,
+    pub learned_sinks: bool,
+    /// Sink_0^ε in percent over every (probe, layer, head).
+    pub sink_0: f64,
+    pub f_attn: f64,
+    /// Sink positions found other than 0.
+    pub sink_positions_beyond_0: Vec<usize>,
+    /// The largest |h| in any layer output of any probe, and its ratio to that layer's median.
+    pub max_activation: f64,
+    pub max_to_median: f64,
+    pub first_massive_layer: Option<usize>,
+    /// Mean α_0 over heads, per layer.
+    pub alpha0_by_layer: Vec<f64>,
+    pub sweeps: Vec<SurveySweep>,
+}
+
+impl SurveyRow {
+    pub fn new(name: &str, a: &AnalysisReport, sweeps: Vec<SurveySweep>) -> SurveyRow {
+        let m = &a.model;
+        let sink_0 = a.sink_score.get(&0).copied().unwrap_or(0.0);
+        let (mut max_activation, mut max_to_median) = (0.0f64, 0.0f64);
+        for r in a.probes.iter().flat_map(|p| &p.quant_risk) {
+            if r.max_abs as f64 > max_activation {
+                max_activation = r.max_abs as f64;
+                max_to_median = if r.median_abs > 0.0 { r.max_abs as f64 / r.median_abs as f64 } else { f64::INFINITY };
+            }
+        }
+        let mut alpha0_by_layer = vec![(0.0, 0usize); m.n_layers];
+        for h in &a.heads {
+            if let (Some(slot), Some(&a0)) = (alpha0_by_layer.get_mut(h.layer), h.alpha.first()) {
+                slot.0 += a0;
+                slot.1 += 1;
+            }
+        }
+        SurveyRow {
+            model: name.to_string(),
+            source: m.source.clone(),
+            sha256: m.sha256.clone(),
+            family: m.architecture.clone(),
+            n_params: m.n_params,
+            n_layers: m.n_layers,
+            n_heads: m.n_heads,
+            windowed_layers: m.windowed_layers.clone(),
+            window: m.window,
+            learned_sinks: m.learned_sinks,
+            sink_0,
+            f_attn: a.f_attn,
+            sink_positions_beyond_0: a.sink_positions.iter().copied().filter(|&p| p > 0).collect(),
+            max_activation,
+            max_to_median,
+            first_massive_layer: a.massive.first_layer,
+            alpha0_by_layer: alpha0_by_layer.into_iter().map(|(s, n)| if n == 0 { 0.0 } else { s / n as f64 }).collect(),
+            sweeps,
+        }
+    }
+
+    /// The largest window/best ratio over the model's sweeps (how badly eviction can hurt it).
+    pub fn worst_window_ratio(&self) -> Option<f64> {
+        self.sweeps.iter().filter_map(|s| s.window_ratio).max_by(f64::total_cmp)
+    }
+
+    /// The largest S any sweep recommends.
+    pub fn recommended_sinks(&self) -> Option<usize> {
+        self.sweeps.iter().filter_map(|s| s.recommended_sinks).max()
+    }
+
+    /// In words: whether the model needs pinned sinks, from its sweeps.
+    pub fn verdict(&self) -> String {
+        match (self.recommended_sinks(), self.worst_window_ratio()) {
+            (Some(0), Some(r)) => format!("needs no sinks (a plain window is within the sweep's δ; window/best {r:.2}×)"),
+            (Some(s), Some(r)) => format!("needs S = {s} (a plain window costs {r:.2}× the best perplexity after eviction)"),
+            _ => "no sweep evicted anything".to_string(),
+        }
+    }
+}
+
+/// `sinkscope survey`'s result (survey.json).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Survey {
+    pub sinkscope_version: String,
+    /// ε of Sink_0^ε.
+    pub epsilon: f64,
+    pub rows: Vec<SurveyRow>,
+}
