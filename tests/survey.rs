@@ -57,11 +57,13 @@ fn survey_refuses_bad_input() {
         vec!["survey", "-m", "/nonexistent/model.gguf", "-o", dir.to_str().unwrap()],
         vec!["survey", "-m", gguf.to_str().unwrap(), "-m", gguf.to_str().unwrap(), "-o", dir.to_str().unwrap()],
         vec!["survey", "-m", gguf.to_str().unwrap(), "--cache", "1", "-o", dir.to_str().unwrap()],
+        vec!["survey", "-m", gguf.to_str().unwrap(), "-f", "/nonexistent/text.txt", "-o", dir.to_str().unwrap()],
+        vec!["survey", "-m", gguf.to_str().unwrap(), "--sinks", "", "-o", dir.to_str().unwrap()],
     ] {
         let out = common::sinkscope(&args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{err}");
     }
-    assert!(!dir.join("survey.json").exists());
+    assert!(!dir.exists(), "bad input wrote {}", dir.display());
 }

@@ -67,8 +67,12 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
         }
         slugs.push(s);
     }
-    // Every model is found before anything is written.
+    // Every model and text is found, and the sweep settings checked, before anything is written.
     let sources = opts.models.iter().map(|m| resolve(m)).collect::<Result<Vec<_>>>()?;
+    if let Some(t) = opts.texts.iter().find(|t| !t.is_file()) {
+        return Err(Error::file(t, "no such text file"));
+    }
+    sweep_options(opts, PathBuf::new(), opts.caches[0]).validate()?;
     std::fs::create_dir_all(out).map_err(|e| Error::file(out, format!("cannot create the output directory ({e})")))?;
     let texts: Vec<PathBuf> = if opts.texts.is_empty() {
         let t = out.join(DEFAULT_TEXT_FILE);
@@ -106,7 +110,8 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
             for &cache in &opts.caches {
                 let sweep_dir = dir.join(format!("text{t}-w{cache}"));
                 let label = text.display().to_string();
-                // Reused only when made from the same weights, text, length, budget and sink counts.
+                // Reused only when made from the same weights, text, length, budget and sink counts
+                // (a text shorter than --tokens is therefore swept again each time).
                 let done = read::<StreamReport>(&sweep_dir.join(STREAM_FILE)).filter(|s| {
                     let same_sweep = s.recommendation.as_ref().is_some_and(|r| r.cache == cache && r.table.iter().filter_map(|row| row.sinks).eq(opts.sinks.iter().copied()));
                     s.model.sha256.as_deref() == Some(sha.as_str()) && s.text_source == label && s.tokens.len() == opts.tokens && same_sweep
@@ -122,18 +127,7 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
                             None => model.insert(loaded(progress)?),
                         };
                         progress.stage(&format!("[{}/{n}] {slug}: sink-count sweep, {} tokens of {} at W = {cache}", i + 1, opts.tokens, text.display()));
-                        let sweep = SweepOptions {
-                            source: StreamSource { file: text.clone(), start_char: 0, tokens: opts.tokens, token_by_token: false },
-                            cache,
-                            sinks: opts.sinks.clone(),
-                            family: PolicyKind::Sink,
-                            recent: 0,
-                            delta: 0.02,
-                            positions: PositionMode::Slot,
-                            recompute: false,
-                            recompute_every: None,
-                            recompute_budget: RECOMPUTE_BUDGET,
-                        };
+                        let sweep = sweep_options(opts, text.clone(), cache);
                         sweep_into(lm, &sweep, Some(&sweep_dir), progress)?
                     }
                 };
@@ -146,6 +140,22 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
     let survey = Survey { sinkscope_version: env!("CARGO_PKG_VERSION").to_string(), epsilon: AnalyzeOptions::default().epsilon, rows };
     write_survey(&survey, out)?;
     Ok(survey)
+}
+
+/// One sink-count sweep of `sink S` over `file` at budget `cache`.
+fn sweep_options(opts: &SurveyOptions, file: PathBuf, cache: usize) -> SweepOptions {
+    SweepOptions {
+        source: StreamSource { file, start_char: 0, tokens: opts.tokens, token_by_token: false },
+        cache,
+        sinks: opts.sinks.clone(),
+        family: PolicyKind::Sink,
+        recent: 0,
+        delta: 0.02,
+        positions: PositionMode::Slot,
+        recompute: false,
+        recompute_every: None,
+        recompute_budget: RECOMPUTE_BUDGET,
+    }
 }
 
 /// survey.json, tables/survey.parquet, survey.md and the figures, landing together.
