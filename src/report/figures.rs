@@ -302,13 +302,12 @@ pub fn quant_bits(run: &Run) -> Vec<u32> {
     bits
 }
 
-/// Positions the quant NLL figure shows: the sinks and what follows them.
-const QUANT_POSITIONS: usize = 64;
-
 #[cfg(feature = "plots")]
 /// `quant` at one bit width: per scheme, the mean NLL increase over the unquantized model at each
 /// of the first positions (averaged over the sequences), sink positions marked.
 pub fn quant_nll(run: &Run, bits: u32) -> Option<LineChart> {
+    // Positions shown: the sinks and what follows them.
+    const QUANT_POSITIONS: usize = 64;
     let q = run.quant.as_ref()?;
     let series: Vec<(String, Vec<(f64, f64)>)> = q
         .cases
