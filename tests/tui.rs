@@ -460,3 +460,24 @@ fn quant_results_show_in_the_activations_view() {
         }
     }
 }
+
+/// A survey directory opens as its first model's run with the survey's table in the Overview;
+/// a survey.json whose run directories are gone is one clear error.
+#[test]
+fn a_survey_directory_opens_with_its_table() {
+    let model = model_or_skip!("stories260K.gguf");
+    let bin = model_or_skip!("stories260K.bin");
+    let dir = common::temp_dir("survey-dash").join("survey");
+    let out = common::sinkscope(&["survey", "-m", model.to_str().unwrap(), "-m", bin.to_str().unwrap(), "--cache", "32", "--tokens", "120", "-o", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut app = App::new(Run::open(&dir).unwrap());
+    let s = text(&draw(&mut app, 200, 60));
+    assert!(s.contains("Survey of 2 models") && s.contains("models/stories260K.bin") && s.contains("stories260K.gguf ·"), "{s}");
+    for tab in Tab::ALL {
+        update(&mut app, Action::GoTab(tab));
+        draw(&mut app, 120, 40);
+    }
+    std::fs::remove_dir_all(dir.join("models")).unwrap();
+    let err = Run::open(&dir).unwrap_err().to_string();
+    assert!(err.contains("survey.json") && err.contains("re-run `sinkscope survey`"), "{err}");
+}

@@ -44,6 +44,9 @@ impl SurveySweep {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SurveyRow {
     pub model: String,
+    /// The model's run directory, relative to the survey's (its report.json; its sweeps below it).
+    #[serde(default)]
+    pub run_dir: String,
     pub source: String,
     pub sha256: Option<String>,
     pub family: String,
@@ -69,7 +72,7 @@ pub struct SurveyRow {
 }
 
 impl SurveyRow {
-    pub fn new(name: &str, a: &AnalysisReport, sweeps: Vec<SurveySweep>) -> SurveyRow {
+    pub fn new(name: &str, run_dir: &str, a: &AnalysisReport, sweeps: Vec<SurveySweep>) -> SurveyRow {
         let m = &a.model;
         let sink_0 = a.sink_score.get(&0).copied().unwrap_or(0.0);
         let (mut max_activation, mut max_to_median) = (0.0f64, 0.0f64);
@@ -88,6 +91,7 @@ impl SurveyRow {
         }
         SurveyRow {
             model: name.to_string(),
+            run_dir: run_dir.to_string(),
             source: m.source.clone(),
             sha256: m.sha256.clone(),
             family: m.architecture.clone(),

@@ -61,6 +61,6 @@ pub fn run(args: SurveyArgs) -> Result<()> {
             r.verdict()
         );
     }
-    println!("comparison in {}", args.out.join(SURVEY_MD).display());
+    println!("comparison in {}; `sinkscope dash {}` browses it (the first model's run, the survey in its Overview)", args.out.join(SURVEY_MD).display(), args.out.display());
     Ok(())
 }

@@ -19,9 +19,8 @@ use crate::model::load::{load_source, weights_sha256, LoadOptions, LoadedModel};
 use crate::model::source::resolve;
 use crate::probe::ProbeSet;
 use crate::report::records::StreamReport;
-use crate::report::run::{ANALYSIS_FILE, STREAM_FILE};
+use crate::report::run::{ANALYSIS_FILE, STREAM_FILE, SURVEY_FILE};
 
-pub const SURVEY_FILE: &str = "survey.json";
 pub const SURVEY_MD: &str = "survey.md";
 /// The built-in sweep text (chapters I–III of Pride and Prejudice), written into the survey.
 const DEFAULT_TEXT_FILE: &str = "stream-text.txt";
@@ -135,7 +134,7 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
             }
         }
         let name = analysis.model.name.clone().filter(|n| !n.eq_ignore_ascii_case(&analysis.model.architecture)).unwrap_or_else(|| slug.clone());
-        rows.push(SurveyRow::new(&name, &analysis, sweeps));
+        rows.push(SurveyRow::new(&name, &format!("models/{slug}"), &analysis, sweeps));
     }
     let survey = Survey { sinkscope_version: env!("CARGO_PKG_VERSION").to_string(), epsilon: AnalyzeOptions::default().epsilon, rows };
     write_survey(&survey, out)?;

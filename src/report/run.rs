@@ -11,6 +11,7 @@ use super::records::{CaptureReport, StreamReport};
 use super::tokens::is_byte_level;
 use crate::analysis::sinks::Alphas;
 use crate::analysis::quant::QuantReport;
+use crate::analysis::survey::Survey;
 use crate::analysis::AnalysisReport;
 use crate::capture::heatmaps::Heatmaps;
 use crate::error::{Error, Result};
@@ -24,6 +25,8 @@ pub const STREAM_FILE: &str = "stream.json";
 pub const PER_HEAD_FILE: &str = "per_head.json";
 /// `quant`'s fake-quantization sweep.
 pub const QUANT_FILE: &str = "quant.json";
+/// `survey`'s comparison (a survey directory opens as its first model's run, with the survey).
+pub const SURVEY_FILE: &str = "survey.json";
 pub const HEATMAPS_FILE: &str = "heatmaps.safetensors";
 pub const REDUCTIONS_FILE: &str = "reductions.safetensors";
 
@@ -38,6 +41,8 @@ pub struct Run {
     pub per_head: Option<Frontier>,
     /// `quant`'s sweep, when the run has one.
     pub quant: Option<QuantReport>,
+    /// The survey this run was opened through (a survey directory opens as its first model's run).
+    pub survey: Option<Survey>,
     pub heatmaps: Option<Heatmaps>,
     /// Per-position arrays of the capture (see reports/README.md).
     pub reductions: Option<Arrays>,
@@ -69,6 +74,7 @@ impl Run {
             stream: read_json(&dir.join(STREAM_FILE))?,
             per_head: read_json(&dir.join(PER_HEAD_FILE))?,
             quant: read_json(&dir.join(QUANT_FILE))?,
+            survey: None,
             heatmaps: if heatmaps_path.exists() { Some(Heatmaps::load(&heatmaps_path)?) } else { None },
             reductions: if reductions_path.exists() { Some(Arrays::read(&reductions_path, "capture")?) } else { None },
         };
@@ -87,6 +93,15 @@ impl Run {
             }
         }
         if run.capture.is_none() && run.analysis.is_none() && run.stream.is_none() && run.quant.is_none() {
+            if let Some(survey) = read_json::<Survey>(&dir.join(SURVEY_FILE))? {
+                // The first model's run holds its report.json (so opening it cannot come back here).
+                let Some(first) = survey.rows.first().filter(|r| dir.join(&r.run_dir).join(ANALYSIS_FILE).is_file()) else {
+                    return Err(Error::file(&dir.join(SURVEY_FILE), "lists no model run directories; re-run `sinkscope survey`"));
+                };
+                let mut run = Run::open(&dir.join(&first.run_dir))?;
+                run.survey = Some(survey);
+                return Ok(run);
+            }
             return Err(Error::file(dir, format!("holds no sinkscope results (none of {CAPTURE_FILE}, {ANALYSIS_FILE}, {STREAM_FILE}, {QUANT_FILE}); run `sinkscope demo` or `capture`/`analyze`/`recommend`/`quant` with -o first")));
         }
         if let (Some(maps), Some(tokens)) = (&run.heatmaps, run.tokens()) {

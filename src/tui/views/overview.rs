@@ -1,6 +1,7 @@
 //! Overview: the model's facts, the text, which parts of the run are present, the sink-count
 //! recommendation, and the top findings (sink positions, Sink_k^ε, F-Attn, strongest sink heads,
-//! head classes, causal dependency, massive activations).
+//! head classes, causal dependency, massive activations), and a survey's table when the run was
+//! opened through one.
 
 use ratatui::layout::Rect;
 use ratatui::style::{Modifier, Style};
@@ -106,6 +107,16 @@ fn model_lines(app: &App) -> Vec<Line<'static>> {
 fn findings_lines(app: &App) -> Vec<Line<'static>> {
     let (run, data) = (&app.run, &app.data);
     let mut v = Vec::new();
+    if let Some(s) = &run.survey {
+        v.push(heading(&format!("Survey of {} models (this run: the first; `dash <survey>/<run_dir>` opens another)", s.rows.len())));
+        v.push(Line::from(Span::styled("  model · Sink_0^ε · F-Attn · window/best after eviction · recommended S · run_dir", Style::new().fg(DIM))));
+        for r in &s.rows {
+            let ratio = r.worst_window_ratio().map_or("-".into(), |x| format!("{x:.2}×"));
+            let sinks = r.recommended_sinks().map_or("-".into(), |s| s.to_string());
+            v.push(Line::from(format!("  {} · {:.1}% · {:.3} · {ratio} · S = {sinks} · {}", r.model, r.sink_0, r.f_attn, r.run_dir)));
+        }
+        v.push(Line::from(""));
+    }
     v.push(heading("Sinks"));
     match &run.analysis {
         Some(a) => {
