@@ -13,6 +13,7 @@ use super::policy::{Policy, PolicyKind};
 use crate::error::{Error, Result};
 use crate::model::hook::HookPoint;
 use crate::model::llama::Llama;
+use crate::model::scoring::token_nll;
 use crate::model::sink::CaptureSink;
 use crate::numerics::sampling::{argmax, sample, XorShift};
 use crate::numerics::tensor::with_f32;
@@ -104,13 +105,6 @@ impl CaptureSink for SlotMass {
     }
 }
 
-/// log p(token) from a logits row, in f64.
-fn log_prob(logits: &[f32], token: u32) -> f64 {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
-    logits[token as usize] as f64 - max - sum.ln()
-}
-
 /// Runs the canary: the prompt token by token, then `steps` generated (or forced) tokens, the
 /// policy evicting before each query as a serving loop does. `progress(done, total)`.
 pub fn run_canary(model: &Llama, opts: &CanaryOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<CanaryRun> {
@@ -147,6 +141,9 @@ pub fn run_canary(model: &Llama, opts: &CanaryOptions, progress: &mut dyn FnMut(
             (false, None) if opts.temperature == 0.0 => argmax(&logits),
             (false, None) => sample(&logits, opts.temperature, &mut rng),
         };
+        if next as usize >= logits.len() {
+            return Err(Error::input(format!("token id {next} is outside the model's vocabulary of {}", logits.len())));
+        }
         if tokens.len() == i + 1 {
             tokens.push(next);
         }
@@ -154,7 +151,7 @@ pub fn run_canary(model: &Llama, opts: &CanaryOptions, progress: &mut dyn FnMut(
             index: i + 1,
             token: next,
             prompt,
-            logprob: log_prob(&logits, next),
+            logprob: -token_nll(&logits, next as usize),
             evicted,
             keys: cache.len(),
             first_slot_mass: sink.mass,
@@ -209,6 +206,6 @@ mod tests {
         assert!((run.baseline_mass.unwrap() - 0.5).abs() < 1e-12);
         assert_eq!((run.first_eviction, run.sink_evicted, run.collapse_at), (Some(3), Some(3), Some(4)));
         assert_eq!(run.steps.iter().filter(|s| s.flagged).count(), 1);
-        assert!((log_prob(&[0.0, 0.0], 1) - 0.5f64.ln()).abs() < 1e-12);
+        assert!((-token_nll(&[0.0, 0.0], 1) - 0.5f64.ln()).abs() < 1e-12);
     }
 }
