@@ -189,9 +189,8 @@ fn bos_prefix(tok: &Tokenizer, bos: bool) -> Vec<u32> {
 
 /// The first `n` tokens of `text[start_char..]`, with BOS first when `bos`.
 fn take_tokens(tok: &Tokenizer, text: &str, start_char: usize, n: usize, bos: bool, name: &str) -> Result<Vec<u32>> {
-    let start = text.char_indices().nth(start_char).map(|(i, _)| i).unwrap_or(text.len());
     let mut ids = bos_prefix(tok, bos);
-    ids.extend(tok.encode_plain(&text[start..])?);
+    ids.extend(tok.encode_plain(crate::io::text::from_char(text, start_char).unwrap_or(""))?);
     if ids.len() < n {
         return Err(Error::input(format!("probe {name}: the text gives only {} tokens, fewer than the {n} asked for", ids.len())));
     }

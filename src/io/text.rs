@@ -22,6 +22,10 @@ pub fn read_text_file(path: &Path) -> Result<String> {
     })
 }
 
+/// `text` from its `start_char`-th character on (`--start-char`); `None` when it is shorter.
+pub fn from_char(text: &str, start_char: usize) -> Option<&str> {
+    text.char_indices().nth(start_char).map(|(i, _)| &text[i..])
+}
 
 /// Text from `-p` or `-f`, and where it came from.
 pub fn read_input(prompt: Option<&str>, file: Option<&Path>) -> Result<(String, String)> {

@@ -72,8 +72,8 @@ pub fn canary_into(lm: &mut LoadedModel, job: &CanaryJob, out: Option<&Path>, pr
     let forced = match &job.force {
         Some(file) => {
             let text = crate::io::text::read_text_file(file)?;
-            let start = text.char_indices().nth(job.start_char).map(|(i, _)| i).ok_or_else(|| Error::file(file, format!("has fewer than --start-char {} characters", job.start_char)))?;
-            let mut ids = lm.tokenizer.encode(&text[start..])?;
+            let from = crate::io::text::from_char(&text, job.start_char).ok_or_else(|| Error::file(file, format!("has fewer than --start-char {} characters", job.start_char)))?;
+            let mut ids = lm.tokenizer.encode(from)?;
             // A forced continuation is mid-text: no second BOS.
             if lm.tokenizer.bos().is_some() && ids.first() == lm.tokenizer.bos().as_ref() {
                 ids.remove(0);

@@ -88,10 +88,10 @@ impl SweepOptions {
 /// Tokenizes the stream text from `start_char`, keeping `tokens` tokens.
 pub fn stream_tokens(lm: &LoadedModel, t: &StreamSource, progress: &mut dyn Progress) -> Result<Vec<u32>> {
     let text = crate::io::text::read_text_file(&t.file)?;
-    let start = text.char_indices().nth(t.start_char).map(|(i, _)| i).ok_or_else(|| {
+    let from = crate::io::text::from_char(&text, t.start_char).ok_or_else(|| {
         Error::file(&t.file, format!("has only {} characters, fewer than --start-char {}", text.chars().count(), t.start_char))
     })?;
-    let mut ids = lm.tokenizer.encode(&text[start..])?;
+    let mut ids = lm.tokenizer.encode(from)?;
     if t.tokens < 2 {
         return Err(Error::input("--tokens must be at least 2"));
     }
