@@ -104,22 +104,29 @@ impl Calibration {
 
     /// [`Calibration::measure`] with `before` rewriting each site's input first.
     pub fn measure_after(model: &Llama, sequences: &[Vec<u32>], skip: usize, kv: bool, before: &mut dyn CaptureSink) -> Result<Calibration> {
-        let mut observer = Observer { skip, kv, cal: Calibration { skip, ..Calibration::default() } };
+        Ok(Self::measure_skips(model, sequences, &[skip], kv, before)?.remove(0))
+    }
+
+    /// One calibration per entry of `skips`, all from one pass over the sequences.
+    pub fn measure_skips(model: &Llama, sequences: &[Vec<u32>], skips: &[usize], kv: bool, before: &mut dyn CaptureSink) -> Result<Vec<Calibration>> {
+        let mut observer = Observer { kv, cals: skips.iter().map(|&skip| Calibration { skip, ..Calibration::default() }).collect() };
         for ids in sequences {
             model.forward(ids, None, &mut FanOut(vec![&mut *before, &mut observer]))?;
-            observer.cal.rows += ids.len().saturating_sub(skip);
+            for cal in observer.cals.iter_mut() {
+                cal.rows += ids.len().saturating_sub(cal.skip);
+            }
         }
-        if observer.cal.rows == 0 {
-            return Err(Error::input(format!("the calibration text leaves no positions after skipping the first {skip}; give a longer one or a smaller --calib-skip-first")));
+        if let Some(cal) = observer.cals.iter().find(|c| c.rows == 0) {
+            return Err(Error::input(format!("the calibration text leaves no positions after skipping the first {}; give a longer one or a smaller --calib-skip-first", cal.skip)));
         }
-        Ok(observer.cal)
+        Ok(observer.cals)
     }
 }
 
+/// Raises each calibration's per-channel absmax with the rows at or past its skip.
 struct Observer {
-    skip: usize,
     kv: bool,
-    cal: Calibration,
+    cals: Vec<Calibration>,
 }
 
 impl CaptureSink for Observer {
@@ -130,10 +137,12 @@ impl CaptureSink for Observer {
     fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()> {
         let n = value.dim(0)?;
         let width = value.elem_count() / n.max(1);
-        let first = self.skip.saturating_sub(rows.start).min(n);
         let x = value.flatten_all()?.to_vec1::<f32>()?;
-        let acc = self.cal.columns.entry(*hook).or_insert_with(|| vec![0.0; width]);
-        absmax_columns_into(acc, &x[first * width..]);
+        for cal in self.cals.iter_mut() {
+            let first = cal.skip.saturating_sub(rows.start).min(n);
+            let acc = cal.columns.entry(*hook).or_insert_with(|| vec![0.0; width]);
+            absmax_columns_into(acc, &x[first * width..]);
+        }
         Ok(())
     }
 }

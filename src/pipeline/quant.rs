@@ -102,13 +102,13 @@ pub fn quant_into(lm: &mut LoadedModel, opts: &QuantOptions, out: Option<&Path>,
     if needs_calibration && calibration_info.in_sample {
         progress.warning("the text has no tokens beyond the evaluated ones: static scales are calibrated on the evaluated text itself (in-sample); give --calibrate FILE for a fair test");
     }
-    let mut calibrations = Vec::new();
-    if needs_calibration {
-        for &skip in &calibration_info.skips {
-            progress.status(&format!("calibrating static scales (skipping the first {skip} positions)"));
-            calibrations.push(Calibration::measure(&lm.model, &calib, skip, opts.kv)?);
-        }
-    }
+    let calibrations = if needs_calibration {
+        let skips: Vec<String> = calibration_info.skips.iter().map(|k| k.to_string()).collect();
+        progress.status(&format!("calibrating static scales (skipping the first {} positions)", skips.join(" / ")));
+        Calibration::measure_skips(&lm.model, &calib, &calibration_info.skips, opts.kv, &mut crate::model::sink::NoCapture)?
+    } else {
+        Vec::new()
+    };
     progress.status("scoring the unquantized model");
     let base = score(&lm.model, &eval, None, None)?;
     let baseline = NllSplit::of(&base.nll, opts.sink_positions);
