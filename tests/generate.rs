@@ -51,7 +51,7 @@ fn smollm2_names_paris() {
 #[test]
 fn smollm2_quantized_mode_also_names_paris() {
     let model = model_or_skip!("SmolLM2-135M-Instruct.Q4_1.gguf");
-    let lm = load(model.to_str().unwrap(), &LoadOptions { quantized: true, tokenizer: None }).unwrap();
+    let lm = load(model.to_str().unwrap(), &LoadOptions { quantized: true, ..LoadOptions::default() }).unwrap();
     assert!(lm.info.compute.starts_with("quantized"));
     let (text, _) = generate_text(&lm, "The capital of France is", 2).unwrap();
     assert!(text.starts_with(" Paris"), "{text:?}");

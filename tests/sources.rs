@@ -100,13 +100,13 @@ fn tokenizer_override_replaces_the_embedded_one() {
     let gguf = model_or_skip!("stories260K.gguf");
     let json = gguf.with_file_name("stories260K-hf/tokenizer.json");
     let own = load(gguf.to_str().unwrap(), &LoadOptions::default()).unwrap();
-    let over = load(gguf.to_str().unwrap(), &LoadOptions { quantized: false, tokenizer: Some(json) }).unwrap();
+    let over = load(gguf.to_str().unwrap(), &LoadOptions { tokenizer: Some(json), ..LoadOptions::default() }).unwrap();
     assert_eq!(over.info.tokenizer, "tokenizer.json");
     let text = "The little cat sat on the mat, and 3 birds sang.";
     assert_eq!(own.tokenizer.encode(text).unwrap(), over.tokenizer.encode(text).unwrap());
     // llama2.c checkpoints take a tok*.bin the same way.
     let bin = gguf.with_file_name("stories260K.bin");
     let tok = gguf.with_file_name("tok512.bin");
-    let lm = load(bin.to_str().unwrap(), &LoadOptions { quantized: false, tokenizer: Some(tok) }).unwrap();
+    let lm = load(bin.to_str().unwrap(), &LoadOptions { tokenizer: Some(tok), ..LoadOptions::default() }).unwrap();
     assert_eq!(lm.tokenizer.encode(text).unwrap(), own.tokenizer.encode(text).unwrap());
 }

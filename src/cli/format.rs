@@ -84,6 +84,7 @@ pub fn format_info(i: &ModelInfo, switches: &ArchSwitches) -> String {
         ("tokenizer", format!("{}{}", i.tokenizer, if i.adds_bos { ", adds BOS" } else { ", no BOS" })),
         ("quantization", i.quantization.clone()),
         ("compute", i.compute.to_string()),
+        ("in memory", format!("{:.1} MiB of weights", i.weight_bytes as f64 / (1u64 << 20) as f64)),
         ("block", describe_switches(switches, i.d_head)),
         ("rope", format!("{}, theta {}", i.rope_layout, i.rope_theta)),
         (if switches.norm == NormKind::Layer { "norm eps" } else { "rms eps" }, format!("{:e}", i.rms_eps)),

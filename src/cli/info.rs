@@ -6,6 +6,7 @@ use super::format::format_info;
 use super::progress::TerminalProgress;
 use crate::error::Result;
 use crate::model::fetch::{ensure, offline_from_env};
+use crate::model::llama::WeightDtype;
 use crate::model::load::{load, LoadOptions};
 
 #[derive(Args, Debug)]
@@ -16,6 +17,9 @@ pub struct InfoArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// How weight matrices are kept: auto (as stored), f32, bf16 or f16.
+    #[arg(long, default_value = "auto", value_parser = super::model_args::parse_dtype)]
+    pub dtype: WeightDtype,
     /// Never download an alias that is not on the model path.
     #[arg(long)]
     pub offline: bool,
@@ -23,7 +27,7 @@ pub struct InfoArgs {
 
 pub fn run(args: InfoArgs) -> Result<()> {
     ensure(&args.model, args.offline || offline_from_env(), &mut TerminalProgress::new())?;
-    let lm = load(&args.model, &LoadOptions::default())?;
+    let lm = load(&args.model, &LoadOptions { dtype: args.dtype, ..LoadOptions::default() })?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&lm.info)?);
     } else {

@@ -1,4 +1,4 @@
-//! The model flags every command that loads one shares (`-m`, `--quantized`, `--tokenizer`).
+//! The model flags every command that loads one shares (`-m`, `--quantized`, `--dtype`, `--tokenizer`).
 
 use std::path::PathBuf;
 
@@ -7,6 +7,7 @@ use clap::Args;
 use super::progress::TerminalProgress;
 use crate::error::Result;
 use crate::model::fetch::{ensure, offline_from_env};
+use crate::model::llama::WeightDtype;
 use crate::model::load::{load, LoadOptions, LoadedModel};
 
 /// Model selection shared by every command that loads one.
@@ -24,6 +25,10 @@ pub struct ModelArgs {
     /// Use this tokenizer.json (or llama2.c tok*.bin) instead of the model's own.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
+    /// How weight matrices are kept in memory: auto (as the file stores them: bf16/f16 stay half),
+    /// f32, bf16 or f16 (half the memory of f32; arithmetic is f32 either way).
+    #[arg(long, default_value = "auto", value_parser = parse_dtype)]
+    pub dtype: WeightDtype,
     /// Never download: an alias that is not on the model path is an error saying what to do.
     #[arg(long)]
     pub offline: bool,
@@ -33,6 +38,11 @@ impl ModelArgs {
     pub fn load(&self) -> Result<LoadedModel> {
         // An alias not on the model path is fetched (verified) first, unless downloads are off.
         ensure(&self.model, self.offline || offline_from_env(), &mut TerminalProgress::new())?;
-        load(&self.model, &LoadOptions { quantized: self.quantized, tokenizer: self.tokenizer.clone() })
+        load(&self.model, &LoadOptions { quantized: self.quantized, tokenizer: self.tokenizer.clone(), dtype: self.dtype })
     }
+}
+
+/// `--dtype`'s values.
+pub fn parse_dtype(s: &str) -> std::result::Result<WeightDtype, String> {
+    WeightDtype::parse(s).ok_or_else(|| format!("unknown weight type '{s}'; use one of {}", WeightDtype::NAMES))
 }

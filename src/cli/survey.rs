@@ -7,6 +7,7 @@ use clap::Args;
 
 use super::progress::TerminalProgress;
 use crate::error::Result;
+use crate::model::llama::WeightDtype;
 use crate::model::load::LoadOptions;
 use crate::pipeline::survey::{survey_into, SurveyOptions, SURVEY_MD};
 
@@ -33,6 +34,9 @@ pub struct SurveyArgs {
     /// Keep GGUF weights quantized for matmuls (faster, not exact).
     #[arg(long)]
     pub quantized: bool,
+    /// How weight matrices are kept: auto (as stored), f32, bf16 or f16.
+    #[arg(long, default_value = "auto", value_parser = super::model_args::parse_dtype)]
+    pub dtype: WeightDtype,
     /// The survey directory (models/<name>/ per model, survey.json, survey.md, tables/, figures/).
     #[arg(short = 'o', long)]
     pub out: PathBuf,
@@ -46,7 +50,7 @@ pub fn run(args: SurveyArgs) -> Result<()> {
         tokens: args.tokens,
         sinks: args.sinks,
         ablation: args.ablation,
-        load: LoadOptions { quantized: args.quantized, tokenizer: None },
+        load: LoadOptions { quantized: args.quantized, tokenizer: None, dtype: args.dtype },
     };
     let s = survey_into(&opts, &args.out, &mut TerminalProgress::new())?;
     println!("{:<40} {:>9} {:>8} {:>14} {:>10}  verdict", "model", "Sink_0^ε", "F-Attn", "window/best", "max |h|");

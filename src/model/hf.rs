@@ -217,19 +217,49 @@ impl HfWeights {
         Ok(HfWeights { shards, index, family: family.to_owned(), n_heads })
     }
 
+    /// The tensor `name` in the type the file stores it (f32, f16 or bf16). Its bytes are read
+    /// from the file rather than through the map, so the mapped pages never count toward this
+    /// process's memory on top of the copy.
     pub fn get(&self, name: &str) -> Result<Option<Tensor>> {
         let Some(&i) = self.index.get(name) else { return Ok(None) };
         let (path, mmap) = &self.shards[i];
         let st = SafeTensors::deserialize(mmap).map_err(|e| Error::file(path, format!("safetensors header is invalid ({e})")))?;
         let view = st.tensor(name).map_err(|e| Error::file(path, format!("tensor {name}: {e}")))?;
-        let data = view.data();
-        let values: Vec<f32> = match view.dtype() {
-            Dtype::F32 => data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
-            Dtype::F16 => data.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-            Dtype::BF16 => data.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+        // Where the tensor's bytes lie in the file (the header check above bounded them).
+        let offset = view.data().as_ptr() as usize - mmap.as_ptr() as usize;
+        let mut bytes = vec![0u8; view.data().len()];
+        {
+            use std::os::unix::fs::FileExt;
+            let file = std::fs::File::open(path).with_file(path)?;
+            file.read_exact_at(&mut bytes, offset as u64).with_file(path)?;
+        }
+        let shape = view.shape().to_vec();
+        let tensor = match view.dtype() {
+            Dtype::F32 => Tensor::from_vec(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect::<Vec<f32>>(), shape, &Device::Cpu)?,
+            Dtype::F16 => Tensor::from_vec(bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]])).collect::<Vec<_>>(), shape, &Device::Cpu)?,
+            Dtype::BF16 => Tensor::from_vec(bytes.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]])).collect::<Vec<_>>(), shape, &Device::Cpu)?,
             other => return Err(Error::file(path, format!("tensor {name} has dtype {other:?}; only F32, F16 and BF16 are supported"))),
         };
-        Ok(Some(Tensor::from_vec(values, view.shape(), &Device::Cpu)?))
+        Ok(Some(tensor))
+    }
+
+    /// Whether the file has the tensor a canonical name maps to (without reading it).
+    pub fn has_param(&self, canonical: &str) -> bool {
+        hf_name(&self.family, canonical).is_some_and(|name| self.index.contains_key(&name))
+    }
+
+    /// The tensors' storage types, e.g. "BF16 ×146, F32 ×2".
+    pub fn dtype_summary(&self) -> String {
+        let mut counts: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+        for (_, mmap) in &self.shards {
+            let Ok(st) = SafeTensors::deserialize(mmap) else { continue };
+            for (_, view) in st.tensors() {
+                *counts.entry(format!("{:?}", view.dtype())).or_default() += 1;
+            }
+        }
+        let mut v: Vec<(String, usize)> = counts.into_iter().collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        v.iter().map(|(d, n)| format!("{d} ×{n}")).collect::<Vec<_>>().join(", ")
     }
 
     /// Looks up a weight by its GGUF-style canonical name.
@@ -247,7 +277,7 @@ impl HfWeights {
         if self.family.starts_with("gemma") && canonical.ends_with("norm.weight") {
             // Gemma stores RMSNorm weights as w − 1 (its norm multiplies by 1 + w); the decoder's
             // norm multiplies by w, as llama.cpp's converter also arranges.
-            return Ok(Some(Param::Dense((t + 1.0)?)));
+            return Ok(Some(Param::Dense((t.to_dtype(candle_core::DType::F32)? + 1.0)?)));
         }
         // GPT-NeoX fuses q|k|v per head ((head, q|k|v, d_head) rows); the decoder reads all
         // queries, then all keys, then all values (as llama.cpp's converter reorders them).

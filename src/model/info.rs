@@ -24,8 +24,12 @@ pub struct ModelInfo {
     pub adds_bos: bool,
     /// Storage types of the weights in the file, e.g. "Q4_1 ×210, F32 ×61, Q8_0 ×1".
     pub quantization: String,
-    /// Whether matmuls run on quantized weights (`--quantized`) or dequantized f32.
+    /// Whether matmuls run on quantized weights (`--quantized`), f32, or f32 over half-stored
+    /// matrices (`--dtype`).
     pub compute: String,
+    /// Bytes the weights occupy in memory as loaded (see `--dtype`); 0 in records from before it.
+    #[serde(default)]
+    pub weight_bytes: u64,
     pub rope_layout: RopeLayout,
     pub rope_theta: f64,
     pub rms_eps: f64,

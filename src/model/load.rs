@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use candle_core::quantized::GgmlDType;
+use candle_core::DType;
 
 use super::gguf;
 use super::hf;
 use super::info::ModelInfo;
-use super::llama::{switches, Llama, LlamaConfig, Param};
+use super::llama::{switches, Llama, LlamaConfig, Param, WeightDtype};
 use super::llama2c;
 use super::rope::RopeLayout;
 use super::source::{resolve, ModelSource};
@@ -25,6 +26,8 @@ pub struct LoadOptions {
     pub quantized: bool,
     /// A tokenizer.json (or llama2.c tok.bin) to use instead of the model's own.
     pub tokenizer: Option<PathBuf>,
+    /// How dense weight matrices are kept (`--dtype`): by default as the file stores them.
+    pub dtype: WeightDtype,
 }
 
 pub struct LoadedModel {
@@ -91,6 +94,10 @@ pub fn load_source(source: &ModelSource, opts: &LoadOptions) -> Result<LoadedMod
     }
     info.tokenizer = tokenizer.kind().to_owned();
     info.adds_bos = tokenizer.adds_bos();
+    info.weight_bytes = model.weight_bytes();
+    if !info.compute.starts_with("quantized") && model.matrix_dtype() != DType::F32 {
+        info.compute = format!("f32 over {} weight matrices", format!("{:?}", model.matrix_dtype()).to_lowercase());
+    }
     Ok(LoadedModel { model, tokenizer, info })
 }
 
@@ -112,6 +119,7 @@ fn base_info(source: &ModelSource, cfg: &LlamaConfig, architecture: String) -> M
         adds_bos: false,
         quantization: String::new(),
         compute: "f32 (dequantized)".into(),
+        weight_bytes: 0,
         rope_layout: cfg.rope_layout,
         rope_theta: cfg.rope_theta,
         rms_eps: cfg.rms_eps,
@@ -198,13 +206,22 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Optio
         info.compute = "quantized matmuls (--quantized)".into();
     }
     let quantized = opts.quantized;
-    let model = Llama::load(cfg, path, &mut |name| {
+    let model = Llama::load(cfg, path, opts.dtype, &mut |name| {
         if !file.has_tensor(name) {
             return Ok(None);
         }
         let qt = file.qtensor(name)?;
         let keep_quantized = quantized && qt.rank() == 2 && !matches!(qt.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
-        Ok(Some(if keep_quantized { Param::Quant(Arc::new(qt)) } else { Param::Dense(qt.dequantize(&candle_core::Device::Cpu)?) }))
+        if keep_quantized {
+            return Ok(Some(Param::Quant(Arc::new(qt))));
+        }
+        let dense = qt.dequantize(&candle_core::Device::Cpu)?;
+        // Half tensors go back to their own type (exactly), so `--dtype auto` keeps them half.
+        Ok(Some(Param::Dense(match qt.dtype() {
+            GgmlDType::F16 => dense.to_dtype(DType::F16)?,
+            GgmlDType::BF16 => dense.to_dtype(DType::BF16)?,
+            _ => dense,
+        })))
     })?;
     Ok((model, tokenizer, info))
 }
@@ -232,7 +249,7 @@ fn load_llama2c(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Op
     let l = cfg.n_layers;
     let (d, ff, v, kv) = (cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_kv_heads * cfg.d_head);
     info.n_params = v * d * if file.shared_classifier { 1 } else { 2 } + d + l * (2 * d + 2 * d * d + 2 * kv * d + 3 * ff * d);
-    let model = Llama::load(cfg, path, &mut |name| Ok(file.param(name)))?;
+    let model = Llama::load(cfg, path, opts.dtype, &mut |name| Ok(file.param(name)))?;
     Ok((model, tokenizer, info))
 }
 
@@ -244,11 +261,11 @@ fn load_hf(dir: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Option<T
     };
     let weights = hf::HfWeights::open(dir, &model_type, cfg.n_heads)?;
     let mut info = base_info(&ModelSource::HfDir(dir.to_path_buf()), &cfg, model_type);
-    info.tied_embeddings = tied || weights.param("output.weight", false)?.is_none();
-    info.quantization = "none (safetensors)".into();
+    info.tied_embeddings = tied || !weights.has_param("output.weight");
+    info.quantization = weights.dtype_summary();
     let tied = info.tied_embeddings;
     let mut n_params = 0usize;
-    let model = Llama::load(cfg, dir, &mut |name| {
+    let model = Llama::load(cfg, dir, opts.dtype, &mut |name| {
         let p = weights.param(name, tied)?;
         if let Some(p) = &p {
             n_params += p.shape().iter().product::<usize>();
@@ -283,12 +300,8 @@ impl LoadedModel {
         Ok((ids, dropped))
     }
 
-    /// Bytes the loaded weights occupy: f32 unless kept quantized (then roughly their file size).
+    /// Bytes the loaded weights occupy as kept (f32, half matrices, or quantized blocks).
     pub fn weight_bytes(&self) -> u64 {
-        if self.info.compute.starts_with("quantized") {
-            std::fs::metadata(&self.info.source).map(|m| m.len()).unwrap_or(0)
-        } else {
-            self.info.n_params as u64 * 4
-        }
+        self.model.weight_bytes()
     }
 }

@@ -2,9 +2,11 @@
 //! single-threaded gemm per share. Measured on the project's 2-core machines (12 interleaved rounds, SmolLM2's shapes at
 //! 512 rows), two single-threaded gemms on row halves beat one two-threaded gemm: 155 vs 131
 //! GFLOP/s (median) on 512×576×3072, 163 vs 149 on 512×1536×576, equal on the small ones. Few rows
-//! (decoding) leave the split to gemm itself, across columns.
+//! (decoding) leave the split to gemm itself, across columns. Weights stored in bf16/f16 are widened
+//! to f32 one block of output rows at a time, so the product stays f32 without an f32 copy of the
+//! whole matrix.
 
-use candle_core::{Device, Tensor};
+use candle_core::{CpuStorage, Device, Storage, Tensor};
 use gemm::{gemm, Parallelism};
 use rayon::prelude::*;
 
@@ -39,6 +41,55 @@ pub fn matmul_split_rows(x: &Tensor, w: &Tensor, transposed: bool) -> Result<Ten
         })
     })??;
     Ok(Tensor::from_vec(y, (m, n), &Device::Cpu)?)
+}
+
+/// f32 elements per widened weight block: a block stays in the L2 cache while gemm reads it.
+const HALF_BLOCK_ELEMS: usize = 1 << 18;
+
+/// x (m, k) · wᵀ for w an (n, k) contiguous bf16 or f16 matrix, computed in f32. Output rows of w
+/// are widened in fixed blocks (independent of the thread count, so the result is too), the
+/// blocks spread across the thread pool.
+pub fn matmul_half_weight(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let (m, k) = x.dims2()?;
+    let (n, kw) = w.dims2()?;
+    if k != kw || !w.is_contiguous() {
+        return Err(Error::Internal(format!("matmul of ({m}, {k}) by a ({n}, {kw}) half weight (contiguous: {})", w.is_contiguous())));
+    }
+    let x = x.contiguous()?;
+    let block = (HALF_BLOCK_ELEMS / k.max(1)).clamp(16, 1024).min(n.max(1));
+    let blocks: Vec<Vec<f32>> = with_f32(&x, |x| -> Result<Vec<Vec<f32>>> {
+        (0..n.div_ceil(block))
+            .into_par_iter()
+            .map(|b| {
+                let (j0, rows) = (b * block, block.min(n - b * block));
+                let wf = widen_rows(w, j0, rows, k)?;
+                let mut y = vec![0f32; m * rows];
+                // wf is (rows, k) row-major: read as its transpose, a (k, rows) matrix.
+                product(x, &wf, &mut y, (m, k, rows), (1, k), Parallelism::None);
+                Ok(y)
+            })
+            .collect()
+    })??;
+    let mut y = vec![0f32; m * n];
+    for (b, part) in blocks.iter().enumerate() {
+        let (j0, rows) = (b * block, block.min(n - b * block));
+        for (dst, src) in y.chunks_mut(n).zip(part.chunks(rows)) {
+            dst[j0..j0 + rows].copy_from_slice(src);
+        }
+    }
+    Ok(Tensor::from_vec(y, (m, n), &Device::Cpu)?)
+}
+
+/// Rows j0..j0+rows of a contiguous (·, k) bf16/f16 matrix, as f32.
+fn widen_rows(w: &Tensor, j0: usize, rows: usize, k: usize) -> Result<Vec<f32>> {
+    let (storage, layout) = w.storage_and_layout();
+    let start = layout.start_offset() + j0 * k;
+    let range = start..start + rows * k;
+    match &*storage {
+        Storage::Cpu(CpuStorage::BF16(v)) => Ok(v[range].iter().map(|h| h.to_f32()).collect()),
+        Storage::Cpu(CpuStorage::F16(v)) => Ok(v[range].iter().map(|h| h.to_f32()).collect()),
+        _ => Err(Error::Internal(format!("half-weight matmul over a {:?} tensor", w.dtype()))),
+    }
 }
 
 /// y (rows, n) = x (rows, k) · w (k, n with strides `w_strides`), x and y row-major.
@@ -77,6 +128,22 @@ mod tests {
                 let got: Vec<f32> = got.flatten_all().unwrap().to_vec1().unwrap();
                 // Small integers and quarters: every partial sum is exact in f32.
                 assert_eq!(got, want, "m = {m}");
+            }
+        }
+    }
+
+    #[test]
+    fn half_weights_give_the_f32_product_across_blocks() {
+        // k = 2,000 makes a block 131 rows: n = 300 spans three, the last one short.
+        for (m, k, n) in [(1, 2000, 300), (7, 2000, 300), (40, 37, 53)] {
+            let x = Tensor::from_vec((0..m * k).map(|i| ((i * 31) % 17) as f32 - 8.0).collect::<Vec<f32>>(), (m, k), &Device::Cpu).unwrap();
+            let w = Tensor::from_vec((0..n * k).map(|i| ((i * 7) % 13) as f32 * 0.25 - 1.5).collect::<Vec<f32>>(), (n, k), &Device::Cpu).unwrap();
+            let want: Vec<f32> = matmul_split_rows(&x, &w, true).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            for dtype in [candle_core::DType::BF16, candle_core::DType::F16] {
+                let got = matmul_half_weight(&x, &w.to_dtype(dtype).unwrap()).unwrap();
+                let got: Vec<f32> = got.flatten_all().unwrap().to_vec1().unwrap();
+                // Quarters up to ±1.5 are exact in bf16 and f16, and every partial sum in f32.
+                assert_eq!(got, want, "m = {m}, k = {k}, {dtype:?}");
             }
         }
     }

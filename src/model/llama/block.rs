@@ -113,7 +113,7 @@ impl Block {
         let qkv = match take_opt(get, path, &n("attn_qkv.weight"), &[(h + 2 * kv) * dh, d])? {
             // One fused matrix in the file (GPT-NeoX, Phi, GPT-2), rows q | k | v.
             Some(fused) => {
-                let w = fused.dequantize()?;
+                let w = fused.stored()?;
                 let split = |t: &Tensor, from: usize, len: usize| -> Result<Tensor> { Ok(t.narrow(0, from, len)?.contiguous()?) };
                 let b = qkv_biases.3.as_ref();
                 let part = |from: usize, len: usize| -> Result<(Param, Option<Tensor>)> { Ok((Param::Dense(split(&w, from, len)?), b.map(|b| split(b, from, len)).transpose()?)) };

@@ -1,11 +1,11 @@
 //! What a model is made of, as loaders hand it over: the configuration (shapes, numerics and the
-//! family's switches, checked before any tensor is read) and each weight, plain f32 or still
-//! quantized, fetched by name with its shape checked.
+//! family's switches, checked before any tensor is read) and each weight (f32, a bf16/f16
+//! matrix, or still quantized), fetched by name with its shape checked.
 
 use std::sync::Arc;
 
 use candle_core::quantized::QTensor;
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -238,7 +238,8 @@ impl LlamaConfig {
     }
 }
 
-/// A weight as a loader hands it over: plain f32, or still quantized (for `--quantized`).
+/// A weight as a loader hands it over: dense (f32, or a matrix kept in bf16/f16), or still
+/// quantized (for `--quantized`).
 pub enum Param {
     Dense(Tensor),
     Quant(Arc<QTensor>),
@@ -252,11 +253,76 @@ impl Param {
         }
     }
 
+    /// The weight as f32 (a widened copy of a half matrix, a dequantized copy of a quantized one).
     pub fn dequantize(&self) -> Result<Tensor> {
+        Ok(match self {
+            Param::Dense(t) => t.to_dtype(DType::F32)?,
+            Param::Quant(q) => q.dequantize(&Device::Cpu)?,
+        })
+    }
+
+    /// A dense weight in the type it is stored in; a quantized one dequantized to f32.
+    pub(crate) fn stored(&self) -> Result<Tensor> {
         Ok(match self {
             Param::Dense(t) => t.clone(),
             Param::Quant(q) => q.dequantize(&Device::Cpu)?,
         })
+    }
+
+    /// The weight as `dtype` says to keep it: matrices in the chosen type, everything else
+    /// (norms, biases, stacked experts) in f32; quantized weights untouched.
+    pub(crate) fn store_as(self, dtype: WeightDtype) -> Result<Param> {
+        Ok(match self {
+            Param::Dense(t) => {
+                let target = if t.rank() == 2 { dtype.target(t.dtype()) } else { DType::F32 };
+                Param::Dense(if t.dtype() == target { t } else { t.to_dtype(target)? })
+            }
+            quant => quant,
+        })
+    }
+
+    /// Bytes the weight occupies in memory.
+    pub(crate) fn bytes(&self) -> u64 {
+        match self {
+            Param::Dense(t) => (t.elem_count() * t.dtype().size_in_bytes()) as u64,
+            Param::Quant(q) => q.storage_size_in_bytes() as u64,
+        }
+    }
+}
+
+/// How the loader keeps dense weight matrices in memory; arithmetic is f32 whichever is chosen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WeightDtype {
+    /// As the file stores them: bf16/f16 matrices stay half (half the memory, same values),
+    /// everything else (f32, dequantized GGUF blocks) f32.
+    #[default]
+    Auto,
+    F32,
+    Bf16,
+    F16,
+}
+
+impl WeightDtype {
+    pub const NAMES: &'static str = "auto, f32, bf16, f16";
+
+    pub fn parse(s: &str) -> Option<WeightDtype> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Some(WeightDtype::Auto),
+            "f32" | "float32" => Some(WeightDtype::F32),
+            "bf16" | "bfloat16" => Some(WeightDtype::Bf16),
+            "f16" | "float16" | "half" => Some(WeightDtype::F16),
+            _ => None,
+        }
+    }
+
+    /// The type a matrix stored as `stored` is kept in.
+    fn target(self, stored: DType) -> DType {
+        match self {
+            WeightDtype::Auto if matches!(stored, DType::BF16 | DType::F16) => stored,
+            WeightDtype::Auto | WeightDtype::F32 => DType::F32,
+            WeightDtype::Bf16 => DType::BF16,
+            WeightDtype::F16 => DType::F16,
+        }
     }
 }
 

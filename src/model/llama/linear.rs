@@ -1,12 +1,13 @@
-//! The model's linear maps: y = x Wᵀ (+ b) over dense (pre-transposed, or shared with the
-//! embedding) or quantized weights, and fused projections of one input (q|k|v, gate|up).
+//! The model's linear maps: y = x Wᵀ (+ b) over dense (pre-transposed f32, bf16/f16 widened in
+//! blocks, or shared with the embedding) or quantized weights, and fused projections of one input
+//! (q|k|v, gate|up).
 
 use candle_core::quantized::QMatMul;
-use candle_core::{Device, Module, Tensor};
+use candle_core::{DType, Device, Module, Tensor};
 
 use super::config::Param;
 use crate::error::Result;
-use crate::model::matmul::matmul_split_rows;
+use crate::model::matmul::{matmul_half_weight, matmul_split_rows};
 
 /// y = x Wᵀ (+ b) for x of shape (T, in).
 pub(crate) struct Linear {
@@ -19,13 +20,16 @@ pub(crate) enum LinearWeight {
     DenseT(Tensor),
     /// (out, in) used through a transposed view: the tied output head shares the embedding.
     Dense(Tensor),
+    /// (out, in) bf16 or f16, widened to f32 a block of output rows at a time.
+    Half(Tensor),
     Quant(QMatMul),
 }
 
 impl Linear {
     pub(crate) fn new(p: Param, bias: Option<Tensor>) -> Result<Self> {
         let weight = match p {
-            Param::Dense(t) => LinearWeight::DenseT(t.t()?.contiguous()?),
+            Param::Dense(t) if t.dtype() == DType::F32 => LinearWeight::DenseT(t.t()?.contiguous()?),
+            Param::Dense(t) => LinearWeight::Half(t.contiguous()?),
             Param::Quant(q) => LinearWeight::Quant(QMatMul::from_arc(q)?),
         };
         Ok(Linear { weight, bias })
@@ -33,13 +37,15 @@ impl Linear {
 
     /// A linear map that reads `w` (out, in) in place, without a transposed copy.
     pub(crate) fn shared(w: Tensor) -> Self {
-        Linear { weight: LinearWeight::Dense(w), bias: None }
+        let weight = if w.dtype() == DType::F32 { LinearWeight::Dense(w) } else { LinearWeight::Half(w) };
+        Linear { weight, bias: None }
     }
 
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let y = match &self.weight {
             LinearWeight::DenseT(wt) => matmul_split_rows(x, wt, false)?,
             LinearWeight::Dense(w) => matmul_split_rows(x, w, true)?,
+            LinearWeight::Half(w) => matmul_half_weight(x, w)?,
             LinearWeight::Quant(q) => q.forward(x)?,
         };
         Ok(match &self.bias {
@@ -59,14 +65,18 @@ impl Projection {
     pub(crate) fn new(params: Vec<(Param, Option<Tensor>)>) -> Result<Self> {
         let widths: Vec<usize> = params.iter().map(|(p, _)| p.shape()[0]).collect();
         if params.iter().all(|(p, _)| matches!(p, Param::Dense(_))) {
-            let ws: Vec<Tensor> = params.iter().map(|(p, _)| p.dequantize()).collect::<Result<_>>()?;
+            // One storage type for the fused matrix: the file's own where the parts share it.
+            let mut ws: Vec<Tensor> = params.iter().map(|(p, _)| p.stored()).collect::<Result<_>>()?;
+            if ws.iter().any(|w| w.dtype() != ws[0].dtype()) {
+                ws = ws.iter().map(|w| w.to_dtype(DType::F32)).collect::<candle_core::Result<_>>()?;
+            }
             let bias = if params.iter().any(|(_, b)| b.is_some()) {
                 let bs: Vec<Tensor> = params
                     .iter()
                     .zip(&widths)
                     .map(|((_, b), &w)| match b {
                         Some(b) => Ok(b.clone()),
-                        None => Ok(Tensor::zeros(w, candle_core::DType::F32, &Device::Cpu)?),
+                        None => Ok(Tensor::zeros(w, DType::F32, &Device::Cpu)?),
                     })
                     .collect::<Result<_>>()?;
                 Some(Tensor::cat(&bs, 0)?)

@@ -9,11 +9,11 @@ pub mod kv;
 pub mod linear;
 mod moe;
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 
 use attention::{Attend, LayerAttention, Seq, SeqAttention, ATTENTION_BLOCK_BYTES};
-pub use config::{switches, ArchSwitches, LlamaConfig, MlpKind, Moe, NormKind, NormPlacement, Param, ParamSource, QkNorm};
+pub use config::{switches, ArchSwitches, LlamaConfig, MlpKind, Moe, NormKind, NormPlacement, Param, ParamSource, QkNorm, WeightDtype};
 use config::{take_opt, take_req};
 pub use kv::{KeyMask, KvCache, KvStore};
 use block::{Block, Norm};
@@ -41,18 +41,30 @@ pub struct Llama {
     /// The windowed layers' RoPE when its base differs (Gemma 3).
     rope_local: Option<Rope>,
     attention_block_bytes: usize,
+    /// Bytes the weights occupy as kept (half matrices count 2 per element).
+    weight_bytes: u64,
 }
 
 
 impl Llama {
-    /// Builds the model from a weight source, checking every shape against `cfg`.
-    pub fn load(cfg: LlamaConfig, source_path: &std::path::Path, get: &mut ParamSource<'_>) -> Result<Self> {
+    /// Builds the model from a weight source, checking every shape against `cfg`; matrices are
+    /// kept as `dtype` says (see [`WeightDtype`]).
+    pub fn load(cfg: LlamaConfig, source_path: &std::path::Path, dtype: WeightDtype, get: &mut ParamSource<'_>) -> Result<Self> {
         cfg.validate(source_path)?;
         let d = cfg.d_model;
+        let mut weight_bytes = 0u64;
+        let mut stored = |name: &str| -> Result<Option<Param>> {
+            let Some(p) = get(name)? else { return Ok(None) };
+            let p = p.store_as(dtype)?;
+            weight_bytes += p.bytes();
+            Ok(Some(p))
+        };
+        let get: &mut ParamSource<'_> = &mut stored;
         let embed_param = take_req(get, source_path, "token_embd.weight", &[cfg.vocab_size, d])?;
         let blocks = (0..cfg.n_layers).map(|l| Block::load(&cfg, l, source_path, get)).collect::<Result<Vec<_>>>()?;
         let final_norm = Norm::load(&cfg, source_path, get, "output_norm", d)?;
-        let embed = embed_param.dequantize()?;
+        // Kept as stored: a half table is widened per looked-up row (and per head block when tied).
+        let embed = embed_param.stored()?;
         let pos_embed = match cfg.arch.learned_positions {
             true => Some(take_req(get, source_path, "position_embd.weight", &[cfg.context_len, d])?.dequantize()?),
             false => None,
@@ -68,7 +80,7 @@ impl Llama {
         };
         let rope = Rope { theta: cfg.rope_theta, d_head: cfg.d_head, rot_dims: cfg.arch.rotary_dims.unwrap_or(cfg.d_head), layout: cfg.rope_layout, yarn: cfg.arch.rope_yarn };
         let rope_local = cfg.arch.rope_local_theta.filter(|&t| t != cfg.rope_theta).map(|theta| Rope { theta, ..rope.clone() });
-        Ok(Llama { cfg, embed, pos_embed, blocks, final_norm, lm_head, rope, rope_local, attention_block_bytes: ATTENTION_BLOCK_BYTES })
+        Ok(Llama { cfg, embed, pos_embed, blocks, final_norm, lm_head, rope, rope_local, attention_block_bytes: ATTENTION_BLOCK_BYTES, weight_bytes })
     }
 
     /// Runs `tokens` after whatever `cache` holds (positions continue from `cache.len()`), pushing
@@ -215,7 +227,7 @@ impl Llama {
     /// a learned table.
     pub(crate) fn embed_tokens(&self, tokens: &[u32], positions: &[usize]) -> Result<Tensor> {
         self.check_ids(tokens)?;
-        let x = self.embed.index_select(&Tensor::new(tokens, &Device::Cpu)?, 0)?;
+        let x = self.embed.index_select(&Tensor::new(tokens, &Device::Cpu)?, 0)?.to_dtype(DType::F32)?;
         if let Some(table) = &self.pos_embed {
             let n = table.dim(0)?;
             if let Some(&p) = positions.iter().find(|&&p| p >= n) {
@@ -277,6 +289,16 @@ impl Llama {
 
     /// Caps the bytes of one query block's scores (default 32 MiB); smaller means more, shorter
     /// blocks. Results do not depend on it.
+    /// Bytes the weights occupy in memory as loaded.
+    pub fn weight_bytes(&self) -> u64 {
+        self.weight_bytes
+    }
+
+    /// The type the embedding matrix is kept in (the matrices' storage under `--dtype`).
+    pub fn matrix_dtype(&self) -> DType {
+        self.embed.dtype()
+    }
+
     pub fn set_attention_block_bytes(&mut self, bytes: usize) {
         self.attention_block_bytes = bytes.max(1);
     }
