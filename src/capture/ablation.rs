@@ -4,11 +4,13 @@
 //! next-token distributions of the tokens after k.
 
 use candle_core::Tensor;
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::collector::TensorCollector;
 use crate::error::{Error, Result};
-use crate::metrics::divergence::{compare_rows, log_softmax_rows};
+use crate::metrics::divergence::{compare_logit_row, log_softmax_rows, CleanRow};
+use crate::numerics::kernels::exp_f32;
 use crate::model::hook::{HookFilter, HookPoint};
 use crate::model::llama::{KeyMask, Llama};
 
@@ -26,6 +28,9 @@ pub struct AblationResult {
 /// Logit rows scored at once (128 × vocab floats: 24 MiB for a 49k vocabulary — large enough for
 /// an efficient matmul, small enough for the allocator to reuse the buffer).
 const SCORE_ROWS: usize = 128;
+
+/// Scored rows of a group's variants sent through the output head at once.
+const STACKED_SCORE_ROWS: usize = 256;
 
 /// Which variants to run.
 pub struct AblationPlan {
@@ -80,6 +85,9 @@ pub fn run_masks(model: &Llama, ids: &[u32], groups: &[Vec<(KeyMask, Option<usiz
     for start in (0..t - 1).step_by(SCORE_ROWS) {
         clean_logp.extend(log_softmax_rows(&logits_rows(model, &hidden, start, (start + SCORE_ROWS).min(t - 1))?, vocab));
     }
+    // e^logp of the clean rows, computed once for every variant's KL.
+    let clean_p: Vec<f32> = clean_logp.par_iter().map(|&l| exp_f32(l)).collect();
+    let clean_row = |r: usize| CleanRow { logp: &clean_logp[r * vocab..(r + 1) * vocab], p: &clean_p[r * vocab..(r + 1) * vocab], target: ids[r + 1] };
     let total: usize = groups.iter().map(Vec::len).sum();
     let mut results = Vec::with_capacity(total);
     for group in groups {
@@ -87,15 +95,26 @@ pub fn run_masks(model: &Llama, ids: &[u32], groups: &[Vec<(KeyMask, Option<usiz
         let masks: Vec<KeyMask> = group.iter().map(|(m, _)| m.clone()).collect();
         let (shape, data) = inputs.get(&HookPoint::ResidPre(layer)).ok_or_else(|| Error::Internal("missing resid_pre".into()))?;
         let resid = Tensor::from_slice(data, shape, &candle_core::Device::Cpu)?;
-        for ((mask, head), masked) in group.iter().zip(model.forward_masked(&resid, &masks)?) {
-            // Rows i > key predict tokens i+1; rows ≤ key cannot see the mask. Scored in chunks so
-            // the buffers stay small enough for the allocator to reuse (no page-fault churn).
+        let masked = Tensor::cat(&model.forward_masked(&resid, &masks)?, 0)?;
+        // Rows i > key predict tokens i+1; rows ≤ key cannot see the mask. Every variant's scored
+        // rows go through the output head together, in chunks (one weight pass serves many rows;
+        // the logit buffers stay small enough for the allocator to reuse).
+        let rows: Vec<(usize, usize)> = masks.iter().enumerate().flat_map(|(v, m)| (m.first_query()..t - 1).map(move |r| (v, r))).collect();
+        let mut row_scores: Vec<(f64, f64)> = Vec::with_capacity(rows.len());
+        for chunk in rows.chunks(STACKED_SCORE_ROWS) {
+            let at: Vec<u32> = chunk.iter().map(|&(v, r)| (v * t + r) as u32).collect();
+            let picked = masked.index_select(&Tensor::new(at.as_slice(), &candle_core::Device::Cpu)?, 0)?;
+            let logits = model.logits(&picked)?.flatten_all()?.to_vec1::<f32>()?;
+            row_scores.par_extend(logits.par_chunks(vocab).zip(chunk.par_iter()).map(|(row, &(_, r))| compare_logit_row(&clean_row(r), row)));
+        }
+        // Each variant's rows summed in order, in runs of SCORE_ROWS from its first scored row.
+        let mut scored = row_scores.iter();
+        for (mask, head) in group {
             let first = mask.first_query();
             let (mut dnll, mut kl) = (0.0, 0.0);
             for start in (first..t - 1).step_by(SCORE_ROWS) {
                 let end = (start + SCORE_ROWS).min(t - 1);
-                let masked_logp = log_softmax_rows(&logits_rows(model, &masked, start, end)?, vocab);
-                let (d, k) = compare_rows(&clean_logp[start * vocab..end * vocab], &masked_logp, vocab, &ids[start + 1..end + 1]);
+                let (d, k) = scored.by_ref().take(end - start).fold((0.0, 0.0), |acc, r| (acc.0 + r.0, acc.1 + r.1));
                 dnll += d;
                 kl += k;
             }

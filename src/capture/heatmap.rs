@@ -11,6 +11,7 @@ use super::reducers::record_pattern;
 use crate::error::Result;
 use crate::model::hook::HookPoint;
 use crate::model::sink::CaptureSink;
+use crate::numerics::kernels::sum_lanes;
 
 pub struct HeatmapReducer {
     maps: Heatmaps,
@@ -45,7 +46,7 @@ impl HeatmapReducer {
         use rayon::prelude::*;
         let (g, k, h_n) = (self.maps.bins(), self.maps.first_keys, self.maps.n_heads);
         let block = rows.len();
-        let bin = &self.bin;
+        let (bin, edges) = (&self.bin, &self.maps.edges);
         let grid = &mut self.maps.grid[layer * h_n * g * g..(layer + 1) * h_n * g * g];
         let early = &mut self.maps.early[layer * h_n * g * k..(layer + 1) * h_n * g * k];
         grid.par_chunks_mut(g * g).zip(early.par_chunks_mut(g * k.max(1))).enumerate().for_each(|(h, (grid, early))| {
@@ -55,8 +56,9 @@ impl HeatmapReducer {
                 let visible = (q + 1).min(keys).min(bin.len());
                 let qb = bin[q.min(bin.len() - 1)];
                 let out = &mut grid[qb * g..(qb + 1) * g];
-                for (j, &v) in row[..visible].iter().enumerate() {
-                    out[bin[j]] += v;
+                // Bins are runs of consecutive keys: one vectorized sum per bin.
+                for (o, w) in out.iter_mut().zip(edges.windows(2)).take_while(|(_, w)| w[0] < visible) {
+                    *o += sum_lanes(&row[w[0]..w[1].min(visible)]);
                 }
                 if k > 0 {
                     for (e, &v) in early[qb * k..(qb + 1) * k].iter_mut().zip(&row[..visible.min(k)]) {

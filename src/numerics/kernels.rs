@@ -35,22 +35,34 @@ super::simd::vectorized_fn! {
     /// Softmax over the entries inside `segments` (disjoint, in order); every other entry becomes
     /// exactly 0 (not e^−87: a hidden key must contribute nothing).
     pub fn softmax_segments(row: &mut [f32], segments: &[std::ops::Range<usize>]) {
-        let max = segments.iter().flat_map(|r| row[r.clone()].iter().copied()).fold(f32::NEG_INFINITY, f32::max);
+        // Eight lanes throughout so each pass vectorizes (a single accumulator cannot be
+        // reordered); the max is the same in any order, the sum's order is fixed.
+        let mut max_lanes = [f32::NEG_INFINITY; 8];
+        for r in segments {
+            let (chunks, rest) = row[r.clone()].as_chunks::<8>();
+            for c in chunks {
+                for (m, &v) in max_lanes.iter_mut().zip(c) {
+                    *m = m.max(v);
+                }
+            }
+            max_lanes[0] = rest.iter().fold(max_lanes[0], |m, &v| m.max(v));
+        }
+        let max = max_lanes.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
         let mut sum = 0f32;
         let mut end = 0;
         for r in segments {
             row[end..r.start].fill(0.0);
-            let seen = &mut row[r.clone()];
-            seen.iter_mut().for_each(|s| *s = exp_f32(*s - max));
-            // Eight partial sums so the loop vectorizes (a single f32 accumulator cannot be reordered).
+            // e^(s − max) stored and summed in the same pass.
             let mut lanes = [0f32; 8];
-            let mut chunks = seen.chunks_exact(8);
-            for c in &mut chunks {
-                for (l, &v) in lanes.iter_mut().zip(c) {
-                    *l += v;
+            let (chunks, rest) = row[r.clone()].as_chunks_mut::<8>();
+            for c in chunks {
+                for (l, s) in lanes.iter_mut().zip(c.iter_mut()) {
+                    *s = exp_f32(*s - max);
+                    *l += *s;
                 }
             }
-            sum += lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>();
+            rest.iter_mut().for_each(|s| *s = exp_f32(*s - max));
+            sum += lanes.iter().sum::<f32>() + rest.iter().sum::<f32>();
             end = r.end;
         }
         row[end..].fill(0.0);
@@ -86,6 +98,21 @@ pub fn softmax_segments_with_sink(row: &mut [f32], segments: &[std::ops::Range<u
 }
 
 super::simd::vectorized_fn! {
+    /// Σ x in f32, over eight lanes in a fixed order (so it vectorizes and gives the same bits
+    /// on every run).
+    pub fn sum_lanes(x: &[f32]) -> f32 {
+        let mut lanes = [0f32; 8];
+        let (chunks, rest) = x.as_chunks::<8>();
+        for c in chunks {
+            for (l, &v) in lanes.iter_mut().zip(c) {
+                *l += v;
+            }
+        }
+        lanes.iter().sum::<f32>() + rest.iter().sum::<f32>()
+    }
+}
+
+super::simd::vectorized_fn! {
     /// out = silu(g) · u, elementwise.
     fn silu_times(g: &[f32], u: &[f32], out: &mut [f32]) {
         for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
@@ -104,18 +131,51 @@ pub fn exp_f32(x: f32) -> f32 {
     const LN2_LO: f32 = -2.121_944_4e-4;
     // Adding 1.5·2^23 rounds to the nearest integer in the default rounding mode.
     const ROUND: f32 = 12_582_912.0;
-    let x = x.clamp(-87.0, 88.0);
-    let n = (x * LOG2E + ROUND) - ROUND;
+    // max/min rather than clamp, and n's integer read from the rounded sum's bits rather than a
+    // saturating `as` cast: both vectorize (clamp and the cast compiled to scalar code).
+    let input = x;
+    #[allow(clippy::manual_clamp)]
+    let x = x.max(-87.0).min(88.0);
+    let shifted = x * LOG2E + ROUND;
+    let n = shifted - ROUND;
     let r = x - n * LN2_HI - n * LN2_LO;
     let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 0.166_666_65) * r + 0.5;
     let p = p * r * r + r + 1.0;
-    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    // shifted = 1.5·2^23 + n exactly (its ulp is 1), so its bits are ROUND's plus n.
+    let n_int = shifted.to_bits().wrapping_sub(ROUND.to_bits());
+    let e = p * f32::from_bits(n_int.wrapping_add(127) << 23);
+    // NaN stays NaN (max/min would have replaced it), as a blend that still vectorizes.
+    if input.is_nan() { input } else { e }
 }
 
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The formula before it was made to vectorize (clamp, saturating cast): the same bits.
+    fn exp_with_clamp_and_cast(x: f32) -> f32 {
+        const ROUND: f32 = 12_582_912.0;
+        let x = x.clamp(-87.0, 88.0);
+        let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;
+        let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
+        let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 0.166_666_65) * r + 0.5;
+        let p = p * r * r + r + 1.0;
+        p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    }
+
+    #[test]
+    fn vectorizable_exp_is_the_clamped_formula_bit_for_bit() {
+        let mut x = -120.0f32;
+        while x <= 120.0 {
+            assert_eq!(exp_f32(x).to_bits(), exp_with_clamp_and_cast(x).to_bits(), "x = {x}");
+            x += 0.001_7;
+        }
+        for x in [f32::NEG_INFINITY, f32::INFINITY, -87.0, 88.0, -0.0, 0.0] {
+            assert_eq!(exp_f32(x).to_bits(), exp_with_clamp_and_cast(x).to_bits(), "x = {x}");
+        }
+        assert!(exp_f32(f32::NAN).is_nan());
+    }
 
     #[test]
     fn fast_exp_matches_libm() {
