@@ -36,16 +36,27 @@ fn survey_compares_models_and_resumes() {
     let ppl = |s: u64| table.iter().find(|r| r["sinks"].as_u64() == Some(s)).unwrap()["ppl_after_eviction"].as_f64().unwrap();
     let best = table.iter().filter_map(|r| r["ppl_after_eviction"].as_f64()).fold(f64::INFINITY, f64::min);
     assert!((a["sweeps"][0]["window_ratio"].as_f64().unwrap() - ppl(0) / best).abs() < 1e-12);
+    // Streaming heads: the share of KV heads whose outside-window attention is at most 5%, as
+    // the sweep directory's own measurement lists them.
+    let heads: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("models/stories260K.gguf/text0-w32/streaming-heads.json")).unwrap()).unwrap();
+    let outside: Vec<f64> = heads["outside"].as_array().unwrap().iter().flat_map(|l| l.as_array().unwrap().iter().map(|v| v.as_f64().unwrap())).collect();
+    assert_eq!(outside.len(), 5 * 4, "stories260K: 5 layers × 4 KV heads");
+    assert_eq!((heads["sinks"].as_u64(), heads["recent"].as_u64()), (Some(4), Some(28)));
+    let want = 100.0 * outside.iter().filter(|&&m| m <= 0.05).count() as f64 / outside.len() as f64;
+    assert_eq!(a["sweeps"][0]["streaming_heads"].as_f64(), Some(want));
+    assert!(outside.iter().all(|m| (0.0..=1.0).contains(m)));
     let md = std::fs::read_to_string(dir.join("survey.md")).unwrap();
+    assert!(md.contains(&format!("{want:.0}% (W 32)")), "{md}");
     assert!(md.contains("| stories260K.gguf | llama |") && md.contains("## Which model needs sinks"), "{md}");
     // Resumed: nothing recomputed, the per-model files untouched.
     let stamp = |p: &str| std::fs::metadata(dir.join(p)).unwrap().modified().unwrap();
-    let before = (stamp("models/stories260K.bin/report.json"), stamp("models/stories260K.bin/text0-w48/stream.json"));
+    let files = ["models/stories260K.bin/report.json", "models/stories260K.bin/text0-w48/stream.json", "models/stories260K.bin/text0-w48/streaming-heads.json"];
+    let before: Vec<_> = files.iter().map(|f| stamp(f)).collect();
     let again = common::sinkscope(&args);
     assert!(again.status.success());
     let err = String::from_utf8_lossy(&again.stderr);
     assert!(!err.contains("loading") && err.matches("already done").count() == 6, "{err}");
-    assert_eq!(before, (stamp("models/stories260K.bin/report.json"), stamp("models/stories260K.bin/text0-w48/stream.json")));
+    assert_eq!(before, files.iter().map(|f| stamp(f)).collect::<Vec<_>>());
 }
 
 #[test]

@@ -13,7 +13,7 @@ use ratatui::buffer::Buffer;
 use ratatui::text::Span;
 use ratatui::Terminal;
 use sinkscope::report::run::Run;
-use sinkscope::tui::action::Action;
+use sinkscope::tui::action::{Action, Effect};
 use sinkscope::tui::state::{App, GridColour, Tab};
 use sinkscope::tui::update::update;
 use sinkscope::tui::{export, ui};
@@ -135,6 +135,12 @@ fn streaming_shows_a_sampled_value_with_its_interval() {
     let s = screen(&mut app, &[Action::GoTab(Tab::Streaming)]);
     assert!(s.contains("40 post-eviction steps scored, 95% interval 1.50–9.25"), "{s}");
     assert_eq!(s.matches('≈').count(), 2, "the value and its note: {s}");
+}
+
+/// A run not opened through a survey says how to make one.
+#[test]
+fn snapshot_survey_without_a_survey() {
+    insta::assert_snapshot!("survey_missing", screen(&mut fixture_app(), &[Action::GoTab(Tab::Survey)]));
 }
 
 #[test]
@@ -461,8 +467,9 @@ fn quant_results_show_in_the_activations_view() {
     }
 }
 
-/// A survey directory opens as its first model's run with the survey's table in the Overview;
-/// a survey.json whose run directories are gone is one clear error.
+/// A survey directory opens as its first model's run with the survey's table in the Overview and
+/// its own Survey view (Enter opens another model's run); a survey.json whose run directories are
+/// gone is one clear error.
 #[test]
 fn a_survey_directory_opens_with_its_table() {
     let model = model_or_skip!("stories260K.gguf");
@@ -477,6 +484,29 @@ fn a_survey_directory_opens_with_its_table() {
         update(&mut app, Action::GoTab(tab));
         draw(&mut app, 120, 40);
     }
+    // The Survey view: both models side by side, the open one marked, its sweeps below.
+    update(&mut app, Action::GoTab(Tab::Survey));
+    let s = text(&draw(&mut app, 200, 60));
+    assert!(s.contains("2 models (↑/↓ select") && s.contains("streaming heads") && s.contains("mean α_0") && s.contains("Sink_0^ε against"), "{s}");
+    assert!(s.contains(" ● stories260K.gguf") && s.contains("W = 32 on 120 tokens of stream-text.txt:"), "{s}");
+    // ↓ then Enter opens the second model's run; the survey stays, now marking that run.
+    update(&mut app, Action::Move { dx: 0, dy: 1 });
+    let open = match update(&mut app, Action::Enter) {
+        Effect::OpenSurveyRun(path) => path,
+        other => panic!("Enter on the survey gave {other:?}"),
+    };
+    assert_eq!(open, dir.join("models/stories260K.bin"));
+    sinkscope::tui::open_survey_run(&mut app, &open);
+    assert!(app.run.dir.ends_with("models/stories260K.bin") && app.run.survey.is_some() && app.tab == Tab::Survey && app.survey_row == 1);
+    let s = text(&draw(&mut app, 200, 60));
+    assert!(s.contains(" ● stories260K.bin") && s.contains("opened stories260K.bin"), "{s}");
+    // The survey's table exports as CSV, one row per model × sweep.
+    let csv = String::from_utf8(export::build(&app).unwrap().bytes).unwrap();
+    assert_eq!(csv.lines().count(), 3, "{csv}");
+    assert!(csv.starts_with("model,family,n_params,sink_0") && csv.contains("stories260K.bin,llama"), "{csv}");
+    // A run directory that has gone away: the dashboard stays where it was and says why.
+    sinkscope::tui::open_survey_run(&mut app, &dir.join("models/nonexistent"));
+    assert!(app.run.dir.ends_with("models/stories260K.bin") && app.status.as_deref().is_some_and(|m| m.starts_with("cannot open")), "{:?}", app.status);
     std::fs::remove_dir_all(dir.join("models")).unwrap();
     let err = Run::open(&dir).unwrap_err().to_string();
     assert!(err.contains("survey.json") && err.contains("re-run `sinkscope survey`"), "{err}");

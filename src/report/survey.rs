@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::analysis::survey::Survey;
+use crate::analysis::survey::{Survey, SurveyRow};
 #[cfg(feature = "plots")]
 use super::plot::LineChart;
 
@@ -17,14 +17,14 @@ pub fn markdown(s: &Survey) -> String {
         s.epsilon,
         s.sinkscope_version
     );
-    out.push_str("| model | family | parameters | windowed layers | learned sinks | Sink_0^ε | F-Attn | sink positions > 0 | largest \\|h\\| (× median) | first massive layer | window / best ppl after eviction | recommended S | per-head streaming share |\n");
+    out.push_str("| model | family | parameters | windowed layers | learned sinks | Sink_0^ε | F-Attn | sink positions > 0 | largest \\|h\\| (× median) | first massive layer | window / best ppl after eviction | recommended S | streaming heads (S = 4 + W − 4 recent lose ≤ 5%) |\n");
     out.push_str("|---|---|---:|---|---|---:|---:|---|---:|---:|---:|---:|---|\n");
     for r in &s.rows {
         let windowed = if r.windowed_layers.is_empty() { "none".to_string() } else { format!("{} of {} (W = {})", r.windowed_layers.len(), r.n_layers, r.window.unwrap_or(0)) };
         let beyond = if r.sink_positions_beyond_0.is_empty() { "none".to_string() } else { r.sink_positions_beyond_0.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ") };
         let _ = writeln!(
             out,
-            "| {} | {} | {:.1} M | {windowed} | {} | {:.1}% | {:.3} | {beyond} | {:.1} (×{:.0}) | {} | {} | {} | not measured |",
+            "| {} | {} | {:.1} M | {windowed} | {} | {:.1}% | {:.3} | {beyond} | {:.1} (×{:.0}) | {} | {} | {} | {} |",
             r.model,
             r.family,
             r.n_params as f64 / 1e6,
@@ -36,6 +36,7 @@ pub fn markdown(s: &Survey) -> String {
             r.first_massive_layer.map_or("none".into(), |l| l.to_string()),
             r.worst_window_ratio().map_or("-".into(), |x| format!("{x:.2}×")),
             r.recommended_sinks().map_or("-".into(), |s| s.to_string()),
+            streaming_cell(r),
         );
     }
     out.push_str("\n## Which model needs sinks\n\n");
@@ -46,17 +47,24 @@ pub fn markdown(s: &Survey) -> String {
             let text = std::path::Path::new(&w.text).file_name().map_or(w.text.clone(), |n| n.to_string_lossy().into_owned());
             let _ = writeln!(
                 out,
-                "  - {} tokens of `{text}`, W = {}: window {}, best {}, recommended S = {}",
+                "  - {} tokens of `{text}`, W = {}: window {}, best {}, recommended S = {}, streaming heads {}",
                 w.tokens,
                 w.cache,
                 f(w.window_ppl),
                 f(w.best_ppl),
-                w.recommended_sinks.map_or("-".into(), |s| s.to_string())
+                w.recommended_sinks.map_or("-".into(), |s| s.to_string()),
+                w.streaming_heads.map_or("not measured".into(), |p| format!("{p:.0}%"))
             );
         }
     }
     out.push_str("\n## Figures\n\n![Sink_0 against the window's collapse](figures/survey-sink0-vs-collapse.png)\n\n![α_0 by relative depth](figures/survey-alpha0-depth.png)\n\nThe table is `tables/survey.parquet` (one row per model × text × budget); each model's own run directories (report.json, stream.json) are under `models/`.\n");
     out
+}
+
+/// A model's streaming-head shares per budget, e.g. "48% (W 128), 71% (W 256)".
+fn streaming_cell(r: &SurveyRow) -> String {
+    let cells: Vec<String> = r.sweeps.iter().filter_map(|w| Some(format!("{:.0}% (W {})", w.streaming_heads?, w.cache))).collect();
+    if cells.is_empty() { "not measured".into() } else { cells.join(", ") }
 }
 
 /// The survey's figures by file stem.

@@ -538,5 +538,6 @@ pub fn survey_table(s: &Survey) -> Table {
         .opt_f64("best_ppl", |r| r.1.and_then(|w| w.best_ppl))
         .opt_f64("window_ratio", |r| r.1.and_then(|w| w.window_ratio))
         .opt_u32("recommended_sinks", |r| r.1.and_then(|w| w.recommended_sinks))
+        .opt_f64("streaming_heads", |r| r.1.and_then(|w| w.streaming_heads))
         .build("survey")
 }

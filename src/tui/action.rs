@@ -45,4 +45,6 @@ pub enum Action {
 pub enum Effect {
     None,
     Export,
+    /// Open this run directory of the survey (Enter on the Survey view's selected model).
+    OpenSurveyRun(std::path::PathBuf),
 }

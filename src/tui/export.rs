@@ -150,6 +150,35 @@ pub fn build(app: &App) -> std::result::Result<Export, String> {
             }
             Ok(Export { name: "streaming-sweep.csv".into(), bytes: s.into_bytes(), what: "the sweep table".into() })
         }
+        Tab::Survey => {
+            let survey = run.survey.as_ref().ok_or("this run was not opened through a survey")?;
+            s.push_str("model,family,n_params,sink_0,f_attn,max_activation,max_to_median,first_massive_layer,text,cache,tokens,window_ppl,best_ppl,window_ratio,recommended_sinks,streaming_heads\n");
+            for r in &survey.rows {
+                for w in &r.sweeps {
+                    let _ = writeln!(
+                        s,
+                        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                        field(&r.model),
+                        field(&r.family),
+                        r.n_params,
+                        r.sink_0,
+                        r.f_attn,
+                        r.max_activation,
+                        r.max_to_median,
+                        opt(r.first_massive_layer),
+                        field(&w.text),
+                        w.cache,
+                        w.tokens,
+                        opt(w.window_ppl),
+                        opt(w.best_ppl),
+                        opt(w.window_ratio),
+                        opt(w.recommended_sinks),
+                        opt(w.streaming_heads)
+                    );
+                }
+            }
+            Ok(Export { name: "survey.csv".into(), bytes: s.into_bytes(), what: "the survey table".into() })
+        }
     }
 }
 
@@ -185,7 +214,7 @@ fn figure(app: &App, dir: &std::path::Path) -> Result<Option<PathBuf>> {
         Tab::Heatmap => drawn(figures::head_heatmap(run, l, h, Scale::Linear), dir.join(format!("heatmap-L{l}-H{h}-linear.png"))),
         Tab::Activations => drawn(figures::layer_magnitudes(run), dir.join("layer-magnitudes.png")),
         Tab::Streaming => drawn(figures::ppl_curves(run), dir.join("ppl-curves.png")),
-        Tab::Overview | Tab::Tokens => Ok(None),
+        Tab::Overview | Tab::Tokens | Tab::Survey => Ok(None),
     }
 }
 

@@ -307,6 +307,31 @@ impl StreamGeom {
     }
 }
 
+/// The Survey view: the table of models on top, α_0 by depth and Sink_0 against the window's
+/// collapse side by side below it, the selected model's sweeps at the bottom.
+pub struct SurveyGeom {
+    pub table: Rect,
+    pub depth: Rect,
+    pub scatter: Rect,
+    pub details: Rect,
+}
+
+pub fn survey(body: Rect, models: usize) -> SurveyGeom {
+    // Borders and a header row around the models, at most half the body.
+    let table_h = (models as u16 + 3).min(body.height / 2);
+    let details_h = 7.min(body.height.saturating_sub(table_h));
+    let charts_h = body.height.saturating_sub(table_h + details_h);
+    let table = Rect { height: table_h, ..body };
+    let charts = Rect { y: table.bottom(), height: charts_h, ..body };
+    let half = charts.width / 2;
+    SurveyGeom {
+        table,
+        depth: Rect { width: half, ..charts },
+        scatter: Rect { x: charts.x + half, width: charts.width - half, ..charts },
+        details: Rect { y: charts.bottom(), height: details_h, ..body },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

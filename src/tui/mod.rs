@@ -47,6 +47,26 @@ pub fn run(run: Run) -> Result<()> {
     result
 }
 
+/// Replaces the dashboard's run with another model's run of the same survey, staying on the
+/// Survey view; a run that cannot be opened leaves everything as it was and says why.
+pub fn open_survey_run(app: &mut App, dir: &std::path::Path) {
+    match Run::open(dir) {
+        Ok(mut run) => {
+            run.survey = app.run.survey.take();
+            run.survey_dir = app.run.survey_dir.take();
+            let (width, height) = (app.width, app.height);
+            *app = App::new(run);
+            app.tab = state::Tab::Survey;
+            update(app, Action::Resize { width, height });
+            let msg = format!("opened {}", app.run.model_name());
+            update(app, Action::Status(msg));
+        }
+        Err(e) => {
+            update(app, Action::Status(format!("cannot open {}: {e}", dir.display())));
+        }
+    }
+}
+
 fn event_loop(terminal: &mut DefaultTerminal, app: &mut App) -> Result<()> {
     let size = terminal.size()?;
     update(app, Action::Resize { width: size.width, height: size.height });
@@ -54,9 +74,13 @@ fn event_loop(terminal: &mut DefaultTerminal, app: &mut App) -> Result<()> {
     while !app.quit {
         let ev = ratatui::crossterm::event::read()?;
         let Some(action) = event::to_action(&ev) else { continue };
-        if update(app, action) == Effect::Export {
-            let msg = export::status_message(app);
-            update(app, Action::Status(msg));
+        match update(app, action) {
+            Effect::Export => {
+                let msg = export::status_message(app);
+                update(app, Action::Status(msg));
+            }
+            Effect::OpenSurveyRun(dir) => open_survey_run(app, &dir),
+            Effect::None => {}
         }
         if !app.quit {
             terminal.draw(|f| ui::render(f, app))?;

@@ -17,10 +17,11 @@ pub enum Tab {
     Tokens,
     Activations,
     Streaming,
+    Survey,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 6] = [Tab::Overview, Tab::Grid, Tab::Heatmap, Tab::Tokens, Tab::Activations, Tab::Streaming];
+    pub const ALL: [Tab; 7] = [Tab::Overview, Tab::Grid, Tab::Heatmap, Tab::Tokens, Tab::Activations, Tab::Streaming, Tab::Survey];
 
     pub fn title(self) -> &'static str {
         match self {
@@ -30,6 +31,7 @@ impl Tab {
             Tab::Tokens => "Tokens",
             Tab::Activations => "Activations",
             Tab::Streaming => "Streaming",
+            Tab::Survey => "Survey",
         }
     }
 
@@ -117,6 +119,8 @@ pub struct App {
     pub policy: usize,
     pub window: usize,
     pub overview_scroll: usize,
+    /// The selected model of the survey (its row in `run.survey`).
+    pub survey_row: usize,
     pub help: bool,
     pub status: Option<String>,
     pub quit: bool,
@@ -149,6 +153,7 @@ impl App {
             policy: 0,
             window: WINDOWS[0],
             overview_scroll: 0,
+            survey_row: 0,
             help: false,
             status: None,
             quit: false,
@@ -164,6 +169,10 @@ impl App {
         }
         if let Some((rows, _)) = app.heat_dims() {
             app.heat.row = rows - 1;
+        }
+        // The survey opens on the model whose run this is.
+        if let Some(s) = &app.run.survey {
+            app.survey_row = s.rows.iter().position(|r| app.run.dir.ends_with(&r.run_dir)).unwrap_or(0);
         }
         app.refresh_tokens();
         app.refresh_curves();

@@ -40,6 +40,13 @@ pub fn update(app: &mut App, action: Action) -> Effect {
             if app.tab == Tab::Grid {
                 app.tab = Tab::Heatmap;
             }
+            if app.tab == Tab::Survey {
+                if let (Some(s), Some(dir)) = (&app.run.survey, &app.run.survey_dir) {
+                    if let Some(row) = s.rows.get(app.survey_row) {
+                        return Effect::OpenSurveyRun(dir.join(&row.run_dir));
+                    }
+                }
+            }
         }
         Action::ZoomIn => zoom(app, 1),
         Action::ZoomOut => zoom(app, -1),
@@ -119,6 +126,7 @@ fn move_in_view(app: &mut App, dx: isize, dy: isize) {
         }
         Tab::Activations => app.act_layer = step(app.act_layer, dy, app.data.layers.len()),
         Tab::Streaming => app.policy = step(app.policy, dy, app.curves.len()),
+        Tab::Survey => app.survey_row = step(app.survey_row, dy, app.run.survey.as_ref().map_or(0, |s| s.rows.len())),
     }
 }
 

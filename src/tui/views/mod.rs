@@ -8,6 +8,7 @@ pub mod help;
 pub mod overview;
 pub mod quant;
 pub mod streaming;
+pub mod survey;
 pub mod tokens;
 
 use ratatui::layout::Rect;

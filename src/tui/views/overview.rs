@@ -108,12 +108,14 @@ fn findings_lines(app: &App) -> Vec<Line<'static>> {
     let (run, data) = (&app.run, &app.data);
     let mut v = Vec::new();
     if let Some(s) = &run.survey {
-        v.push(heading(&format!("Survey of {} models (this run: the first; `dash <survey>/<run_dir>` opens another)", s.rows.len())));
-        v.push(Line::from(Span::styled("  model · Sink_0^ε · F-Attn · window/best after eviction · recommended S · run_dir", Style::new().fg(DIM))));
+        v.push(heading(&format!("Survey of {} models (the Survey view, 7, compares them; Enter there opens another's run)", s.rows.len())));
+        v.push(Line::from(Span::styled("  model · Sink_0^ε · F-Attn · window/best after eviction · recommended S · streaming heads · run_dir", Style::new().fg(DIM))));
         for r in &s.rows {
             let ratio = r.worst_window_ratio().map_or("-".into(), |x| format!("{x:.2}×"));
             let sinks = r.recommended_sinks().map_or("-".into(), |s| s.to_string());
-            v.push(Line::from(format!("  {} · {:.1}% · {:.3} · {ratio} · S = {sinks} · {}", r.model, r.sink_0, r.f_attn, r.run_dir)));
+            let streaming: Vec<String> = r.sweeps.iter().filter_map(|w| Some(format!("{:.0}%@W{}", w.streaming_heads?, w.cache))).collect();
+            let streaming = if streaming.is_empty() { "-".to_string() } else { streaming.join(" ") };
+            v.push(Line::from(format!("  {} · {:.1}% · {:.3} · {ratio} · S = {sinks} · {streaming} · {}", r.model, r.sink_0, r.f_attn, r.run_dir)));
         }
         v.push(Line::from(""));
     }
