@@ -287,8 +287,6 @@ impl Llama {
         self.rope.clone()
     }
 
-    /// Caps the bytes of one query block's scores (default 32 MiB); smaller means more, shorter
-    /// blocks. Results do not depend on it.
     /// Bytes the weights occupy in memory as loaded.
     pub fn weight_bytes(&self) -> u64 {
         self.weight_bytes
@@ -299,6 +297,8 @@ impl Llama {
         self.embed.dtype()
     }
 
+    /// Caps the bytes of one query block's scores (default 32 MiB); smaller means more, shorter
+    /// blocks. Results do not depend on it.
     pub fn set_attention_block_bytes(&mut self, bytes: usize) {
         self.attention_block_bytes = bytes.max(1);
     }
