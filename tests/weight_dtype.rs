@@ -1,6 +1,7 @@
 //! Weight matrices kept in bf16/f16 (`--dtype`, or as the file stores them) against HF
 //! transformers: tests/fixtures/arch/llama_{f32,bf16,f16}/ hold one tiny random Llama saved three
-//! ways and HF's eager float32 outputs from each checkpoint (tests/fixtures/make_half_fixtures.py).
+//! ways and HF's eager float32 outputs from each checkpoint, and arch/qwen3_f16/ the qwen3 fixture as
+//! an f16 GGUF (tests/fixtures/make_half_fixtures.py).
 //! Tolerances as for every family (tests/architectures.rs): logits ≤ 1e-3, patterns ≤ 1e-4 (abs).
 
 mod common;
@@ -101,6 +102,26 @@ fn half_products_do_not_depend_on_the_thread_count() {
         assert!(one.0.iter().zip(&many.0).all(|(a, b)| a.to_bits() == b.to_bits()), "logits differ on {threads} threads");
         assert_eq!(one.1, many.1, "patterns differ on {threads} threads");
     }
+}
+
+/// An f16 GGUF (as llama.cpp's converter writes one: matrices f16, norms f32) keeps its matrices
+/// half and computes what the same f32 weights rounded to f16 on load compute.
+#[test]
+fn an_f16_gguf_is_kept_half_and_equals_rounding_on_load() {
+    let gguf = load(common::fixture("arch/qwen3_f16/model.gguf").to_str().unwrap(), &LoadOptions::default()).unwrap();
+    assert_eq!(gguf.info.compute, "f32 over f16 weight matrices");
+    assert!(gguf.info.quantization.contains("F16"), "{}", gguf.info.quantization);
+    let rounded = load(common::fixture("arch/qwen3").to_str().unwrap(), &LoadOptions { dtype: WeightDtype::F16, ..LoadOptions::default() }).unwrap();
+    assert_eq!(gguf.info.weight_bytes, rounded.info.weight_bytes);
+    let fx = Fixture::open(&common::fixture("arch/qwen3/reference.safetensors"));
+    let tokens: Vec<u32> = fx.i64("tokens").iter().map(|&t| t as u32).collect();
+    let ((a, pa), (b, pb)) = (outputs(&gguf, &tokens), outputs(&rounded, &tokens));
+    let (d_logit, d_pattern) = (worst(&a, &b), pa.iter().zip(&pb).map(|(x, y)| worst(x, y)).fold(0f32, f32::max));
+    // Against the f32 weights' reference: only the rounding of the weights to f16 differs.
+    let d_f32 = worst(&a, &fx.f32("logits").1);
+    eprintln!("f16 GGUF vs f32 weights rounded to f16 on load: max |Δlogit| {d_logit:.2e}, max |Δpattern| {d_pattern:.2e}; vs the f32 model {d_f32:.2e}");
+    assert!(d_logit <= 1e-5 && d_pattern <= 1e-6, "{d_logit} / {d_pattern}");
+    assert!(d_f32 > 0.0 && d_f32 <= 5e-2, "{d_f32}");
 }
 
 #[test]
