@@ -222,7 +222,7 @@ mod tests {
         assert_eq!(a.tab, Tab::Grid);
         update(&mut a, Action::PrevTab);
         update(&mut a, Action::PrevTab);
-        assert_eq!(a.tab, Tab::Streaming, "Shift-Tab wraps around");
+        assert_eq!(a.tab, Tab::Survey, "Shift-Tab wraps around to the last view");
         update(&mut a, Action::GoTab(Tab::Tokens));
         assert_eq!(a.tab, Tab::Tokens);
     }
