@@ -35,6 +35,9 @@ pub struct SurveySweep {
 pub struct StreamingHeads {
     pub sha256: String,
     pub text: String,
+    /// Tokens asked for (`--tokens`) and measured on (fewer when the text or context is shorter).
+    #[serde(default)]
+    pub requested_tokens: usize,
     pub tokens: usize,
     pub sinks: usize,
     pub recent: usize,
@@ -51,11 +54,11 @@ impl StreamingHeads {
     /// Sinks a streaming head keeps in the survey's measurement (StreamingLLM's four).
     pub const SINKS: usize = 4;
 
-    pub fn new(sha256: &str, text: &str, tokens: usize, sinks: usize, recent: usize, outside: Vec<Vec<f64>>) -> StreamingHeads {
+    pub fn new(sha256: &str, text: &str, (requested_tokens, tokens): (usize, usize), (sinks, recent): (usize, usize), outside: Vec<Vec<f64>>) -> StreamingHeads {
         let all = outside.iter().map(Vec::len).sum::<usize>().max(1);
         let streaming = outside.iter().flatten().filter(|&&m| m <= Self::THRESHOLD).count();
         let share = 100.0 * streaming as f64 / all as f64;
-        StreamingHeads { sha256: sha256.to_string(), text: text.to_string(), tokens, sinks, recent, threshold: Self::THRESHOLD, outside, share }
+        StreamingHeads { sha256: sha256.to_string(), text: text.to_string(), requested_tokens, tokens, sinks, recent, threshold: Self::THRESHOLD, outside, share }
     }
 }
 

@@ -1,7 +1,8 @@
 //! `survey` as a job: for each model, the probe-set diagnosis (Gu et al.'s protocol) and a
-//! sink-count sweep (and the share of streaming heads) per text and budget, each into its own run directory under `DIR/models/`
-//! (reused when already there for the same weights and settings: a survey resumes), then the
-//! comparison — survey.json, the Parquet table `survey`, survey.md and its figures.
+//! sink-count sweep and the share of streaming heads per text and budget, each into its own run
+//! directory under `DIR/models/` (reused when already there for the same weights and settings: a
+//! survey resumes), then the comparison — survey.json, the Parquet table `survey`, survey.md and
+//! its figures.
 
 use std::path::{Path, PathBuf};
 
@@ -134,7 +135,7 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
                     }
                 };
                 let kept = StreamingHeads::SINKS.min(cache / 2);
-                let same = |h: &StreamingHeads| h.sha256 == sha && h.text == label && h.sinks == kept && h.recent == cache - kept;
+                let same = |h: &StreamingHeads| h.sha256 == sha && h.text == label && h.requested_tokens == opts.tokens && h.sinks == kept && h.recent == cache - kept;
                 let streaming = match read::<StreamingHeads>(&sweep_dir.join(STREAMING_HEADS_FILE)).filter(same) {
                     Some(h) => Some(h),
                     None => {
@@ -170,7 +171,7 @@ fn streaming_heads(lm: &LoadedModel, sha: &str, text: &Path, label: &str, cache:
         return Ok(None);
     }
     let evidence = measure(&lm.model, &ids, sinks, cache - sinks)?;
-    let heads = StreamingHeads::new(sha, label, ids.len(), sinks, cache - sinks, evidence.outside);
+    let heads = StreamingHeads::new(sha, label, (tokens, ids.len()), (sinks, cache - sinks), evidence.outside);
     std::fs::create_dir_all(dir).map_err(|e| Error::file(dir, format!("cannot create ({e})")))?;
     write_json_atomic(&dir.join(STREAMING_HEADS_FILE), &heads)?;
     Ok(Some(heads))
