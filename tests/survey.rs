@@ -57,6 +57,14 @@ fn survey_compares_models_and_resumes() {
     let err = String::from_utf8_lossy(&again.stderr);
     assert!(!err.contains("loading") && err.matches("already done").count() == 6, "{err}");
     assert_eq!(before, files.iter().map(|f| stamp(f)).collect::<Vec<_>>());
+    // Other load options are other numbers: nothing is reused.
+    let bf16: Vec<&str> = args.iter().copied().chain(["--dtype", "bf16"]).collect();
+    let third = common::sinkscope(&bf16);
+    assert!(third.status.success());
+    let err = String::from_utf8_lossy(&third.stderr);
+    assert!(err.matches("loading").count() == 2 && !err.contains("already done"), "{err}");
+    let load: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("models/stories260K.bin/load-options.json")).unwrap()).unwrap();
+    assert_eq!(load, serde_json::json!({"dtype": "bf16", "quantized": false}));
 }
 
 #[test]

@@ -80,8 +80,9 @@ fn decode_inverts_encode() {
 
 /// `encode_prefix` (what `stream` uses on long files) gives exactly the first ids of encoding the
 /// whole text, for every tokenizer kind: gpt2 BPE rebuilt from a GGUF, SentencePiece from a GGUF and
-/// from llama2.c's tok512.bin, and HF tokenizers from a tokenizer.json — on a book, on lines with
-/// no break for 100 KB, and on text whose only whitespace is multi-byte.
+/// from llama2.c's tok512.bin, and HF tokenizers from a tokenizer.json — on a book, on 300 KB
+/// without a line break (alone and after a title line), and on text whose only whitespace is
+/// multi-byte.
 #[test]
 fn prefix_encoding_equals_the_whole_text_truncated() {
     let smollm2 = model_or_skip!("SmolLM2-135M-Instruct.Q4_1.gguf");
@@ -91,8 +92,9 @@ fn prefix_encoding_equals_the_whole_text_truncated() {
     let book: String = book.chars().take(300_000).collect();
     let one_line = book.replace('\n', " ");
     let ideographic: String = book.chars().map(|c| if c == ' ' || c == '\n' { '\u{3000}' } else { c }).collect();
+    let titled = format!("Frankenstein\n{one_line}");
     for tok in [tokenizer_of(&smollm2), tokenizer_of(&stories), tokenizer_of(&stories.with_file_name("stories260K.bin")), hf] {
-        for (what, text) in [("book", &book), ("one line", &one_line), ("U+3000 spaces", &ideographic)] {
+        for (what, text) in [("book", &book), ("one line", &one_line), ("a title line, then one line", &titled), ("U+3000 spaces", &ideographic)] {
             let whole = tok.encode(text).unwrap();
             for n in [1, 100, 7_000, 20_000, whole.len(), whole.len() + 10] {
                 let want = &whole[..n.min(whole.len())];

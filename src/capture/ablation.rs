@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 use super::collector::TensorCollector;
 use crate::error::{Error, Result};
 use crate::metrics::divergence::{compare_logit_row, log_softmax_rows, CleanRow};
-use crate::numerics::kernels::exp_f32;
 use crate::model::hook::{HookFilter, HookPoint};
 use crate::model::llama::{KeyMask, Llama};
 
@@ -85,9 +84,7 @@ pub fn run_masks(model: &Llama, ids: &[u32], groups: &[Vec<(KeyMask, Option<usiz
     for start in (0..t - 1).step_by(SCORE_ROWS) {
         clean_logp.extend(log_softmax_rows(&logits_rows(model, &hidden, start, (start + SCORE_ROWS).min(t - 1))?, vocab));
     }
-    // e^logp of the clean rows, computed once for every variant's KL.
-    let clean_p: Vec<f32> = clean_logp.par_iter().map(|&l| exp_f32(l)).collect();
-    let clean_row = |r: usize| CleanRow { logp: &clean_logp[r * vocab..(r + 1) * vocab], p: &clean_p[r * vocab..(r + 1) * vocab], target: ids[r + 1] };
+    let clean_row = |r: usize| CleanRow { logp: &clean_logp[r * vocab..(r + 1) * vocab], target: ids[r + 1] };
     let total: usize = groups.iter().map(Vec::len).sum();
     let mut results = Vec::with_capacity(total);
     for group in groups {

@@ -39,24 +39,22 @@ pub fn compare_rows(clean_logp: &[f32], masked_logp: &[f32], vocab: usize, targe
     rows.iter().fold((0.0, 0.0), |acc, r| (acc.0 + r.0, acc.1 + r.1))
 }
 
-/// One clean row's log-probabilities and probabilities, for scoring many variants against it.
+/// One clean row's log-probabilities and its target token, for scoring variants against it.
 pub struct CleanRow<'a> {
     pub logp: &'a [f32],
-    /// e^logp, as [`compare_rows`] computes it.
-    pub p: &'a [f32],
     pub target: u32,
 }
 
 /// (NLL_masked − NLL_clean, KL(P_clean ‖ P_masked)) of one row from the masked row's raw logits:
-/// the same numbers [`log_softmax_rows`] then [`compare_rows`] give, bit for bit, without
-/// storing the masked log-probabilities or recomputing the clean probabilities.
+/// the same numbers [`log_softmax_rows`] then [`compare_rows`] give, bit for bit, without storing
+/// the masked log-probabilities.
 pub fn compare_logit_row(clean: &CleanRow, logits: &[f32]) -> (f64, f64) {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let lse = max as f64 + logits.iter().map(|&x| exp_f32(x - max) as f64).sum::<f64>().ln();
     let lm = |x: f32| (x as f64 - lse) as f32;
     let t = clean.target as usize;
     let dnll = (clean.logp[t] - lm(logits[t])) as f64;
-    let kl: f64 = clean.logp.iter().zip(clean.p).zip(logits).map(|((&lc, &p), &x)| (p * (lc - lm(x))) as f64).sum();
+    let kl: f64 = clean.logp.iter().zip(logits).map(|(&lc, &x)| (exp_f32(lc) * (lc - lm(x))) as f64).sum();
     (dnll, kl.max(0.0))
 }
 
@@ -71,11 +69,10 @@ mod tests {
         let masked: Vec<f32> = clean.iter().enumerate().map(|(i, &x)| x + ((i as f32) * 1.3).cos() * 0.8).collect();
         let targets: Vec<u32> = (0..8).map(|r| (r * 37 % vocab) as u32).collect();
         let (c, m) = (log_softmax_rows(&clean, vocab), log_softmax_rows(&masked, vocab));
-        let p: Vec<f32> = c.iter().map(|&l| exp_f32(l)).collect();
         for r in 0..8 {
             let row = r * vocab..(r + 1) * vocab;
             let want = compare_rows(&c[row.clone()], &m[row.clone()], vocab, &targets[r..r + 1]);
-            let got = compare_logit_row(&CleanRow { logp: &c[row.clone()], p: &p[row.clone()], target: targets[r] }, &masked[row]);
+            let got = compare_logit_row(&CleanRow { logp: &c[row.clone()], target: targets[r] }, &masked[row]);
             assert_eq!((got.0.to_bits(), got.1.to_bits()), (want.0.to_bits(), want.1.to_bits()), "row {r}");
         }
     }

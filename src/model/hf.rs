@@ -177,9 +177,9 @@ fn rope_scaling(json: &Json, path: &Path) -> Result<Option<Yarn>> {
     Ok(yarn)
 }
 
-/// Memory-mapped safetensors shards of one model.
+/// Safetensors shards of one model: each file open, its header read through a map.
 pub struct HfWeights {
-    shards: Vec<(PathBuf, memmap2::Mmap)>,
+    shards: Vec<(PathBuf, std::fs::File, memmap2::Mmap)>,
     /// tensor name → shard index
     index: HashMap<String, usize>,
     /// The `model_type`, whose weight names [`hf_name`] maps to, and its head count (to reorder
@@ -212,7 +212,7 @@ impl HfWeights {
             for name in st.names() {
                 index.insert(name.to_owned(), i);
             }
-            shards.push((path, mmap));
+            shards.push((path, file, mmap));
         }
         Ok(HfWeights { shards, index, family: family.to_owned(), n_heads })
     }
@@ -222,16 +222,17 @@ impl HfWeights {
     /// process's memory on top of the copy.
     pub fn get(&self, name: &str) -> Result<Option<Tensor>> {
         let Some(&i) = self.index.get(name) else { return Ok(None) };
-        let (path, mmap) = &self.shards[i];
+        let (path, file, mmap) = &self.shards[i];
         let st = SafeTensors::deserialize(mmap).map_err(|e| Error::file(path, format!("safetensors header is invalid ({e})")))?;
         let view = st.tensor(name).map_err(|e| Error::file(path, format!("tensor {name}: {e}")))?;
         // Where the tensor's bytes lie in the file (the header check above bounded them).
         let offset = view.data().as_ptr() as usize - mmap.as_ptr() as usize;
         let mut bytes = vec![0u8; view.data().len()];
         {
-            use std::os::unix::fs::FileExt;
-            let file = std::fs::File::open(path).with_file(path)?;
-            file.read_exact_at(&mut bytes, offset as u64).with_file(path)?;
+            use std::io::{Read, Seek, SeekFrom};
+            let mut file = file;
+            file.seek(SeekFrom::Start(offset as u64)).with_file(path)?;
+            file.read_exact(&mut bytes).with_file(path)?;
         }
         let shape = view.shape().to_vec();
         let tensor = match view.dtype() {
@@ -251,7 +252,7 @@ impl HfWeights {
     /// The tensors' storage types, e.g. "BF16 ×146, F32 ×2".
     pub fn dtype_summary(&self) -> String {
         let mut counts: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
-        for (_, mmap) in &self.shards {
+        for (_, _, mmap) in &self.shards {
             let Ok(st) = SafeTensors::deserialize(mmap) else { continue };
             for (_, view) in st.tensors() {
                 *counts.entry(format!("{:?}", view.dtype())).or_default() += 1;

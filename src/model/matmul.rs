@@ -1,8 +1,9 @@
 //! x·W for the dense projections and the output head: rows split across the thread pool, one
 //! single-threaded gemm per share. Measured on the project's 2-core machines (12 interleaved rounds, SmolLM2's shapes at
 //! 512 rows), two single-threaded gemms on row halves beat one two-threaded gemm: 155 vs 131
-//! GFLOP/s (median) on 512×576×3072, 163 vs 149 on 512×1536×576, equal on the small ones. Few rows
-//! (decoding) leave the split to gemm itself, across columns. Weights stored in bf16/f16 are widened
+//! GFLOP/s (median) on 512×576×3072, 163 vs 149 on 512×1536×576, equal on the small ones. Shares
+//! are whole row tiles (see [`ROW_TILE`]) so results do not depend on the thread count; fewer rows
+//! than that (decoding) leave the split to gemm itself, across columns. Weights stored in bf16/f16 are widened
 //! to f32 one block of output rows at a time, so the product stays f32 without an f32 copy of the
 //! whole matrix.
 
@@ -13,8 +14,10 @@ use rayon::prelude::*;
 use crate::error::{Error, Result};
 use crate::numerics::tensor::with_f32;
 
-/// Rows per share below which the whole product runs as one gemm.
-const MIN_SPLIT_ROWS: usize = 32;
+/// Row shares are whole multiples of this: gemm sums a row the same way wherever its share starts
+/// only when shares start on its row tiles (16 rows for AVX2's f32 kernel, 32 for AVX-512's), so
+/// the split — and the bits — do not depend on the thread count.
+const ROW_TILE: usize = 64;
 
 /// x (m, k) · w for w given as (k, n) contiguous (`transposed` = false) or as the transpose of an
 /// (n, k) contiguous matrix (`transposed` = true: a Linear layer's (out, in) weight read in place).
@@ -31,8 +34,13 @@ pub fn matmul_split_rows(x: &Tensor, w: &Tensor, transposed: bool) -> Result<Ten
     with_f32(w, |w| {
         with_f32(&x, |x| {
             let threads = rayon::current_num_threads().max(1);
-            let share = m.div_ceil(threads);
-            if threads == 1 || share < MIN_SPLIT_ROWS {
+            let mut share = m.div_ceil(threads).next_multiple_of(ROW_TILE);
+            // gemm computes a one-row product another way (a gemv, summing in another order): no
+            // share may be a single row either.
+            while m > 1 && m % share == 1 {
+                share += ROW_TILE;
+            }
+            if threads == 1 || share >= m {
                 let par = if threads > 1 { Parallelism::Rayon(threads) } else { Parallelism::None };
                 product(x, w, &mut y, (m, k, n), (w_rs, w_cs), par);
             } else {
@@ -57,27 +65,34 @@ pub fn matmul_half_weight(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     }
     let x = x.contiguous()?;
     let block = (HALF_BLOCK_ELEMS / k.max(1)).clamp(16, 1024).min(n.max(1));
-    let blocks: Vec<Vec<f32>> = with_f32(&x, |x| -> Result<Vec<Vec<f32>>> {
-        (0..n.div_ceil(block))
-            .into_par_iter()
-            .map(|b| {
-                let (j0, rows) = (b * block, block.min(n - b * block));
-                let wf = widen_rows(w, j0, rows, k)?;
-                let mut y = vec![0f32; m * rows];
-                // wf is (rows, k) row-major: read as its transpose, a (k, rows) matrix.
-                product(x, &wf, &mut y, (m, k, rows), (1, k), Parallelism::None);
-                Ok(y)
-            })
-            .collect()
-    })??;
     let mut y = vec![0f32; m * n];
-    for (b, part) in blocks.iter().enumerate() {
-        let (j0, rows) = (b * block, block.min(n - b * block));
-        for (dst, src) in y.chunks_mut(n).zip(part.chunks(rows)) {
-            dst[j0..j0 + rows].copy_from_slice(src);
-        }
-    }
+    let dst = OutPtr(y.as_mut_ptr());
+    with_f32(&x, |x| -> Result<()> {
+        (0..n.div_ceil(block)).into_par_iter().try_for_each(|b| {
+            let (j0, rows) = (b * block, block.min(n - b * block));
+            let wf = widen_rows(w, j0, rows, k)?;
+            // SAFETY: x is m×k row-major; wf is (rows, k) row-major, read as its transpose (k, rows);
+            // the block writes columns j0..j0+rows of the m×n output y, which no other block touches.
+            unsafe { gemm_f32(m, rows, k, (dst.at(j0), n, 1), (x.as_ptr(), k, 1), (wf.as_ptr(), 1, k), 1.0, Parallelism::None) };
+            Ok(())
+        })
+    })??;
     Ok(Tensor::from_vec(y, (m, n), &Device::Cpu)?)
+}
+
+/// The output pointer shared by blocks that write disjoint columns of one buffer.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: only used for writes to disjoint parts of the buffer (see `matmul_half_weight`).
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// # Safety
+    /// `i` must lie inside the buffer.
+    unsafe fn at(&self, i: usize) -> *mut f32 {
+        unsafe { self.0.add(i) }
+    }
 }
 
 /// Rows j0..j0+rows of a contiguous (·, k) bf16/f16 matrix, as f32.
@@ -144,6 +159,26 @@ mod tests {
                 let got: Vec<f32> = got.flatten_all().unwrap().to_vec1().unwrap();
                 // Quarters up to ±1.5 are exact in bf16 and f16, and every partial sum in f32.
                 assert_eq!(got, want, "m = {m}, k = {k}, {dtype:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn split_products_do_not_depend_on_the_thread_count() {
+        // Shares of 33 rows (993 on 31 or 32 threads, split evenly) gave other bits than one gemm
+        // over all rows; 50 rows run as one gemm parallel across columns.
+        for m in [993, 100, 50] {
+            let (k, n) = (97, 61);
+            let x = Tensor::from_vec((0..m * k).map(|i| ((i as f32) * 0.618).sin()).collect::<Vec<f32>>(), (m, k), &Device::Cpu).unwrap();
+            let w = Tensor::from_vec((0..n * k).map(|i| ((i as f32) * 0.377).cos()).collect::<Vec<f32>>(), (n, k), &Device::Cpu).unwrap();
+            let run = |threads: usize| -> Vec<u32> {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let y = pool.install(|| matmul_split_rows(&x, &w, true)).unwrap();
+                y.flatten_all().unwrap().to_vec1::<f32>().unwrap().iter().map(|v| v.to_bits()).collect()
+            };
+            let one = run(1);
+            for threads in [2, 3, 5, 16, 31, 32] {
+                assert!(one == run(threads), "{m} rows on {threads} threads");
             }
         }
     }

@@ -24,6 +24,22 @@ use crate::report::records::StreamReport;
 use crate::report::run::{ANALYSIS_FILE, STREAM_FILE, SURVEY_FILE};
 
 pub const SURVEY_MD: &str = "survey.md";
+/// Per model directory: the load options its results were made with.
+const LOAD_FILE: &str = "load-options.json";
+
+/// How a model was loaded for the survey (a directory without one was made with the defaults).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct LoadRecord {
+    dtype: String,
+    quantized: bool,
+}
+
+impl Default for LoadRecord {
+    fn default() -> Self {
+        LoadRecord { dtype: "auto".into(), quantized: false }
+    }
+}
+
 /// Per sweep directory: the streaming-head measurement at that budget.
 pub const STREAMING_HEADS_FILE: &str = "streaming-heads.json";
 /// The built-in sweep text (chapters I–III of Pride and Prejudice), written into the survey.
@@ -89,6 +105,9 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
     for (i, (source, slug)) in sources.iter().zip(&slugs).enumerate() {
         let sha = weights_sha256(source.path())?;
         let dir = out.join("models").join(slug);
+        // Results made under other load options (`--dtype`, `--quantized`) are other numbers.
+        let load = LoadRecord { dtype: format!("{:?}", opts.load.dtype).to_lowercase(), quantized: opts.load.quantized };
+        let same_load = read::<LoadRecord>(&dir.join(LOAD_FILE)).unwrap_or_default() == load;
         let mut model: Option<LoadedModel> = None;
         let loaded = |progress: &mut dyn Progress| -> Result<LoadedModel> {
             progress.stage(&format!("[{}/{n}] {slug}: loading", i + 1));
@@ -96,7 +115,7 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
             lm.fingerprint()?;
             Ok(lm)
         };
-        let analysis: AnalysisReport = match read::<AnalysisReport>(&dir.join(ANALYSIS_FILE)).filter(|a| a.model.sha256.as_deref() == Some(sha.as_str()) && (a.ablation.is_some() || !opts.ablation)) {
+        let analysis: AnalysisReport = match read::<AnalysisReport>(&dir.join(ANALYSIS_FILE)).filter(|a| same_load && a.model.sha256.as_deref() == Some(sha.as_str()) && (a.ablation.is_some() || !opts.ablation)) {
             Some(a) => {
                 progress.stage(&format!("[{}/{n}] {slug}: probe diagnosis already done", i + 1));
                 a
@@ -117,7 +136,7 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
                 // (a text shorter than --tokens is therefore swept again each time).
                 let done = read::<StreamReport>(&sweep_dir.join(STREAM_FILE)).filter(|s| {
                     let same_sweep = s.recommendation.as_ref().is_some_and(|r| r.cache == cache && r.table.iter().filter_map(|row| row.sinks).eq(opts.sinks.iter().copied()));
-                    s.model.sha256.as_deref() == Some(sha.as_str()) && s.text_source == label && s.tokens.len() == opts.tokens && same_sweep
+                    same_load && s.model.sha256.as_deref() == Some(sha.as_str()) && s.text_source == label && s.tokens.len() == opts.tokens && same_sweep
                 });
                 let rec = match done.and_then(|s| s.recommendation) {
                     Some(r) => {
@@ -135,7 +154,7 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
                     }
                 };
                 let kept = StreamingHeads::SINKS.min(cache / 2);
-                let same = |h: &StreamingHeads| h.sha256 == sha && h.text == label && h.requested_tokens == opts.tokens && h.sinks == kept && h.recent == cache - kept;
+                let same = |h: &StreamingHeads| same_load && h.sha256 == sha && h.text == label && h.requested_tokens == opts.tokens && h.sinks == kept && h.recent == cache - kept;
                 let streaming = match read::<StreamingHeads>(&sweep_dir.join(STREAMING_HEADS_FILE)).filter(same) {
                     Some(h) => Some(h),
                     None => {
@@ -151,6 +170,7 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
             }
         }
         let name = analysis.model.name.clone().filter(|n| !n.eq_ignore_ascii_case(&analysis.model.architecture)).unwrap_or_else(|| slug.clone());
+        write_json_atomic(&dir.join(LOAD_FILE), &load)?;
         rows.push(SurveyRow::new(&name, &format!("models/{slug}"), &analysis, sweeps));
     }
     let survey = Survey { sinkscope_version: env!("CARGO_PKG_VERSION").to_string(), epsilon: AnalyzeOptions::default().epsilon, rows };

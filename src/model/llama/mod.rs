@@ -43,6 +43,8 @@ pub struct Llama {
     attention_block_bytes: usize,
     /// Bytes the weights occupy as kept (half matrices count 2 per element).
     weight_bytes: u64,
+    /// The type of the weight matrices kept in bf16/f16, if any are.
+    half_matrices: Option<DType>,
 }
 
 
@@ -52,11 +54,17 @@ impl Llama {
     pub fn load(cfg: LlamaConfig, source_path: &std::path::Path, dtype: WeightDtype, get: &mut ParamSource<'_>) -> Result<Self> {
         cfg.validate(source_path)?;
         let d = cfg.d_model;
-        let mut weight_bytes = 0u64;
+        let (mut weight_bytes, mut half_matrices) = (0u64, None);
         let mut stored = |name: &str| -> Result<Option<Param>> {
             let Some(p) = get(name)? else { return Ok(None) };
-            let p = p.store_as(dtype)?;
+            // A learned position table is added to the embeddings, not multiplied: kept f32.
+            let p = p.store_as(if name == "position_embd.weight" { WeightDtype::F32 } else { dtype })?;
             weight_bytes += p.bytes();
+            if let Param::Dense(t) = &p {
+                if t.rank() == 2 && t.dtype() != DType::F32 {
+                    half_matrices.get_or_insert(t.dtype());
+                }
+            }
             Ok(Some(p))
         };
         let get: &mut ParamSource<'_> = &mut stored;
@@ -65,6 +73,8 @@ impl Llama {
         let final_norm = Norm::load(&cfg, source_path, get, "output_norm", d)?;
         // Kept as stored: a half table is widened per looked-up row (and per head block when tied).
         let embed = embed_param.stored()?;
+        // A quantized table's lookups use a dequantized copy, kept beside the quantized (tied) head.
+        let lookup_copy = if let Param::Quant(_) = embed_param { (embed.elem_count() * embed.dtype().size_in_bytes()) as u64 } else { 0 };
         let pos_embed = match cfg.arch.learned_positions {
             true => Some(take_req(get, source_path, "position_embd.weight", &[cfg.context_len, d])?.dequantize()?),
             false => None,
@@ -80,7 +90,7 @@ impl Llama {
         };
         let rope = Rope { theta: cfg.rope_theta, d_head: cfg.d_head, rot_dims: cfg.arch.rotary_dims.unwrap_or(cfg.d_head), layout: cfg.rope_layout, yarn: cfg.arch.rope_yarn };
         let rope_local = cfg.arch.rope_local_theta.filter(|&t| t != cfg.rope_theta).map(|theta| Rope { theta, ..rope.clone() });
-        Ok(Llama { cfg, embed, pos_embed, blocks, final_norm, lm_head, rope, rope_local, attention_block_bytes: ATTENTION_BLOCK_BYTES, weight_bytes })
+        Ok(Llama { cfg, embed, pos_embed, blocks, final_norm, lm_head, rope, rope_local, attention_block_bytes: ATTENTION_BLOCK_BYTES, weight_bytes: weight_bytes + lookup_copy, half_matrices })
     }
 
     /// Runs `tokens` after whatever `cache` holds (positions continue from `cache.len()`), pushing
@@ -292,9 +302,10 @@ impl Llama {
         self.weight_bytes
     }
 
-    /// The type the embedding matrix is kept in (the matrices' storage under `--dtype`).
+    /// The type weight matrices are kept in: bf16/f16 when any is (under `--dtype`, or as the file
+    /// stores them), else f32.
     pub fn matrix_dtype(&self) -> DType {
-        self.embed.dtype()
+        self.half_matrices.unwrap_or(DType::F32)
     }
 
     /// Caps the bytes of one query block's scores (default 32 MiB); smaller means more, shorter

@@ -189,8 +189,8 @@ impl Tokenizer {
     }
 }
 
-/// Where to cut `text` at most `len` bytes in: after its last line break there, else after its last
-/// whitespace, else at a character boundary (never 0 when `len` > 0 and the text is non-empty).
+/// Where to cut `text` at most `len` bytes in: after its last line break in the second half of
+/// that, else after its last whitespace, else at a character boundary (never 0 when `len` > 0 and the text is non-empty).
 fn prefix_cut(text: &str, len: usize) -> usize {
     let mut end = len.min(text.len());
     while !text.is_char_boundary(end) {
@@ -198,7 +198,10 @@ fn prefix_cut(text: &str, len: usize) -> usize {
     }
     let head = &text[..end];
     let after = |i: usize| i + head[i..].chars().next().map_or(0, char::len_utf8);
-    let cut = head.rfind('\n').or_else(|| head.rfind(char::is_whitespace)).map_or(end, after);
+    // A line break only in the second half: one near the start of a long line would keep the prefix
+    // from ever growing.
+    let line_break = head.rfind('\n').filter(|&i| i >= end / 2);
+    let cut = line_break.or_else(|| head.rfind(char::is_whitespace)).map_or(end, after);
     if cut == 0 { end } else { cut }
 }
 
