@@ -66,7 +66,7 @@ pub fn matmul_half_weight(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     let x = x.contiguous()?;
     let block = (HALF_BLOCK_ELEMS / k.max(1)).clamp(16, 1024).min(n.max(1));
     let mut y = vec![0f32; m * n];
-    let dst = OutPtr(y.as_mut_ptr());
+    let dst = SendPtr(y.as_mut_ptr());
     with_f32(&x, |x| -> Result<()> {
         (0..n.div_ceil(block)).into_par_iter().try_for_each(|b| {
             let (j0, rows) = (b * block, block.min(n - b * block));
@@ -80,17 +80,18 @@ pub fn matmul_half_weight(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     Ok(Tensor::from_vec(y, (m, n), &Device::Cpu)?)
 }
 
-/// The output pointer shared by blocks that write disjoint columns of one buffer.
+/// A raw output pointer shared by tasks that write disjoint parts of one buffer (blocks of columns
+/// here, heads' columns in attention).
 #[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: only used for writes to disjoint parts of the buffer (see `matmul_half_weight`).
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
+pub(crate) struct SendPtr(pub(crate) *mut f32);
+// SAFETY: only used for writes to disjoint parts of the buffer (see its uses).
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
 
-impl OutPtr {
+impl SendPtr {
     /// # Safety
     /// `i` must lie inside the buffer.
-    unsafe fn at(&self, i: usize) -> *mut f32 {
+    pub(crate) unsafe fn at(&self, i: usize) -> *mut f32 {
         unsafe { self.0.add(i) }
     }
 }

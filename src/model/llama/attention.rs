@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use super::kv::{KeyMask, KvStore};
 use crate::error::Result;
 use crate::model::hook::HookPoint;
-use crate::model::matmul::gemm_f32;
+use crate::model::matmul::{gemm_f32, SendPtr};
 use crate::model::rope::Rope;
 use crate::model::sink::CaptureSink;
 use crate::numerics::kernels::{softmax_prefix, softmax_segments, softmax_segments_with_sink};
@@ -221,19 +221,4 @@ fn softmax_visible(row: &mut [f32], first: usize, end: usize, sink: Option<f32>)
         softmax_segments(row, &[first..end]);
     }
     0.0
-}
-
-/// A raw output pointer shared by tasks that write disjoint parts of one buffer.
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: only used for disjoint writes (see its uses).
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-
-impl SendPtr {
-    /// # Safety
-    /// `i` must lie inside the buffer.
-    unsafe fn at(&self, i: usize) -> *mut f32 {
-        unsafe { self.0.add(i) }
-    }
 }
