@@ -15,9 +15,9 @@ use crate::error::{Error, Result};
 use crate::numerics::tensor::with_f32;
 
 /// Row shares are whole multiples of this: gemm sums a row the same way wherever its share starts
-/// only when shares start on its row tiles (16 rows for AVX2's f32 kernel, 32 for AVX-512's), so
-/// the split — and the bits — do not depend on the thread count.
-const ROW_TILE: usize = 64;
+/// only when shares start on its 16-row tiles (measured: shares of 33 rows gave other bits than
+/// one product over all rows), so the split — and the bits — do not depend on the thread count.
+const ROW_TILE: usize = 16;
 
 /// x (m, k) · w for w given as (k, n) contiguous (`transposed` = false) or as the transpose of an
 /// (n, k) contiguous matrix (`transposed` = true: a Linear layer's (out, in) weight read in place).
@@ -35,9 +35,9 @@ pub fn matmul_split_rows(x: &Tensor, w: &Tensor, transposed: bool) -> Result<Ten
         with_f32(&x, |x| {
             let threads = rayon::current_num_threads().max(1);
             let mut share = m.div_ceil(threads).next_multiple_of(ROW_TILE);
-            // gemm computes a one-row product another way (a gemv, summing in another order): no
-            // share may be a single row either.
-            while m > 1 && m % share == 1 {
+            // gemm computes very short products another way (one row as a gemv; a few rows gave
+            // other bits too): the last share is a whole tile or more, or none.
+            while share < m && m % share != 0 && m % share < ROW_TILE {
                 share += ROW_TILE;
             }
             if threads == 1 || share >= m {
@@ -166,9 +166,9 @@ mod tests {
 
     #[test]
     fn split_products_do_not_depend_on_the_thread_count() {
-        // Shares of 33 rows (993 on 31 or 32 threads, split evenly) gave other bits than one gemm
-        // over all rows; 50 rows run as one gemm parallel across columns.
-        for m in [993, 100, 50] {
+        // Shares of 33 rows (993 on 31 or 32 threads, split evenly), or a last share of 4 rows (100
+        // on 3 threads in 16-row tiles), gave other bits than one gemm over all rows.
+        for m in [993, 100, 50, 161, 257, 37, 1000, 130] {
             let (k, n) = (97, 61);
             let x = Tensor::from_vec((0..m * k).map(|i| ((i as f32) * 0.618).sin()).collect::<Vec<f32>>(), (m, k), &Device::Cpu).unwrap();
             let w = Tensor::from_vec((0..n * k).map(|i| ((i as f32) * 0.377).cos()).collect::<Vec<f32>>(), (n, k), &Device::Cpu).unwrap();
