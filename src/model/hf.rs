@@ -249,18 +249,10 @@ impl HfWeights {
         hf_name(&self.family, canonical).is_some_and(|name| self.index.contains_key(&name))
     }
 
-    /// The tensors' storage types, e.g. "BF16 ×146, F32 ×2".
-    pub fn dtype_summary(&self) -> String {
-        let mut counts: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
-        for (_, _, mmap) in &self.shards {
-            let Ok(st) = SafeTensors::deserialize(mmap) else { continue };
-            for (_, view) in st.tensors() {
-                *counts.entry(format!("{:?}", view.dtype())).or_default() += 1;
-            }
-        }
-        let mut v: Vec<(String, usize)> = counts.into_iter().collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        v.iter().map(|(d, n)| format!("{d} ×{n}")).collect::<Vec<_>>().join(", ")
+    /// Every tensor's storage type (read from the headers only).
+    pub fn dtypes(&self) -> Vec<Dtype> {
+        let headers = self.shards.iter().filter_map(|(_, _, mmap)| SafeTensors::deserialize(mmap).ok());
+        headers.flat_map(|st| st.tensors().into_iter().map(|(_, view)| view.dtype())).collect()
     }
 
     /// Looks up a weight by its GGUF-style canonical name.

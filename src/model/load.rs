@@ -226,7 +226,8 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Optio
     Ok((model, tokenizer, info))
 }
 
-fn dtype_summary(dtypes: impl Iterator<Item = GgmlDType>) -> String {
+/// Storage types and how many tensors use each, most common first: "Q4_1 ×210, F32 ×61".
+fn dtype_summary<D: std::fmt::Debug>(dtypes: impl Iterator<Item = D>) -> String {
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for d in dtypes {
         *counts.entry(format!("{d:?}")).or_default() += 1;
@@ -262,7 +263,7 @@ fn load_hf(dir: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Option<T
     let weights = hf::HfWeights::open(dir, &model_type, cfg.n_heads)?;
     let mut info = base_info(&ModelSource::HfDir(dir.to_path_buf()), &cfg, model_type);
     info.tied_embeddings = tied || !weights.has_param("output.weight");
-    info.quantization = weights.dtype_summary();
+    info.quantization = dtype_summary(weights.dtypes().into_iter());
     let tied = info.tied_embeddings;
     let mut n_params = 0usize;
     let model = Llama::load(cfg, dir, opts.dtype, &mut |name| {
