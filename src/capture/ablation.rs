@@ -92,7 +92,7 @@ pub fn run_masks(model: &Llama, ids: &[u32], groups: &[Vec<(KeyMask, Option<usiz
         let masks: Vec<KeyMask> = group.iter().map(|(m, _)| m.clone()).collect();
         let (shape, data) = inputs.get(&HookPoint::ResidPre(layer)).ok_or_else(|| Error::Internal("missing resid_pre".into()))?;
         let resid = Tensor::from_slice(data, shape, &candle_core::Device::Cpu)?;
-        let masked = Tensor::cat(&model.forward_masked(&resid, &masks)?, 0)?;
+        let masked = model.forward_masked_stacked(&resid, &masks)?;
         // Rows i > key predict tokens i+1; rows ≤ key cannot see the mask. Every variant's scored
         // rows go through the output head together, in chunks (one weight pass serves many rows;
         // the logit buffers stay small enough for the allocator to reuse).

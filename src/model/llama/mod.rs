@@ -117,15 +117,21 @@ impl Llama {
     /// hidden states. Layers before the masked one cannot see a mask, so callers reuse one clean
     /// pass for every variant; the variants are stacked so projections and MLPs run as one batch.
     pub fn forward_masked(&self, resid_pre: &Tensor, masks: &[KeyMask]) -> Result<Vec<Tensor>> {
-        let Some(layer) = masks.first().map(|m| m.layer) else { return Ok(Vec::new()) };
+        let t = resid_pre.dim(0)?;
+        let hidden = self.forward_masked_stacked(resid_pre, masks)?;
+        (0..masks.len()).map(|s| Ok(hidden.narrow(0, s * t, t)?)).collect()
+    }
+
+    /// [`Llama::forward_masked`]'s variants as one (masks · T, d_model) tensor, variant after
+    /// variant along rows.
+    pub fn forward_masked_stacked(&self, resid_pre: &Tensor, masks: &[KeyMask]) -> Result<Tensor> {
+        let Some(layer) = masks.first().map(|m| m.layer) else { return Ok(Tensor::zeros((0, self.cfg.d_model), DType::F32, &Device::Cpu)?) };
         if layer >= self.cfg.n_layers || masks.iter().any(|m| m.layer != layer) {
             return Err(Error::input(format!("masks must all name one layer below {}", self.cfg.n_layers)));
         }
-        let t = resid_pre.dim(0)?;
         let x = Tensor::cat(&vec![resid_pre; masks.len()], 0)?;
         let mut seqs: Vec<Seq> = masks.iter().map(|m| Seq { store: None, mask: Some(m) }).collect();
-        let hidden = self.run_layers(x, layer, &mut seqs, &mut NoCapture)?;
-        (0..masks.len()).map(|s| Ok(hidden.narrow(0, s * t, t)?)).collect()
+        self.run_layers(x, layer, &mut seqs, &mut NoCapture)
     }
 
     /// Runs independent token windows of equal length, each from position 0 with nothing cached
