@@ -54,6 +54,13 @@ impl StreamingHeads {
     /// Sinks a streaming head keeps in the survey's measurement (StreamingLLM's four).
     pub const SINKS: usize = 4;
 
+    /// (sinks, recent keys) a streaming head keeps at budget `cache`: [`Self::SINKS`] (at most
+    /// half the budget) and the rest of the budget.
+    pub fn keys_for(cache: usize) -> (usize, usize) {
+        let sinks = Self::SINKS.min(cache / 2);
+        (sinks, cache - sinks)
+    }
+
     pub fn new(sha256: &str, text: &str, (requested_tokens, tokens): (usize, usize), (sinks, recent): (usize, usize), outside: Vec<Vec<f64>>) -> StreamingHeads {
         let all = outside.iter().map(Vec::len).sum::<usize>().max(1);
         let streaming = outside.iter().flatten().filter(|&&m| m <= Self::THRESHOLD).count();

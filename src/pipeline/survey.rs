@@ -153,8 +153,8 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
                         sweep_into(lm, &sweep, Some(&sweep_dir), progress)?
                     }
                 };
-                let kept = StreamingHeads::SINKS.min(cache / 2);
-                let same = |h: &StreamingHeads| same_load && h.sha256 == sha && h.text == label && h.requested_tokens == opts.tokens && h.sinks == kept && h.recent == cache - kept;
+                let (sinks, recent) = StreamingHeads::keys_for(cache);
+                let same = |h: &StreamingHeads| same_load && h.sha256 == sha && h.text == label && h.requested_tokens == opts.tokens && (h.sinks, h.recent) == (sinks, recent);
                 let streaming = match read::<StreamingHeads>(&sweep_dir.join(STREAMING_HEADS_FILE)).filter(same) {
                     Some(h) => Some(h),
                     None => {
@@ -162,7 +162,7 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
                             Some(lm) => lm,
                             None => model.insert(loaded(progress)?),
                         };
-                        progress.stage(&format!("[{}/{n}] {slug}: streaming heads (S = {kept} + {} recent) on {}", i + 1, cache - kept, text.display()));
+                        progress.stage(&format!("[{}/{n}] {slug}: streaming heads (S = {sinks} + {recent} recent) on {}", i + 1, text.display()));
                         streaming_heads(lm, &sha, text, &label, cache, opts.tokens, &sweep_dir, progress)?
                     }
                 };
@@ -183,15 +183,15 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
 /// any query to see past those keys.
 #[allow(clippy::too_many_arguments)]
 fn streaming_heads(lm: &LoadedModel, sha: &str, text: &Path, label: &str, cache: usize, tokens: usize, dir: &Path, progress: &mut dyn Progress) -> Result<Option<StreamingHeads>> {
-    let sinks = StreamingHeads::SINKS.min(cache / 2);
+    let (sinks, recent) = StreamingHeads::keys_for(cache);
     let source = StreamSource { file: text.to_path_buf(), start_char: 0, tokens, token_by_token: false };
     let mut ids = stream_tokens(lm, &source, progress)?;
     ids.truncate(lm.model.cfg.context_len);
     if ids.len() <= cache {
         return Ok(None);
     }
-    let evidence = measure(&lm.model, &ids, sinks, cache - sinks)?;
-    let heads = StreamingHeads::new(sha, label, (tokens, ids.len()), (sinks, cache - sinks), evidence.outside);
+    let evidence = measure(&lm.model, &ids, sinks, recent)?;
+    let heads = StreamingHeads::new(sha, label, (tokens, ids.len()), (sinks, recent), evidence.outside);
     std::fs::create_dir_all(dir).map_err(|e| Error::file(dir, format!("cannot create ({e})")))?;
     write_json_atomic(&dir.join(STREAMING_HEADS_FILE), &heads)?;
     Ok(Some(heads))
