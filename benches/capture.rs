@@ -44,7 +44,7 @@ fn main() {
         let mut bare = Vec::new();
         for _ in 0..repeat.max(1) {
             let t = Instant::now();
-            lm.model.forward(&ids, None, &mut sinkscope::model::sink::NoCapture).unwrap();
+            lm.model.forward(&ids, None, &mut sinkscope::model::receiver::NoCapture).unwrap();
             bare.push(t.elapsed().as_secs_f64());
         }
         bare.sort_by(f64::total_cmp);

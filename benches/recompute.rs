@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use sinkscope::kv::{simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
-use sinkscope::model::sink::NoCapture;
+use sinkscope::model::receiver::NoCapture;
 use sinkscope::model::{load, LoadOptions};
 
 fn arg(name: &str) -> Option<String> {

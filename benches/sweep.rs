@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use sinkscope::capture::ablation::{run_ablation, AblationPlan};
 use sinkscope::metrics::divergence::log_softmax_rows;
-use sinkscope::model::sink::NoCapture;
+use sinkscope::model::receiver::NoCapture;
 use sinkscope::model::{load, LoadOptions};
 
 fn arg(name: &str) -> Option<String> {

@@ -109,7 +109,7 @@ fn gpt_oss_matches_transformers() {
     // The sinks matter here: some heads give them most of some rows.
     let (_, mass) = fx.f32("sink_prob.1");
     assert!(mass.iter().any(|&m| m > 0.5) && mass.iter().any(|&m| m < 0.05), "the fixture's sinks are bland");
-    assert!(lm.model.cfg.arch.rope_yarn.is_some() && lm.model.cfg.arch.moe.is_some_and(|m| m.experts == 4 && m.top_k == 2));
+    assert!(lm.model.cfg.arch.rope_yarn.is_some() && matches!(lm.model.cfg.arch.mlp, sinkscope::model::decoder::MlpKind::Moe(m) if m.experts == 4 && m.top_k == 2));
 }
 
 /// GPT-2 has no positions past its learned table: a longer run is refused with the reason, and
@@ -117,7 +117,7 @@ fn gpt_oss_matches_transformers() {
 #[test]
 fn gpt2_refuses_positions_past_its_table_and_streams_by_slot() {
     use sinkscope::kv::{simulate, Policy, PolicyKind, PositionMode};
-    use sinkscope::model::sink::NoCapture;
+    use sinkscope::model::receiver::NoCapture;
     let lm = load(common::fixture("arch/gpt2").to_str().unwrap(), &LoadOptions::default()).unwrap();
     let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap().repeat(4);
     let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap();
@@ -210,7 +210,7 @@ const GEMMA_PROMPT: &str = "The capital of France is";
 #[test]
 fn windowed_models_stream_like_their_forward() {
     use sinkscope::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
-    use sinkscope::model::sink::NoCapture;
+    use sinkscope::model::receiver::NoCapture;
     for family in ["gemma3", "mistral", "gpt_oss"] {
         let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
         let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
@@ -342,7 +342,7 @@ fn analyzers_know_windows_and_learned_sinks() {
         let summary = reducers.summarize();
         let mut windowed = 0;
         for l in 0..cfg.n_layers {
-            let window = cfg.arch.windowed(l).then_some(cfg.arch.window.unwrap());
+            let window = cfg.layer_window(l);
             windowed += window.is_some() as usize;
             assert_eq!(summary.layers[l].window, window, "{family} layer {l}");
             let (_, pattern) = fx.f32(&format!("pattern.{l}"));
@@ -371,7 +371,7 @@ fn analyzers_know_windows_and_learned_sinks() {
 /// the next-token NLL is scored from the capped logits (not the streamed plain head).
 #[test]
 fn final_logit_softcapping_squashes_the_logits() {
-    use sinkscope::model::sink::NoCapture;
+    use sinkscope::model::receiver::NoCapture;
     let dir = common::temp_dir("gemma3-softcap").join("model");
     std::fs::create_dir_all(&dir).unwrap();
     let src = common::fixture("arch/gemma3");

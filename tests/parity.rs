@@ -136,11 +136,11 @@ fn blocked_attention_equals_single_block() {
     let text = std::fs::read_to_string(common::corpora_dir().join("tinystories_val_subset.txt")).unwrap();
     let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap()[..512].to_vec();
     // Whole sequence at once vs. the same tokens fed in 4 chunks through the KV cache.
-    let full = lm.model.forward(&ids, None, &mut sinkscope::model::sink::NoCapture).unwrap();
+    let full = lm.model.forward(&ids, None, &mut sinkscope::model::receiver::NoCapture).unwrap();
     let mut cache = sinkscope::model::KvCache::default();
     let mut parts = Vec::new();
     for chunk in ids.chunks(128) {
-        parts.push(lm.model.forward(chunk, Some(&mut cache), &mut sinkscope::model::sink::NoCapture).unwrap());
+        parts.push(lm.model.forward(chunk, Some(&mut cache), &mut sinkscope::model::receiver::NoCapture).unwrap());
     }
     let chunked = candle_core::Tensor::cat(&parts, 0).unwrap();
     let max_diff = |a: &candle_core::Tensor, b: &candle_core::Tensor| -> f32 { (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap() };
@@ -148,7 +148,7 @@ fn blocked_attention_equals_single_block() {
     assert!(diff < 1e-4, "cached chunks differ from one pass by {diff}");
     // 8 heads × 512 keys × 4 bytes = 16 KiB per query row: 100 KiB blocks hold 6 rows → 86 blocks.
     lm.model.set_attention_block_bytes(100 << 10);
-    let blocked = lm.model.forward(&ids, None, &mut sinkscope::model::sink::NoCapture).unwrap();
+    let blocked = lm.model.forward(&ids, None, &mut sinkscope::model::receiver::NoCapture).unwrap();
     let diff = max_diff(&full, &blocked);
     assert!(diff < 1e-4, "small query blocks differ from one block by {diff}");
     check(&lm, "ref_stories260k_pride.safetensors", "texts/pride.txt");

@@ -12,7 +12,7 @@ use sinkscope::analysis::quant::NllSplit;
 use sinkscope::capture::quant::{score, score_after, Calibration, QuantSetting, QuantSite};
 use sinkscope::metrics::quant::QuantScheme;
 use sinkscope::model::hook::HookPoint;
-use sinkscope::model::sink::CaptureSink;
+use sinkscope::model::receiver::HookReceiver;
 use sinkscope::model::{load, LoadOptions};
 
 /// Multiplies every quantizer input by (1 + 2⁻²³·u), u uniform in [−1, 1) from a seeded
@@ -22,7 +22,7 @@ struct LastBit {
     kv: bool,
 }
 
-impl CaptureSink for LastBit {
+impl HookReceiver for LastBit {
     fn wants(&self, hook: &HookPoint) -> bool {
         QuantSite::of(hook, self.kv).is_some()
     }

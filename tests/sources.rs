@@ -5,7 +5,7 @@ mod common;
 
 use std::path::Path;
 
-use sinkscope::model::sink::NoCapture;
+use sinkscope::model::receiver::NoCapture;
 use sinkscope::model::{load, LoadOptions};
 
 fn final_hidden(spec: &str) -> Vec<f32> {

@@ -5,7 +5,7 @@
 mod common;
 
 use sinkscope::model::scoring::token_nll;
-use sinkscope::model::sink::NoCapture;
+use sinkscope::model::receiver::NoCapture;
 use sinkscope::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
 use sinkscope::model::{load, LoadOptions, LoadedModel};
 

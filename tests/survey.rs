@@ -47,7 +47,7 @@ fn survey_compares_models_and_resumes() {
     assert!(outside.iter().all(|m| (0.0..=1.0).contains(m)));
     let md = std::fs::read_to_string(dir.join("survey.md")).unwrap();
     assert!(md.contains(&format!("{want:.0}% (W 32)")), "{md}");
-    assert!(md.contains("| stories260K.gguf | llama |") && md.contains("## Which model needs sinks"), "{md}");
+    assert!(md.contains("| stories260k | llama |") && md.contains("## Which model needs sinks"), "{md}");
     // Resumed: nothing recomputed, the per-model files untouched.
     let stamp = |p: &str| std::fs::metadata(dir.join(p)).unwrap().modified().unwrap();
     let files = ["models/stories260K.bin/report.json", "models/stories260K.bin/text0-w48/stream.json", "models/stories260K.bin/text0-w48/streaming-heads.json"];

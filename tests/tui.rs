@@ -479,7 +479,7 @@ fn a_survey_directory_opens_with_its_table() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let mut app = App::new(Run::open(&dir).unwrap());
     let s = text(&draw(&mut app, 200, 60));
-    assert!(s.contains("Survey of 2 models") && s.contains("models/stories260K.bin") && s.contains("stories260K.gguf ·"), "{s}");
+    assert!(s.contains("Survey of 2 models") && s.contains("models/stories260K.bin") && s.contains("stories260k ·"), "{s}");
     for tab in Tab::ALL {
         update(&mut app, Action::GoTab(tab));
         draw(&mut app, 120, 40);
@@ -488,7 +488,7 @@ fn a_survey_directory_opens_with_its_table() {
     update(&mut app, Action::GoTab(Tab::Survey));
     let s = text(&draw(&mut app, 200, 60));
     assert!(s.contains("2 models (↑/↓ select") && s.contains("streaming heads") && s.contains("mean α_0") && s.contains("Sink_0^ε against"), "{s}");
-    assert!(s.contains(" ● stories260K.gguf") && s.contains("W = 32 on 120 tokens of stream-text.txt:"), "{s}");
+    assert!(s.contains(" ● stories260k") && s.contains("W = 32 on 120 tokens of stream-text.txt:"), "{s}");
     // ↓ then Enter opens the second model's run; the survey stays, now marking that run.
     update(&mut app, Action::Move { dx: 0, dy: 1 });
     let open = match update(&mut app, Action::Enter) {

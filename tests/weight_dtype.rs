@@ -9,7 +9,7 @@ mod common;
 use common::Fixture;
 use sinkscope::capture::collector::TensorCollector;
 use sinkscope::model::hook::{HookFilter, HookPoint};
-use sinkscope::model::llama::WeightDtype;
+use sinkscope::model::decoder::WeightDtype;
 use sinkscope::model::load::LoadedModel;
 use sinkscope::model::{load, LoadOptions};
 

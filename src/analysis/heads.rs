@@ -23,6 +23,11 @@ pub enum HeadClass {
     Content,
 }
 
+impl HeadClass {
+    /// Every class, in the order summaries list them.
+    pub const ALL: [HeadClass; 4] = [HeadClass::Sink, HeadClass::PreviousToken, HeadClass::Broad, HeadClass::Content];
+}
+
 impl std::fmt::Display for HeadClass {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {

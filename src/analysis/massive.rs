@@ -1,5 +1,5 @@
 //! Massive activations (Sun et al. 2024, "Massive Activations in Large Language Models"): elements
-//! h^{(l)}_{t,c} of a layer's output with |h| > 100 and |h| ≥ 1000 × the layer's median |h|.
+//! h^{(l)}_{t,c} of a layer's output that meets `metrics::massive::is_massive`.
 //! Per layer top-1/2/3 and median, every massive element's (position, token, dim), the first layer
 //! where they appear, and which dims recur across probes. (Their code tokenizes without BOS; ours
 //! follows the model's tokenizer — probes with and without BOS show the difference.)

@@ -3,6 +3,7 @@
 //! their aggregation over probes into an [`AnalysisReport`]; and sink loss in a serving trace.
 //! Never loads a model.
 
+pub mod findings;
 pub mod heads;
 pub mod massive;
 pub mod quant;

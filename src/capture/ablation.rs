@@ -11,7 +11,7 @@ use super::collector::TensorCollector;
 use crate::error::{Error, Result};
 use crate::metrics::divergence::{compare_logit_row, log_softmax_rows, CleanRow};
 use crate::model::hook::{HookFilter, HookPoint};
-use crate::model::llama::{KeyMask, Llama};
+use crate::model::decoder::{KeyMask, Decoder};
 
 /// One masked variant's effect.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -42,7 +42,7 @@ pub struct AblationPlan {
 }
 
 /// Runs the plan on `ids`; `progress` is called after each variant with (done, total).
-pub fn run_ablation(model: &Llama, ids: &[u32], plan: &AblationPlan, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<AblationResult>> {
+pub fn run_ablation(model: &Decoder, ids: &[u32], plan: &AblationPlan, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<AblationResult>> {
     let cfg = &model.cfg;
     // Variants of one (key, layer) share that layer's input and run as one stacked batch.
     // Each mask with the head it reports (None: the whole layer).
@@ -67,7 +67,7 @@ pub fn run_ablation(model: &Llama, ids: &[u32], plan: &AblationPlan, progress: &
 /// Runs groups of masks — every mask of a group names the same layer — against one clean pass of
 /// `ids`, and scores each against the clean predictions. Each mask carries the head it reports
 /// (`None`: a whole layer).
-pub fn run_masks(model: &Llama, ids: &[u32], groups: &[Vec<(KeyMask, Option<usize>)>], progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<AblationResult>> {
+pub fn run_masks(model: &Decoder, ids: &[u32], groups: &[Vec<(KeyMask, Option<usize>)>], progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<AblationResult>> {
     let t = ids.len();
     // Rows from the mask's first query on predict the next token; at least one must be scored.
     if let Some((m, _)) = groups.iter().flatten().find(|(m, _)| m.first_query() + 2 > t) {
@@ -127,7 +127,7 @@ pub fn run_masks(model: &Llama, ids: &[u32], groups: &[Vec<(KeyMask, Option<usiz
 /// first `sinks` keys and its `recent` most recent ones (a streaming head in DuoAttention's sense),
 /// the rest of the model unchanged — over the rows from S + R on. The causal evidence of which KV
 /// heads need the whole cache.
-pub fn streaming_head_ablation(model: &Llama, ids: &[u32], sinks: usize, recent: usize, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<Vec<f64>>> {
+pub fn streaming_head_ablation(model: &Decoder, ids: &[u32], sinks: usize, recent: usize, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<Vec<f64>>> {
     let cfg = &model.cfg;
     let group = cfg.n_heads / cfg.n_kv_heads;
     let groups: Vec<Vec<(KeyMask, Option<usize>)>> = (0..cfg.n_layers)
@@ -142,6 +142,6 @@ pub fn streaming_head_ablation(model: &Llama, ids: &[u32], sinks: usize, recent:
 }
 
 /// Logits of hidden rows start..end as a flat [rows, vocab] vector.
-fn logits_rows(model: &Llama, hidden: &Tensor, start: usize, end: usize) -> Result<Vec<f32>> {
+fn logits_rows(model: &Decoder, hidden: &Tensor, start: usize, end: usize) -> Result<Vec<f32>> {
     Ok(model.logits(&hidden.narrow(0, start, end - start)?)?.flatten_all()?.to_vec1()?)
 }

@@ -10,7 +10,7 @@ use candle_core::Tensor;
 use crate::error::Result;
 use crate::io::arrays::write_safetensors_f32;
 use crate::model::hook::{HookFilter, HookPoint};
-use crate::model::sink::CaptureSink;
+use crate::model::receiver::HookReceiver;
 use crate::numerics::tensor::with_f32;
 
 /// Keeps the full tensors of the hooks a filter selects, for `--save-tensors`.
@@ -47,7 +47,7 @@ impl TensorCollector {
     }
 }
 
-impl CaptureSink for TensorCollector {
+impl HookReceiver for TensorCollector {
     fn wants(&self, hook: &HookPoint) -> bool {
         self.filter.matches(hook)
     }

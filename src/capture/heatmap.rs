@@ -10,7 +10,7 @@ use super::heatmaps::{bin_edges, Heatmaps};
 use super::reducers::record_pattern;
 use crate::error::Result;
 use crate::model::hook::HookPoint;
-use crate::model::sink::CaptureSink;
+use crate::model::receiver::HookReceiver;
 use crate::numerics::kernels::sum_lanes;
 
 pub struct HeatmapReducer {
@@ -70,7 +70,7 @@ impl HeatmapReducer {
     }
 }
 
-impl CaptureSink for HeatmapReducer {
+impl HookReceiver for HeatmapReducer {
     fn wants(&self, hook: &HookPoint) -> bool {
         matches!(hook, HookPoint::Pattern(_))
     }

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::hook::{HookFilter, HookPoint};
-use crate::model::llama::LlamaConfig;
+use crate::model::decoder::DecoderConfig;
 
 /// Bytes by category.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -17,7 +17,7 @@ pub struct MemoryEstimate {
 }
 
 /// Elements of one hook's full tensor over `t` positions (attention maps: [head, t, t]).
-pub fn hook_elements(cfg: &LlamaConfig, hook: &HookPoint, t: u64) -> u64 {
+pub fn hook_elements(cfg: &DecoderConfig, hook: &HookPoint, t: u64) -> u64 {
     let (d, h, kvh, dh, ff) = (cfg.d_model as u64, cfg.n_heads as u64, cfg.n_kv_heads as u64, cfg.d_head as u64, cfg.d_ff as u64);
     match hook {
         HookPoint::Embed | HookPoint::LnFinal | HookPoint::ResidPre(_) | HookPoint::ResidMid(_) | HookPoint::ResidPost(_) | HookPoint::AttnOut(_) | HookPoint::AttnIn(_) | HookPoint::MlpIn(_) => t * d,
@@ -32,7 +32,7 @@ pub fn hook_elements(cfg: &LlamaConfig, hook: &HookPoint, t: u64) -> u64 {
 /// Estimates peak memory of a forward over `t` tokens with the standard reducers, the pooled
 /// heatmaps when `heatmap` = Some((bins, first keys)), plus the full tensors `save` selects.
 /// `weight_bytes` is the in-memory size of the loaded weights.
-pub fn estimate(cfg: &LlamaConfig, t: usize, weight_bytes: u64, save: Option<&HookFilter>, heatmap: Option<(usize, usize)>) -> MemoryEstimate {
+pub fn estimate(cfg: &DecoderConfig, t: usize, weight_bytes: u64, save: Option<&HookFilter>, heatmap: Option<(usize, usize)>) -> MemoryEstimate {
     let t64 = t as u64;
     let (d, ff, h, kvh, dh, l) = (cfg.d_model as u64, cfg.d_ff as u64, cfg.n_heads as u64, cfg.n_kv_heads as u64, cfg.d_head as u64, cfg.n_layers as u64);
     // Live per-layer tensors: residual, normed input, q|k|v, roped copies, attention output,
@@ -84,13 +84,14 @@ pub fn human(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::llama::ArchSwitches;
+    use crate::model::decoder::{ArchSwitches, LayerAttn};
     use crate::model::rope::RopeLayout;
 
-    fn smollm() -> LlamaConfig {
-        LlamaConfig {
+    fn smollm() -> DecoderConfig {
+        DecoderConfig {
             n_layers: 30, n_heads: 9, n_kv_heads: 3, d_model: 576, d_head: 64, d_ff: 1536, vocab_size: 49152,
             context_len: 8192, rope_theta: 1e5, rope_layout: RopeLayout::Interleaved, rms_eps: 1e-5, arch: ArchSwitches::default(),
+            layers: vec![LayerAttn::global(1e5); 30],
         }
     }
 

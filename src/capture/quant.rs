@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::metrics::quant::{absmax_columns_into, qmax, quantize_with_scheme, QuantNoise, QuantScheme};
 use crate::model::hook::HookPoint;
-use crate::model::llama::{Llama, MlpKind};
-use crate::model::sink::{CaptureSink, FanOut};
+use crate::model::decoder::{Decoder, MlpKind};
+use crate::model::receiver::{HookReceiver, FanOut};
 
 /// The input of one linear projection of a block (or, optionally, the keys and values the cache
 /// holds).
@@ -98,17 +98,17 @@ pub struct Calibration {
 impl Calibration {
     /// Runs the unquantized model over each sequence and records, per site, each channel's largest
     /// |value| at positions ≥ `skip`.
-    pub fn measure(model: &Llama, sequences: &[Vec<u32>], skip: usize, kv: bool) -> Result<Calibration> {
-        Self::measure_after(model, sequences, skip, kv, &mut crate::model::sink::NoCapture)
+    pub fn measure(model: &Decoder, sequences: &[Vec<u32>], skip: usize, kv: bool) -> Result<Calibration> {
+        Self::measure_after(model, sequences, skip, kv, &mut crate::model::receiver::NoCapture)
     }
 
     /// [`Calibration::measure`] with `before` rewriting each site's input first.
-    pub fn measure_after(model: &Llama, sequences: &[Vec<u32>], skip: usize, kv: bool, before: &mut dyn CaptureSink) -> Result<Calibration> {
+    pub fn measure_after(model: &Decoder, sequences: &[Vec<u32>], skip: usize, kv: bool, before: &mut dyn HookReceiver) -> Result<Calibration> {
         Ok(Self::measure_skips(model, sequences, &[skip], kv, before)?.remove(0))
     }
 
     /// One calibration per entry of `skips`, all from one pass over the sequences.
-    pub fn measure_skips(model: &Llama, sequences: &[Vec<u32>], skips: &[usize], kv: bool, before: &mut dyn CaptureSink) -> Result<Vec<Calibration>> {
+    pub fn measure_skips(model: &Decoder, sequences: &[Vec<u32>], skips: &[usize], kv: bool, before: &mut dyn HookReceiver) -> Result<Vec<Calibration>> {
         let mut observer = Observer { kv, cals: skips.iter().map(|&skip| Calibration { skip, ..Calibration::default() }).collect() };
         for ids in sequences {
             model.forward(ids, None, &mut FanOut(vec![&mut *before, &mut observer]))?;
@@ -129,7 +129,7 @@ struct Observer {
     cals: Vec<Calibration>,
 }
 
-impl CaptureSink for Observer {
+impl HookReceiver for Observer {
     fn wants(&self, hook: &HookPoint) -> bool {
         QuantSite::of(hook, self.kv).is_some()
     }
@@ -154,7 +154,7 @@ struct FakeQuant<'a> {
     noise: BTreeMap<(usize, QuantSite), QuantNoise>,
 }
 
-impl CaptureSink for FakeQuant<'_> {
+impl HookReceiver for FakeQuant<'_> {
     fn wants(&self, hook: &HookPoint) -> bool {
         QuantSite::of(hook, self.setting.kv).is_some()
     }
@@ -189,14 +189,14 @@ pub struct QuantScore {
 
 /// Scores `sequences`, each from position 0 with nothing cached, under `setting` (None: the
 /// unquantized model). Static settings need `calibration` measured with the setting's skip.
-pub fn score(model: &Llama, sequences: &[Vec<u32>], setting: Option<QuantSetting>, calibration: Option<&Calibration>) -> Result<QuantScore> {
-    score_after(model, sequences, setting, calibration, &mut crate::model::sink::NoCapture)
+pub fn score(model: &Decoder, sequences: &[Vec<u32>], setting: Option<QuantSetting>, calibration: Option<&Calibration>) -> Result<QuantScore> {
+    score_after(model, sequences, setting, calibration, &mut crate::model::receiver::NoCapture)
 }
 
 /// [`score`] with `before` rewriting each site's input first (e.g. a perturbation that measures
 /// how sensitive the quantized model is to the last bit of its inputs).
-pub fn score_after(model: &Llama, sequences: &[Vec<u32>], setting: Option<QuantSetting>, calibration: Option<&Calibration>, before: &mut dyn CaptureSink) -> Result<QuantScore> {
-    if model.cfg.arch.mlp == MlpKind::Moe {
+pub fn score_after(model: &Decoder, sequences: &[Vec<u32>], setting: Option<QuantSetting>, calibration: Option<&Calibration>, before: &mut dyn HookReceiver) -> Result<QuantScore> {
+    if matches!(model.cfg.arch.mlp, MlpKind::Moe(_)) {
         return Err(Error::input("quant does not support mixture-of-experts MLPs (each token has its own experts' inputs); use a dense model"));
     }
     let mut noise = BTreeMap::new();

@@ -13,7 +13,7 @@ use crate::metrics::massive::{median_abs, MASSIVE_ABS};
 use crate::metrics::quant::{quant_risk, QuantRisk};
 use crate::metrics::sinks::alpha;
 use crate::model::hook::HookPoint;
-use crate::model::sink::CaptureSink;
+use crate::model::receiver::HookReceiver;
 use crate::numerics::tensor::with_f32;
 
 /// Query rows per layer on which the row entropy is computed (it costs a logarithm per entry).
@@ -135,7 +135,7 @@ pub fn record_pattern(hook: &HookPoint, rows: Range<usize>, value: &Tensor, add:
     Ok(())
 }
 
-impl CaptureSink for AttentionStats {
+impl HookReceiver for AttentionStats {
     fn wants(&self, hook: &HookPoint) -> bool {
         matches!(hook, HookPoint::Pattern(_))
     }
@@ -165,7 +165,7 @@ impl SinkMass {
     }
 }
 
-impl CaptureSink for SinkMass {
+impl HookReceiver for SinkMass {
     fn wants(&self, hook: &HookPoint) -> bool {
         matches!(hook, HookPoint::SinkProb(_))
     }
@@ -201,7 +201,7 @@ fn row_norms(value: &Tensor) -> Result<Vec<f32>> {
     with_f32(value, |x| x.par_chunks(width).map(|r| r.iter().map(|v| v * v).sum::<f32>().sqrt()).collect())
 }
 
-impl CaptureSink for ResidNorms {
+impl HookReceiver for ResidNorms {
     fn wants(&self, hook: &HookPoint) -> bool {
         matches!(hook, HookPoint::ResidPre(_) | HookPoint::ResidMid(_) | HookPoint::ResidPost(_))
     }
@@ -296,7 +296,7 @@ pub fn top_k_abs(x: &[f32], width: usize, first_row: usize, k: usize) -> Vec<Act
     out.into_iter().map(|ByAbs(_, pos, dim, value)| Activation { pos, dim, value }).collect()
 }
 
-impl CaptureSink for TopActivations {
+impl HookReceiver for TopActivations {
     fn wants(&self, hook: &HookPoint) -> bool {
         matches!(hook, HookPoint::ResidPost(_))
     }
@@ -362,7 +362,7 @@ pub struct QuantRiskReducer {
     pub layers: Vec<QuantRisk>,
 }
 
-impl CaptureSink for QuantRiskReducer {
+impl HookReceiver for QuantRiskReducer {
     fn wants(&self, hook: &HookPoint) -> bool {
         matches!(hook, HookPoint::ResidPost(_))
     }
@@ -389,7 +389,7 @@ impl KvNorms {
     }
 }
 
-impl CaptureSink for KvNorms {
+impl HookReceiver for KvNorms {
     fn wants(&self, hook: &HookPoint) -> bool {
         matches!(hook, HookPoint::K(_) | HookPoint::V(_))
     }

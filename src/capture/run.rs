@@ -11,8 +11,8 @@ use super::summary::StandardReducers;
 use crate::error::{Error, Result};
 use crate::model::hook::HookFilter;
 use crate::model::info::NllSummary;
-use crate::model::llama::Llama;
-use crate::model::sink::{CaptureSink, FanOut};
+use crate::model::decoder::Decoder;
+use crate::model::receiver::{HookReceiver, FanOut};
 
 #[derive(Debug, Clone)]
 pub struct CaptureOptions {
@@ -51,7 +51,7 @@ pub struct CaptureOutput {
     pub wall_seconds: f64,
 }
 
-pub fn capture(model: &Llama, ids: &[u32], opts: &CaptureOptions) -> Result<CaptureOutput> {
+pub fn capture(model: &Decoder, ids: &[u32], opts: &CaptureOptions) -> Result<CaptureOutput> {
     let estimate = memory::estimate(&model.cfg, ids.len(), opts.weight_bytes, opts.save.as_ref(), opts.heatmap_bins.map(|g| (g, opts.first_keys)));
     if let Some(limit) = opts.memory_limit.or_else(memory::available_bytes) {
         if estimate.total > limit {
@@ -71,7 +71,7 @@ pub fn capture(model: &Llama, ids: &[u32], opts: &CaptureOptions) -> Result<Capt
     let mut tensors = opts.save.clone().map(|f| TensorCollector::new(f, ids.len()));
     let mut maps = opts.heatmap_bins.map(|g| HeatmapReducer::new(model.cfg.n_layers, model.cfg.n_heads, ids.len(), g, opts.first_keys));
     let hidden = {
-        let mut sinks: Vec<&mut dyn CaptureSink> = vec![&mut reducers];
+        let mut sinks: Vec<&mut dyn HookReceiver> = vec![&mut reducers];
         if let Some(t) = tensors.as_mut() {
             sinks.push(t);
         }
@@ -86,7 +86,7 @@ pub fn capture(model: &Llama, ids: &[u32], opts: &CaptureOptions) -> Result<Capt
 }
 
 /// Mean NLL of tokens 1..T given their prefixes, from final-norm hidden states (T, d).
-pub fn score(model: &Llama, hidden: &candle_core::Tensor, ids: &[u32]) -> Result<NllSummary> {
+pub fn score(model: &Decoder, hidden: &candle_core::Tensor, ids: &[u32]) -> Result<NllSummary> {
     let scored = ids.len().saturating_sub(1);
     let total: f64 = if scored > 0 { model.next_token_nll(&hidden.narrow(0, 0, scored)?, &ids[1..])?.iter().sum() } else { 0.0 };
     let mean = if scored > 0 { total / scored as f64 } else { 0.0 };

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use super::reducers::{Activation, AttentionStats, KvNorms, QuantRiskReducer, ResidNorms, SinkMass, TopActivations};
 use crate::error::Result;
 use crate::model::hook::HookPoint;
-use crate::model::llama::LlamaConfig;
-use crate::model::sink::CaptureSink;
+use crate::model::decoder::DecoderConfig;
+use crate::model::receiver::HookReceiver;
 
 /// Attention statistics, residual norms, top activations, k/v norms and (when asked for) int8
 /// quantization risk, fed in one pass.
@@ -33,7 +33,7 @@ impl StandardReducers {
     /// `first_keys`: how many early key positions get a per-head α in the summary (K);
     /// `top_k`: activations kept per layer.
     /// `quant_risk`: also measure int8 quantization risk per layer output (analyze uses it).
-    pub fn new(cfg: &LlamaConfig, n_positions: usize, first_keys: usize, top_k: usize, quant_risk: bool) -> Self {
+    pub fn new(cfg: &DecoderConfig, n_positions: usize, first_keys: usize, top_k: usize, quant_risk: bool) -> Self {
         StandardReducers {
             attention: AttentionStats::new(cfg.n_layers, cfg.n_heads, n_positions).with_windows((0..cfg.n_layers).map(|l| cfg.layer_window(l)).collect()),
             resid: ResidNorms::new(cfg.n_layers),
@@ -115,13 +115,13 @@ impl StandardReducers {
     }
 }
 
-impl CaptureSink for StandardReducers {
+impl HookReceiver for StandardReducers {
     fn wants(&self, hook: &HookPoint) -> bool {
         self.attention.wants(hook) || self.sink_mass.wants(hook) || self.resid.wants(hook) || self.top.wants(hook) || self.kv.wants(hook) || (self.quant_risk && self.quant.wants(hook))
     }
     fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()> {
         let quant_risk = self.quant_risk;
-        let sinks: [(&mut dyn CaptureSink, bool); 6] = [
+        let sinks: [(&mut dyn HookReceiver, bool); 6] = [
             (&mut self.attention, true),
             (&mut self.sink_mass, true),
             (&mut self.resid, true),

@@ -83,7 +83,7 @@ pub fn run(args: CanaryArgs) -> Result<()> {
     }
     let run = &r.run;
     let at = |i: Option<usize>| i.and_then(|i| run.steps.get(i)).map_or("never".to_string(), |s| format!("token {}", s.index));
-    println!("{} under {}: {} steps, watched layer {} of {}", r.model.name.as_deref().unwrap_or(&r.model.architecture), policy.label(), run.steps.len(), run.layer, r.model.n_layers);
+    println!("{} under {}: {} steps, watched layer {} of {}", r.model.display_name(), policy.label(), run.steps.len(), run.layer, r.model.n_layers);
     println!(
         "attention on the first {FIRST_SLOTS} cache slots, watched layer: baseline {} before the first eviction; flagged below {:.0}% of it",
         run.baseline_mass.map_or("-".into(), |b| format!("{b:.3}")),

@@ -1,19 +1,21 @@
 //! What each command prints: plain-text tables of a model, a capture, a diagnosis, a stream, a
 //! sweep and an export.
 
-use crate::analysis::sinks::learned_sinks;
+use crate::analysis::findings::Diagnosis;
 use crate::analysis::AnalysisReport;
 use crate::kv::recommend::Recommendation;
+use crate::metrics::massive;
 use crate::kv::simulate::StreamOutcome;
 use crate::model::info::ModelInfo;
-use crate::model::llama::{ArchSwitches, MlpKind, NormKind, NormPlacement, QkNorm};
+use crate::model::decoder::{DecoderConfig, MlpKind, NormKind, NormPlacement, QkNorm};
 use crate::kv::per_head::Frontier;
 use crate::report::export::Exported;
 use crate::report::markdown::equal_ppl_memory;
 use crate::report::records::CaptureReport;
 
 /// What sets the model's family apart from Llama, in words ("as Llama" when nothing does).
-fn describe_switches(a: &ArchSwitches, d_head: usize) -> String {
+fn describe_switches(cfg: &DecoderConfig) -> String {
+    let (a, d_head) = (&cfg.arch, cfg.d_head);
     let mut parts = Vec::new();
     if a.norm == NormKind::Layer {
         parts.push("LayerNorm".to_string());
@@ -42,10 +44,7 @@ fn describe_switches(a: &ArchSwitches, d_head: usize) -> String {
         MlpKind::Gelu => parts.push("GELU MLP".into()),
         MlpKind::GeGluTanh => parts.push("GeGLU MLP".into()),
         MlpKind::GeluTanh => parts.push("GELU (tanh) MLP".into()),
-        MlpKind::Moe => match a.moe {
-            Some(m) => parts.push(format!("mixture of {} experts, {} per token (clamped SwiGLU)", m.experts, m.top_k)),
-            None => parts.push("mixture of experts".into()),
-        },
+        MlpKind::Moe(m) => parts.push(format!("mixture of {} experts, {} per token (clamped SwiGLU)", m.experts, m.top_k)),
     }
     if a.learned_sinks {
         parts.push("a learned sink logit per head".into());
@@ -62,15 +61,22 @@ fn describe_switches(a: &ArchSwitches, d_head: usize) -> String {
     if let Some(s) = a.attn_scale {
         parts.push(format!("attention scale {s:.4}"));
     }
-    if let Some(w) = a.window {
-        let which = a.global_every.map_or("every layer".to_string(), |n| format!("all but every {n}th layer"));
-        let base = a.rope_local_theta.map_or(String::new(), |t| format!(", RoPE base {t} there"));
+    if let Some(w) = cfg.window() {
+        let windowed = cfg.windowed_layers();
+        let global_every = (2..=cfg.n_layers).find(|n| (0..cfg.n_layers).all(|l| windowed.contains(&l) != (l + 1).is_multiple_of(*n)));
+        let which = match global_every {
+            _ if windowed.len() == cfg.n_layers => "every layer".to_string(),
+            Some(n) => format!("all but every {n}th layer"),
+            None => format!("layers {}", windowed.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")),
+        };
+        let local_theta = windowed.first().map(|&l| cfg.layers[l].rope_theta).filter(|&t| t != cfg.rope_theta);
+        let base = local_theta.map_or(String::new(), |t| format!(", RoPE base {t} there"));
         parts.push(format!("sliding window of {w} keys on {which}{base}"));
     }
     if parts.is_empty() { "as Llama".into() } else { parts.join(", ") }
 }
 
-pub fn format_info(i: &ModelInfo, switches: &ArchSwitches) -> String {
+pub fn format_info(i: &ModelInfo, cfg: &DecoderConfig) -> String {
     let rows: Vec<(&str, String)> = vec![
         ("source", format!("{} ({})", i.source, i.format)),
         ("name", i.name.clone().unwrap_or_else(|| "-".into())),
@@ -85,9 +91,9 @@ pub fn format_info(i: &ModelInfo, switches: &ArchSwitches) -> String {
         ("quantization", i.quantization.clone()),
         ("compute", i.compute.to_string()),
         ("in memory", format!("{:.1} MiB of weights", i.weight_bytes as f64 / (1u64 << 20) as f64)),
-        ("block", describe_switches(switches, i.d_head)),
+        ("block", describe_switches(cfg)),
         ("rope", format!("{}, theta {}", i.rope_layout, i.rope_theta)),
-        (if switches.norm == NormKind::Layer { "norm eps" } else { "rms eps" }, format!("{:e}", i.rms_eps)),
+        (if cfg.arch.norm == NormKind::Layer { "norm eps" } else { "rms eps" }, format!("{:e}", i.rms_eps)),
         ("embeddings", if i.tied_embeddings { "tied".into() } else { "untied".into() }),
         ("parameters", format!("{:.1}M", i.n_params as f64 / 1e6)),
     ];
@@ -95,7 +101,7 @@ pub fn format_info(i: &ModelInfo, switches: &ArchSwitches) -> String {
 }
 
 pub fn format_table(r: &CaptureReport) -> String {
-    let name = r.model.name.clone().unwrap_or_else(|| r.model.source.clone());
+    let name = r.model.display_name();
     let mut s = format!(
         "sinkscope demo — {name}: {} layers × {} heads, {} tokens of {}\nperplexity {} · capture {:.2}s\n\n",
         r.model.n_layers,
@@ -122,42 +128,39 @@ pub fn format_table(r: &CaptureReport) -> String {
 }
 
 pub fn format_summary(r: &AnalysisReport) -> String {
-    let name = r.model.name.clone().unwrap_or_else(|| r.model.source.clone());
+    let name = r.model.display_name();
     let mut s = format!("sinkscope analyze — {name}: {} probes, ε = {}\n\n", r.probes.len(), r.settings.epsilon);
-    s.push_str(&format!("sink positions: {:?}\n", r.sink_positions));
+    let d = Diagnosis::of(r);
+    s.push_str(&format!("sink positions: {:?}\n", d.sink_positions));
     let ts: Vec<String> = r.probes.iter().map(|p| p.n_tokens.to_string()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
     s.push_str(&format!("Sink_k^ε (% of probe·layer·head with α_k > ε; T = {}):", ts.join("/")));
-    for k in 0..r.sink_score.len().min(8) {
-        s.push_str(&format!("  k={k}: {:.1}", r.sink_score[&k]));
+    for (k, score) in d.sink_scores.iter().take(8) {
+        s.push_str(&format!("  k={k}: {score:.1}"));
     }
-    s.push_str(&format!("\nF-Attn (mean attention on position 0): {:.3}\n", r.f_attn));
-    if let Some(w) = r.model.window.filter(|_| !r.model.windowed_layers.is_empty()) {
-        let [global, windowed] = r.model.mean_by_layer_kind(r.heads.iter().filter_map(|h| Some((h.layer, *h.alpha.first()?))));
+    s.push_str(&format!("\nF-Attn (mean attention on position 0): {:.3}\n", d.f_attn));
+    if let Some(k) = &d.alpha0_by_kind {
         let mean = |side: Option<(f64, usize)>| side.map_or("-".to_string(), |(m, _)| format!("{m:.3}"));
         s.push_str(&format!(
-            "  by layer kind: global layers {}, windowed layers ({} of {}, {w} keys; α counts the queries within the window) {}\n",
-            mean(global),
-            r.model.windowed_layers.len(),
-            r.model.n_layers,
-            mean(windowed)
+            "  by layer kind: global layers {}, windowed layers ({} of {}, {} keys; α counts the queries within the window) {}\n",
+            mean(k.global),
+            k.windowed_layers,
+            k.n_layers,
+            k.window,
+            mean(k.windowed)
         ));
     }
-    if let Some(ls) = learned_sinks(r.heads.iter().filter_map(|h| Some((h.layer, h.head, h.sink_mass?, h.alpha.first().copied().unwrap_or(0.0))))) {
+    if let Some(ls) = &d.learned_sinks {
         s.push_str(&format!("learned sinks: {:.3} of each softmax row on average (beside α_0); most in L{}H{}: {:.3}\n", ls.mean, ls.top.0, ls.top.1, ls.top.2));
     }
-    match r.massive.first_layer {
+    match d.massive.first_layer {
         Some(l) => s.push_str(&format!(
             "massive activations: from layer {l}, dims {:?}, positions {:?}\n",
-            &r.massive.dims[..r.massive.dims.len().min(8)],
-            &r.massive.positions[..r.massive.positions.len().min(8)]
+            &d.massive.dims[..d.massive.dims.len().min(8)],
+            &d.massive.positions[..d.massive.positions.len().min(8)]
         )),
-        None => s.push_str("massive activations: none (no |h| > 100 and ≥ 1000× the layer median)\n"),
+        None => s.push_str(&format!("massive activations: none (no element with {})\n", massive::criterion())),
     }
-    let mut counts = std::collections::BTreeMap::new();
-    for h in &r.heads {
-        *counts.entry(h.class.to_string()).or_insert(0) += 1;
-    }
-    s.push_str(&format!("head classes: {}\n", counts.iter().map(|(c, n)| format!("{c} {n}")).collect::<Vec<_>>().join(", ")));
+    s.push_str(&format!("head classes: {}\n", d.classes.describe(", ")));
     s.push_str("\nper probe:  name                    T   F-Attn  sinks        perplexity\n");
     for p in &r.probes {
         let sinks: Vec<usize> = p.sink_positions.iter().map(|s| s.pos).take(4).collect();

@@ -6,7 +6,7 @@ use super::format::format_info;
 use super::progress::TerminalProgress;
 use crate::error::Result;
 use crate::model::fetch::{ensure, offline_from_env};
-use crate::model::llama::WeightDtype;
+use crate::model::decoder::WeightDtype;
 use crate::model::load::{load, LoadOptions};
 
 #[derive(Args, Debug)]
@@ -31,7 +31,7 @@ pub fn run(args: InfoArgs) -> Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&lm.info)?);
     } else {
-        print!("{}", format_info(&lm.info, &lm.model.cfg.arch));
+        print!("{}", format_info(&lm.info, &lm.model.cfg));
     }
     Ok(())
 }

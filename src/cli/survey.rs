@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::progress::TerminalProgress;
 use crate::error::Result;
-use crate::model::llama::WeightDtype;
+use crate::model::decoder::WeightDtype;
 use crate::model::load::LoadOptions;
 use crate::pipeline::survey::{survey_into, SurveyOptions, SURVEY_MD};
 

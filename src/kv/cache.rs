@@ -5,7 +5,7 @@ use candle_core::Tensor;
 
 use super::policy::{Policy, PositionMode};
 use crate::error::Result;
-use crate::model::llama::KvStore;
+use crate::model::decoder::KvStore;
 use crate::model::rope::{Rope, RopeTables};
 
 /// Keys/values of every layer for the entries a policy has kept. Cloning is cheap (tensors are

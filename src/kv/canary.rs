@@ -12,9 +12,9 @@ use super::cache::PolicyCache;
 use super::policy::{Policy, PolicyKind};
 use crate::error::{Error, Result};
 use crate::model::hook::HookPoint;
-use crate::model::llama::Llama;
+use crate::model::decoder::Decoder;
 use crate::model::scoring::token_nll;
-use crate::model::sink::CaptureSink;
+use crate::model::receiver::HookReceiver;
 use crate::numerics::sampling::{argmax, sample, XorShift};
 use crate::numerics::tensor::with_f32;
 
@@ -88,7 +88,7 @@ struct SlotMass {
     mass: Vec<f64>,
 }
 
-impl CaptureSink for SlotMass {
+impl HookReceiver for SlotMass {
     fn wants(&self, hook: &HookPoint) -> bool {
         matches!(hook, HookPoint::Pattern(_))
     }
@@ -107,7 +107,7 @@ impl CaptureSink for SlotMass {
 
 /// Runs the canary: the prompt token by token, then `steps` generated (or forced) tokens, the
 /// policy evicting before each query as a serving loop does. `progress(done, total)`.
-pub fn run_canary(model: &Llama, opts: &CanaryOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<CanaryRun> {
+pub fn run_canary(model: &Decoder, opts: &CanaryOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<CanaryRun> {
     let policy = opts.policy;
     if policy.is_scored() || policy.kind == PolicyKind::Recompute {
         return Err(Error::input("canary runs dense, window, sink and keep caches (a score-based policy's per-head sets have no common first slots); use `stream` for the others"));

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::llama::LlamaConfig;
+use crate::model::decoder::DecoderConfig;
 
 /// Bytes of one stored key or value element: f16, the cache type llama.cpp and vLLM default to.
 pub const CACHE_ELEMENT_BYTES: u64 = 2;
@@ -26,11 +26,11 @@ pub struct KvMemory {
 }
 
 /// The memory of a cache whose queries see at most `peak` entries, on `cfg`'s layers.
-pub fn kv_memory(cfg: &LlamaConfig, peak: usize) -> KvMemory {
+pub fn kv_memory(cfg: &DecoderConfig, peak: usize) -> KvMemory {
     let per_entry = 2 * (cfg.n_kv_heads * cfg.d_head) as u64 * CACHE_ELEMENT_BYTES;
     let windowed_layers = cfg.windowed_layers().len();
     let global_layers = cfg.n_layers - windowed_layers;
-    let windowed_entries = cfg.arch.window.filter(|_| windowed_layers > 0).map(|w| w.min(peak));
+    let windowed_entries = cfg.window().filter(|_| windowed_layers > 0).map(|w| w.min(peak));
     let entries = global_layers * peak + windowed_layers * windowed_entries.unwrap_or(0);
     KvMemory {
         global_entries: peak,
@@ -68,8 +68,8 @@ impl KvMemory {
 }
 
 /// What a model's own windows imply for any cache policy, in a sentence (`None`: no windows).
-pub fn model_windows_note(cfg: &LlamaConfig) -> Option<String> {
-    let w = cfg.arch.window?;
+pub fn model_windows_note(cfg: &DecoderConfig) -> Option<String> {
+    let w = cfg.window()?;
     let windowed = cfg.windowed_layers().len();
     (windowed > 0).then(|| {
         format!(
@@ -83,11 +83,11 @@ pub fn model_windows_note(cfg: &LlamaConfig) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::llama::ArchSwitches;
+    use crate::model::decoder::{ArchSwitches, LayerAttn};
     use crate::model::rope::RopeLayout;
 
-    fn cfg(window: Option<usize>, global_every: Option<usize>) -> LlamaConfig {
-        LlamaConfig {
+    fn cfg(window: Option<usize>, global_every: Option<usize>) -> DecoderConfig {
+        DecoderConfig {
             n_layers: 6,
             n_heads: 4,
             n_kv_heads: 1,
@@ -99,7 +99,11 @@ mod tests {
             rope_theta: 1e4,
             rope_layout: RopeLayout::HalfSplit,
             rms_eps: 1e-6,
-            arch: ArchSwitches { window, global_every, ..ArchSwitches::default() },
+            arch: ArchSwitches::default(),
+            layers: match window {
+                Some(w) => LayerAttn::every_nth_global(6, global_every.unwrap_or(usize::MAX), w, 1e4, 1e4),
+                None => vec![LayerAttn::global(1e4); 6],
+            },
         }
     }
 

@@ -15,8 +15,8 @@ use super::scored::ScoredCache;
 use super::simulate::{ppl, replay_scored, StreamOutcome, Track};
 use crate::error::{Error, Result};
 use crate::model::hook::HookPoint;
-use crate::model::llama::Llama;
-use crate::model::sink::CaptureSink;
+use crate::model::decoder::Decoder;
+use crate::model::receiver::HookReceiver;
 use crate::numerics::tensor::with_f32;
 
 /// Per (layer, query head): the attention mass each query row puts on keys that are neither
@@ -49,7 +49,7 @@ impl OutsideMass {
     }
 }
 
-impl CaptureSink for OutsideMass {
+impl HookReceiver for OutsideMass {
     fn wants(&self, hook: &HookPoint) -> bool {
         matches!(hook, HookPoint::Pattern(_))
     }
@@ -139,7 +139,7 @@ pub struct HeadEvidence {
 }
 
 /// Measures every KV head's outside mass and α_0 on `ids` (one forward, within the model's context).
-pub fn measure(model: &Llama, ids: &[u32], sinks: usize, recent: usize) -> Result<HeadEvidence> {
+pub fn measure(model: &Decoder, ids: &[u32], sinks: usize, recent: usize) -> Result<HeadEvidence> {
     let cfg = &model.cfg;
     if ids.len() <= sinks + recent {
         return Err(Error::input(format!("{} tokens leave no query with keys beyond {sinks} sinks + {recent} recent; use a longer text", ids.len())));
@@ -184,7 +184,7 @@ pub struct MixedOutcome {
 
 /// Streams `ids` with retrieval heads (`full`) keeping every key and the others S sinks + the
 /// rest of a budget of W recent keys, a block of tokens at a time.
-pub fn simulate_mixed(model: &Llama, ids: &[u32], full: &[Vec<bool>], sinks: usize, cache: usize) -> Result<MixedOutcome> {
+pub fn simulate_mixed(model: &Decoder, ids: &[u32], full: &[Vec<bool>], sinks: usize, cache: usize) -> Result<MixedOutcome> {
     let cfg = &model.cfg;
     if ids.len() < 2 || sinks >= cache {
         return Err(Error::input(format!("a per-head policy needs at least 2 tokens and --sinks {sinks} below the streaming heads' budget {cache}")));

@@ -12,9 +12,9 @@ use serde::{Deserialize, Serialize};
 use super::policy::{Policy, PolicyKind, PositionMode};
 use crate::error::{Error, Result};
 use crate::model::hook::HookPoint;
-use crate::model::llama::KvStore;
+use crate::model::decoder::KvStore;
 use crate::model::rope::{Rope, RopeTables};
-use crate::model::sink::CaptureSink;
+use crate::model::receiver::HookReceiver;
 use crate::numerics::tensor::with_f32;
 
 /// SnapKV's max-pooling kernel over neighbouring keys.
@@ -311,7 +311,7 @@ impl StepAttention {
     }
 }
 
-impl CaptureSink for StepAttention {
+impl HookReceiver for StepAttention {
     fn wants(&self, hook: &HookPoint) -> bool {
         matches!(hook, HookPoint::Pattern(_))
     }

@@ -9,17 +9,17 @@ use candle_core::{Device, Tensor};
 use super::policy::PositionMode;
 use super::scored::ScoredCache;
 use crate::error::{Error, Result};
-use crate::model::llama::attention::{Attend, LayerAttention};
-use crate::model::llama::Llama;
+use crate::model::decoder::attention::{Attend, LayerAttention};
+use crate::model::decoder::Decoder;
 use crate::model::rope::{Rope, RopeLayout};
-use crate::model::sink::{CaptureSink, NoCapture};
+use crate::model::receiver::{HookReceiver, NoCapture};
 use crate::numerics::tensor::with_f32;
 
 impl ScoredCache {
     /// Runs the stream's next tokens and returns their final-norm hidden states and, per token,
     /// the keys its query saw. A layer with its own sliding window hides the kept keys a window
     /// or more slots from the query, as decoding through the cache does.
-    pub fn forward_block(&mut self, model: &Llama, tokens: &[u32]) -> Result<(Tensor, Vec<usize>)> {
+    pub fn forward_block(&mut self, model: &Decoder, tokens: &[u32]) -> Result<(Tensor, Vec<usize>)> {
         if model.has_sliding_window() && self.policy.positions == PositionMode::Original {
             return Err(Error::Internal("a windowed model's scored cache runs at slot positions".into()));
         }
@@ -37,11 +37,10 @@ impl ScoredCache {
             let (cos, sin) = rope.tables(&(0..span).collect::<Vec<_>>(), &Device::Cpu)?;
             Ok((cos.flatten_all()?.to_vec1::<f32>()?, sin.flatten_all()?.to_vec1::<f32>()?))
         };
-        let global = table(&model.rope())?;
-        let local = model.rope_local().map(|r| table(&r)).transpose()?;
+        let tables = model.ropes().iter().map(table).collect::<Result<Vec<_>>>()?;
         let x = model.embed_tokens(tokens, &positions)?;
         let mut lens = Vec::with_capacity(b);
-        let mut attend = BlockAttention { cache: self, start, b, global, local, lens: &mut lens };
+        let mut attend = BlockAttention { cache: self, start, b, tables, lens: &mut lens };
         let hidden = model.run_blocks(x, 0, &mut attend, &mut NoCapture)?;
         Ok((hidden, lens))
     }
@@ -52,10 +51,9 @@ struct BlockAttention<'a> {
     cache: &'a mut ScoredCache,
     start: usize,
     b: usize,
-    /// cos/sin rows for positions 0.., rot_dims/2 wide: the model's RoPE, and its windowed
-    /// layers' own where they have one.
-    global: (Vec<f32>, Vec<f32>),
-    local: Option<(Vec<f32>, Vec<f32>)>,
+    /// cos/sin rows for positions 0.., rot_dims/2 wide, per RoPE of the model (Gemma 3's
+    /// windowed layers have their own).
+    tables: Vec<(Vec<f32>, Vec<f32>)>,
     /// Keys each token's query saw (filled by layer 0).
     lens: &'a mut Vec<usize>,
 }
@@ -65,16 +63,13 @@ impl Attend for BlockAttention<'_> {
         self.start..self.start + self.b
     }
 
-    fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _sink: &mut dyn CaptureSink) -> Result<Tensor> {
+    fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _sink: &mut dyn HookReceiver) -> Result<Tensor> {
         let (b, h, dh) = q.dims3()?;
         let kvh = k.dim(1)?;
         let (l, policy, group) = (at.index, self.cache.policy, self.cache.group);
         let rope = at.rope;
         let half = rope.rot_dims / 2;
-        let (cos, sin) = match (&self.local, at.local_rope) {
-            (Some(local), true) => (&local.0, &local.1),
-            _ => (&self.global.0, &self.global.1),
-        };
+        let Some((cos, sin)) = self.tables.get(at.rope_index) else { return Err(Error::Internal("a layer's RoPE has no tables".into())) };
         let scale = 1.0 / (dh as f32).sqrt();
         let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
         let mut out = vec![0f32; b * h * dh];

@@ -19,8 +19,8 @@ use super::scored::{KeptStats, ScoredCache, StepAttention};
 use super::policy::{Policy, PolicyKind, PositionMode};
 use super::trace::PolicyTrace;
 use crate::error::{Error, Result};
-use crate::model::llama::{KvStore, Llama, LlamaConfig};
-use crate::model::sink::NoCapture;
+use crate::model::decoder::{KvStore, Decoder, DecoderConfig};
+use crate::model::receiver::NoCapture;
 use crate::model::windowed::{QueryView, StreamKv};
 
 /// Queries per block when replaying a policy (the window's keys are re-read once per block).
@@ -76,7 +76,7 @@ impl Default for SimOptions {
 }
 
 /// Runs every policy over `ids`; `progress(done, total)` counts policy-steps.
-pub fn simulate(model: &Llama, ids: &[u32], policies: &[Policy], progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<StreamOutcome>> {
+pub fn simulate(model: &Decoder, ids: &[u32], policies: &[Policy], progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<StreamOutcome>> {
     simulate_with(model, ids, policies, SimOptions::default(), progress)
 }
 
@@ -89,7 +89,7 @@ pub(super) struct Track {
 }
 
 /// As [`simulate`], with options.
-pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<StreamOutcome>> {
+pub fn simulate_with(model: &Decoder, ids: &[u32], policies: &[Policy], opts: SimOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<StreamOutcome>> {
     let n = ids.len();
     if n < 2 {
         return Err(Error::input("the stream needs at least 2 tokens"));
@@ -108,7 +108,7 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
     if model.has_sliding_window() && opts.token_by_token && policies.iter().any(|p| p.is_cached() && p.positions == PositionMode::Original) {
         return Err(Error::input(format!(
             "this model attends through a sliding window of {} keys on some layers, which token-by-token decoding with --positions original does not model (it measures the window in cache slots); drop --token-by-token, or use --positions slot",
-            model.cfg.arch.window.unwrap_or(0)
+            model.cfg.window().unwrap_or(0)
         )));
     }
     let steps = n - 1;
@@ -224,7 +224,7 @@ pub fn simulate_with(model: &Llama, ids: &[u32], policies: &[Policy], opts: SimO
 /// One score-based policy through its [`ScoredCache`], each step's attention weights scoring the
 /// keys before the eviction: a block of tokens at a time (the same arithmetic), or decoded token
 /// by token when asked.
-fn scored(model: &Llama, ids: &[u32], policy: Policy, opts: SimOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<StreamOutcome> {
+fn scored(model: &Decoder, ids: &[u32], policy: Policy, opts: SimOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<StreamOutcome> {
     let cfg = &model.cfg;
     if model.has_sliding_window() && policy.positions == PositionMode::Original {
         return Err(Error::input("score-based policies on a model with its own sliding windows measure the window in cache slots; use --positions slot"));
@@ -254,7 +254,7 @@ fn scored(model: &Llama, ids: &[u32], policy: Policy, opts: SimOptions, progress
 
 /// Streams `ids` through a scored cache a block of [`STREAM_BLOCK`] tokens at a time (the
 /// arithmetic of decoding them one by one; see `kv::scored_replay`).
-pub(super) fn replay_scored(model: &Llama, ids: &[u32], cache: &mut ScoredCache, progress: &mut dyn FnMut(usize, usize)) -> Result<Track> {
+pub(super) fn replay_scored(model: &Decoder, ids: &[u32], cache: &mut ScoredCache, progress: &mut dyn FnMut(usize, usize)) -> Result<Track> {
     let steps = ids.len().saturating_sub(1);
     let mut track = Track { nll: Vec::with_capacity(steps), lens: Vec::with_capacity(steps), wall: 0.0 };
     let start = Instant::now();
@@ -277,7 +277,7 @@ const RECOMPUTE_BATCH_ROWS: usize = 1024;
 /// `recompute W` after the shared prefix: at each scored step t, the last W tokens (t included)
 /// run from scratch at positions 0…W−1 and the NLL of token t+1 is read from the last row.
 /// Windows of equal length run as batches; `progress(n)` reports n more steps done.
-fn recompute(model: &Llama, ids: &[u32], w: usize, shared: usize, every: usize, track: &mut Track, progress: &mut dyn FnMut(usize)) -> Result<()> {
+fn recompute(model: &Decoder, ids: &[u32], w: usize, shared: usize, every: usize, track: &mut Track, progress: &mut dyn FnMut(usize)) -> Result<()> {
     let steps = ids.len() - 1;
     let batch = (RECOMPUTE_BATCH_ROWS / w).max(1);
     let window = |t: usize| (t + 1).saturating_sub(w)..t + 1;
@@ -325,7 +325,7 @@ fn dense() -> Policy {
 }
 
 /// Perplexities, first eviction, cliff and speed of each policy's gathered stream.
-fn outcomes(cfg: &LlamaConfig, policies: &[Policy], tracks: Vec<Track>, n: usize, shared: usize, every: usize) -> Vec<StreamOutcome> {
+fn outcomes(cfg: &DecoderConfig, policies: &[Policy], tracks: Vec<Track>, n: usize, shared: usize, every: usize) -> Vec<StreamOutcome> {
     let steps = n - 1;
     policies
         .iter()

@@ -9,6 +9,11 @@ pub fn is_massive(value: f32, median_abs: f32) -> bool {
     value.abs() > MASSIVE_ABS && value.abs() >= MASSIVE_RATIO * median_abs
 }
 
+/// The criterion in words, for every place that states it.
+pub fn criterion() -> String {
+    format!("|h| > {MASSIVE_ABS} and ≥ {MASSIVE_RATIO}× the layer median")
+}
+
 /// Median of |x| (mean of the two middle values for an even count).
 pub fn median_abs(x: &[f32]) -> f32 {
     if x.is_empty() {

@@ -14,7 +14,7 @@ pub struct QuantRisk {
     pub layer: usize,
     pub max_abs: f32,
     pub median_abs: f32,
-    /// Elements counted as massive (|h| > 100 and ≥ 1000× median) and excluded below.
+    /// Elements counted as massive ([`crate::metrics::massive::is_massive`]) and excluded below.
     pub n_massive: usize,
     /// Per-tensor scale max|h|/127: distinct int8 codes the ordinary activations land on, the
     /// share that round to 0, and their signal-to-quantization-noise ratio in dB.

@@ -50,6 +50,15 @@ pub struct ModelInfo {
 }
 
 impl ModelInfo {
+    /// The name figures, reports and surveys title the model by: its catalog alias when the file
+    /// is a catalog model's (`smollm2-135m`), else its file or directory name — never the GGUF's
+    /// free-form `general.name`, which can be anything ("Smollm2 135M 8k Lc100K Mix1 Ep2").
+    pub fn display_name(&self) -> String {
+        let path = std::path::Path::new(&self.source);
+        let file = path.file_name().map_or(self.source.clone(), |n| n.to_string_lossy().into_owned());
+        super::catalog::CATALOG.iter().find(|e| e.file == file).map_or(file, |e| e.alias.to_string())
+    }
+
     /// Layer `l`'s own sliding window, if it has one.
     pub fn layer_window(&self, l: usize) -> Option<usize> {
         self.window.filter(|_| self.windowed_layers.contains(&l))

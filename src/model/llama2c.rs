@@ -7,13 +7,13 @@ use std::path::Path;
 
 use candle_core::{Device, Tensor};
 
-use super::llama::{ArchSwitches, LlamaConfig, Param};
+use super::decoder::{ArchSwitches, DecoderConfig, LayerAttn, Param};
 use super::rope::RopeLayout;
 use crate::error::{Error, IoContext, Result};
 
 /// A parsed checkpoint: its configuration and every weight under GGUF-style canonical names.
 pub struct Llama2cFile {
-    pub cfg: LlamaConfig,
+    pub cfg: DecoderConfig,
     pub shared_classifier: bool,
     weights: HashMap<String, Tensor>,
 }
@@ -87,7 +87,7 @@ impl Llama2cFile {
                 weights.insert(name.to_string(), read(shape)?);
             }
         }
-        let cfg = LlamaConfig {
+        let cfg = DecoderConfig {
             n_layers: l,
             n_heads: h,
             n_kv_heads: kvh,
@@ -101,6 +101,7 @@ impl Llama2cFile {
             rope_layout: RopeLayout::Interleaved,
             rms_eps: 1e-5,
             arch: ArchSwitches::default(),
+            layers: vec![LayerAttn::global(10000.0); l],
         };
         Ok(Llama2cFile { cfg, shared_classifier: shared, weights })
     }

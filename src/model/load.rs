@@ -11,9 +11,9 @@ use candle_core::DType;
 use super::gguf;
 use super::hf;
 use super::info::ModelInfo;
-use super::llama::{switches, Llama, LlamaConfig, Param, WeightDtype};
+use super::decoder::{Decoder, DecoderConfig, LayerAttn, Param, WeightDtype};
+use super::family::Family;
 use super::llama2c;
-use super::rope::RopeLayout;
 use super::source::{resolve, ModelSource};
 use super::tokenizer::Tokenizer;
 use crate::error::{Error, Result};
@@ -31,7 +31,7 @@ pub struct LoadOptions {
 }
 
 pub struct LoadedModel {
-    pub model: Llama,
+    pub model: Decoder,
     pub tokenizer: Tokenizer,
     pub info: ModelInfo,
 }
@@ -101,7 +101,7 @@ pub fn load_source(source: &ModelSource, opts: &LoadOptions) -> Result<LoadedMod
     Ok(LoadedModel { model, tokenizer, info })
 }
 
-fn base_info(source: &ModelSource, cfg: &LlamaConfig, architecture: String) -> ModelInfo {
+fn base_info(source: &ModelSource, cfg: &DecoderConfig, architecture: String) -> ModelInfo {
     ModelInfo {
         source: source.path().display().to_string(),
         format: source.format().to_string(),
@@ -125,34 +125,29 @@ fn base_info(source: &ModelSource, cfg: &LlamaConfig, architecture: String) -> M
         rms_eps: cfg.rms_eps,
         tied_embeddings: false,
         n_params: 0,
-        window: cfg.arch.window,
+        window: cfg.window(),
         windowed_layers: cfg.windowed_layers(),
         learned_sinks: cfg.arch.learned_sinks,
         sha256: None,
     }
 }
 
-/// The GGUF architectures whose tensors follow the Llama layout, and their RoPE pairing
-/// (llama.cpp permutes llama q/k rows to adjacent pairs; qwen2 keeps NEOX half-split).
-fn gguf_rope_layout(arch: &str) -> Option<RopeLayout> {
-    match arch {
-        "llama" | "mistral" => Some(RopeLayout::Interleaved),
-        // GPT-2 rotates nothing (learned positions); the layout is never used.
-        "qwen2" | "qwen3" | "olmo2" | "gptneox" | "gemma3" | "phi2" | "gpt2" => Some(RopeLayout::HalfSplit),
-        _ => None,
-    }
-}
-
-fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Option<Tokenizer>, ModelInfo)> {
+fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Option<Tokenizer>, ModelInfo)> {
     let file = gguf::GgufFile::open(path)?;
     let arch = file.architecture()?.to_owned();
-    let layout = gguf_rope_layout(&arch).ok_or_else(|| {
-        Error::file(path, format!("unknown architecture '{arch}'; sinkscope supports GGUF models of the architectures llama, mistral, qwen2, qwen3, olmo2, gptneox, gemma3, phi2 and gpt2"))
-    })?;
+    let family = Family::from_gguf(&arch)
+        .ok_or_else(|| Error::file(path, format!("unknown architecture '{arch}'; sinkscope supports GGUF models of the architectures {}", Family::gguf_supported())))?;
     let window = file.get(&format!("{arch}.attention.sliding_window")).and_then(gguf::Value::as_u64).map(|w| w as usize);
-    if let (Some(w), false) = (window, arch == "gemma3") {
-        return Err(Error::file(path, format!("the model attends through a sliding window of {w} keys ({arch}.attention.sliding_window), which sinkscope computes for gemma3 only so far; the numbers would be another model's")));
-    }
+    let windows = match (window, family.gguf_windows) {
+        (Some(w), None) => {
+            return Err(Error::file(
+                path,
+                format!("the model attends through a sliding window of {w} keys ({arch}.attention.sliding_window), which sinkscope computes for {} only so far; the numbers would be another model's", Family::gguf_windowed_supported()),
+            ))
+        }
+        (Some(w), Some(layout)) => Some((w, layout)),
+        (None, _) => None,
+    };
     if let Some(kind) = file.get(&format!("{arch}.rope.scaling.type")).and_then(gguf::Value::as_str) {
         if kind != "none" {
             return Err(Error::file(path, format!("RoPE scaling '{kind}' is not supported yet")));
@@ -167,20 +162,21 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Optio
         .map(|t| t.shape[0])
         .ok_or_else(|| Error::file(path, "tensor token_embd.weight is missing; the GGUF file is incomplete"))?;
     let d_head = file.get(&key("attention.key_length")).and_then(gguf::Value::as_u64).map_or(d_model / n_heads.max(1), |v| v as usize);
-    let mut switches = switches(&arch);
+    let mut switches = family.switches;
     if let Some(r) = file.get(&key("rope.dimension_count")).and_then(gguf::Value::as_u64) {
         switches.rotary_dims = Some(r as usize).filter(|&r| r != d_head);
     }
     if let Some(parallel) = file.get(&key("use_parallel_residual")).and_then(gguf::Value::as_bool) {
         switches.parallel_residual = parallel;
     }
-    if arch == "gemma3" {
-        // What llama.cpp fixes for this architecture instead of storing it: every 6th layer
-        // global, local layers rotated with base 10,000.
-        (switches.window, switches.global_every, switches.rope_local_theta) = (window, Some(6), Some(10_000.0));
-    }
-    let cfg = LlamaConfig {
-        n_layers: file.req_u64(&key("block_count"))? as usize,
+    let n_layers = file.req_u64(&key("block_count"))? as usize;
+    let rope_theta = file.opt_f64(&key("rope.freq_base")).unwrap_or(10000.0);
+    let layers = match windows {
+        Some((w, layout)) => LayerAttn::every_nth_global(n_layers, layout.global_every, w, rope_theta, layout.local_rope_theta),
+        None => vec![LayerAttn::global(rope_theta); n_layers],
+    };
+    let cfg = DecoderConfig {
+        n_layers,
         n_heads,
         n_kv_heads: file.get(&key("attention.head_count_kv")).and_then(gguf::Value::as_u64).map_or(n_heads, |v| v as usize),
         d_model,
@@ -188,10 +184,11 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Optio
         d_ff: file.req_u64(&key("feed_forward_length"))? as usize,
         vocab_size,
         context_len: file.req_u64(&key("context_length"))? as usize,
-        rope_theta: file.opt_f64(&key("rope.freq_base")).unwrap_or(10000.0),
-        rope_layout: layout,
+        rope_theta,
+        rope_layout: family.gguf_rope,
         rms_eps: file.opt_f64(&key("attention.layer_norm_rms_epsilon")).or_else(|| file.opt_f64(&key("attention.layer_norm_epsilon"))).unwrap_or(1e-5),
         arch: switches,
+        layers,
     };
     let tokenizer = match &opts.tokenizer {
         Some(_) => None,
@@ -206,7 +203,7 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Optio
         info.compute = "quantized matmuls (--quantized)".into();
     }
     let quantized = opts.quantized;
-    let model = Llama::load(cfg, path, opts.dtype, &mut |name| {
+    let model = Decoder::load(cfg, path, opts.dtype, &mut |name| {
         if !file.has_tensor(name) {
             return Ok(None);
         }
@@ -237,7 +234,7 @@ fn dtype_summary<D: std::fmt::Debug>(dtypes: impl Iterator<Item = D>) -> String 
     v.iter().map(|(d, n)| format!("{d} ×{n}")).collect::<Vec<_>>().join(", ")
 }
 
-fn load_llama2c(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Option<Tokenizer>, ModelInfo)> {
+fn load_llama2c(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Option<Tokenizer>, ModelInfo)> {
     let mut file = llama2c::Llama2cFile::open(path)?;
     let cfg = file.cfg.clone();
     let tokenizer = match &opts.tokenizer {
@@ -250,23 +247,23 @@ fn load_llama2c(path: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Op
     let l = cfg.n_layers;
     let (d, ff, v, kv) = (cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_kv_heads * cfg.d_head);
     info.n_params = v * d * if file.shared_classifier { 1 } else { 2 } + d + l * (2 * d + 2 * d * d + 2 * kv * d + 3 * ff * d);
-    let model = Llama::load(cfg, path, opts.dtype, &mut |name| Ok(file.param(name)))?;
+    let model = Decoder::load(cfg, path, opts.dtype, &mut |name| Ok(file.param(name)))?;
     Ok((model, tokenizer, info))
 }
 
-fn load_hf(dir: &std::path::Path, opts: &LoadOptions) -> Result<(Llama, Option<Tokenizer>, ModelInfo)> {
-    let (cfg, tied, model_type) = hf::read_config(dir)?;
+fn load_hf(dir: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Option<Tokenizer>, ModelInfo)> {
+    let (cfg, tied, family, model_type) = hf::read_config(dir)?;
     let tokenizer = match &opts.tokenizer {
         Some(_) => None,
         None => Some(Tokenizer::from_json_file(&dir.join("tokenizer.json"))?),
     };
-    let weights = hf::HfWeights::open(dir, &model_type, cfg.n_heads)?;
+    let weights = hf::HfWeights::open(dir, family, cfg.n_heads)?;
     let mut info = base_info(&ModelSource::HfDir(dir.to_path_buf()), &cfg, model_type);
     info.tied_embeddings = tied || !weights.has_param("output.weight");
     info.quantization = dtype_summary(weights.dtypes().into_iter());
     let tied = info.tied_embeddings;
     let mut n_params = 0usize;
-    let model = Llama::load(cfg, dir, opts.dtype, &mut |name| {
+    let model = Decoder::load(cfg, dir, opts.dtype, &mut |name| {
         let p = weights.param(name, tied)?;
         if let Some(p) = &p {
             n_params += p.shape().iter().product::<usize>();

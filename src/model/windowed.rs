@@ -15,9 +15,9 @@ use std::ops::Range;
 use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
-use super::llama::attention::{Attend, LayerAttention};
-use super::llama::Llama;
-use super::sink::{CaptureSink, NoCapture};
+use super::decoder::attention::{Attend, LayerAttention};
+use super::decoder::Decoder;
+use super::receiver::{HookReceiver, NoCapture};
 use crate::error::{Error, Result};
 use crate::numerics::kernels::{softmax_segments, softmax_segments_with_sink};
 
@@ -129,11 +129,9 @@ struct ViewAttention<'a> {
     views: &'a [QueryView],
     /// Stream position of the block's first query.
     start: usize,
-    /// RoPE tables at the queries' stream positions and at their pinned positions.
-    at_stream: Tables,
-    at_pinned: Option<Tables>,
-    /// The same with the local RoPE, for models whose windowed layers have their own (Gemma 3).
-    local: Option<(Tables, Option<Tables>)>,
+    /// Per RoPE of the model (Gemma 3's local layers have their own): tables at the queries'
+    /// stream positions and at their pinned positions.
+    tables: Vec<(Tables, Option<Tables>)>,
 }
 
 impl Attend for ViewAttention<'_> {
@@ -141,13 +139,9 @@ impl Attend for ViewAttention<'_> {
         self.start..self.start + self.views.len()
     }
 
-    fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _sink: &mut dyn CaptureSink) -> Result<Tensor> {
+    fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _sink: &mut dyn HookReceiver) -> Result<Tensor> {
         let (rope, layer) = (at.rope, at.index);
-        let (at_stream, at_pinned) = match (&self.local, at.local_rope) {
-            (Some((stream, pinned)), true) => (stream, pinned),
-            (None, true) => return Err(Error::Internal("a local-RoPE layer without local tables".into())),
-            _ => (&self.at_stream, &self.at_pinned),
-        };
+        let Some((at_stream, at_pinned)) = self.tables.get(at.rope_index) else { return Err(Error::Internal("a layer's RoPE has no tables".into())) };
         let (b, h, dh) = q.dims3()?;
         let kvh = k.dim(1)?;
         let group = h / kvh;
@@ -216,7 +210,7 @@ impl Attend for ViewAttention<'_> {
     }
 }
 
-impl Llama {
+impl Decoder {
     /// Runs the stream's next tokens (`tokens[r]` at stream position `kv.len() + r`), query r
     /// seeing the keys `views[r]` names, and returns their final-norm hidden states. Views must
     /// only move forward (`from` never decreases), never reach past the query, and pin at most
@@ -236,24 +230,16 @@ impl Llama {
         let oldest = views.iter().map(|v| v.from).min().unwrap_or(start);
         kv.forget_before(oldest)?;
         let dev = Device::Cpu;
-        let rope = self.rope();
         let positions: Vec<usize> = (start..start + tokens.len()).collect();
-        let at_stream = rope.tables(&positions, &dev)?;
-        let at_pinned = if views.iter().any(|v| v.pinned > 0) {
-            let pos: Vec<usize> = views.iter().map(|v| v.pinned_pos).collect();
-            Some(rope.tables(&pos, &dev)?)
-        } else {
-            None
-        };
-        let local = match self.rope_local() {
-            Some(local) => {
-                let pinned = views.iter().any(|v| v.pinned > 0).then(|| local.tables(&views.iter().map(|v| v.pinned_pos).collect::<Vec<_>>(), &dev)).transpose()?;
-                Some((local.tables(&positions, &dev)?, pinned))
-            }
-            None => None,
-        };
+        let pinned_positions: Vec<usize> = views.iter().map(|v| v.pinned_pos).collect();
+        let any_pinned = views.iter().any(|v| v.pinned > 0);
+        let tables = self
+            .ropes()
+            .iter()
+            .map(|rope| Ok((rope.tables(&positions, &dev)?, any_pinned.then(|| rope.tables(&pinned_positions, &dev)).transpose()?)))
+            .collect::<Result<Vec<_>>>()?;
         let x = self.embed_tokens(tokens, &positions)?;
-        let mut attend = ViewAttention { kv, views, start, at_stream, at_pinned, local };
+        let mut attend = ViewAttention { kv, views, start, tables };
         self.run_blocks(x, 0, &mut attend, &mut NoCapture)
     }
 }

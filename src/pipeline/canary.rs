@@ -144,7 +144,7 @@ fn write_outputs(r: &CanaryReport, dir: &Path) -> Result<()> {
     #[cfg(feature = "plots")]
     {
         use crate::report::figures::{canary_logprob, canary_mass};
-        let name = r.model.name.clone().unwrap_or_else(|| r.model.architecture.clone());
+        let name = r.model.display_name();
         for ext in ["png", "svg"] {
             crate::report::plot::save(&canary_mass(&name, &r.run), &stage.path(format!("canary-mass.{ext}"))?)?;
             crate::report::plot::save(&canary_logprob(&name, &r.run, CANARY_ROLLING), &stage.path(format!("canary-logprob.{ext}"))?)?;

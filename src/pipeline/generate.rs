@@ -2,9 +2,9 @@
 //! newly decoded piece as soon as it is whole text.
 
 use crate::error::{Error, Result};
-use crate::model::llama::KvCache;
+use crate::model::decoder::KvCache;
 use crate::model::load::LoadedModel;
-use crate::model::sink::NoCapture;
+use crate::model::receiver::NoCapture;
 use crate::numerics::sampling::{argmax, sample, XorShift};
 
 /// Generates up to `n` tokens after `prompt`, calling `emit` with each newly decoded piece of

@@ -105,7 +105,7 @@ pub fn quant_into(lm: &mut LoadedModel, opts: &QuantOptions, out: Option<&Path>,
     let calibrations = if needs_calibration {
         let skips: Vec<String> = calibration_info.skips.iter().map(|k| k.to_string()).collect();
         progress.status(&format!("calibrating static scales (skipping the first {} positions)", skips.join(" / ")));
-        Calibration::measure_skips(&lm.model, &calib, &calibration_info.skips, opts.kv, &mut crate::model::sink::NoCapture)?
+        Calibration::measure_skips(&lm.model, &calib, &calibration_info.skips, opts.kv, &mut crate::model::receiver::NoCapture)?
     } else {
         Vec::new()
     };

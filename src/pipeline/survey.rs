@@ -169,7 +169,7 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
                 sweeps.push(SurveySweep::of(&label, &rec, streaming.as_ref()));
             }
         }
-        let name = analysis.model.name.clone().filter(|n| !n.eq_ignore_ascii_case(&analysis.model.architecture)).unwrap_or_else(|| slug.clone());
+        let name = analysis.model.display_name();
         write_json_atomic(&dir.join(LOAD_FILE), &load)?;
         rows.push(SurveyRow::new(&name, &format!("models/{slug}"), &analysis, sweeps));
     }

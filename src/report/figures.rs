@@ -8,7 +8,7 @@ use super::tokens::label;
 use super::plot::{BarChart, HeadGrid, HeadHeatmap, IntervalChart, LineChart, Scale, MAX_LABELLED_TOKENS};
 use super::run::Run;
 #[cfg(feature = "plots")]
-use crate::metrics::massive::{is_massive, MASSIVE_ABS};
+use crate::metrics::massive::{criterion, is_massive, MASSIVE_ABS};
 #[cfg(feature = "plots")]
 use crate::analysis::sink_loss::RequestReport;
 use crate::kv::scored::KeptStats;
@@ -163,7 +163,7 @@ pub fn massive_dims(run: &Run, n: usize) -> Option<BarChart> {
     best.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     best.truncate(n);
     let medians: Vec<f32> = run.capture.as_ref().map(|c| c.summary.layers.iter().map(|l| l.median_abs).collect()).unwrap_or_default();
-    // Sun et al.'s criterion: |h| > 100 and at least 1000× the layer's median |h|.
+    // Sun et al.'s criterion, as `metrics::massive` defines it.
     let massive = |v: f64, l: usize| medians.get(l).is_some_and(|&m| is_massive(v as f32, m));
     Some(BarChart {
         title: format!("{} — largest |h| per hidden dim", run.model_name()),
@@ -171,7 +171,7 @@ pub fn massive_dims(run: &Run, n: usize) -> Option<BarChart> {
         x_desc: "hidden dim (layer of its max)".into(),
         y_desc: "max |h| (log scale)".into(),
         bars: best.iter().map(|&(dim, v, l)| (format!("{dim} · L{l}"), v, massive(v, l))).collect(),
-        highlight_label: "massive: |h| > 100 and ≥ 1000× the layer median".into(),
+        highlight_label: format!("massive: {}", criterion()),
         other_label: "not massive".into(),
         reference: Some((MASSIVE_ABS as f64, "|h| = 100".into())),
     })

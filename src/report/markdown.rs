@@ -9,7 +9,9 @@ use super::bundle::{FigureSpec, FIGURES_DIR, TABLES_DIR};
 use super::tokens::label;
 use super::run::Run;
 use super::tables::Table;
+use crate::analysis::findings::{ByLayerKind, Diagnosis};
 use crate::analysis::sinks::{learned_sinks, LearnedSinks};
+use crate::metrics::massive;
 use crate::kv::per_head::FrontierRow;
 use crate::model::info::ModelInfo;
 
@@ -75,11 +77,11 @@ fn findings(run: &Run, s: &mut String) {
         let _ = writeln!(s, "**Captured text.** {} — {} tokens{ppl}.\n", c.text_source, c.n_tokens);
         let ls = &c.summary.layers;
         let alpha0 = c.summary.heads.iter().filter_map(|h| Some((h.layer, *h.alpha.first()?)));
-        if let Some(line) = by_window_kind(run.model(), alpha0) {
-            let _ = writeln!(s, "- **Attention on position 0 by layer kind.** {line}");
+        if let Some(kinds) = ByLayerKind::of(run.model(), alpha0) {
+            let _ = writeln!(s, "- **Attention on position 0 by layer kind.** {}", by_window_kind(&kinds));
         }
-        if let Some(line) = learned_sink_line(c.summary.heads.iter().filter_map(|h| Some((h.layer, h.head, h.sink_mass?, h.alpha.first().copied().unwrap_or(0.0))))) {
-            let _ = writeln!(s, "- **Learned sinks.** {line}");
+        if let Some(ls) = learned_sinks(c.summary.heads.iter().filter_map(|h| Some((h.layer, h.head, h.sink_mass?, h.alpha.first().copied().unwrap_or(0.0))))) {
+            let _ = writeln!(s, "- **Learned sinks.** {}", learned_sink_line(&ls));
         }
         if let Some(peak) = ls.iter().max_by(|a, b| a.mean_attention_pos0.total_cmp(&b.mean_attention_pos0)) {
             let mean = ls.iter().map(|l| l.mean_attention_pos0).sum::<f64>() / ls.len().max(1) as f64;
@@ -103,55 +105,7 @@ fn findings(run: &Run, s: &mut String) {
         s.push('\n');
     }
     if let Some(a) = &run.analysis {
-        let _ = writeln!(s, "**Sink diagnosis** over {} probes (ε = {}).\n", a.probes.len(), a.settings.epsilon);
-        let positions: Vec<String> = a.sink_positions.iter().map(|p| p.to_string()).collect();
-        let _ = writeln!(
-            s,
-            "- **Sink positions:** {}. F-Attn (mean attention on position 0 over probes, layers and heads) = {:.3}.",
-            if positions.is_empty() { "none found".into() } else { positions.join(", ") },
-            a.f_attn
-        );
-        if let Some(line) = by_window_kind(run.model(), a.heads.iter().filter_map(|h| Some((h.layer, *h.alpha.first()?)))) {
-            let _ = writeln!(s, "- **F-Attn by layer kind.** {line}");
-        }
-        if let Some(line) = learned_sink_line(a.heads.iter().filter_map(|h| Some((h.layer, h.head, h.sink_mass?, h.alpha.first().copied().unwrap_or(0.0))))) {
-            let _ = writeln!(s, "- **Learned sinks.** {line}");
-        }
-        let scores: Vec<String> = a.sink_score.iter().filter(|(_, v)| **v > 0.0).take(6).map(|(k, v)| format!("Sink_{k} = {v:.1}%")).collect();
-        if !scores.is_empty() {
-            let _ = writeln!(s, "- **Share of heads that sink** (α_k > ε): {}.", scores.join(", "));
-        }
-        let mut counts = std::collections::BTreeMap::new();
-        for h in &a.heads {
-            *counts.entry(h.class.to_string()).or_insert(0usize) += 1;
-        }
-        let classes: Vec<String> = counts.iter().map(|(c, n)| format!("{n} {c}")).collect();
-        let _ = writeln!(s, "- **Head classes** ({} heads): {}.", a.heads.len(), classes.join(", "));
-        match a.massive.first_layer {
-            Some(l) => {
-                let dims: Vec<String> = a.massive.dims.iter().take(5).map(|d| d.to_string()).collect();
-                let pos: Vec<String> = a.massive.positions.iter().take(5).map(|d| d.to_string()).collect();
-                let _ = writeln!(s, "- **Massive activations** (|h| > 100 and ≥ 1000× the layer median) from layer {l} on, in dims {} at positions {}.", dims.join(", "), pos.join(", "));
-            }
-            None => s.push_str("- **Massive activations:** none (no |h| > 100 at ≥ 1000× the layer median).\n"),
-        }
-        if let Some(ab) = &a.ablation {
-            if let Some(top) = ab.top_heads.first() {
-                // Below a hundredth of a nat no head can be said to depend on the hidden key.
-                let reading = if top.delta_nll >= 0.01 { "the head that depends most on an early key" } else { "negligible: no head depends on these keys" };
-                let _ = writeln!(
-                    s,
-                    "- **Causal dependency.** The largest single-head effect: hiding key {} from layer {} head {} changes the next-token loss by {:+.3} nats (KL {:.3}) over {} tokens — {reading}.",
-                    top.key_pos,
-                    top.layer,
-                    top.head.unwrap_or(0),
-                    top.delta_nll,
-                    top.kl,
-                    ab.n_tokens
-                );
-            }
-        }
-        s.push('\n');
+        diagnosis_section(&Diagnosis::of(a), s);
     }
     if let Some(st) = &run.stream {
         let _ = writeln!(s, "**Streaming** over {} tokens of `{}`.\n", st.tokens.len(), st.text_source);
@@ -296,22 +250,67 @@ fn layer_ranges(layers: &[usize]) -> String {
     parts.join(", ")
 }
 
-/// Mean α_0 over the heads of windowed layers and of global ones, for a model with both.
-fn by_window_kind(m: &ModelInfo, alpha0: impl Iterator<Item = (usize, f64)>) -> Option<String> {
-    m.window?;
-    let [global, local] = m.mean_by_layer_kind(alpha0);
-    let mean = |side: Option<(f64, usize)>| side.map_or("no heads".into(), |(mean, n)| format!("{mean:.3} ({n} heads)"));
-    Some(format!(
-        "Mean α_0 on the global layers {}, on the windowed layers {} (α there counts only the queries within a window of position 0).",
-        mean(global),
-        mean(local)
-    ))
+/// The diagnosis's findings as a list.
+fn diagnosis_section(d: &Diagnosis, s: &mut String) {
+    let _ = writeln!(s, "**Sink diagnosis** over {} probes (ε = {}).\n", d.probes, d.epsilon);
+    let positions: Vec<String> = d.sink_positions.iter().map(|p| p.to_string()).collect();
+    let _ = writeln!(
+        s,
+        "- **Sink positions:** {}. F-Attn (mean attention on position 0 over probes, layers and heads) = {:.3}.",
+        if positions.is_empty() { "none found".into() } else { positions.join(", ") },
+        d.f_attn
+    );
+    if let Some(kinds) = &d.alpha0_by_kind {
+        let _ = writeln!(s, "- **F-Attn by layer kind.** {}", by_window_kind(kinds));
+    }
+    if let Some(ls) = &d.learned_sinks {
+        let _ = writeln!(s, "- **Learned sinks.** {}", learned_sink_line(ls));
+    }
+    let scores: Vec<String> = d.sink_scores.iter().filter(|(_, v)| *v > 0.0).take(6).map(|(k, v)| format!("Sink_{k} = {v:.1}%")).collect();
+    if !scores.is_empty() {
+        let _ = writeln!(s, "- **Share of heads that sink** (α_k > ε): {}.", scores.join(", "));
+    }
+    let _ = writeln!(s, "- **Head classes** ({} heads): {}.", d.classes.total(), d.classes.describe(", "));
+    match d.massive.first_layer {
+        Some(l) => {
+            let dims: Vec<String> = d.massive.dims.iter().take(5).map(|d| d.to_string()).collect();
+            let pos: Vec<String> = d.massive.positions.iter().take(5).map(|d| d.to_string()).collect();
+            let _ = writeln!(s, "- **Massive activations** ({}) from layer {l} on, in dims {} at positions {}.", massive::criterion(), dims.join(", "), pos.join(", "));
+        }
+        None => {
+            let _ = writeln!(s, "- **Massive activations:** none (no element with {}).", massive::criterion());
+        }
+    }
+    if let Some((top, n_tokens)) = &d.causal {
+        // Below a hundredth of a nat no head can be said to depend on the hidden key.
+        let reading = if top.delta_nll >= 0.01 { "the head that depends most on an early key" } else { "negligible: no head depends on these keys" };
+        let _ = writeln!(
+            s,
+            "- **Causal dependency.** The largest single-head effect: hiding key {} from layer {} head {} changes the next-token loss by {:+.3} nats (KL {:.3}) over {n_tokens} tokens — {reading}.",
+            top.key_pos,
+            top.layer,
+            top.head.unwrap_or(0),
+            top.delta_nll,
+            top.kl,
+        );
+    }
+    s.push('\n');
 }
 
-/// The learned sinks' share of the softmax beside α_0: (layer, head, sink mass, α_0) per head.
-fn learned_sink_line(heads: impl Iterator<Item = (usize, usize, f64, f64)>) -> Option<String> {
-    let LearnedSinks { heads: n, mean, mean_alpha0, above_half, top } = learned_sinks(heads)?;
-    Some(format!(
+/// Mean α_0 over the heads of windowed layers and of global ones, for a model with both.
+fn by_window_kind(k: &ByLayerKind) -> String {
+    let mean = |side: Option<(f64, usize)>| side.map_or("no heads".into(), |(mean, n)| format!("{mean:.3} ({n} heads)"));
+    format!(
+        "Mean α_0 on the global layers {}, on the windowed layers {} (α there counts only the queries within a window of position 0).",
+        mean(k.global),
+        mean(k.windowed)
+    )
+}
+
+/// The learned sinks' share of the softmax beside α_0.
+fn learned_sink_line(ls: &LearnedSinks) -> String {
+    let LearnedSinks { heads: n, mean, mean_alpha0, above_half, top } = *ls;
+    format!(
         "The sink logits take {:.1}% of a softmax row on average over {n} heads (α_0 beside it: {:.1}%); {above_half} heads give them more than half; the most, layer {} head {}, {:.1}% (its α_0 {:.1}%).",
         100.0 * mean,
         100.0 * mean_alpha0,
@@ -319,5 +318,5 @@ fn learned_sink_line(heads: impl Iterator<Item = (usize, usize, f64, f64)>) -> O
         top.1,
         100.0 * top.2,
         100.0 * top.3
-    ))
+    )
 }

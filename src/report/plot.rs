@@ -106,15 +106,44 @@ fn viridis(t: f64) -> RGBColor {
 /// Colour of a cell that the causal mask hides (never computed, not zero).
 const MASKED: RGBColor = RGBColor(236, 236, 236);
 
-/// Draws the title and a grey subtitle centred in a strip at the top; returns the area below.
+/// Draws the title and a grey subtitle centred in a strip at the top; returns the area below. A
+/// subtitle wider than the canvas wraps onto a second line at a space (and is cut with "…" where
+/// even two lines cannot hold it), so no text runs off either edge.
 fn header<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, subtitle: &str) -> DrawResult<DrawingArea<DB, Shift>, DB> {
     use plotters::style::text_anchor::{HPos, Pos, VPos};
     let w = root.dim_in_pixel().0 as i32;
-    let (head, body) = root.split_vertically(66);
+    let sub_style = (FONT, 14).into_font().color(&RGBColor(90, 90, 90));
+    let room = (w - 24).max(40) as u32;
+    let fits = |s: &str| root.estimate_text_size(s, &sub_style).map_or(true, |(tw, _)| tw <= room);
+    let lines = wrap_to_fit(subtitle, &fits);
+    let (head, body) = root.split_vertically(66 + 17 * (lines.len() as i32 - 1).max(0));
     let centred = Pos::new(HPos::Center, VPos::Top);
     head.draw(&Text::new(title.to_string(), (w / 2, 10), TextStyle::from((FONT, 21).into_font().style(FontStyle::Bold)).pos(centred)))?;
-    head.draw(&Text::new(subtitle.to_string(), (w / 2, 40), (FONT, 14).into_font().color(&RGBColor(90, 90, 90)).pos(centred)))?;
+    for (i, line) in lines.iter().enumerate() {
+        head.draw(&Text::new(line.clone(), (w / 2, 40 + 17 * i as i32), sub_style.clone().pos(centred)))?;
+    }
     Ok(body)
+}
+
+/// `text` as one line when it fits, else two lines broken at the space that leaves the first as
+/// long as it can be, the second cut with "…" if it still does not fit.
+fn wrap_to_fit(text: &str, fits: &dyn Fn(&str) -> bool) -> Vec<String> {
+    if fits(text) {
+        return vec![text.to_string()];
+    }
+    let spaces: Vec<usize> = text.char_indices().filter(|(_, c)| *c == ' ').map(|(i, _)| i).collect();
+    let Some(&split) = spaces.iter().rev().find(|&&i| fits(&text[..i])) else { return vec![shorten(text, fits)] };
+    let (first, rest) = (&text[..split], text[split + 1..].trim_start());
+    vec![first.to_string(), shorten(rest, fits)]
+}
+
+/// `text`, or its longest prefix (in whole characters) that fits with "…" after it.
+fn shorten(text: &str, fits: &dyn Fn(&str) -> bool) -> String {
+    if fits(text) {
+        return text.to_string();
+    }
+    let ends: Vec<usize> = text.char_indices().map(|(i, _)| i).collect();
+    ends.iter().rev().map(|&i| format!("{}…", text[..i].trim_end())).find(|s| fits(s)).unwrap_or_else(|| "…".into())
 }
 
 /// A vertical colour bar from `lo` to `hi` (in mapped units) with ticks.
@@ -544,3 +573,18 @@ impl Figure for IntervalChart {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_subtitles_wrap_and_cut_instead_of_running_off() {
+        let fits = |s: &str| s.chars().count() <= 10;
+        assert_eq!(wrap_to_fit("short", &fits), ["short"]);
+        assert_eq!(wrap_to_fit("one two three four", &fits), ["one two", "three four"]);
+        assert_eq!(wrap_to_fit("one two three four five", &fits), ["one two", "three fou…"]);
+        assert_eq!(wrap_to_fit("abcdefghijklmnop", &fits), ["abcdefghi…"]);
+    }
+}
+

@@ -164,12 +164,9 @@ impl Run {
         table
     }
 
-    /// The model's display name: its own name, else the file it came from.
+    /// The model's display name ([`ModelInfo::display_name`]).
     pub fn model_name(&self) -> String {
-        let m = self.model();
-        let file = || Path::new(&m.source).file_name().map_or(m.source.clone(), |n| n.to_string_lossy().into_owned());
-        // Some files name only their architecture ("llama"); the file says more.
-        m.name.clone().filter(|n| !n.eq_ignore_ascii_case(&m.architecture)).unwrap_or_else(file)
+        self.model().display_name()
     }
 
     /// The tokens the heatmaps and per-position arrays are indexed by: the capture's text, else the

@@ -396,7 +396,7 @@ fn layers(run: &Run, m: &Meta) -> Table {
         .build("layers")
 }
 
-/// `massive`: every massive element (|h| > 100 and ≥ 1000× the layer's median |h|).
+/// `massive`: every massive element (`metrics::massive::is_massive`).
 fn massive(run: &Run, m: &Meta) -> Table {
     let mut rows: Vec<(String, MassiveElement)> = Vec::new();
     if let Some(c) = &run.capture {

@@ -40,7 +40,7 @@ pub struct LayerRow {
     pub median_abs: f32,
     /// Largest elements kept by the capture: (position, dim, value).
     pub top: Vec<(usize, usize, f32)>,
-    /// Dims whose max |h| in this layer is massive (|h| > 100 and ≥ 1000 × median).
+    /// Dims whose max |h| in this layer is massive (`metrics::massive::is_massive`).
     pub massive_dims: Vec<usize>,
 }
 

@@ -11,7 +11,7 @@ use ratatui::widgets::{Axis, Chart, Dataset, GraphType, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::{block, heading, kv, missing, quoted, DIM};
-use crate::metrics::massive::MASSIVE_ABS;
+use crate::metrics::massive::{self, MASSIVE_ABS};
 use crate::tui::state::App;
 use crate::tui::layout::{self, scroll};
 use crate::tui::widgets::colour::{decade, series, short};
@@ -122,7 +122,7 @@ fn table_view(f: &mut Frame, area: Rect, app: &App) {
 
 fn side(f: &mut Frame, area: Rect, app: &App) {
     let mut v = vec![heading("Massive activations")];
-    v.push(Line::from(Span::styled("|h| > 100 and ≥ 1000 × the layer's median", Style::new().fg(DIM))));
+    v.push(Line::from(Span::styled(massive::criterion(), Style::new().fg(DIM))));
     if let Some(a) = &app.run.analysis {
         let m = &a.massive;
         v.push(kv(&format!("over {} probes: first layer", m.n_probes), m.first_layer.map_or("none".into(), |l| l.to_string())));

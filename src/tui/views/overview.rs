@@ -10,7 +10,8 @@ use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::{block, heading, kv, quoted, DIM, WARN};
-use crate::analysis::heads::HeadClass;
+use crate::analysis::findings::Diagnosis;
+use crate::metrics::massive;
 use crate::tui::state::App;
 use crate::tui::widgets::colour::short;
 
@@ -149,12 +150,8 @@ fn findings_lines(app: &App) -> Vec<Line<'static>> {
     heads.sort_by(|a, b| b.0.total_cmp(&a.0));
     let top: Vec<String> = heads.iter().take(5).map(|(a, l, h)| format!("L{l}H{h} {a:.2}")).collect();
     v.push(Line::from(format!("  {}", top.join(" · "))));
-    if let Some(classes) = &data.classes {
-        let count = |c: HeadClass| classes.iter().flatten().filter(|&&x| x == c).count();
-        v.push(kv(
-            "head classes",
-            format!("sink {} · previous-token {} · broad {} · content {}", count(HeadClass::Sink), count(HeadClass::PreviousToken), count(HeadClass::Broad), count(HeadClass::Content)),
-        ));
+    if let Some(a) = &run.analysis {
+        v.push(kv("head classes", Diagnosis::of(a).classes.describe(" · ")));
     }
     v.push(Line::from(""));
     v.push(heading("Causal dependency (key masked → ΔNLL)"));
@@ -174,7 +171,7 @@ fn findings_lines(app: &App) -> Vec<Line<'static>> {
         None => v.push(Line::from(Span::styled("no causal sweep: sinkscope analyze -m MODEL -f TEXT -o RUN_DIR", Style::new().fg(DIM)))),
     }
     v.push(Line::from(""));
-    v.push(heading("Massive activations (|h| > 100 and ≥ 1000 × median)"));
+    v.push(heading(&format!("Massive activations ({})", massive::criterion())));
     let massive_layers: Vec<&crate::tui::data::LayerRow> = data.layers.iter().filter(|l| !l.massive_dims.is_empty() || l.massive().next().is_some()).collect();
     match (&run.analysis, massive_layers.first()) {
         (Some(a), _) if a.massive.first_layer.is_some() => {

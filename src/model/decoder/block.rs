@@ -4,7 +4,7 @@
 
 use candle_core::Tensor;
 
-use super::config::{take_opt, take_req, LlamaConfig, MlpKind, NormKind, NormPlacement, Param, ParamSource, QkNorm};
+use super::config::{take_opt, take_req, DecoderConfig, MlpKind, NormKind, NormPlacement, Param, ParamSource, QkNorm};
 use super::linear::{Linear, Projection};
 use super::moe::MoeMlp;
 use crate::error::Result;
@@ -18,7 +18,7 @@ pub(crate) struct Norm {
 
 impl Norm {
     /// Reads `{name}.weight` (and `{name}.bias` for LayerNorm) of width `d`.
-    pub(crate) fn load(cfg: &LlamaConfig, path: &std::path::Path, get: &mut ParamSource<'_>, name: &str, d: usize) -> Result<Norm> {
+    pub(crate) fn load(cfg: &DecoderConfig, path: &std::path::Path, get: &mut ParamSource<'_>, name: &str, d: usize) -> Result<Norm> {
         let weight = take_req(get, path, &format!("{name}.weight"), &[d])?.dequantize()?;
         let bias = match cfg.arch.norm {
             NormKind::Rms => None,
@@ -92,12 +92,12 @@ impl Block {
     }
 
     /// Reads layer `l`'s weights under their GGUF-style names, checking every shape.
-    pub(crate) fn load(cfg: &LlamaConfig, l: usize, path: &std::path::Path, get: &mut ParamSource<'_>) -> Result<Block> {
+    pub(crate) fn load(cfg: &DecoderConfig, l: usize, path: &std::path::Path, get: &mut ParamSource<'_>) -> Result<Block> {
         let (d, dh, h, kv, ff) = (cfg.d_model, cfg.d_head, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff);
         let n = |s: &str| format!("blk.{l}.{s}");
         let (attn_in, attn_out, mlp_in, mlp_out) = match cfg.arch.norm_placement {
             NormPlacement::Pre => (Some(Norm::load(cfg, path, get, &n("attn_norm"), d)?), None, Some(Norm::load(cfg, path, get, &n("ffn_norm"), d)?), None),
-            // The MLP reads the attention's normalised input (see `Llama::run_blocks`).
+            // The MLP reads the attention's normalised input (see `Decoder::run_blocks`).
             NormPlacement::Shared => (Some(Norm::load(cfg, path, get, &n("attn_norm"), d)?), None, None, None),
             NormPlacement::Post => (None, Some(Norm::load(cfg, path, get, &n("post_attention_norm"), d)?), None, Some(Norm::load(cfg, path, get, &n("post_ffw_norm"), d)?)),
             NormPlacement::Sandwich => (
@@ -143,7 +143,7 @@ impl Block {
             true => Some(take_req(get, path, &n("attn_sinks.weight"), &[h])?.dequantize()?.to_vec1::<f32>()?),
             false => None,
         };
-        if let (MlpKind::Moe, Some(shape)) = (cfg.arch.mlp, cfg.arch.moe) {
+        if let MlpKind::Moe(shape) = cfg.arch.mlp {
             let mlp = Mlp::Moe(MoeMlp::load(cfg, shape, l, path, get)?);
             return Ok(Block { attn_in, attn_out, mlp_in, mlp_out, qkv, qk_norm, o_proj, sinks, mlp });
         }
@@ -155,7 +155,7 @@ impl Block {
                 let gate_up = Projection::new(vec![(gate, None), (up, up_bias)])?;
                 if cfg.arch.mlp == MlpKind::GeGluTanh { Mlp::GeGlu { gate_up, down } } else { Mlp::SwiGlu { gate_up, down } }
             }
-            MlpKind::Moe => return Err(crate::error::Error::Internal("a mixture of experts without its shape".into())),
+            MlpKind::Moe(_) => return Err(crate::error::Error::Internal("a mixture of experts reached the dense MLP".into())),
             MlpKind::Gelu | MlpKind::GeluTanh => {
                 Mlp::Gelu { up: Linear::new(take_req(get, path, &n("ffn_up.weight"), &[ff, d])?, up_bias)?, down, tanh: cfg.arch.mlp == MlpKind::GeluTanh }
             }

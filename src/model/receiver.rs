@@ -1,5 +1,5 @@
-//! The capture interface the forward pass pushes into: `CaptureSink` (ask first with `wants`, so
-//! unwanted hooks cost nothing), `NoCapture` for plain inference, and a fan-out over several sinks.
+//! The capture interface the forward pass pushes into: `HookReceiver` (ask first with `wants`, so
+//! unwanted hooks cost nothing), `NoCapture` for plain inference, and a fan-out over several receivers.
 //! The forward pass owns this vocabulary; `capture` implements it.
 
 use std::ops::Range;
@@ -10,7 +10,7 @@ use super::hook::HookPoint;
 use crate::error::Result;
 
 /// Receives tensors from the forward pass.
-pub trait CaptureSink {
+pub trait HookReceiver {
     /// Whether `record` should be called for this hook; the forward pass skips work otherwise.
     fn wants(&self, hook: &HookPoint) -> bool;
 
@@ -32,7 +32,7 @@ pub trait CaptureSink {
 /// Captures nothing (plain inference).
 pub struct NoCapture;
 
-impl CaptureSink for NoCapture {
+impl HookReceiver for NoCapture {
     fn wants(&self, _: &HookPoint) -> bool {
         false
     }
@@ -42,9 +42,9 @@ impl CaptureSink for NoCapture {
 }
 
 /// Forwards each hook to every sink that wants it.
-pub struct FanOut<'a>(pub Vec<&'a mut dyn CaptureSink>);
+pub struct FanOut<'a>(pub Vec<&'a mut dyn HookReceiver>);
 
-impl CaptureSink for FanOut<'_> {
+impl HookReceiver for FanOut<'_> {
     fn wants(&self, hook: &HookPoint) -> bool {
         self.0.iter().any(|s| s.wants(hook))
     }

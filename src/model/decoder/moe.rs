@@ -4,7 +4,7 @@
 
 use candle_core::{Device, Tensor};
 
-use super::config::{take_req, LlamaConfig, Moe, Param, ParamSource};
+use super::config::{take_req, DecoderConfig, Moe, Param, ParamSource};
 use super::linear::Linear;
 use crate::error::Result;
 use crate::numerics::tensor::with_f32;
@@ -22,7 +22,7 @@ impl MoeMlp {
     /// Reads layer `l`'s router (`ffn_gate_inp`) and experts. The experts keep transformers'
     /// layout, (experts, in, out) with gate and up interleaved along `out` (`ffn_gate_up_exps`,
     /// `ffn_down_exps`); they are split per expert here.
-    pub(crate) fn load(cfg: &LlamaConfig, shape: Moe, l: usize, path: &std::path::Path, get: &mut ParamSource<'_>) -> Result<MoeMlp> {
+    pub(crate) fn load(cfg: &DecoderConfig, shape: Moe, l: usize, path: &std::path::Path, get: &mut ParamSource<'_>) -> Result<MoeMlp> {
         let (d, ff, e) = (cfg.d_model, cfg.d_ff, shape.experts);
         let n = |s: &str| format!("blk.{l}.{s}");
         let dense = |p: Param| p.dequantize();

@@ -1,6 +1,10 @@
-//! The Llama-family forward pass (Llama, Mistral, Qwen2-style, SmolLM, TinyLlama, llama2.c) with
-//! capture hooks: RMSNorm, grouped-query attention computed in query blocks (no layer ever holds a
-//! full T×T pattern), SwiGLU, RoPE in the weights' own layout, tied or untied output.
+//! The one configurable decoder every family runs on (TransformerLens-style: one model, switches
+//! and a weight map per family in `model::family`): embeddings (learned positions where a family
+//! has them), the block stack — RMSNorm or LayerNorm before, after or around each sublayer,
+//! grouped-query attention computed in query blocks (no layer ever holds a full T×T pattern) with
+//! each layer's own window and RoPE, a dense, gated or mixture-of-experts MLP, sequential or
+//! parallel residuals — and the tied or untied output head, pushing every hook into a
+//! [`HookReceiver`].
 
 pub mod attention;
 mod block;
@@ -13,7 +17,7 @@ use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 
 use attention::{Attend, LayerAttention, Seq, SeqAttention, ATTENTION_BLOCK_BYTES};
-pub use config::{switches, ArchSwitches, LlamaConfig, MlpKind, Moe, NormKind, NormPlacement, Param, ParamSource, QkNorm, WeightDtype};
+pub use config::{ArchSwitches, DecoderConfig, LayerAttn, MlpKind, Moe, NormKind, NormPlacement, Param, ParamSource, QkNorm, WeightDtype, LLAMA};
 use config::{take_opt, take_req};
 pub use kv::{KeyMask, KvCache, KvStore};
 use block::{Block, Norm};
@@ -22,24 +26,26 @@ use crate::error::{Error, Result};
 use crate::model::hook::HookPoint;
 use crate::model::rope::Rope;
 use crate::model::scoring::{streamed_nll, token_nll, HeadWeight};
-use crate::model::sink::{CaptureSink, NoCapture};
+use crate::model::receiver::{HookReceiver, NoCapture};
 use crate::numerics::tensor::with_f32;
 
 /// Logit rows materialised at once when a quantized head cannot be streamed.
 const LOGIT_ROWS: usize = 128;
 
-/// A loaded Llama-family model.
-pub struct Llama {
-    pub cfg: LlamaConfig,
+/// A loaded decoder-only transformer of any supported family.
+pub struct Decoder {
+    pub cfg: DecoderConfig,
     embed: Tensor,
     /// Learned absolute position embeddings (context_len, d_model), added to the input (GPT-2).
     pos_embed: Option<Tensor>,
     blocks: Vec<Block>,
     final_norm: Norm,
     lm_head: Linear,
-    rope: Rope,
-    /// The windowed layers' RoPE when its base differs (Gemma 3).
-    rope_local: Option<Rope>,
+    /// Each distinct RoPE the layers rotate with, the model's own (`cfg.rope_theta`) first
+    /// (Gemma 3's local layers have a second).
+    ropes: Vec<Rope>,
+    /// Which of `ropes` each layer rotates with.
+    layer_ropes: Vec<usize>,
     attention_block_bytes: usize,
     /// Bytes the weights occupy as kept (half matrices count 2 per element).
     weight_bytes: u64,
@@ -48,10 +54,10 @@ pub struct Llama {
 }
 
 
-impl Llama {
+impl Decoder {
     /// Builds the model from a weight source, checking every shape against `cfg`; matrices are
     /// kept as `dtype` says (see [`WeightDtype`]).
-    pub fn load(cfg: LlamaConfig, source_path: &std::path::Path, dtype: WeightDtype, get: &mut ParamSource<'_>) -> Result<Self> {
+    pub fn load(cfg: DecoderConfig, source_path: &std::path::Path, dtype: WeightDtype, get: &mut ParamSource<'_>) -> Result<Self> {
         cfg.validate(source_path)?;
         let d = cfg.d_model;
         let (mut weight_bytes, mut half_matrices) = (0u64, None);
@@ -89,19 +95,30 @@ impl Llama {
             },
         };
         let rope = Rope { theta: cfg.rope_theta, d_head: cfg.d_head, rot_dims: cfg.arch.rotary_dims.unwrap_or(cfg.d_head), layout: cfg.rope_layout, yarn: cfg.arch.rope_yarn };
-        let rope_local = cfg.arch.rope_local_theta.filter(|&t| t != cfg.rope_theta).map(|theta| Rope { theta, ..rope.clone() });
-        Ok(Llama { cfg, embed, pos_embed, blocks, final_norm, lm_head, rope, rope_local, attention_block_bytes: ATTENTION_BLOCK_BYTES, weight_bytes: weight_bytes + lookup_copy, half_matrices })
+        let mut ropes = vec![rope];
+        let mut layer_ropes = Vec::with_capacity(cfg.n_layers);
+        for layer in &cfg.layers {
+            let index = match ropes.iter().position(|r| r.theta == layer.rope_theta) {
+                Some(i) => i,
+                None => {
+                    ropes.push(Rope { theta: layer.rope_theta, ..ropes[0].clone() });
+                    ropes.len() - 1
+                }
+            };
+            layer_ropes.push(index);
+        }
+        Ok(Decoder { cfg, embed, pos_embed, blocks, final_norm, lm_head, ropes, layer_ropes, attention_block_bytes: ATTENTION_BLOCK_BYTES, weight_bytes: weight_bytes + lookup_copy, half_matrices })
     }
 
     /// Runs `tokens` after whatever `cache` holds (positions continue from `cache.len()`), pushing
     /// hooks into `sink`, and returns the final-norm hidden states (T, d_model). With `cache` =
-    /// `None` nothing is kept for later calls. Logits come from [`Llama::logits`].
-    pub fn forward(&self, tokens: &[u32], cache: Option<&mut KvCache>, sink: &mut dyn CaptureSink) -> Result<Tensor> {
+    /// `None` nothing is kept for later calls. Logits come from [`Decoder::logits`].
+    pub fn forward(&self, tokens: &[u32], cache: Option<&mut KvCache>, sink: &mut dyn HookReceiver) -> Result<Tensor> {
         self.forward_with(tokens, cache.map(|c| c as &mut dyn KvStore), sink)
     }
 
-    /// [`Llama::forward`] with any [`KvStore`] (e.g. a policy-managed cache being prefilled).
-    pub fn forward_with(&self, tokens: &[u32], store: Option<&mut dyn KvStore>, sink: &mut dyn CaptureSink) -> Result<Tensor> {
+    /// [`Decoder::forward`] with any [`KvStore`] (e.g. a policy-managed cache being prefilled).
+    pub fn forward_with(&self, tokens: &[u32], store: Option<&mut dyn KvStore>, sink: &mut dyn HookReceiver) -> Result<Tensor> {
         if tokens.is_empty() {
             return Err(Error::input("no tokens to run: the text is empty"));
         }
@@ -122,7 +139,7 @@ impl Llama {
         (0..masks.len()).map(|s| Ok(hidden.narrow(0, s * t, t)?)).collect()
     }
 
-    /// [`Llama::forward_masked`]'s variants as one (masks · T, d_model) tensor, variant after
+    /// [`Decoder::forward_masked`]'s variants as one (masks · T, d_model) tensor, variant after
     /// variant along rows.
     pub fn forward_masked_stacked(&self, resid_pre: &Tensor, masks: &[KeyMask]) -> Result<Tensor> {
         let Some(layer) = masks.first().map(|m| m.layer) else { return Ok(Tensor::zeros((0, self.cfg.d_model), DType::F32, &Device::Cpu)?) };
@@ -137,7 +154,7 @@ impl Llama {
     /// Runs independent token windows of equal length, each from position 0 with nothing cached
     /// (what `recompute` re-runs at every step), stacked so projections and MLPs run as one batch
     /// while each window attends only within itself. Returns the final-norm hidden states,
-    /// window after window along rows. Equal to one [`Llama::forward`] per window.
+    /// window after window along rows. Equal to one [`Decoder::forward`] per window.
     pub fn forward_windows(&self, windows: &[&[u32]]) -> Result<Tensor> {
         let Some(len) = windows.first().map(|w| w.len()) else { return Err(Error::Internal("forward_windows needs a window".into())) };
         if len == 0 || windows.iter().any(|w| w.len() != len) {
@@ -166,22 +183,18 @@ impl Llama {
     /// Runs blocks `first_layer..` over `x`, which holds `seqs.len()` sequences of equal length
     /// stacked along rows. Projections and MLPs run on all rows at once; RoPE, the KV store and
     /// attention (with that sequence's mask) run per sequence.
-    fn run_layers(&self, x: Tensor, first_layer: usize, seqs: &mut [Seq<'_>], sink: &mut dyn CaptureSink) -> Result<Tensor> {
+    fn run_layers(&self, x: Tensor, first_layer: usize, seqs: &mut [Seq<'_>], sink: &mut dyn HookReceiver) -> Result<Tensor> {
         let n_seq = seqs.len().max(1);
         let t = x.dim(0)? / n_seq;
         let positions: Vec<Vec<usize>> = seqs.iter().map(|s| s.store.as_ref().map_or_else(|| (0..t).collect(), |st| st.next_positions(t))).collect();
-        let tables = positions.iter().map(|p| self.rope.tables(p, &Device::Cpu)).collect::<Result<Vec<_>>>()?;
-        let local_tables = match &self.rope_local {
-            Some(local) => Some(positions.iter().map(|p| local.tables(p, &Device::Cpu)).collect::<Result<Vec<_>>>()?),
-            None => None,
-        };
-        let mut attend = SeqAttention { seqs, positions, tables, local_tables, t, block_bytes: self.attention_block_bytes };
+        let tables = self.ropes.iter().map(|rope| positions.iter().map(|p| rope.tables(p, &Device::Cpu)).collect::<Result<Vec<_>>>()).collect::<Result<Vec<_>>>()?;
+        let mut attend = SeqAttention { seqs, positions, tables, t, block_bytes: self.attention_block_bytes };
         self.run_blocks(x, first_layer, &mut attend, sink)
     }
 
-    /// The layer stack over `x` (rows = tokens): RMSNorm, fused projections, `attend` for the part
-    /// where queries meet keys, output projection, SwiGLU MLP, hooks at every named point.
-    pub(crate) fn run_blocks(&self, mut x: Tensor, first_layer: usize, attend: &mut dyn Attend, sink: &mut dyn CaptureSink) -> Result<Tensor> {
+    /// The layer stack over `x` (rows = tokens): the family's norms, fused projections, `attend` for the
+    /// part where queries meet keys, output projection, the MLP, hooks at every named point.
+    pub(crate) fn run_blocks(&self, mut x: Tensor, first_layer: usize, attend: &mut dyn Attend, sink: &mut dyn HookReceiver) -> Result<Tensor> {
         let total = x.dim(0)?;
         let rows = attend.rows();
         let eps = self.cfg.rms_eps as f32;
@@ -264,25 +277,19 @@ impl Llama {
 
     /// Layer `l`'s RoPE and window.
     fn layer_attention(&self, l: usize) -> LayerAttention<'_> {
-        let window = self.cfg.layer_window(l);
-        let local = self.rope_local.as_ref().filter(|_| window.is_some());
-        LayerAttention {
-            index: l,
-            rope: local.unwrap_or(&self.rope),
-            local_rope: local.is_some(),
-            window,
-            sinks: self.blocks[l].sinks.as_deref(),
-        }
+        let rope_index = self.layer_ropes[l];
+        LayerAttention { index: l, rope: &self.ropes[rope_index], rope_index, window: self.cfg.layer_window(l), sinks: self.blocks[l].sinks.as_deref() }
     }
 
-    /// Layer `l`'s RoPE (a windowed layer's own where the model has one).
+    /// Layer `l`'s RoPE.
     pub fn layer_rope(&self, l: usize) -> Rope {
         self.layer_attention(l).rope.clone()
     }
 
-    /// The windowed layers' own RoPE, when it differs from the global one.
-    pub fn rope_local(&self) -> Option<Rope> {
-        self.rope_local.clone()
+    /// Every distinct RoPE the layers rotate with, the model's own first; a layer's index into
+    /// them is its [`LayerAttention`]'s `rope_index`.
+    pub fn ropes(&self) -> &[Rope] {
+        &self.ropes
     }
 
     /// Whether some layer attends through a sliding window of the model's own.
@@ -300,7 +307,7 @@ impl Llama {
 
     /// The model's rotary embedding (for caches that place keys themselves).
     pub fn rope(&self) -> Rope {
-        self.rope.clone()
+        self.ropes[0].clone()
     }
 
     /// Bytes the weights occupy in memory as loaded.
@@ -331,7 +338,7 @@ impl Llama {
     }
 
     /// NLL of `targets[r]` given final-norm hidden row r: a dense head is streamed in vocabulary
-    /// blocks (no rows × vocab matrix); a quantized one goes through [`Llama::logits`].
+    /// blocks (no rows × vocab matrix); a quantized one goes through [`Decoder::logits`].
     pub fn next_token_nll(&self, normed: &Tensor, targets: &[u32]) -> Result<Vec<f64>> {
         let (rows, d) = normed.dims2()?;
         if rows != targets.len() {
@@ -364,9 +371,9 @@ impl Llama {
     }
 }
 
-/// Lets `sink` replace the tensor at `hook` (see [`CaptureSink::rewrite`]), records what the
+/// Lets `sink` replace the tensor at `hook` (see [`HookReceiver::rewrite`]), records what the
 /// forward pass will use, and returns it.
-fn intervene(sink: &mut dyn CaptureSink, hook: HookPoint, rows: &std::ops::Range<usize>, value: Tensor) -> Result<Tensor> {
+fn intervene(sink: &mut dyn HookReceiver, hook: HookPoint, rows: &std::ops::Range<usize>, value: Tensor) -> Result<Tensor> {
     if !sink.wants(&hook) {
         return Ok(value);
     }
@@ -376,7 +383,7 @@ fn intervene(sink: &mut dyn CaptureSink, hook: HookPoint, rows: &std::ops::Range
     Ok(value)
 }
 
-fn emit(sink: &mut dyn CaptureSink, hook: HookPoint, rows: &std::ops::Range<usize>, value: &Tensor) -> Result<()> {
+fn emit(sink: &mut dyn HookReceiver, hook: HookPoint, rows: &std::ops::Range<usize>, value: &Tensor) -> Result<()> {
     if sink.wants(&hook) {
         let value = if value.is_contiguous() { value.clone() } else { value.contiguous()? };
         sink.record(&hook, rows.clone(), &value)?;

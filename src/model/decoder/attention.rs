@@ -7,11 +7,11 @@ use gemm::Parallelism;
 use rayon::prelude::*;
 
 use super::kv::{KeyMask, KvStore};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::hook::HookPoint;
 use crate::model::matmul::{gemm_f32, SendPtr};
 use crate::model::rope::Rope;
-use crate::model::sink::CaptureSink;
+use crate::model::receiver::HookReceiver;
 use crate::numerics::kernels::{softmax_prefix, softmax_segments, softmax_segments_with_sink};
 use crate::numerics::tensor::with_f32;
 
@@ -30,8 +30,8 @@ pub(crate) struct Seq<'a> {
 pub(crate) struct LayerAttention<'r> {
     pub(crate) index: usize,
     pub(crate) rope: &'r Rope,
-    /// The layer uses the model's second (local) RoPE.
-    pub(crate) local_rope: bool,
+    /// Which of the model's RoPEs `rope` is ([`super::Decoder::ropes`]).
+    pub(crate) rope_index: usize,
     /// Keys a query sees at most, its own included.
     pub(crate) window: Option<usize>,
     /// Learned sink logits per head, joining every softmax row's denominator (gpt-oss).
@@ -44,7 +44,7 @@ pub(crate) struct LayerAttention<'r> {
 pub(crate) trait Attend {
     /// Positions of the rows, for hooks.
     fn rows(&self) -> std::ops::Range<usize>;
-    fn attend(&mut self, layer: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, sink: &mut dyn CaptureSink) -> Result<Tensor>;
+    fn attend(&mut self, layer: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, sink: &mut dyn HookReceiver) -> Result<Tensor>;
     /// Called once every layer has run.
     fn finish(&mut self) {}
 }
@@ -53,9 +53,8 @@ pub(crate) trait Attend {
 pub(crate) struct SeqAttention<'s, 'a> {
     pub(crate) seqs: &'s mut [Seq<'a>],
     pub(crate) positions: Vec<Vec<usize>>,
-    pub(crate) tables: Vec<(Tensor, Tensor)>,
-    /// The same for the local RoPE, when the model has one.
-    pub(crate) local_tables: Option<Vec<(Tensor, Tensor)>>,
+    /// cos/sin tables per RoPE of the model, per sequence.
+    pub(crate) tables: Vec<Vec<(Tensor, Tensor)>>,
     /// Rows per sequence.
     pub(crate) t: usize,
     /// Bytes of one query block's scores at most (see [`attention`]).
@@ -68,12 +67,9 @@ impl Attend for SeqAttention<'_, '_> {
         first..first + self.t
     }
 
-    fn attend(&mut self, layer: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, sink: &mut dyn CaptureSink) -> Result<Tensor> {
+    fn attend(&mut self, layer: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, sink: &mut dyn HookReceiver) -> Result<Tensor> {
         let (t, l, rope) = (self.t, layer.index, layer.rope);
-        let tables = match (&self.local_tables, layer.local_rope) {
-            (Some(local), true) => local,
-            _ => &self.tables,
-        };
+        let tables = self.tables.get(layer.rope_index).ok_or_else(|| Error::Internal("a layer's RoPE has no tables".into()))?;
         let mut outs = Vec::with_capacity(self.seqs.len());
         for (s, seq) in self.seqs.iter_mut().enumerate() {
             let part = |x: &Tensor| -> Result<Tensor> { Ok(x.narrow(0, s * t, t)?.transpose(0, 1)?.contiguous()?) };
@@ -113,7 +109,7 @@ pub(crate) fn attention(
     k: &Tensor,
     v: &Tensor,
     past: usize,
-    sink: &mut dyn CaptureSink,
+    sink: &mut dyn HookReceiver,
     mask: Option<&KeyMask>,
 ) -> Result<Tensor> {
     let (layer, window, sinks) = (at.index, at.window, at.sinks);

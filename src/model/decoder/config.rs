@@ -11,9 +11,9 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::model::rope::{RopeLayout, Yarn};
 
-/// Shape and numerics of a Llama-family model.
+/// Shape and numerics of a decoder-only transformer, and the switches that make it one family.
 #[derive(Debug, Clone, Serialize)]
-pub struct LlamaConfig {
+pub struct DecoderConfig {
     pub n_layers: usize,
     pub n_heads: usize,
     pub n_kv_heads: usize,
@@ -29,6 +29,32 @@ pub struct LlamaConfig {
     /// Where the family departs from Llama (all off: Llama).
     #[serde(default)]
     pub arch: ArchSwitches,
+    /// How each layer attends, one entry per layer.
+    pub layers: Vec<LayerAttn>,
+}
+
+/// How one layer attends: over every earlier key or through a sliding window, rotated with which
+/// RoPE base.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LayerAttn {
+    /// Keys a query sees at most, its own included (sliding-window attention: Mistral's
+    /// `sliding_window`, Gemma 3's local layers); `None`: every earlier key.
+    pub window: Option<usize>,
+    /// This layer's RoPE base (Gemma 3's local layers rotate with their own).
+    pub rope_theta: f64,
+}
+
+impl LayerAttn {
+    /// A layer that sees every earlier key, rotated with base `rope_theta`.
+    pub fn global(rope_theta: f64) -> LayerAttn {
+        LayerAttn { window: None, rope_theta }
+    }
+
+    /// `n` layers of which every `every`th (`every` − 1, 2·`every` − 1, …) is global with base
+    /// `theta` and the others see `window` keys, rotated with base `local_theta`.
+    pub fn every_nth_global(n: usize, every: usize, window: usize, theta: f64, local_theta: f64) -> Vec<LayerAttn> {
+        (0..n).map(|l| if (l + 1) % every.max(1) == 0 { LayerAttn::global(theta) } else { LayerAttn { window: Some(window), rope_theta: local_theta } }).collect()
+    }
 }
 
 /// The normalisation a family uses everywhere (blocks and the final norm).
@@ -42,7 +68,7 @@ pub enum NormKind {
 }
 
 /// The feed-forward block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MlpKind {
     /// down(silu(gate(x)) · up(x)): Llama, Qwen, OLMo.
@@ -54,10 +80,10 @@ pub enum MlpKind {
     GeGluTanh,
     /// down(gelu_tanh(up(x) + b) + b), GELU's tanh approximation (`gelu_new`): GPT-2, Phi.
     GeluTanh,
-    /// A mixture of experts ([`Moe`]): a router picks the top-k experts per token and weighs
-    /// them by a softmax over their logits; each expert is a clamped SwiGLU with biases,
+    /// A mixture of experts: a router picks the top-k experts per token and weighs them by a
+    /// softmax over their logits; each expert is a clamped SwiGLU with biases,
     /// (up + 1) · gate · σ(α · gate) (gpt-oss).
-    Moe,
+    Moe(Moe),
 }
 
 /// A mixture-of-experts MLP's shape and its experts' clamped SwiGLU (gpt-oss).
@@ -103,8 +129,8 @@ pub enum NormPlacement {
 }
 
 /// The switches that make the one decoder another family (TransformerLens-style: one
-/// configurable model, a weight map per family). `Default` is Llama.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+/// configurable model, a weight map per family in `model::family`). `Default` is [`LLAMA`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct ArchSwitches {
     /// RMSNorm of queries and keys before RoPE (the blocks carry `attn_q_norm` / `attn_k_norm`).
     pub qk_norm: QkNorm,
@@ -124,69 +150,54 @@ pub struct ArchSwitches {
     pub embed_scale: bool,
     /// Attention scores scaled by this instead of 1/√d_head (Gemma's query_pre_attn_scalar^−½).
     pub attn_scale: Option<f64>,
-    /// Keys a query sees at most, its own included, on the windowed layers (sliding-window
-    /// attention: Mistral's `sliding_window`, Gemma 3's local layers).
-    pub window: Option<usize>,
-    /// With a window: every Nth layer (N−1, 2N−1, …) is global, the rest windowed (Gemma 3: 6);
-    /// `None`: every layer is windowed.
-    pub global_every: Option<usize>,
-    /// RoPE base of the windowed layers when it differs from the global one (Gemma 3: 10,000).
-    pub rope_local_theta: Option<f64>,
     /// Positions enter as a learned table added to the embeddings (`position_embd`: GPT-2), and
     /// nothing is rotated (`rotary_dims` = 0).
     pub learned_positions: bool,
     /// A learned logit per head that joins every softmax row's denominator and attends to
     /// nothing (`attn_sinks`: gpt-oss); the mass it takes is `hook_sink_prob`.
     pub learned_sinks: bool,
-    /// The experts of a [`MlpKind::Moe`] block.
-    pub moe: Option<Moe>,
     /// YaRN context extension of RoPE (gpt-oss), as transformers computes it.
     pub rope_yarn: Option<Yarn>,
     /// Logits squashed to c · tanh(logits / c) (Gemma 2's `final_logit_softcapping`).
     pub final_logit_softcap: Option<f64>,
 }
 
-impl ArchSwitches {
-    /// Whether layer `l` attends through the sliding window.
-    pub fn windowed(&self, l: usize) -> bool {
-        self.window.is_some() && self.global_every.is_none_or(|n| n == 0 || !(l + 1).is_multiple_of(n))
+/// Llama's switches: every other family's starting point.
+pub const LLAMA: ArchSwitches = ArchSwitches {
+    qk_norm: QkNorm::None,
+    norm_placement: NormPlacement::Pre,
+    norm: NormKind::Rms,
+    mlp: MlpKind::SwiGlu,
+    rotary_dims: None,
+    parallel_residual: false,
+    embed_scale: false,
+    attn_scale: None,
+    learned_positions: false,
+    learned_sinks: false,
+    rope_yarn: None,
+    final_logit_softcap: None,
+};
+
+impl Default for ArchSwitches {
+    fn default() -> Self {
+        LLAMA
     }
 }
 
-/// The switches of a family by its name (HF `model_type` or GGUF `general.architecture`, which
-/// agree for these families); shape-dependent ones (rotary dims) are set by the loader.
-pub fn switches(family: &str) -> ArchSwitches {
-    let llama = ArchSwitches::default();
-    match family {
-        "qwen3" => ArchSwitches { qk_norm: QkNorm::PerHead, ..llama },
-        "olmo2" => ArchSwitches { qk_norm: QkNorm::AcrossHeads, norm_placement: NormPlacement::Post, ..llama },
-        "gpt_neox" | "gptneox" => ArchSwitches { norm: NormKind::Layer, mlp: MlpKind::Gelu, parallel_residual: true, ..llama },
-        // Rotary fraction from the file.
-        "phi" | "phi2" => ArchSwitches { norm: NormKind::Layer, norm_placement: NormPlacement::Shared, mlp: MlpKind::GeluTanh, parallel_residual: true, ..llama },
-        // Window, pattern, experts and YaRN from the file.
-        "gpt_oss" | "gpt-oss" => ArchSwitches { mlp: MlpKind::Moe, learned_sinks: true, ..llama },
-        "gpt2" => ArchSwitches { norm: NormKind::Layer, mlp: MlpKind::GeluTanh, learned_positions: true, rotary_dims: Some(0), ..llama },
-        // Window, its pattern and the RoPE bases come from the file.
-        "gemma3" | "gemma3_text" => ArchSwitches {
-            qk_norm: QkNorm::PerHead,
-            norm_placement: NormPlacement::Sandwich,
-            mlp: MlpKind::GeGluTanh,
-            embed_scale: true,
-            ..llama
-        },
-        _ => llama,
-    }
-}
-
-impl LlamaConfig {
+impl DecoderConfig {
     /// Layer `l`'s own sliding window, if it attends through one.
     pub fn layer_window(&self, l: usize) -> Option<usize> {
-        self.arch.window.filter(|_| self.arch.windowed(l))
+        self.layers.get(l).and_then(|a| a.window)
     }
 
     /// The layers that attend through a sliding window.
     pub fn windowed_layers(&self) -> Vec<usize> {
-        (0..self.n_layers).filter(|&l| self.arch.windowed(l)).collect()
+        (0..self.n_layers).filter(|&l| self.layer_window(l).is_some()).collect()
+    }
+
+    /// The window of the windowed layers (all windowed layers share one; see `validate`).
+    pub fn window(&self) -> Option<usize> {
+        self.layers.iter().find_map(|a| a.window)
     }
 
     /// Checks the numbers are usable before any tensor is read.
@@ -214,15 +225,23 @@ impl LlamaConfig {
         if self.arch.final_logit_softcap.is_some_and(|c| !(c > 0.0 && c.is_finite())) {
             return Err(bad(format!("final logit soft-cap {:?}", self.arch.final_logit_softcap)));
         }
-        if self.arch.window == Some(0) {
+        if self.layers.len() != self.n_layers {
+            return Err(bad(format!("{} layers but attention settings for {}", self.n_layers, self.layers.len())));
+        }
+        if self.layers.iter().any(|a| a.window == Some(0)) {
             return Err(bad("a sliding window of 0 keys".into()));
         }
-        match (self.arch.mlp, self.arch.moe) {
-            (MlpKind::Moe, None) => return Err(bad("a mixture-of-experts MLP without its experts".into())),
-            (MlpKind::Moe, Some(m)) if m.experts == 0 || m.top_k == 0 || m.top_k > m.experts || m.experts > 1 << 16 => {
+        if let Some(other) = self.layers.iter().filter_map(|a| a.window).find(|&w| Some(w) != self.window()) {
+            // Run records keep one window for the windowed layers.
+            return Err(bad(format!("sliding windows of {} and {other} keys on different layers, which sinkscope does not record yet", self.window().unwrap_or(0))));
+        }
+        if self.layers.iter().any(|a| !(a.rope_theta > 0.0)) {
+            return Err(bad("a layer's rope theta is not positive".into()));
+        }
+        if let MlpKind::Moe(m) = self.arch.mlp {
+            if m.experts == 0 || m.top_k == 0 || m.top_k > m.experts || m.experts > 1 << 16 {
                 return Err(bad(format!("{} of {} experts per token", m.top_k, m.experts)));
             }
-            _ => {}
         }
         if self.arch.norm_placement == NormPlacement::Shared && !self.arch.parallel_residual {
             return Err(bad("one shared block norm without a parallel residual".into()));
@@ -333,7 +352,7 @@ pub type ParamSource<'a> = dyn FnMut(&str) -> Result<Option<Param>> + 'a;
 /// Fetches a required weight and checks its shape.
 pub(crate) fn take_req(get: &mut ParamSource<'_>, path: &std::path::Path, name: &str, shape: &[usize]) -> Result<Param> {
     take_opt(get, path, name, shape)?
-        .ok_or_else(|| Error::file(path, format!("tensor {name} is missing; the file is incomplete or not a Llama-family model")))
+        .ok_or_else(|| Error::file(path, format!("tensor {name} is missing; the file is incomplete or not a model of its family")))
 }
 
 /// Fetches an optional weight and checks its shape.

@@ -1,0 +1,115 @@
+//! Model families: which one a model is, parsed once from its HF `model_type` or GGUF
+//! `general.architecture`, and — one file per family — everything that sets it apart from Llama:
+//! the decoder's switches, HF tensor names, config rewrites, tensor fixes, GGUF RoPE layout and
+//! window layout. Loaders ask the [`Family`]; they never compare names, and the supported lists
+//! in their errors come from [`FAMILIES`]. Adding a family is a file here, a line in
+//! [`FAMILIES`], and its fixture.
+
+mod gemma3;
+mod gpt2;
+mod gpt_neox;
+mod gpt_oss;
+mod llama;
+mod mistral;
+mod olmo2;
+mod qwen2;
+mod qwen3;
+mod spec;
+
+pub use spec::{FamilySpec, GgufWindows, HfNames, TensorContext};
+
+/// Every family the decoder runs, in the order the README lists them.
+pub const FAMILIES: [&FamilySpec; 9] =
+    [&llama::SPEC, &mistral::SPEC, &qwen2::SPEC, &qwen3::SPEC, &olmo2::SPEC, &gpt_neox::SPEC, &gemma3::SPEC, &gpt_oss::SPEC, &gpt2::SPEC];
+
+/// One model family (see [`FamilySpec`] for what it carries).
+#[derive(Clone, Copy)]
+pub struct Family(&'static FamilySpec);
+
+impl Family {
+    /// The family of an HF `model_type`.
+    pub fn from_hf(model_type: &str) -> Option<Family> {
+        FAMILIES.iter().find(|f| f.hf_types.contains(&model_type)).map(|f| Family(f))
+    }
+
+    /// The family of a GGUF `general.architecture`.
+    pub fn from_gguf(arch: &str) -> Option<Family> {
+        FAMILIES.iter().find(|f| f.gguf_archs.contains(&arch)).map(|f| Family(f))
+    }
+
+    /// Every HF `model_type` sinkscope reads, sorted: "gemma3, gemma3_text, …".
+    pub fn hf_supported() -> String {
+        let mut names: Vec<&str> = FAMILIES.iter().flat_map(|f| f.hf_types.iter().copied()).collect();
+        names.sort_unstable();
+        names.join(", ")
+    }
+
+    /// Every GGUF architecture sinkscope reads, in family order: "llama, mistral, … and gpt2".
+    pub fn gguf_supported() -> String {
+        and_list(FAMILIES.iter().flat_map(|f| f.gguf_archs.iter().copied()).collect())
+    }
+
+    /// The GGUF architectures whose sliding window sinkscope knows how to lay out.
+    pub fn gguf_windowed_supported() -> String {
+        and_list(FAMILIES.iter().filter(|f| f.gguf_windows.is_some()).flat_map(|f| f.gguf_archs.iter().copied()).collect())
+    }
+}
+
+impl std::ops::Deref for Family {
+    type Target = FamilySpec;
+
+    fn deref(&self) -> &FamilySpec {
+        self.0
+    }
+}
+
+impl std::fmt::Debug for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name)
+    }
+}
+
+/// "a", "a and b", "a, b and c".
+fn and_list(items: Vec<&str>) -> String {
+    match items.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => items.join(""),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_means_one_family() {
+        for (i, a) in FAMILIES.iter().enumerate() {
+            for b in &FAMILIES[i + 1..] {
+                assert!(a.hf_types.iter().all(|t| !b.hf_types.contains(t)), "{} and {} share an HF model_type", a.name, b.name);
+                assert!(a.gguf_archs.iter().all(|t| !b.gguf_archs.contains(t)), "{} and {} share a GGUF architecture", a.name, b.name);
+            }
+        }
+        assert_eq!(Family::from_hf("smollm").map(|f| f.name), Some("llama"));
+        assert_eq!(Family::from_gguf("gptneox").map(|f| f.name), Some("gpt_neox"));
+        assert!(Family::from_hf("bert").is_none());
+    }
+
+    #[test]
+    fn supported_lists_come_from_the_families() {
+        assert_eq!(Family::hf_supported(), "gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, llama, mistral, olmo2, qwen2, qwen3, smollm");
+        assert_eq!(Family::gguf_supported(), "llama, mistral, qwen2, qwen3, olmo2, gptneox, gemma3 and gpt2");
+        assert_eq!(Family::gguf_windowed_supported(), "gemma3");
+    }
+
+    #[test]
+    fn canonical_names_map_to_hf() {
+        let name = |family: &str, canonical: &str| Family::from_hf(family).and_then(|f| f.hf_names.name(canonical));
+        assert_eq!(name("llama", "blk.3.attn_q.weight").as_deref(), Some("model.layers.3.self_attn.q_proj.weight"));
+        assert_eq!(name("llama", "token_embd.weight").as_deref(), Some("model.embed_tokens.weight"));
+        assert_eq!(name("llama", "blk.0.nope.weight"), None);
+        assert_eq!(name("gpt_neox", "blk.1.attn_qkv.bias").as_deref(), Some("gpt_neox.layers.1.attention.query_key_value.bias"));
+        assert_eq!(name("gemma3", "blk.2.ffn_norm.weight").as_deref(), Some("model.layers.2.pre_feedforward_layernorm.weight"));
+        assert_eq!(name("gpt_oss", "blk.0.attn_sinks.weight").as_deref(), Some("model.layers.0.self_attn.sinks"));
+        assert_eq!(name("gpt_oss", "blk.0.attn_q.weight").as_deref(), Some("model.layers.0.self_attn.q_proj.weight"));
+    }
+}

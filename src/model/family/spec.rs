@@ -1,0 +1,123 @@
+//! What a family file declares: the [`FamilySpec`] every family fills in, and the pieces it is made
+//! of (tensor-name tables, config rewrites, tensor fixes, GGUF window layouts).
+
+use std::path::Path;
+
+use candle_core::Tensor;
+use serde_json::{Map, Value as Json};
+
+use crate::error::Result;
+use crate::model::decoder::config::ArchSwitches;
+use crate::model::rope::RopeLayout;
+
+/// Everything that sets one family apart from Llama, in one value.
+pub struct FamilySpec {
+    /// The family's name in messages (its HF `model_type`).
+    pub name: &'static str,
+    /// HF `model_type`s that mean this family.
+    pub hf_types: &'static [&'static str],
+    /// GGUF `general.architecture`s that mean it (empty: no GGUF layout is defined).
+    pub gguf_archs: &'static [&'static str],
+    /// How GGUF files pair each head's dimensions for RoPE (llama.cpp permutes Llama's q/k rows
+    /// to adjacent pairs; the NEOX-type families keep HF's half-split).
+    pub gguf_rope: RopeLayout,
+    /// The decoder's switches (shape-dependent ones, such as rotary dims, come from the file).
+    pub switches: ArchSwitches,
+    /// Canonical (GGUF-style) tensor names → the family's HF names.
+    pub hf_names: HfNames,
+    /// Rewrites the family's own config.json keys into the ones the reader knows (and refuses what
+    /// sinkscope does not compute for it), before anything is read.
+    pub hf_config: fn(&mut Map<String, Json>, &Path) -> Result<()>,
+    /// Brings an HF tensor into the decoder's layout (by canonical name); most families keep it.
+    pub hf_tensor: fn(&str, Tensor, &TensorContext) -> Result<Tensor>,
+    /// Which layers of a GGUF file with `{arch}.attention.sliding_window` attend through it:
+    /// what llama.cpp fixes for the architecture instead of storing it. `None`: such a file is
+    /// refused.
+    pub gguf_windows: Option<GgufWindows>,
+}
+
+/// What a tensor fix may need to know of the model.
+pub struct TensorContext {
+    pub n_heads: usize,
+}
+
+/// Keeps an HF tensor as it is.
+pub fn keep(_: &str, t: Tensor, _: &TensorContext) -> Result<Tensor> {
+    Ok(t)
+}
+
+/// Leaves config.json as it is.
+pub fn no_rewrite(_: &mut Map<String, Json>, _: &Path) -> Result<()> {
+    Ok(())
+}
+
+/// A GGUF architecture's fixed window layout.
+#[derive(Debug, Clone, Copy)]
+pub struct GgufWindows {
+    /// Every Nth layer (N−1, 2N−1, …) is global, the rest windowed.
+    pub global_every: usize,
+    /// RoPE base of the windowed layers.
+    pub local_rope_theta: f64,
+}
+
+/// HF names of the form `{fixed}` for the embeddings, final norm and head, and
+/// `{layer_prefix}{layer}.{module}.{weight|bias}` (or an exact tail) for each block's tensors.
+/// Tables are searched in order; the first match wins, so a family can put its own entries before
+/// a shared table.
+pub struct HfNames {
+    pub fixed: &'static [(&'static str, &'static str)],
+    pub layer_prefix: &'static str,
+    /// Canonical block-tensor names (after `blk.N.`) mapped whole: `attn_sinks.weight` → `self_attn.sinks`.
+    pub tails: &'static [&'static [(&'static str, &'static str)]],
+    /// Canonical module names mapped with their `.weight` / `.bias` kept.
+    pub modules: &'static [&'static [(&'static str, &'static str)]],
+}
+
+impl HfNames {
+    /// The HF name of a canonical tensor name, if the family has one.
+    pub fn name(&self, canonical: &str) -> Option<String> {
+        if let Some((_, hf)) = self.fixed.iter().find(|(c, _)| *c == canonical) {
+            return Some((*hf).to_owned());
+        }
+        let (layer, tail) = canonical.strip_prefix("blk.")?.split_once('.')?;
+        if let Some((_, hf)) = self.tails.iter().flat_map(|t| t.iter()).find(|(c, _)| *c == tail) {
+            return Some(format!("{}{layer}.{hf}", self.layer_prefix));
+        }
+        let (module, kind) = tail.rsplit_once('.')?;
+        let (_, mapped) = self.modules.iter().flat_map(|t| t.iter()).find(|(c, _)| *c == module)?;
+        Some(format!("{}{layer}.{mapped}.{kind}", self.layer_prefix))
+    }
+}
+
+/// The embeddings, final norm and head under Llama's HF names (most families share them).
+pub const LLAMA_FIXED: &[(&str, &str)] = &[("token_embd.weight", "model.embed_tokens.weight"), ("output_norm.weight", "model.norm.weight"), ("output.weight", "lm_head.weight")];
+
+/// Llama's block modules, as transformers names them (Qwen, OLMo 2, Gemma and gpt-oss add to them).
+pub const LLAMA_MODULES: &[(&str, &str)] = &[
+    ("attn_norm", "input_layernorm"),
+    ("ffn_norm", "post_attention_layernorm"),
+    ("attn_q", "self_attn.q_proj"),
+    ("attn_k", "self_attn.k_proj"),
+    ("attn_v", "self_attn.v_proj"),
+    ("attn_output", "self_attn.o_proj"),
+    ("attn_q_norm", "self_attn.q_norm"),
+    ("attn_k_norm", "self_attn.k_norm"),
+    ("post_attention_norm", "post_attention_layernorm"),
+    ("post_ffw_norm", "post_feedforward_layernorm"),
+    ("ffn_gate", "mlp.gate_proj"),
+    ("ffn_up", "mlp.up_proj"),
+    ("ffn_down", "mlp.down_proj"),
+];
+
+/// Llama's HF names.
+pub const LLAMA_NAMES: HfNames = HfNames { fixed: LLAMA_FIXED, layer_prefix: "model.layers.", tails: &[], modules: &[LLAMA_MODULES] };
+
+/// Copies a family's own config keys to the names the reader looks for, where those are absent.
+pub fn alias_keys(json: &mut Map<String, Json>, aliases: &[(&str, &str)]) {
+    for (standard, own) in aliases {
+        let missing = json.get(*standard).is_none_or(Json::is_null);
+        if let (true, Some(v)) = (missing, json.get(*own).filter(|v| !v.is_null()).cloned()) {
+            json.insert((*standard).to_owned(), v);
+        }
+    }
+}
