@@ -37,7 +37,16 @@ fn main() {
     if let Some(path) = arg("--tokens-out") {
         std::fs::write(&path, serde_json::to_string(&ids).unwrap()).unwrap();
     }
-    let opts = |score| CaptureOptions { first_keys: 16, top_k: 16, save: None, memory_limit: None, weight_bytes: 0, score, quant_risk: false, heatmap_bins: None };
+    let opts = |score| CaptureOptions {
+        first_keys: 16,
+        top_k: 16,
+        save: None,
+        memory_limit: None,
+        weight_bytes: 0,
+        score,
+        quant_risk: false,
+        heatmap_bins: None,
+    };
     let mut sink_mean = 0.0;
     if std::env::args().any(|a| a == "--bare") {
         // The forward pass alone (no hooks, no reducers): what the capture machinery costs on top.

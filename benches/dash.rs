@@ -12,8 +12,8 @@ use ratatui::Terminal;
 use sinkscope::report::run::Run;
 use sinkscope::tui::action::Action;
 use sinkscope::tui::state::{App, Tab};
-use sinkscope::tui::update::update;
 use sinkscope::tui::ui;
+use sinkscope::tui::update::update;
 
 const FRAMES: usize = 50;
 const OPENS: usize = 5;
@@ -51,7 +51,12 @@ fn main() {
     let open = median(opens.clone());
     let tokens = app.run.tokens().map_or(0, <[_]>::len);
     println!("run {} — {}, {} tokens, {} layers × {} heads", dir.display(), app.run.model_name(), tokens, app.data.n_layers, app.data.n_heads);
-    println!("open (Run::open + App::new), median of {OPENS}: {} (max {}) {}", ms(open), ms(opens.iter().copied().max().unwrap_or_default()), verdict(open, OPEN_TARGET));
+    println!(
+        "open (Run::open + App::new), median of {OPENS}: {} (max {}) {}",
+        ms(open),
+        ms(opens.iter().copied().max().unwrap_or_default()),
+        verdict(open, OPEN_TARGET)
+    );
 
     let (w, h) = (200, 60);
     update(&mut app, Action::Resize { width: w, height: h });

@@ -52,10 +52,18 @@ fn main() {
     let opts = WatchOptions { steps, ..WatchOptions::default() };
     println!("window runs: + collapses at the eviction (a positive), · does not (not scored); - negatives");
     let corpora = std::path::Path::new("../shared/corpora");
-    let books = ["pg1342_pride_and_prejudice.txt", "pg2641_a_room_with_a_view.txt", "pg2701_moby_dick.txt", "pg37106_little_women.txt", "pg64317_the_great_gatsby.txt", "pg84_frankenstein.txt"];
+    let books = [
+        "pg1342_pride_and_prejudice.txt",
+        "pg2641_a_room_with_a_view.txt",
+        "pg2701_moby_dick.txt",
+        "pg37106_little_women.txt",
+        "pg64317_the_great_gatsby.txt",
+        "pg84_frankenstein.txt",
+    ];
     // (model alias, texts as (file, start char), whether a dense run is a negative)
     let books: Vec<(&str, usize)> = books.iter().take(if quick { 2 } else { 6 }).map(|b| (*b, 60_000)).collect();
-    let stories: Vec<(&str, usize)> = [0, 20_000, 40_000, 60_000].iter().take(if quick { 1 } else { 4 }).map(|&s| ("tinystories_val_subset.txt", s)).collect();
+    let stories: Vec<(&str, usize)> =
+        [0, 20_000, 40_000, 60_000].iter().take(if quick { 1 } else { 4 }).map(|&s| ("tinystories_val_subset.txt", s)).collect();
     let plan = [("smollm2-135m", books, true), ("stories260k", stories, false)];
     let cache_dir = std::path::Path::new("target/watch_eval");
     std::fs::create_dir_all(cache_dir).unwrap();
@@ -68,40 +76,41 @@ fn main() {
         for (file, start) in texts {
             let key = cache_dir.join(format!("{model}-{file}-{start}-{tokens}.json"));
             // Each trace: (label, positive, NLL per step, cache length per step).
-            let traces: Vec<(String, bool, Vec<f64>, Vec<usize>)> = match std::fs::read(&key).ok().filter(|_| !fresh).and_then(|b| serde_json::from_slice(&b).ok()) {
-                Some(t) => t,
-                None => {
-                    let lm = loaded.get_or_insert_with(|| load(model, &LoadOptions::default()).unwrap_or_else(|e| panic!("{e}")));
-                    let text = std::fs::read_to_string(corpora.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
-                    let from = text.char_indices().nth(start).map_or(0, |(i, _)| i);
-                    let ids: Vec<u32> = lm.tokenizer.encode(&text[from..]).unwrap().into_iter().take(tokens).collect();
-                    let mut ps = Vec::new();
-                    for w in [128, 256] {
-                        ps.push(policy(PolicyKind::Window, 0, w));
-                        ps.push(policy(PolicyKind::Sink, 4, w));
+            let traces: Vec<(String, bool, Vec<f64>, Vec<usize>)> =
+                match std::fs::read(&key).ok().filter(|_| !fresh).and_then(|b| serde_json::from_slice(&b).ok()) {
+                    Some(t) => t,
+                    None => {
+                        let lm = loaded.get_or_insert_with(|| load(model, &LoadOptions::default()).unwrap_or_else(|e| panic!("{e}")));
+                        let text = std::fs::read_to_string(corpora.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+                        let from = text.char_indices().nth(start).map_or(0, |(i, _)| i);
+                        let ids: Vec<u32> = lm.tokenizer.encode(&text[from..]).unwrap().into_iter().take(tokens).collect();
+                        let mut ps = Vec::new();
+                        for w in [128, 256] {
+                            ps.push(policy(PolicyKind::Window, 0, w));
+                            ps.push(policy(PolicyKind::Sink, 4, w));
+                        }
+                        if dense && ids.len() <= lm.model.cfg.context_len {
+                            ps.push(policy(PolicyKind::Dense, 0, 0));
+                        }
+                        let outcomes = simulate(&lm.model, &ids, &ps, &mut |_, _| {}).unwrap();
+                        // A window run is a positive when it collapses against the sink run of its W.
+                        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+                        let traces: Vec<_> = outcomes
+                            .iter()
+                            .map(|o| {
+                                let positive = o.policy.kind == PolicyKind::Window && {
+                                    let w = o.policy.cache;
+                                    let sink = outcomes.iter().find(|s| s.policy.kind == PolicyKind::Sink && s.policy.cache == w).unwrap();
+                                    let end = (w + 200).min(o.nll.len());
+                                    mean(&o.nll[w..end]) - mean(&sink.nll[w..end]) >= 0.3
+                                };
+                                (o.label.clone(), positive, o.nll.clone(), o.cache_len.clone())
+                            })
+                            .collect();
+                        std::fs::write(&key, serde_json::to_vec(&traces).unwrap()).unwrap();
+                        traces
                     }
-                    if dense && ids.len() <= lm.model.cfg.context_len {
-                        ps.push(policy(PolicyKind::Dense, 0, 0));
-                    }
-                    let outcomes = simulate(&lm.model, &ids, &ps, &mut |_, _| {}).unwrap();
-                    // A window run is a positive when it collapses against the sink run of its W.
-                    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-                    let traces: Vec<_> = outcomes
-                        .iter()
-                        .map(|o| {
-                            let positive = o.policy.kind == PolicyKind::Window && {
-                                let w = o.policy.cache;
-                                let sink = outcomes.iter().find(|s| s.policy.kind == PolicyKind::Sink && s.policy.cache == w).unwrap();
-                                let end = (w + 200).min(o.nll.len());
-                                mean(&o.nll[w..end]) - mean(&sink.nll[w..end]) >= 0.3
-                            };
-                            (o.label.clone(), positive, o.nll.clone(), o.cache_len.clone())
-                        })
-                        .collect();
-                    std::fs::write(&key, serde_json::to_vec(&traces).unwrap()).unwrap();
-                    traces
-                }
-            };
+                };
             for (label, positive, nll, lens) in traces {
                 let cache_len: Vec<Option<usize>> = lens.iter().map(|&l| Some(l)).collect();
                 let request = TraceRequest {
@@ -120,7 +129,13 @@ fn main() {
                 let report = watch(&Trace { format: TraceFormat::SinkscopeStream, requests: vec![request] }, &opts);
                 let r = &report.requests[0];
                 // A window run that does not collapse is neither a positive nor a negative.
-                let truth = if positive { Some(true) } else if label.starts_with("window") { None } else { Some(false) };
+                let truth = if positive {
+                    Some(true)
+                } else if label.starts_with("window") {
+                    None
+                } else {
+                    Some(false)
+                };
                 let row = Row {
                     model,
                     text: format!("{file}@{start}"),
@@ -153,11 +168,21 @@ fn main() {
     for ((model, group), requests) in &groups {
         let report = watch(&Trace { format: TraceFormat::SinkscopeStream, requests: requests.clone() }, &opts);
         match report.pooled {
-            Some(p) => println!("  {model:<13} {group:<12} {} requests: mean drop {:+.2} ± {:.2} nats, z {:+.1} → {}", p.requests, p.mean_drop, p.standard_error, p.z, if p.sink_loss { "SINK LOSS" } else { "none" }),
+            Some(p) => println!(
+                "  {model:<13} {group:<12} {} requests: mean drop {:+.2} ± {:.2} nats, z {:+.1} → {}",
+                p.requests,
+                p.mean_drop,
+                p.standard_error,
+                p.z,
+                if p.sink_loss { "SINK LOSS" } else { "none" }
+            ),
             None => println!("  {model:<13} {group:<12} too few requests"),
         }
     }
-    println!("\nsettings: min step {} nats, target {} false alarms / 10k tokens, baseline {} tokens, max lag {}", opts.steps.min_step, opts.steps.false_alarms_per_10k, opts.steps.baseline, opts.max_lag);
+    println!(
+        "\nsettings: min step {} nats, target {} false alarms / 10k tokens, baseline {} tokens, max lag {}",
+        opts.steps.min_step, opts.steps.false_alarms_per_10k, opts.steps.baseline, opts.max_lag
+    );
     println!("blind steps: a CUSUM step dated within the lag window of the eviction; eviction test: the mean before vs after the known eviction (drop ≥ min step, z ≥ 2.33)");
     println!("model          positives | blind: detected  delay median/max  dating error median/max | test: detected  drop median | either | negatives: tokens  evictions  blind sink-loss alarms/10k  all steps/10k  test alarms");
     for model in ["smollm2-135m", "stories260k", "all"] {

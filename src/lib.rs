@@ -18,19 +18,19 @@
 //! References: Xiao et al. 2023 (StreamingLLM, attention sinks); Gu et al. 2024 ("When Attention
 //! Sink Emerges", α_k and Sink_k^ε); Sun et al. 2024 (massive activations).
 
+pub mod analysis;
+pub mod capture;
+pub mod cli;
 pub mod error;
 pub mod io;
-pub mod numerics;
+pub mod kv;
 pub mod metrics;
 pub mod model;
-pub mod capture;
-pub mod kv;
-pub mod probe;
-pub mod analysis;
-pub mod report;
+pub mod numerics;
 pub mod pipeline;
+pub mod probe;
+pub mod report;
 #[cfg(feature = "tui")]
 pub mod tui;
-pub mod cli;
 
 pub use error::{Error, Result};

@@ -27,10 +27,24 @@ pub enum BosMode {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ProbeKind {
-    Text { file: PathBuf, #[serde(default)] start_char: usize },
-    NewlinePrefix { file: PathBuf, #[serde(default)] start_char: usize, #[serde(default = "four")] replace: usize },
-    Random { seed: u64 },
-    Repeat { word: String },
+    Text {
+        file: PathBuf,
+        #[serde(default)]
+        start_char: usize,
+    },
+    NewlinePrefix {
+        file: PathBuf,
+        #[serde(default)]
+        start_char: usize,
+        #[serde(default = "four")]
+        replace: usize,
+    },
+    Random {
+        seed: u64,
+    },
+    Repeat {
+        word: String,
+    },
 }
 
 fn four() -> usize {
@@ -89,8 +103,10 @@ impl ProbeSet {
             return Ok(set);
         }
         let path = Path::new(name);
-        let text = std::fs::read_to_string(path).map_err(|e| Error::file(path, format!("cannot read the probe set ({e}); use 'default' or a TOML file")))?;
-        let mut set: ProbeSet = toml::from_str(&text).map_err(|e| Error::file(path, format!("is not a valid probe set: {}", e.to_string().replace('\n', " "))))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| Error::file(path, format!("cannot read the probe set ({e}); use 'default' or a TOML file")))?;
+        let mut set: ProbeSet =
+            toml::from_str(&text).map_err(|e| Error::file(path, format!("is not a valid probe set: {}", e.to_string().replace('\n', " "))))?;
         if set.probes.is_empty() {
             return Err(Error::file(path, "defines no [[probe]]"));
         }

@@ -5,8 +5,8 @@
 mod common;
 
 use sinkscope::analysis::sinks::{alpha, f_attn, sink_score, Alphas};
-use sinkscope::capture::run::{capture, CaptureOptions};
 use sinkscope::capture::collector::TensorCollector;
+use sinkscope::capture::run::{capture, CaptureOptions};
 use sinkscope::model::hook::{HookFilter, HookPoint};
 use sinkscope::model::{load, KeyMask, LoadOptions};
 use sinkscope::probe::ProbeSet;
@@ -135,7 +135,20 @@ fn analyze_with_a_file_runs_exactly_that_text() {
     let _ = model_or_skip!("stories260K.gguf");
     let dir = common::temp_dir("analyze-file");
     let text = common::fixture("texts/tinystories.txt");
-    let out = common::sinkscope(&["analyze", "-m", "stories260k", "-f", text.to_str().unwrap(), "--max-tokens", "100", "--ablate-keys", "1", "-o", dir.to_str().unwrap(), "--json"]);
+    let out = common::sinkscope(&[
+        "analyze",
+        "-m",
+        "stories260k",
+        "-f",
+        text.to_str().unwrap(),
+        "--max-tokens",
+        "100",
+        "--ablate-keys",
+        "1",
+        "-o",
+        dir.to_str().unwrap(),
+        "--json",
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let probes = r["probes"].as_array().unwrap();
@@ -205,10 +218,26 @@ fn ablation_matches_hf_with_the_same_mask() {
             .collect();
         let results = run_masks(&lm.model, &ids, &groups, &mut |_, _| {}).unwrap();
         for (c, r) in cases.iter().zip(&results) {
-            eprintln!("{key} L{} {} k{} r{}: ΔNLL {:.6} (HF {:.6}), KL {:.6} (HF {:.6})", c["layer"], c["heads"], c["key"], c["recent"], r.delta_nll, c["delta_nll"].as_f64().unwrap(), r.kl, c["kl"].as_f64().unwrap());
+            eprintln!(
+                "{key} L{} {} k{} r{}: ΔNLL {:.6} (HF {:.6}), KL {:.6} (HF {:.6})",
+                c["layer"],
+                c["heads"],
+                c["key"],
+                c["recent"],
+                r.delta_nll,
+                c["delta_nll"].as_f64().unwrap(),
+                r.kl,
+                c["kl"].as_f64().unwrap()
+            );
             for (name, ours) in [("delta_nll", r.delta_nll), ("kl", r.kl)] {
                 let want = c[name].as_f64().unwrap();
-                assert!((ours - want).abs() <= 2e-5 + 1e-4 * want.abs(), "{key} layer {} heads {} key {}: {name} {ours} vs HF {want}", c["layer"], c["heads"], c["key"]);
+                assert!(
+                    (ours - want).abs() <= 2e-5 + 1e-4 * want.abs(),
+                    "{key} layer {} heads {} key {}: {name} {ours} vs HF {want}",
+                    c["layer"],
+                    c["heads"],
+                    c["key"]
+                );
             }
         }
     }

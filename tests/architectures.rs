@@ -109,7 +109,10 @@ fn gpt_oss_matches_transformers() {
     // The sinks matter here: some heads give them most of some rows.
     let (_, mass) = fx.f32("sink_prob.1");
     assert!(mass.iter().any(|&m| m > 0.5) && mass.iter().any(|&m| m < 0.05), "the fixture's sinks are bland");
-    assert!(lm.model.cfg.arch.rope_yarn.is_some() && matches!(lm.model.cfg.arch.mlp, sinkscope::model::decoder::MlpKind::Moe(m) if m.experts == 4 && m.top_k == 2));
+    assert!(
+        lm.model.cfg.arch.rope_yarn.is_some()
+            && matches!(lm.model.cfg.arch.mlp, sinkscope::model::decoder::MlpKind::Moe(m) if m.experts == 4 && m.top_k == 2)
+    );
 }
 
 /// GPT-2 has no positions past its learned table: a longer run is refused with the reason, and
@@ -184,7 +187,8 @@ fn every_family_streams_like_token_by_token_decoding() {
             policies.push(Policy { kind: PolicyKind::Sink, sinks: 4, cache: 40, positions, recent: 0 });
         }
         let blocks = simulate(&lm.model, &ids, &policies, &mut |_, _| {}).unwrap();
-        let decoded = simulate_with(&lm.model, &ids, &policies, SimOptions { token_by_token: true, ..SimOptions::default() }, &mut |_, _| {}).unwrap();
+        let decoded =
+            simulate_with(&lm.model, &ids, &policies, SimOptions { token_by_token: true, ..SimOptions::default() }, &mut |_, _| {}).unwrap();
         for (a, b) in blocks.iter().zip(&decoded) {
             let worst = a.nll.iter().zip(&b.nll).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
             assert_eq!(a.cache_len, b.cache_len, "{family} {}", a.label);
@@ -411,7 +415,8 @@ fn final_logit_softcapping_squashes_the_logits() {
 #[test]
 fn windowed_streams_match_a_pytorch_loop() {
     use sinkscope::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
-    let reference: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::fixture("window_stream_reference.json")).unwrap()).unwrap();
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(common::fixture("window_stream_reference.json")).unwrap()).unwrap();
     for (family, data) in reference["families"].as_object().unwrap() {
         let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
         let ids: Vec<u32> = data["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
@@ -422,7 +427,8 @@ fn windowed_streams_match_a_pytorch_loop() {
                 _ => PolicyKind::Sink,
             };
             let positions = if run["positions"] == "slot" { PositionMode::Slot } else { PositionMode::Original };
-            let policy = Policy { kind, sinks: run["sinks"].as_u64().unwrap() as usize, cache: run["cache"].as_u64().unwrap() as usize, positions, recent: 0 };
+            let policy =
+                Policy { kind, sinks: run["sinks"].as_u64().unwrap() as usize, cache: run["cache"].as_u64().unwrap() as usize, positions, recent: 0 };
             let want: Vec<f64> = run["nll"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
             let mut outs = vec![("replay", simulate(&lm.model, &ids, &[policy], &mut |_, _| {}).unwrap().remove(0))];
             if positions == PositionMode::Slot {

@@ -25,7 +25,16 @@ fn dense_canary_matches_the_full_forward() {
     let lm = load(path.to_str().unwrap(), &LoadOptions::default()).unwrap();
     let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
     let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(48).collect();
-    let opts = CanaryOptions { policy: policy(PolicyKind::Dense, 0, 0), prompt: ids[..8].to_vec(), steps: 40, forced: Some(ids[8..].to_vec()), temperature: 0.0, seed: 1, layer: 2, collapse: 0.25 };
+    let opts = CanaryOptions {
+        policy: policy(PolicyKind::Dense, 0, 0),
+        prompt: ids[..8].to_vec(),
+        steps: 40,
+        forced: Some(ids[8..].to_vec()),
+        temperature: 0.0,
+        seed: 1,
+        layer: 2,
+        collapse: 0.25,
+    };
     let run = run_canary(&lm.model, &opts, &mut |_, _| {}).unwrap();
     assert_eq!(run.steps.len(), ids.len() - 1);
     let mut sink = TensorCollector::new(HookFilter::parse("hook_pattern", lm.model.cfg.n_layers).unwrap(), ids.len());
@@ -54,7 +63,16 @@ fn window_loses_the_first_slot_mass_and_sinks_keep_it() {
     let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(120).collect();
     let layer = lm.model.cfg.n_layers / 2;
     let run = |p: Policy| {
-        let opts = CanaryOptions { policy: p, prompt: ids[..1].to_vec(), steps: ids.len() - 1, forced: Some(ids[1..].to_vec()), temperature: 0.0, seed: 1, layer, collapse: 0.25 };
+        let opts = CanaryOptions {
+            policy: p,
+            prompt: ids[..1].to_vec(),
+            steps: ids.len() - 1,
+            forced: Some(ids[1..].to_vec()),
+            temperature: 0.0,
+            seed: 1,
+            layer,
+            collapse: 0.25,
+        };
         run_canary(&lm.model, &opts, &mut |_, _| {}).unwrap()
     };
     let window = run(policy(PolicyKind::Window, 0, 64));
@@ -80,7 +98,21 @@ fn canary_command_writes_a_trace_watch_reads() {
     let model = model_or_skip!("stories260K.gguf");
     let m = model.to_str().unwrap();
     let dir = common::temp_dir("canary-cli");
-    let out = common::sinkscope(&["canary", "-m", m, "-p", "Once upon a time", "-n", "80", "--policy", "window", "--cache", "32", "-o", dir.to_str().unwrap()]);
+    let out = common::sinkscope(&[
+        "canary",
+        "-m",
+        m,
+        "-p",
+        "Once upon a time",
+        "-n",
+        "80",
+        "--policy",
+        "window",
+        "--cache",
+        "32",
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("first eviction: token"), "{stdout}");

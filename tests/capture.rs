@@ -19,8 +19,18 @@ fn capture_writes_summary_reductions_and_tensors_that_agree() {
     let tensors = dir.join("full.safetensors");
     let text = common::fixture("texts/tinystories.txt");
     let stdout = run_ok(&[
-        "capture", "-m", "stories260k", "-f", text.to_str().unwrap(), "-o", out.to_str().unwrap(),
-        "--save-tensors", tensors.to_str().unwrap(), "--hooks", "blocks.*.attn.hook_pattern,hook_resid_post", "--json",
+        "capture",
+        "-m",
+        "stories260k",
+        "-f",
+        text.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--save-tensors",
+        tensors.to_str().unwrap(),
+        "--hooks",
+        "blocks.*.attn.hook_pattern,hook_resid_post",
+        "--json",
     ]);
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     let on_disk: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("capture.json")).unwrap()).unwrap();
@@ -72,8 +82,17 @@ fn saved_scores_softmax_to_the_saved_pattern() {
     let tensors = dir.join("scores.safetensors");
     let text = common::fixture("texts/tinystories.txt");
     run_ok(&[
-        "capture", "-m", "stories260k", "-f", text.to_str().unwrap(), "-o", dir.join("run").to_str().unwrap(),
-        "--save-tensors", tensors.to_str().unwrap(), "--hooks", "blocks.2.attn.hook_attn_scores,blocks.2.attn.hook_pattern",
+        "capture",
+        "-m",
+        "stories260k",
+        "-f",
+        text.to_str().unwrap(),
+        "-o",
+        dir.join("run").to_str().unwrap(),
+        "--save-tensors",
+        tensors.to_str().unwrap(),
+        "--hooks",
+        "blocks.2.attn.hook_attn_scores,blocks.2.attn.hook_pattern",
     ]);
     let full = Fixture::open(&tensors);
     let (shape, scores) = full.f32("blocks.2.attn.hook_attn_scores");

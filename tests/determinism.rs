@@ -51,7 +51,15 @@ fn two_runs_and_one_or_two_threads_give_byte_identical_results() {
         make_run(&model, &text, dir, *threads);
     }
     let reference = files(&dirs[0].0);
-    for want in ["capture.json", "report.json", "stream.json", "reductions.safetensors", "heatmaps.safetensors", "tables/ablation.parquet", "tables/stream_nll.parquet"] {
+    for want in [
+        "capture.json",
+        "report.json",
+        "stream.json",
+        "reductions.safetensors",
+        "heatmaps.safetensors",
+        "tables/ablation.parquet",
+        "tables/stream_nll.parquet",
+    ] {
         assert!(reference.contains(&PathBuf::from(want)), "the run has no {want}: {reference:?}");
     }
     for (dir, threads) in &dirs[1..] {
@@ -59,7 +67,8 @@ fn two_runs_and_one_or_two_threads_give_byte_identical_results() {
         for rel in &reference {
             let (a, b) = (std::fs::read(dirs[0].0.join(rel)).unwrap(), std::fs::read(dir.join(rel)).unwrap());
             if rel.extension().is_some_and(|e| e == "json") {
-                let (mut a, mut b): (serde_json::Value, serde_json::Value) = (serde_json::from_slice(&a).unwrap(), serde_json::from_slice(&b).unwrap());
+                let (mut a, mut b): (serde_json::Value, serde_json::Value) =
+                    (serde_json::from_slice(&a).unwrap(), serde_json::from_slice(&b).unwrap());
                 common::without_clock(&mut a);
                 common::without_clock(&mut b);
                 assert!(a == b, "{} differs between 1 thread and {threads} threads (apart from wall-clock fields)", rel.display());

@@ -190,9 +190,25 @@ fn a_sliding_window_is_computed_or_refused_never_ignored() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = common::sinkscope(&["stream", "-m", s(&dir), "-f", text, "--tokens", "100", "--cache", "32", "--policy", "window"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = common::sinkscope(&["stream", "-m", s(&dir), "-f", text, "--tokens", "100", "--cache", "32", "--policy", "sink", "--positions", "delta"]);
+    let out =
+        common::sinkscope(&["stream", "-m", s(&dir), "-f", text, "--tokens", "100", "--cache", "32", "--policy", "sink", "--positions", "delta"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let e = fails(&["stream", "-m", s(&dir), "-f", text, "--tokens", "100", "--cache", "32", "--policy", "sink", "--positions", "original", "--token-by-token"]);
+    let e = fails(&[
+        "stream",
+        "-m",
+        s(&dir),
+        "-f",
+        text,
+        "--tokens",
+        "100",
+        "--cache",
+        "32",
+        "--policy",
+        "sink",
+        "--positions",
+        "original",
+        "--token-by-token",
+    ]);
     assert!(e.contains("sliding window of 24 keys") && e.contains("--positions slot"), "{e}");
     // Qwen2's window (from max_window_layers on) is refused outright.
     with(&|c| {
@@ -263,9 +279,7 @@ fn unknown_hooks_and_oversized_captures_are_refused_before_running() {
     let out = dir.join("out");
     let tensors = dir.join("t.safetensors");
     let text = "Once upon a time, there was a little girl named Lily.";
-    let args = |hooks: &'static str| {
-        vec!["capture", "-m", "stories260k", "-p", text, "-o", s(&out), "--save-tensors", s(&tensors), "--hooks", hooks]
-    };
+    let args = |hooks: &'static str| vec!["capture", "-m", "stories260k", "-p", text, "-o", s(&out), "--save-tensors", s(&tensors), "--hooks", hooks];
     assert!(fails(&args("blocks.0.attn.hook_nope")).contains("unknown hook"));
     assert!(fails(&args("blocks.7.attn.hook_pattern")).contains("selects no hook"));
     fails(&["capture", "-m", "stories260k", "-p", text, "-o", s(&out), "--hooks", "hook_pattern"]);

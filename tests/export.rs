@@ -141,7 +141,16 @@ fn export_command_writes_figures_and_an_index_that_links_them() {
     let out = common::sinkscope(&["export", dir.to_str().unwrap(), "--heads", "4:0,1:4", "--alpha-keys", "0,3"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let index = std::fs::read_to_string(dir.join("index.md")).unwrap();
-    for name in ["alpha-grid-k0", "alpha-grid-k3", "heatmap-L4-H0-log", "heatmap-L1-H4-first16", "layer-magnitudes", "massive-dims", "ppl-curves", "ppl-after-eviction"] {
+    for name in [
+        "alpha-grid-k0",
+        "alpha-grid-k3",
+        "heatmap-L4-H0-log",
+        "heatmap-L1-H4-first16",
+        "layer-magnitudes",
+        "massive-dims",
+        "ppl-curves",
+        "ppl-after-eviction",
+    ] {
         let png = dir.join("figures").join(format!("{name}.png"));
         let bytes = std::fs::read(&png).unwrap_or_else(|_| panic!("{} missing", png.display()));
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{name}");
@@ -171,7 +180,23 @@ fn a_sampled_perplexity_is_drawn_with_its_interval() {
         let out = common::sinkscope(args);
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     };
-    ok(&["recommend", "-m", "stories260k", "-f", "tests/fixtures/texts/tinystories.txt", "--tokens", "200", "--cache", "32", "--sinks", "0,2", "--recompute-every", "4", "-o", d]);
+    ok(&[
+        "recommend",
+        "-m",
+        "stories260k",
+        "-f",
+        "tests/fixtures/texts/tinystories.txt",
+        "--tokens",
+        "200",
+        "--cache",
+        "32",
+        "--sinks",
+        "0,2",
+        "--recompute-every",
+        "4",
+        "-o",
+        d,
+    ]);
     ok(&["export", d, "--svg"]);
     let stream: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("stream.json")).unwrap()).unwrap();
     let row = stream["recommendation"]["table"].as_array().unwrap().last().unwrap();
@@ -243,7 +268,22 @@ fn commands_share_one_run_directory() {
     assert_eq!(run.heatmaps.as_ref().unwrap().n_tokens, run.analysis.as_ref().unwrap().probes[0].n_tokens);
     ok(&["capture", "-m", "stories260k", "-f", "probes/texts/tinystories.txt", "--max-tokens", "40", "-o", d]);
     ok(&["analyze", "-m", "stories260k", "--no-ablation", "-o", d]);
-    ok(&["recommend", "-m", "stories260k", "-f", "tests/fixtures/texts/tinystories.txt", "--tokens", "120", "--cache", "32", "--sinks", "0,2", "--no-recompute", "-o", d]);
+    ok(&[
+        "recommend",
+        "-m",
+        "stories260k",
+        "-f",
+        "tests/fixtures/texts/tinystories.txt",
+        "--tokens",
+        "120",
+        "--cache",
+        "32",
+        "--sinks",
+        "0,2",
+        "--no-recompute",
+        "-o",
+        d,
+    ]);
     let run = Run::open(&dir).unwrap();
     assert_eq!(run.heatmaps.as_ref().unwrap().n_tokens, 40);
     assert_eq!(run.model().sha256.as_deref().map(str::len), Some(64));

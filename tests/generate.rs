@@ -3,8 +3,8 @@
 
 mod common;
 
-use sinkscope::pipeline::generate::generate_text;
 use sinkscope::model::{load, LoadOptions};
+use sinkscope::pipeline::generate::generate_text;
 
 fn expected_stdout() -> String {
     std::fs::read_to_string(common::fixture("llama2c_expected_stdout.txt")).unwrap()

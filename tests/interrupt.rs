@@ -143,7 +143,8 @@ fn interrupted_analysis_and_sweep_leave_the_directory_as_it_was() {
     let fixture = common::fixture("run-stories260k");
     check("analyze", &["analyze", "-m", "stories260k", "-o", "OUT"], Some(&fixture), &[200, 800, 1300]);
     let text = common::corpora_dir().join("tinystories_val_subset.txt");
-    let sweep = ["recommend", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "1500", "--cache", "64", "--sinks", "0,1,4", "-o", "OUT"];
+    let sweep =
+        ["recommend", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "1500", "--cache", "64", "--sinks", "0,1,4", "-o", "OUT"];
     check("recommend", &sweep, Some(&fixture), &[500, 2000, 3500]);
 }
 

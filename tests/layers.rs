@@ -370,7 +370,8 @@ fn no_two_files_import_each_other_through_any_chain() {
             }
         }
     }
-    let mut s = State { edges: &edges, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), on_stack: BTreeSet::new(), cycles: Vec::new() };
+    let mut s =
+        State { edges: &edges, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), on_stack: BTreeSet::new(), cycles: Vec::new() };
     for v in edges.keys() {
         if !s.index.contains_key(v) {
             visit(&mut s, v);
@@ -408,10 +409,11 @@ fn no_source_file_is_over_600_lines() {
 
 #[test]
 fn the_checker_sees_grouped_relative_and_inline_paths() {
-    let modules: BTreeMap<ModPath, PathBuf> = [vec![], vec!["a".to_string()], vec!["a".into(), "b".into()], vec!["c".into()], vec!["c".into(), "d".into()]]
-        .into_iter()
-        .map(|m| (m, PathBuf::new()))
-        .collect();
+    let modules: BTreeMap<ModPath, PathBuf> =
+        [vec![], vec!["a".to_string()], vec!["a".into(), "b".into()], vec!["c".into()], vec!["c".into(), "d".into()]]
+            .into_iter()
+            .map(|m| (m, PathBuf::new()))
+            .collect();
     let cur: ModPath = vec!["a".into()];
     let src = r#"
         use crate::{c::{d::X, Y}, a::b};

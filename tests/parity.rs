@@ -143,7 +143,8 @@ fn blocked_attention_equals_single_block() {
         parts.push(lm.model.forward(chunk, Some(&mut cache), &mut sinkscope::model::receiver::NoCapture).unwrap());
     }
     let chunked = candle_core::Tensor::cat(&parts, 0).unwrap();
-    let max_diff = |a: &candle_core::Tensor, b: &candle_core::Tensor| -> f32 { (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap() };
+    let max_diff =
+        |a: &candle_core::Tensor, b: &candle_core::Tensor| -> f32 { (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap() };
     let diff = max_diff(&full, &chunked);
     assert!(diff < 1e-4, "cached chunks differ from one pass by {diff}");
     // 8 heads × 512 keys × 4 bytes = 16 KiB per query row: 100 KiB blocks hold 6 rows → 86 blocks.

@@ -92,7 +92,13 @@ fn quant_matches_pytorch_with_the_same_fake_quantization() {
                     let (l, name) = (site["layer"].as_u64().unwrap() as usize, site["site"].as_str().unwrap());
                     let n = scored.noise.iter().find(|((layer, s), _)| *layer == l && s.name() == name).unwrap().1;
                     let (db, zs) = (site["sqnr_db"].as_f64().unwrap(), site["zero_share"].as_f64().unwrap());
-                    assert!((n.sqnr_db().unwrap() - db).abs() < 1e-3 && (n.zero_share() - zs).abs() < 1e-3, "{key} {} L{l} {name}: {:?} {} vs {db} {zs}", setting.label(), n.sqnr_db(), n.zero_share());
+                    assert!(
+                        (n.sqnr_db().unwrap() - db).abs() < 1e-3 && (n.zero_share() - zs).abs() < 1e-3,
+                        "{key} {} L{l} {name}: {:?} {} vs {db} {zs}",
+                        setting.label(),
+                        n.sqnr_db(),
+                        n.zero_share()
+                    );
                 }
                 sites_checked += sites.len();
             }
@@ -101,7 +107,10 @@ fn quant_matches_pytorch_with_the_same_fake_quantization() {
                 .map(|&seed| {
                     let mut perturb = LastBit { state: 0x9E37_79B9_7F4A_7C15 ^ seed, kv: setting.kv };
                     // Static scales move with the calibration pass's own last bits.
-                    let cal = setting.scheme.is_static().then(|| Calibration::measure_after(&lm.model, &calib, setting.calib_skip, setting.kv, &mut perturb).unwrap());
+                    let cal = setting
+                        .scheme
+                        .is_static()
+                        .then(|| Calibration::measure_after(&lm.model, &calib, setting.calib_skip, setting.kv, &mut perturb).unwrap());
                     let nll = score_after(&lm.model, &tokens, Some(setting), cal.as_ref(), &mut perturb).unwrap().nll;
                     (NllSplit::of(&nll, 4).nll_mean - ours.nll_mean).abs()
                 })
@@ -110,7 +119,13 @@ fn quant_matches_pytorch_with_the_same_fake_quantization() {
             let tol = 1e-3 + 3.0 * jitter;
             let diff = (ours.nll_mean - theirs).abs();
             let mark = if ours.ppl > lm.model.cfg.vocab_size as f64 { "*" } else { " " };
-            report.push(format!("{key}{mark}{:<28} ppl {:>14.4} vs {:>14.4}  |Δ nll| {diff:.2e}  last-bit jitter ours {jitter_ours:.1e} theirs {:.1e}", setting.label(), ours.ppl, theirs.exp(), c["jitter"]["nll_mean"].as_f64().unwrap()));
+            report.push(format!(
+                "{key}{mark}{:<28} ppl {:>14.4} vs {:>14.4}  |Δ nll| {diff:.2e}  last-bit jitter ours {jitter_ours:.1e} theirs {:.1e}",
+                setting.label(),
+                ours.ppl,
+                theirs.exp(),
+                c["jitter"]["nll_mean"].as_f64().unwrap()
+            ));
             let vocab = lm.model.cfg.vocab_size as f64;
             let destroyed = ours.ppl > vocab && theirs.exp() > vocab;
             if diff > tol && !destroyed {
@@ -160,7 +175,8 @@ fn quant_command_writes_its_bundle_and_refuses_bad_input() {
     let model = model_or_skip!("stories260K.gguf");
     let (m, text) = (model.to_str().unwrap(), common::fixture("texts/tinystories.txt"));
     let dir = common::temp_dir("quant-cli");
-    let out = common::sinkscope(&["quant", "-m", m, "-f", text.to_str().unwrap(), "--max-tokens", "64", "--sequences", "2", "-o", dir.to_str().unwrap()]);
+    let out =
+        common::sinkscope(&["quant", "-m", m, "-f", text.to_str().unwrap(), "--max-tokens", "64", "--sequences", "2", "-o", dir.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("tensor_static int4 skip4") && stdout.contains("unquantized"), "{stdout}");
@@ -177,7 +193,11 @@ fn quant_command_writes_its_bundle_and_refuses_bad_input() {
     let empty = dir.join("empty.txt");
     std::fs::write(&empty, "").unwrap();
     let bad_dir = common::temp_dir("quant-bad");
-    for args in [vec!["-f", empty.to_str().unwrap()], vec!["-f", text.to_str().unwrap(), "--bits", "1"], vec!["-f", text.to_str().unwrap(), "--schemes", "per_block"]] {
+    for args in [
+        vec!["-f", empty.to_str().unwrap()],
+        vec!["-f", text.to_str().unwrap(), "--bits", "1"],
+        vec!["-f", text.to_str().unwrap(), "--schemes", "per_block"],
+    ] {
         let mut all = vec!["quant", "-m", m, "-o", bad_dir.to_str().unwrap()];
         all.extend(args);
         let out = common::sinkscope(&all);

@@ -22,7 +22,8 @@ fn load_model(file: &str) -> Option<LoadedModel> {
 
 #[test]
 fn score_policies_match_a_pytorch_loop() {
-    let reference: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::fixture("score_stream_reference.json")).unwrap()).unwrap();
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(common::fixture("score_stream_reference.json")).unwrap()).unwrap();
     let w = reference["cache"].as_u64().unwrap() as usize;
     for (name, file) in [("stories260k", "stories260K.gguf"), ("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")] {
         let Some(lm) = load_model(file) else { return };
@@ -42,19 +43,22 @@ fn score_policies_match_a_pytorch_loop() {
             let want: Vec<f64> = run["nll"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
             // Decoded token by token, and replayed a block of tokens at a time.
             let by_token = SimOptions { token_by_token: true, ..SimOptions::default() };
-            for o in [simulate_with(&lm.model, &ids, &[p], by_token, &mut |_, _| {}).unwrap().remove(0), simulate(&lm.model, &ids, &[p], &mut |_, _| {}).unwrap().remove(0)] {
-            let worst = o.nll.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-            let kept = o.kept.expect("a score-based policy reports what it kept");
-            let shares: Vec<f64> = run["kept_first_share"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-            eprintln!("{name} {}: max |ΔNLL| {worst:.2e}; kept_first_share {:?} vs {shares:?}", o.label, kept.kept_first_share);
-            assert_eq!(o.nll.len(), want.len());
-            assert!(worst < NLL_TOL, "{name} {}: {worst} nats from the PyTorch loop", o.label);
-            // The same keys kept: the shares and ages agree to the last sample.
-            for (a, b) in kept.kept_first_share.iter().zip(&shares) {
-                assert!((a - b).abs() < 1e-9, "{name} {}: kept_first_share {a} vs {b}", o.label);
-            }
-            assert!((kept.mean_age - run["mean_age"].as_f64().unwrap()).abs() < 1e-9, "{name} {}: mean age", o.label);
-            assert_eq!(kept.samples as u64, run["samples"].as_u64().unwrap());
+            for o in [
+                simulate_with(&lm.model, &ids, &[p], by_token, &mut |_, _| {}).unwrap().remove(0),
+                simulate(&lm.model, &ids, &[p], &mut |_, _| {}).unwrap().remove(0),
+            ] {
+                let worst = o.nll.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+                let kept = o.kept.expect("a score-based policy reports what it kept");
+                let shares: Vec<f64> = run["kept_first_share"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+                eprintln!("{name} {}: max |ΔNLL| {worst:.2e}; kept_first_share {:?} vs {shares:?}", o.label, kept.kept_first_share);
+                assert_eq!(o.nll.len(), want.len());
+                assert!(worst < NLL_TOL, "{name} {}: {worst} nats from the PyTorch loop", o.label);
+                // The same keys kept: the shares and ages agree to the last sample.
+                for (a, b) in kept.kept_first_share.iter().zip(&shares) {
+                    assert!((a - b).abs() < 1e-9, "{name} {}: kept_first_share {a} vs {b}", o.label);
+                }
+                assert!((kept.mean_age - run["mean_age"].as_f64().unwrap()).abs() < 1e-9, "{name} {}: mean age", o.label);
+                assert_eq!(kept.samples as u64, run["samples"].as_u64().unwrap());
             }
         }
     }
@@ -63,7 +67,8 @@ fn score_policies_match_a_pytorch_loop() {
 /// The per-head run of the reference (every third (layer, KV head) keeps the whole cache, the
 /// rest S = 4 + W − 4 recent).
 fn per_head_run_matches(lm: &LoadedModel, ids: &[u32], w: usize, run: &serde_json::Value) {
-    let gates: Vec<Vec<bool>> = run["gates"].as_array().unwrap().iter().map(|l| l.as_array().unwrap().iter().map(|g| g.as_bool().unwrap()).collect()).collect();
+    let gates: Vec<Vec<bool>> =
+        run["gates"].as_array().unwrap().iter().map(|l| l.as_array().unwrap().iter().map(|g| g.as_bool().unwrap()).collect()).collect();
     let o = sinkscope::kv::per_head::simulate_mixed(&lm.model, ids, &gates, run["sinks"].as_u64().unwrap() as usize, w).unwrap().outcome;
     let want: Vec<f64> = run["nll"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
     let worst = o.nll.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
@@ -155,7 +160,23 @@ fn heads_and_the_per_head_sweep_from_the_cli() {
     let Some(_) = common::model("stories260K.gguf") else { return };
     let dir = common::temp_dir("heads-cli");
     let text = common::corpora_dir().join("tinystories_val_subset.txt");
-    let out = common::sinkscope(&["heads", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "400", "--sinks", "2", "--recent", "30", "--retrieval-share", "0.5", "-o", dir.to_str().unwrap()]);
+    let out = common::sinkscope(&[
+        "heads",
+        "-m",
+        "stories260k",
+        "-f",
+        text.to_str().unwrap(),
+        "--tokens",
+        "400",
+        "--sinks",
+        "2",
+        "--recent",
+        "30",
+        "--retrieval-share",
+        "0.5",
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let tsv = std::fs::read_to_string(dir.join("head_gates.tsv")).unwrap();
     let rows: Vec<Vec<&str>> = tsv.lines().map(|l| l.split('\t').collect()).collect();
@@ -164,7 +185,23 @@ fn heads_and_the_per_head_sweep_from_the_cli() {
     assert_eq!(rows.iter().flatten().filter(|g| **g == "1").count(), 10);
     let heads: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("heads.json")).unwrap()).unwrap();
     assert_eq!((heads["sinks"].as_u64(), heads["recent"].as_u64(), heads["tokens"].as_u64()), (Some(2), Some(30), Some(400)));
-    let out = common::sinkscope(&["recommend", "--per-head", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "300", "--cache", "48", "--head-sinks", "2", "--shares", "0,0.5,1", "--json"]);
+    let out = common::sinkscope(&[
+        "recommend",
+        "--per-head",
+        "-m",
+        "stories260k",
+        "-f",
+        text.to_str().unwrap(),
+        "--tokens",
+        "300",
+        "--cache",
+        "48",
+        "--head-sinks",
+        "2",
+        "--shares",
+        "0,0.5,1",
+        "--json",
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let f: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = f["rows"].as_array().unwrap();
@@ -175,11 +212,29 @@ fn heads_and_the_per_head_sweep_from_the_cli() {
         assert!((a - b).abs() < 1e-3 * b, "{r}");
     }
     assert!(rows[0]["entries"].as_u64() < rows[1]["entries"].as_u64() && rows[1]["entries"].as_u64() < rows[2]["entries"].as_u64());
-    let bad = common::sinkscope(&["heads", "-m", "stories260k", "-f", text.to_str().unwrap(), "--retrieval-share", "1.5", "-o", dir.to_str().unwrap()]);
+    let bad =
+        common::sinkscope(&["heads", "-m", "stories260k", "-f", text.to_str().unwrap(), "--retrieval-share", "1.5", "-o", dir.to_str().unwrap()]);
     assert_eq!(bad.status.code(), Some(2));
     // With -o the sweep is a run: its streams, the frontier, and the gates export as tables.
     let run = dir.join("run");
-    let out = common::sinkscope(&["recommend", "--per-head", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "300", "--cache", "48", "--head-sinks", "2", "--shares", "0,0.5", "-o", run.to_str().unwrap()]);
+    let out = common::sinkscope(&[
+        "recommend",
+        "--per-head",
+        "-m",
+        "stories260k",
+        "-f",
+        text.to_str().unwrap(),
+        "--tokens",
+        "300",
+        "--cache",
+        "48",
+        "--head-sinks",
+        "2",
+        "--shares",
+        "0,0.5",
+        "-o",
+        run.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = common::sinkscope(&["export", run.to_str().unwrap(), "--parquet", "--md", "--png"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -201,12 +256,33 @@ fn heads_ranked_by_causal_evidence() {
     let Some(_) = common::model("stories260K.gguf") else { return };
     let dir = common::temp_dir("heads-causal");
     let text = common::corpora_dir().join("tinystories_val_subset.txt");
-    let out = common::sinkscope(&["heads", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "300", "--sinks", "2", "--recent", "30", "--retrieval-share", "0.25", "--causal", "--causal-tokens", "120", "-o", dir.to_str().unwrap()]);
+    let out = common::sinkscope(&[
+        "heads",
+        "-m",
+        "stories260k",
+        "-f",
+        text.to_str().unwrap(),
+        "--tokens",
+        "300",
+        "--sinks",
+        "2",
+        "--recent",
+        "30",
+        "--retrieval-share",
+        "0.25",
+        "--causal",
+        "--causal-tokens",
+        "120",
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("ΔNLL"), "{}", String::from_utf8_lossy(&out.stdout));
     let heads: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("heads.json")).unwrap()).unwrap();
     assert_eq!((heads["ranked_by"].as_str(), heads["causal_tokens"].as_u64()), (Some("causal"), Some(120)));
-    let grid = |key: &str| -> Vec<Vec<f64>> { heads[key].as_array().unwrap().iter().map(|l| l.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect()).collect() };
+    let grid = |key: &str| -> Vec<Vec<f64>> {
+        heads[key].as_array().unwrap().iter().map(|l| l.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect()).collect()
+    };
     let (causal, alpha0) = (grid("causal"), grid("alpha0"));
     assert_eq!((causal.len(), causal[0].len(), alpha0.len(), alpha0[0].len()), (5, 4, 5, 4));
     assert!(causal.iter().flatten().all(|d| d.is_finite() && d.abs() < 5.0) && causal.iter().flatten().any(|d| d.abs() > 1e-6));
@@ -220,7 +296,24 @@ fn heads_ranked_by_causal_evidence() {
     assert_eq!(gates.iter().filter(|&&g| g).count(), 5);
     assert!(lowest_kept >= highest_left, "gates must be the top ΔNLL: {lowest_kept} < {highest_left}");
     // A causal window that leaves no query beyond S + R is refused with the reason.
-    let bad = common::sinkscope(&["heads", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "300", "--sinks", "2", "--recent", "30", "--causal", "--causal-tokens", "20", "-o", dir.to_str().unwrap()]);
+    let bad = common::sinkscope(&[
+        "heads",
+        "-m",
+        "stories260k",
+        "-f",
+        text.to_str().unwrap(),
+        "--tokens",
+        "300",
+        "--sinks",
+        "2",
+        "--recent",
+        "30",
+        "--causal",
+        "--causal-tokens",
+        "20",
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
     assert_eq!(bad.status.code(), Some(2), "{}", String::from_utf8_lossy(&bad.stderr));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("sinks + 30 recent"), "{}", String::from_utf8_lossy(&bad.stderr));
 }
@@ -233,25 +326,58 @@ fn recommend_sweeps_score_policies() {
     let Some(_) = common::model("stories260K.gguf") else { return };
     let text = common::corpora_dir().join("tinystories_val_subset.txt");
     let t = text.to_str().unwrap();
-    let out = common::sinkscope(&["recommend", "-m", "stories260k", "-f", t, "--tokens", "200", "--cache", "48", "--policy", "h2o", "--recent", "16", "--sinks", "0,2", "--no-recompute", "--json"]);
+    let out = common::sinkscope(&[
+        "recommend",
+        "-m",
+        "stories260k",
+        "-f",
+        t,
+        "--tokens",
+        "200",
+        "--cache",
+        "48",
+        "--policy",
+        "h2o",
+        "--recent",
+        "16",
+        "--sinks",
+        "0,2",
+        "--no-recompute",
+        "--json",
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rec: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let labels: Vec<&str> = rec["table"].as_array().unwrap().iter().map(|r| r["label"].as_str().unwrap()).collect();
     assert_eq!(labels, ["h2o S=0 R=16, W=48 (slot)", "h2o S=2 R=16, W=48 (slot)"]);
     assert!(rec["verdict"].as_str().unwrap().contains("h2o") || rec["verdict"].as_str().unwrap().contains("Pin"), "{}", rec["verdict"]);
-    for bad in [
-        vec!["--policy", "dense"],
-        vec!["--policy", "tova", "--recent", "8"],
-        vec!["--causal"],
-        vec!["--calibrate", t],
-    ] {
+    for bad in [vec!["--policy", "dense"], vec!["--policy", "tova", "--recent", "8"], vec!["--causal"], vec!["--calibrate", t]] {
         let mut args = vec!["recommend", "-m", "stories260k", "-f", t, "--tokens", "200", "--cache", "48"];
         args.extend(bad.iter().copied());
         let out = common::sinkscope(&args);
         assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
     let cal = common::corpora_dir().join("tinyshakespeare.txt");
-    let out = common::sinkscope(&["recommend", "--per-head", "-m", "stories260k", "-f", t, "--tokens", "200", "--cache", "48", "--head-sinks", "2", "--shares", "0,0.5", "--calibrate", cal.to_str().unwrap(), "--calibrate-start-char", "1000", "--json"]);
+    let out = common::sinkscope(&[
+        "recommend",
+        "--per-head",
+        "-m",
+        "stories260k",
+        "-f",
+        t,
+        "--tokens",
+        "200",
+        "--cache",
+        "48",
+        "--head-sinks",
+        "2",
+        "--shares",
+        "0,0.5",
+        "--calibrate",
+        cal.to_str().unwrap(),
+        "--calibrate-start-char",
+        "1000",
+        "--json",
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let f: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(f["gates"]["calibration"].as_str().unwrap().ends_with("tinyshakespeare.txt from character 1000"), "{}", f["gates"]);
@@ -264,7 +390,21 @@ fn kept_first_positions_are_exported() {
     let Some(_) = common::model("stories260K.gguf") else { return };
     let dir = common::temp_dir("kept-first");
     let text = common::corpora_dir().join("tinystories_val_subset.txt");
-    let out = common::sinkscope(&["stream", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "200", "--cache", "48", "--policy", "tova", "-o", dir.to_str().unwrap()]);
+    let out = common::sinkscope(&[
+        "stream",
+        "-m",
+        "stories260k",
+        "-f",
+        text.to_str().unwrap(),
+        "--tokens",
+        "200",
+        "--cache",
+        "48",
+        "--policy",
+        "tova",
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = common::sinkscope(&["export", dir.to_str().unwrap(), "--md", "--svg"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

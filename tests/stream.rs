@@ -4,9 +4,9 @@
 
 mod common;
 
-use sinkscope::model::scoring::token_nll;
-use sinkscope::model::receiver::NoCapture;
 use sinkscope::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
+use sinkscope::model::receiver::NoCapture;
+use sinkscope::model::scoring::token_nll;
 use sinkscope::model::{load, LoadOptions, LoadedModel};
 
 fn stories() -> Option<LoadedModel> {
@@ -77,7 +77,9 @@ fn evicting_policies_hold_their_budget_and_slot_delta_agree_closely() {
         assert_eq!(o.first_eviction_step, Some(w), "{}", o.label);
         assert!(o.ppl_after_eviction.is_some());
     }
-    let find = |kind, positions| out.iter().find(|o| o.policy.kind == kind && o.policy.positions == positions && o.policy.kind != PolicyKind::Recompute).unwrap();
+    let find = |kind, positions| {
+        out.iter().find(|o| o.policy.kind == kind && o.policy.positions == positions && o.policy.kind != PolicyKind::Recompute).unwrap()
+    };
     for kind in [PolicyKind::Window, PolicyKind::Sink, PolicyKind::Keep] {
         let slot = find(kind, PositionMode::Slot);
         let delta = find(kind, PositionMode::Delta);
@@ -117,7 +119,10 @@ fn replay_matches_token_by_token(lm: &LoadedModel, ids: &[u32], w: usize, sinks:
             }
             _ => 0.0,
         };
-        eprintln!("{}: block replay vs token by token max |ΔNLL| {worst:.2e} (slot vs original spread {spread:.2e}), ppl {:.5} vs {:.5}", a.label, a.ppl, b.ppl);
+        eprintln!(
+            "{}: block replay vs token by token max |ΔNLL| {worst:.2e} (slot vs original spread {spread:.2e}), ppl {:.5} vs {:.5}",
+            a.label, a.ppl, b.ppl
+        );
         let tol = if a.ppl > 3.0 * blocks[0].ppl { 1e-3 } else { 1e-4 };
         assert!(worst < tol, "{}: block replay differs from token-by-token decoding by {worst}", a.label);
         assert_eq!(a.cache_len, b.cache_len, "{}", a.label);
@@ -176,7 +181,22 @@ fn stream_cli_reports_json_and_refuses_bad_budgets() {
     let _ = model_or_skip!("stories260K.gguf");
     let text = common::corpora_dir().join("tinystories_val_subset.txt");
     let t = text.to_str().unwrap();
-    let out = common::sinkscope(&["stream", "-m", "stories260k", "-f", t, "--tokens", "200", "--policy", "sink", "--sinks", "4", "--cache", "64", "--json"]);
+    let out = common::sinkscope(&[
+        "stream",
+        "-m",
+        "stories260k",
+        "-f",
+        t,
+        "--tokens",
+        "200",
+        "--policy",
+        "sink",
+        "--sinks",
+        "4",
+        "--cache",
+        "64",
+        "--json",
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["tokens"], 200);
@@ -205,7 +225,20 @@ fn stream_cli_reports_json_and_refuses_bad_budgets() {
 fn recommend_json_has_the_recommendation_and_table() {
     let _ = model_or_skip!("stories260K.gguf");
     let text = common::corpora_dir().join("tinystories_val_subset.txt");
-    let out = common::sinkscope(&["recommend", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "200", "--cache", "48", "--sinks", "0,1,4", "--json"]);
+    let out = common::sinkscope(&[
+        "recommend",
+        "-m",
+        "stories260k",
+        "-f",
+        text.to_str().unwrap(),
+        "--tokens",
+        "200",
+        "--cache",
+        "48",
+        "--sinks",
+        "0,1,4",
+        "--json",
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let table = r["table"].as_array().unwrap();
@@ -220,7 +253,22 @@ fn recommend_json_has_the_recommendation_and_table() {
     let verdict = r["verdict"].as_str().unwrap();
     assert!(verdict.contains("Recomputing") && !verdict.contains("estimated"), "{verdict}");
     // A recompute scored on every 4th step is called an estimate in the verdict.
-    let sampled = common::sinkscope(&["recommend", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "200", "--cache", "48", "--sinks", "0,1,4", "--recompute-every", "4", "--json"]);
+    let sampled = common::sinkscope(&[
+        "recommend",
+        "-m",
+        "stories260k",
+        "-f",
+        text.to_str().unwrap(),
+        "--tokens",
+        "200",
+        "--cache",
+        "48",
+        "--sinks",
+        "0,1,4",
+        "--recompute-every",
+        "4",
+        "--json",
+    ]);
     assert!(sampled.status.success(), "{}", String::from_utf8_lossy(&sampled.stderr));
     let r: serde_json::Value = serde_json::from_slice(&sampled.stdout).unwrap();
     let verdict = r["verdict"].as_str().unwrap();
@@ -228,7 +276,22 @@ fn recommend_json_has_the_recommendation_and_table() {
     // Without --recompute-every, K is the smallest that keeps recompute within its budget
     // (151 steps after W = 48 fill it: 7,248 window tokens), and stderr says so.
     let recommend = |budget: &str| {
-        let out = common::sinkscope(&["recommend", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "200", "--cache", "48", "--sinks", "0,4", "--recompute-budget", budget, "--json"]);
+        let out = common::sinkscope(&[
+            "recommend",
+            "-m",
+            "stories260k",
+            "-f",
+            text.to_str().unwrap(),
+            "--tokens",
+            "200",
+            "--cache",
+            "48",
+            "--sinks",
+            "0,4",
+            "--recompute-budget",
+            budget,
+            "--json",
+        ]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let row = r["table"].as_array().unwrap().last().unwrap().clone();

@@ -101,7 +101,10 @@ fn snapshot_heatmap() {
 
 #[test]
 fn snapshot_heatmap_focus_log_zoom() {
-    let s = screen(&mut fixture_app(), &[Action::GoTab(Tab::Heatmap), Action::ToggleFocus, Action::ToggleLog, Action::ZoomIn, Action::Move { dx: 2, dy: -5 }]);
+    let s = screen(
+        &mut fixture_app(),
+        &[Action::GoTab(Tab::Heatmap), Action::ToggleFocus, Action::ToggleLog, Action::ZoomIn, Action::Move { dx: 2, dy: -5 }],
+    );
     insta::assert_snapshot!("heatmap_focus_log_zoom", s);
 }
 
@@ -339,7 +342,13 @@ impl Tmux {
     }
 
     fn run(&self, args: &[&str]) -> bool {
-        std::process::Command::new("tmux").arg("-L").arg(&self.sock).args(args).current_dir(env!("CARGO_MANIFEST_DIR")).status().is_ok_and(|s| s.success())
+        std::process::Command::new("tmux")
+            .arg("-L")
+            .arg(&self.sock)
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .is_ok_and(|s| s.success())
     }
 
     fn pane(&self) -> String {
@@ -428,7 +437,24 @@ fn streaming_shows_the_per_head_frontier() {
     let Some(_) = common::model("stories260K.gguf") else { return };
     let dir = common::temp_dir("tui-per-head").join("run");
     let text = common::corpora_dir().join("tinystories_val_subset.txt");
-    let out = common::sinkscope(&["recommend", "--per-head", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "200", "--cache", "48", "--head-sinks", "2", "--shares", "0,0.5", "-o", dir.to_str().unwrap()]);
+    let out = common::sinkscope(&[
+        "recommend",
+        "--per-head",
+        "-m",
+        "stories260k",
+        "-f",
+        text.to_str().unwrap(),
+        "--tokens",
+        "200",
+        "--cache",
+        "48",
+        "--head-sinks",
+        "2",
+        "--shares",
+        "0,0.5",
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let mut app = App::new(Run::open(&dir).unwrap());
     let s = screen(&mut app, &[Action::GoTab(Tab::Streaming)]);
@@ -450,7 +476,19 @@ fn quant_results_show_in_the_activations_view() {
     let full = copy_without("with-quant", &[]);
     let only = common::temp_dir("quant-only").join("run");
     for dir in [&full, &only] {
-        let out = common::sinkscope(&["quant", "-m", model.to_str().unwrap(), "-f", story.to_str().unwrap(), "--max-tokens", "64", "--sequences", "2", "-o", dir.to_str().unwrap()]);
+        let out = common::sinkscope(&[
+            "quant",
+            "-m",
+            model.to_str().unwrap(),
+            "-f",
+            story.to_str().unwrap(),
+            "--max-tokens",
+            "64",
+            "--sequences",
+            "2",
+            "-o",
+            dir.to_str().unwrap(),
+        ]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
     for (dir, also) in [(&full, "Per layer (resid_post)"), (&only, "tensor_static int4 skip4")] {
@@ -475,7 +513,19 @@ fn a_survey_directory_opens_with_its_table() {
     let model = model_or_skip!("stories260K.gguf");
     let bin = model_or_skip!("stories260K.bin");
     let dir = common::temp_dir("survey-dash").join("survey");
-    let out = common::sinkscope(&["survey", "-m", model.to_str().unwrap(), "-m", bin.to_str().unwrap(), "--cache", "32", "--tokens", "120", "-o", dir.to_str().unwrap()]);
+    let out = common::sinkscope(&[
+        "survey",
+        "-m",
+        model.to_str().unwrap(),
+        "-m",
+        bin.to_str().unwrap(),
+        "--cache",
+        "32",
+        "--tokens",
+        "120",
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let mut app = App::new(Run::open(&dir).unwrap());
     let s = text(&draw(&mut app, 200, 60));
@@ -506,7 +556,11 @@ fn a_survey_directory_opens_with_its_table() {
     assert!(csv.starts_with("model,family,n_params,sink_0") && csv.contains("stories260K.bin,llama"), "{csv}");
     // A run directory that has gone away: the dashboard stays where it was and says why.
     sinkscope::tui::open_survey_run(&mut app, &dir.join("models/nonexistent"));
-    assert!(app.run.dir.ends_with("models/stories260K.bin") && app.status.as_deref().is_some_and(|m| m.starts_with("cannot open")), "{:?}", app.status);
+    assert!(
+        app.run.dir.ends_with("models/stories260K.bin") && app.status.as_deref().is_some_and(|m| m.starts_with("cannot open")),
+        "{:?}",
+        app.status
+    );
     std::fs::remove_dir_all(dir.join("models")).unwrap();
     let err = Run::open(&dir).unwrap_err().to_string();
     assert!(err.contains("survey.json") && err.contains("re-run `sinkscope survey`"), "{err}");

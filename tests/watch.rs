@@ -146,7 +146,8 @@ fn the_exit_status_says_whether_sink_loss_was_found() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(String::from_utf8_lossy(&out.stdout).contains("none within 20 tokens after an eviction"));
     // Without cache events the budget dates the eviction; without either, a step cannot be cleared.
-    let bare: String = synthetic(1200, 304, 1.2, usize::MAX).lines().map(|l| l.split(", \"cache_len\"").next().unwrap().to_string() + "}\n").collect();
+    let bare: String =
+        synthetic(1200, 304, 1.2, usize::MAX).lines().map(|l| l.split(", \"cache_len\"").next().unwrap().to_string() + "}\n").collect();
     let bare_path = dir.join("bare.jsonl");
     std::fs::write(&bare_path, bare).unwrap();
     let out = common::sinkscope(&["watch", bare_path.to_str().unwrap(), "--budget", "350", "--prompt-tokens", "50"]);

@@ -8,8 +8,8 @@ mod common;
 
 use common::Fixture;
 use sinkscope::capture::collector::TensorCollector;
-use sinkscope::model::hook::{HookFilter, HookPoint};
 use sinkscope::model::decoder::WeightDtype;
+use sinkscope::model::hook::{HookFilter, HookPoint};
 use sinkscope::model::load::LoadedModel;
 use sinkscope::model::{load, LoadOptions};
 
@@ -119,7 +119,9 @@ fn an_f16_gguf_is_kept_half_and_equals_rounding_on_load() {
     let (d_logit, d_pattern) = (worst(&a, &b), pa.iter().zip(&pb).map(|(x, y)| worst(x, y)).fold(0f32, f32::max));
     // Against the f32 weights' reference: only the rounding of the weights to f16 differs.
     let d_f32 = worst(&a, &fx.f32("logits").1);
-    eprintln!("f16 GGUF vs f32 weights rounded to f16 on load: max |Δlogit| {d_logit:.2e}, max |Δpattern| {d_pattern:.2e}; vs the f32 model {d_f32:.2e}");
+    eprintln!(
+        "f16 GGUF vs f32 weights rounded to f16 on load: max |Δlogit| {d_logit:.2e}, max |Δpattern| {d_pattern:.2e}; vs the f32 model {d_f32:.2e}"
+    );
     assert!(d_logit <= 1e-5 && d_pattern <= 1e-6, "{d_logit} / {d_pattern}");
     assert!(d_f32 > 0.0 && d_f32 <= 5e-2, "{d_f32}");
 }

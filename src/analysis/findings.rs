@@ -95,7 +95,9 @@ impl Diagnosis {
             sink_scores: a.sink_score.iter().map(|(&k, &v)| (k, v)).collect(),
             f_attn: a.f_attn,
             alpha0_by_kind: ByLayerKind::of(&a.model, alpha0()),
-            learned_sinks: learned_sinks(a.heads.iter().filter_map(|h| Some((h.layer, h.head, h.sink_mass?, h.alpha.first().copied().unwrap_or(0.0))))),
+            learned_sinks: learned_sinks(
+                a.heads.iter().filter_map(|h| Some((h.layer, h.head, h.sink_mass?, h.alpha.first().copied().unwrap_or(0.0)))),
+            ),
             classes: ClassCounts::of(a.heads.iter().map(|h| h.class)),
             massive: Massive { first_layer: a.massive.first_layer, dims: a.massive.dims.clone(), positions: a.massive.positions.clone() },
             causal: a.ablation.as_ref().and_then(|ab| Some((ab.top_heads.first()?.clone(), ab.n_tokens))),

@@ -57,7 +57,6 @@ pub struct LayerNorms {
     pub key_norm_rest: f64,
 }
 
-
 /// Everything measured on one probe.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProbeReport {
@@ -206,7 +205,10 @@ pub fn analyze_probe(c: &ProbeCapture<'_>, settings: &AnalysisSettings) -> Probe
         norms,
         quant_risk: c.quant_risk.clone(),
         head_evidence,
-        sink_mass: (0..n_layers).map(|l| (0..att.heads[l].len()).filter_map(|h| c.reducers.sink_mass.mean(l, h)).collect::<Vec<f64>>()).filter(|v| !v.is_empty()).collect(),
+        sink_mass: (0..n_layers)
+            .map(|l| (0..att.heads[l].len()).filter_map(|h| c.reducers.sink_mass.mean(l, h)).collect::<Vec<f64>>())
+            .filter(|v| !v.is_empty())
+            .collect(),
     }
 }
 
@@ -232,7 +234,13 @@ fn layer_norms(layer: usize, value: &[Vec<f32>], key: &[Vec<f32>], sinks: &[usiz
 }
 
 /// Combines per-probe reports into the report users read.
-pub fn aggregate(model: ModelInfo, settings: AnalysisSettings, probes: Vec<ProbeReport>, ablation: Option<AblationSummary>, wall_seconds: f64) -> AnalysisReport {
+pub fn aggregate(
+    model: ModelInfo,
+    settings: AnalysisSettings,
+    probes: Vec<ProbeReport>,
+    ablation: Option<AblationSummary>,
+    wall_seconds: f64,
+) -> AnalysisReport {
     let samples: Vec<&Alphas> = probes.iter().map(|p| &p.alpha).collect();
     let k_max = probes.iter().map(|p| p.alpha.first().and_then(|l| l.first()).map_or(0, Vec::len)).max().unwrap_or(0);
     let sink_score = (0..k_max).map(|k| (k, sink_score(&samples, k, settings.epsilon))).collect();

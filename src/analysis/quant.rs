@@ -90,7 +90,8 @@ pub struct QuantCase {
 impl QuantCase {
     pub fn new(setting: QuantSetting, score: &QuantScore, baseline: &NllSplit, sink_positions: usize) -> QuantCase {
         let nll = NllSplit::of(&score.nll, sink_positions);
-        let sites = score.noise.iter().map(|(&(layer, site), n)| SiteNoise { layer, site, sqnr_db: n.sqnr_db(), zero_share: n.zero_share() }).collect();
+        let sites =
+            score.noise.iter().map(|(&(layer, site), n)| SiteNoise { layer, site, sqnr_db: n.sqnr_db(), zero_share: n.zero_share() }).collect();
         QuantCase {
             setting,
             label: setting.label(),
@@ -109,7 +110,10 @@ impl QuantCase {
 
     /// The site with the lowest SQNR (the one quantization hurts most).
     pub fn worst_site(&self) -> Option<&SiteNoise> {
-        self.sites.iter().filter(|s| s.sqnr_db.is_some()).min_by(|a, b| a.sqnr_db.unwrap_or(f64::INFINITY).total_cmp(&b.sqnr_db.unwrap_or(f64::INFINITY)))
+        self.sites
+            .iter()
+            .filter(|s| s.sqnr_db.is_some())
+            .min_by(|a, b| a.sqnr_db.unwrap_or(f64::INFINITY).total_cmp(&b.sqnr_db.unwrap_or(f64::INFINITY)))
     }
 }
 

@@ -160,7 +160,8 @@ pub struct WatchReport {
 pub fn watch(trace: &Trace, opts: &WatchOptions) -> WatchReport {
     let requests: Vec<RequestReport> = trace.requests.iter().map(|r| watch_request(r, opts)).collect();
     let attributed = requests.iter().flat_map(|r| &r.steps).filter(|s| s.sink_loss).count();
-    let tested: Vec<(&RequestReport, &EvictionTest)> = requests.iter().flat_map(|r| r.eviction_tests.iter().filter(|t| t.sink_loss).map(move |t| (r, t))).collect();
+    let tested: Vec<(&RequestReport, &EvictionTest)> =
+        requests.iter().flat_map(|r| r.eviction_tests.iter().filter(|t| t.sink_loss).map(move |t| (r, t))).collect();
     let unknown_cause = requests.iter().filter(|r| r.eviction_source == "none").flat_map(|r| &r.steps).count();
     let all_steps = requests.iter().map(|r| r.steps.len()).sum::<usize>();
     let pooled = pooled(&requests);
@@ -184,12 +185,24 @@ pub fn watch(trace: &Trace, opts: &WatchOptions) -> WatchReport {
     } else if attributed > 0 {
         let first = requests.iter().find_map(|r| r.steps.iter().find(|s| s.sink_loss).map(|s| (r, *s)));
         let (r, s) = first.map_or((String::new(), None), |(r, s)| (r.id.clone(), Some(s)));
-        let s = s.map_or(String::new(), |s| format!(" — first in request {r:?}: mean logprob fell by {:.2} nats at token {}, {} tokens after the eviction at token {}", s.step.size, s.step.start, s.lag.unwrap_or(0), s.eviction.unwrap_or(0)));
+        let s = s.map_or(String::new(), |s| {
+            format!(
+                " — first in request {r:?}: mean logprob fell by {:.2} nats at token {}, {} tokens after the eviction at token {}",
+                s.step.size,
+                s.step.start,
+                s.lag.unwrap_or(0),
+                s.eviction.unwrap_or(0)
+            )
+        });
         format!("SINK LOSS: {attributed} step{} in the logprob trace start{} within {} tokens after an eviction{s}. Pin the first tokens of the cache (StreamingLLM sinks, llama.cpp --keep).", plural(attributed), if attributed == 1 { "s" } else { "" }, opts.max_lag)
     } else if unknown_cause > 0 {
         format!("{unknown_cause} step{} down in the logprob trace, but the trace has no cache events: pass --budget W (and --prompt-tokens) to tell whether they follow an eviction.", plural(unknown_cause))
     } else if all_steps > 0 {
-        format!("No sink loss: {all_steps} step{} down in the logprob trace, none within {} tokens after an eviction.", plural(all_steps), opts.max_lag)
+        format!(
+            "No sink loss: {all_steps} step{} down in the logprob trace, none within {} tokens after an eviction.",
+            plural(all_steps),
+            opts.max_lag
+        )
     } else {
         "No sink loss: no step down in the rolling logprob.".to_string()
     };

@@ -69,7 +69,14 @@ pub struct SinkPosition {
 /// `col_mass[l][h][k]` are column sums over T query rows. Sorted by number of heads, then position.
 /// `windows[l]` is layer l's own sliding window (missing: global): there α_k counts the queries
 /// within the window of k, and a key the whole window sees qualifies.
-pub fn discover_sink_positions(col_mass: &[Vec<Vec<f64>>], t: usize, windows: &[Option<usize>], epsilon: f64, min_queries: usize, tokens: &[String]) -> Vec<SinkPosition> {
+pub fn discover_sink_positions(
+    col_mass: &[Vec<Vec<f64>>],
+    t: usize,
+    windows: &[Option<usize>],
+    epsilon: f64,
+    min_queries: usize,
+    tokens: &[String],
+) -> Vec<SinkPosition> {
     let max_k = t.saturating_sub(min_queries.max(1)) + 1;
     let n_heads_total = col_mass.iter().map(Vec::len).sum::<usize>().max(1);
     let mut found = Vec::new();
@@ -136,7 +143,13 @@ mod tests {
     fn discovers_a_delimiter_sink_beyond_position_zero() {
         // T = 6. Head (0,0) sinks on 0; head (0,1) sinks on position 2 (a "." say) once it exists.
         let t = 6;
-        let h0: Vec<Vec<f64>> = (0..t).map(|i| { let mut r = vec![0.0; i + 1]; r[0] = 1.0; r }).collect();
+        let h0: Vec<Vec<f64>> = (0..t)
+            .map(|i| {
+                let mut r = vec![0.0; i + 1];
+                r[0] = 1.0;
+                r
+            })
+            .collect();
         let h1: Vec<Vec<f64>> = (0..t)
             .map(|i| {
                 let mut r = vec![1.0 / (i + 1) as f64; i + 1];

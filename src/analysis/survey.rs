@@ -61,11 +61,27 @@ impl StreamingHeads {
         (sinks, cache - sinks)
     }
 
-    pub fn new(sha256: &str, text: &str, (requested_tokens, tokens): (usize, usize), (sinks, recent): (usize, usize), outside: Vec<Vec<f64>>) -> StreamingHeads {
+    pub fn new(
+        sha256: &str,
+        text: &str,
+        (requested_tokens, tokens): (usize, usize),
+        (sinks, recent): (usize, usize),
+        outside: Vec<Vec<f64>>,
+    ) -> StreamingHeads {
         let all = outside.iter().map(Vec::len).sum::<usize>().max(1);
         let streaming = outside.iter().flatten().filter(|&&m| m <= Self::THRESHOLD).count();
         let share = 100.0 * streaming as f64 / all as f64;
-        StreamingHeads { sha256: sha256.to_string(), text: text.to_string(), requested_tokens, tokens, sinks, recent, threshold: Self::THRESHOLD, outside, share }
+        StreamingHeads {
+            sha256: sha256.to_string(),
+            text: text.to_string(),
+            requested_tokens,
+            tokens,
+            sinks,
+            recent,
+            threshold: Self::THRESHOLD,
+            outside,
+            share,
+        }
     }
 }
 

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use super::collector::TensorCollector;
 use crate::error::{Error, Result};
 use crate::metrics::divergence::{compare_logit_row, log_softmax_rows, CleanRow};
+use crate::model::decoder::{Decoder, KeyMask};
 use crate::model::hook::{HookFilter, HookPoint};
-use crate::model::decoder::{KeyMask, Decoder};
 
 /// One masked variant's effect.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -67,7 +67,12 @@ pub fn run_ablation(model: &Decoder, ids: &[u32], plan: &AblationPlan, progress:
 /// Runs groups of masks — every mask of a group names the same layer — against one clean pass of
 /// `ids`, and scores each against the clean predictions. Each mask carries the head it reports
 /// (`None`: a whole layer).
-pub fn run_masks(model: &Decoder, ids: &[u32], groups: &[Vec<(KeyMask, Option<usize>)>], progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<AblationResult>> {
+pub fn run_masks(
+    model: &Decoder,
+    ids: &[u32],
+    groups: &[Vec<(KeyMask, Option<usize>)>],
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<AblationResult>> {
     let t = ids.len();
     // Rows from the mask's first query on predict the next token; at least one must be scored.
     if let Some((m, _)) = groups.iter().flatten().find(|(m, _)| m.first_query() + 2 > t) {
@@ -127,11 +132,19 @@ pub fn run_masks(model: &Decoder, ids: &[u32], groups: &[Vec<(KeyMask, Option<us
 /// first `sinks` keys and its `recent` most recent ones (a streaming head in DuoAttention's sense),
 /// the rest of the model unchanged — over the rows from S + R on. The causal evidence of which KV
 /// heads need the whole cache.
-pub fn streaming_head_ablation(model: &Decoder, ids: &[u32], sinks: usize, recent: usize, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<Vec<f64>>> {
+pub fn streaming_head_ablation(
+    model: &Decoder,
+    ids: &[u32],
+    sinks: usize,
+    recent: usize,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<Vec<f64>>> {
     let cfg = &model.cfg;
     let group = cfg.n_heads / cfg.n_kv_heads;
     let groups: Vec<Vec<(KeyMask, Option<usize>)>> = (0..cfg.n_layers)
-        .map(|layer| (0..cfg.n_kv_heads).map(|kv| (KeyMask::streaming(layer, (kv * group..(kv + 1) * group).collect(), sinks, recent), Some(kv))).collect())
+        .map(|layer| {
+            (0..cfg.n_kv_heads).map(|kv| (KeyMask::streaming(layer, (kv * group..(kv + 1) * group).collect(), sinks, recent), Some(kv))).collect()
+        })
         .collect();
     let results = run_masks(model, ids, &groups, progress)?;
     let mut delta = vec![vec![0.0; cfg.n_kv_heads]; cfg.n_layers];

@@ -25,7 +25,15 @@ impl HeatmapReducer {
         let g = edges.len() - 1;
         let k = first_keys.min(n_tokens);
         let bin = (0..n_tokens).map(|p| edges.partition_point(|&e| e <= p) - 1).collect();
-        let maps = Heatmaps { n_layers, n_heads, n_tokens, edges, first_keys: k, grid: vec![0.0; n_layers * n_heads * g * g], early: vec![0.0; n_layers * n_heads * g * k] };
+        let maps = Heatmaps {
+            n_layers,
+            n_heads,
+            n_tokens,
+            edges,
+            first_keys: k,
+            grid: vec![0.0; n_layers * n_heads * g * g],
+            early: vec![0.0; n_layers * n_heads * g * k],
+        };
         HeatmapReducer { maps, bin }
     }
 

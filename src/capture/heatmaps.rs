@@ -69,11 +69,8 @@ impl Heatmaps {
         let early_shape = [self.n_layers, self.n_heads, g, k];
         let mut meta = metadata;
         meta.insert("n_tokens".into(), self.n_tokens.to_string());
-        let tensors: Vec<(String, &[usize], &[f32])> = vec![
-            ("edges".into(), &edge_shape, &edges),
-            ("grid".into(), &grid_shape, &self.grid),
-            ("early".into(), &early_shape, &self.early),
-        ];
+        let tensors: Vec<(String, &[usize], &[f32])> =
+            vec![("edges".into(), &edge_shape, &edges), ("grid".into(), &grid_shape, &self.grid), ("early".into(), &early_shape, &self.early)];
         write_safetensors_f32(path, &tensors, meta)
     }
 

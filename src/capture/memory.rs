@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::hook::{HookFilter, HookPoint};
 use crate::model::decoder::DecoderConfig;
+use crate::model::hook::{HookFilter, HookPoint};
 
 /// Bytes by category.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -20,7 +20,14 @@ pub struct MemoryEstimate {
 pub fn hook_elements(cfg: &DecoderConfig, hook: &HookPoint, t: u64) -> u64 {
     let (d, h, kvh, dh, ff) = (cfg.d_model as u64, cfg.n_heads as u64, cfg.n_kv_heads as u64, cfg.d_head as u64, cfg.d_ff as u64);
     match hook {
-        HookPoint::Embed | HookPoint::LnFinal | HookPoint::ResidPre(_) | HookPoint::ResidMid(_) | HookPoint::ResidPost(_) | HookPoint::AttnOut(_) | HookPoint::AttnIn(_) | HookPoint::MlpIn(_) => t * d,
+        HookPoint::Embed
+        | HookPoint::LnFinal
+        | HookPoint::ResidPre(_)
+        | HookPoint::ResidMid(_)
+        | HookPoint::ResidPost(_)
+        | HookPoint::AttnOut(_)
+        | HookPoint::AttnIn(_)
+        | HookPoint::MlpIn(_) => t * d,
         HookPoint::Q(_) | HookPoint::Z(_) => t * h * dh,
         HookPoint::K(_) | HookPoint::V(_) => t * kvh * dh,
         HookPoint::AttnScores(_) | HookPoint::Pattern(_) => h * t * t,
@@ -34,7 +41,8 @@ pub fn hook_elements(cfg: &DecoderConfig, hook: &HookPoint, t: u64) -> u64 {
 /// `weight_bytes` is the in-memory size of the loaded weights.
 pub fn estimate(cfg: &DecoderConfig, t: usize, weight_bytes: u64, save: Option<&HookFilter>, heatmap: Option<(usize, usize)>) -> MemoryEstimate {
     let t64 = t as u64;
-    let (d, ff, h, kvh, dh, l) = (cfg.d_model as u64, cfg.d_ff as u64, cfg.n_heads as u64, cfg.n_kv_heads as u64, cfg.d_head as u64, cfg.n_layers as u64);
+    let (d, ff, h, kvh, dh, l) =
+        (cfg.d_model as u64, cfg.d_ff as u64, cfg.n_heads as u64, cfg.n_kv_heads as u64, cfg.d_head as u64, cfg.n_layers as u64);
     // Live per-layer tensors: residual, normed input, q|k|v, roped copies, attention output,
     // gate|up, activation, plus one attention block (bounded) and a logits chunk.
     let per_layer = t64 * (4 * d + 2 * (h + 2 * kvh) * dh + 3 * ff) * 4;
@@ -44,13 +52,13 @@ pub fn estimate(cfg: &DecoderConfig, t: usize, weight_bytes: u64, save: Option<&
     // Column masses (f64) per layer, head and key; norms and top-k are smaller.
     let reducers = l * h * t64 * 8 + l * t64 * 3 * 4 + 2 * l * kvh * t64 * 4 + l * d * 4;
     // Heatmaps: per layer and head a G×G grid and G×K early columns, f32.
-    let reducers = reducers + heatmap.map_or(0, |(bins, k)| {
-        let g = bins.min(t).max(1) as u64;
-        l * h * g * (g + k.min(t) as u64) * 4
-    });
-    let saved_tensors = save
-        .map(|f| HookPoint::all(cfg.n_layers).iter().filter(|hk| f.matches(hk)).map(|hk| hook_elements(cfg, hk, t64) * 4).sum())
-        .unwrap_or(0);
+    let reducers = reducers
+        + heatmap.map_or(0, |(bins, k)| {
+            let g = bins.min(t).max(1) as u64;
+            l * h * g * (g + k.min(t) as u64) * 4
+        });
+    let saved_tensors =
+        save.map(|f| HookPoint::all(cfg.n_layers).iter().filter(|hk| f.matches(hk)).map(|hk| hook_elements(cfg, hk, t64) * 4).sum()).unwrap_or(0);
     let total = weight_bytes + activations + reducers + saved_tensors;
     MemoryEstimate { weights: weight_bytes, activations, reducers, saved_tensors, total }
 }
@@ -89,8 +97,18 @@ mod tests {
 
     fn smollm() -> DecoderConfig {
         DecoderConfig {
-            n_layers: 30, n_heads: 9, n_kv_heads: 3, d_model: 576, d_head: 64, d_ff: 1536, vocab_size: 49152,
-            context_len: 8192, rope_theta: 1e5, rope_layout: RopeLayout::Interleaved, rms_eps: 1e-5, arch: ArchSwitches::default(),
+            n_layers: 30,
+            n_heads: 9,
+            n_kv_heads: 3,
+            d_model: 576,
+            d_head: 64,
+            d_ff: 1536,
+            vocab_size: 49152,
+            context_len: 8192,
+            rope_theta: 1e5,
+            rope_layout: RopeLayout::Interleaved,
+            rms_eps: 1e-5,
+            arch: ArchSwitches::default(),
             layers: vec![LayerAttn::global(1e5); 30],
         }
     }

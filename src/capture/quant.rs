@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::metrics::quant::{absmax_columns_into, qmax, quantize_with_scheme, QuantNoise, QuantScheme};
-use crate::model::hook::HookPoint;
 use crate::model::decoder::{Decoder, MlpKind};
-use crate::model::receiver::{HookReceiver, FanOut};
+use crate::model::hook::HookPoint;
+use crate::model::receiver::{FanOut, HookReceiver};
 
 /// The input of one linear projection of a block (or, optionally, the keys and values the cache
 /// holds).
@@ -108,7 +108,13 @@ impl Calibration {
     }
 
     /// One calibration per entry of `skips`, all from one pass over the sequences.
-    pub fn measure_skips(model: &Decoder, sequences: &[Vec<u32>], skips: &[usize], kv: bool, before: &mut dyn HookReceiver) -> Result<Vec<Calibration>> {
+    pub fn measure_skips(
+        model: &Decoder,
+        sequences: &[Vec<u32>],
+        skips: &[usize],
+        kv: bool,
+        before: &mut dyn HookReceiver,
+    ) -> Result<Vec<Calibration>> {
         let mut observer = Observer { kv, cals: skips.iter().map(|&skip| Calibration { skip, ..Calibration::default() }).collect() };
         for ids in sequences {
             model.forward(ids, None, &mut FanOut(vec![&mut *before, &mut observer]))?;
@@ -117,7 +123,10 @@ impl Calibration {
             }
         }
         if let Some(cal) = observer.cals.iter().find(|c| c.rows == 0) {
-            return Err(Error::input(format!("the calibration text leaves no positions after skipping the first {}; give a longer one or a smaller --calib-skip-first", cal.skip)));
+            return Err(Error::input(format!(
+                "the calibration text leaves no positions after skipping the first {}; give a longer one or a smaller --calib-skip-first",
+                cal.skip
+            )));
         }
         Ok(observer.cals)
     }
@@ -195,7 +204,13 @@ pub fn score(model: &Decoder, sequences: &[Vec<u32>], setting: Option<QuantSetti
 
 /// [`score`] with `before` rewriting each site's input first (e.g. a perturbation that measures
 /// how sensitive the quantized model is to the last bit of its inputs).
-pub fn score_after(model: &Decoder, sequences: &[Vec<u32>], setting: Option<QuantSetting>, calibration: Option<&Calibration>, before: &mut dyn HookReceiver) -> Result<QuantScore> {
+pub fn score_after(
+    model: &Decoder,
+    sequences: &[Vec<u32>],
+    setting: Option<QuantSetting>,
+    calibration: Option<&Calibration>,
+    before: &mut dyn HookReceiver,
+) -> Result<QuantScore> {
     if matches!(model.cfg.arch.mlp, MlpKind::Moe(_)) {
         return Err(Error::input("quant does not support mixture-of-experts MLPs (each token has its own experts' inputs); use a dense model"));
     }

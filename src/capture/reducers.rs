@@ -1,8 +1,8 @@
 //! Streaming reducers (DESIGN §5): each consumes one hook's tensors as they are produced and keeps
 //! only O(layers·heads·T) numbers, so a long input never needs its T×T patterns in memory.
 
-use std::collections::BinaryHeap;
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::ops::Range;
 
 use candle_core::Tensor;

@@ -9,10 +9,10 @@ use super::heatmaps::Heatmaps;
 use super::memory::{self, MemoryEstimate};
 use super::summary::StandardReducers;
 use crate::error::{Error, Result};
+use crate::model::decoder::Decoder;
 use crate::model::hook::HookFilter;
 use crate::model::info::NllSummary;
-use crate::model::decoder::Decoder;
-use crate::model::receiver::{HookReceiver, FanOut};
+use crate::model::receiver::{FanOut, HookReceiver};
 
 #[derive(Debug, Clone)]
 pub struct CaptureOptions {
@@ -38,7 +38,16 @@ impl Default for CaptureOptions {
     /// What `capture` does with no flags: α for the first 16 keys, 16 activations per layer,
     /// the text scored, heatmaps on 128 × 128 bins, no saved tensors, no quantization risk.
     fn default() -> Self {
-        CaptureOptions { first_keys: 16, top_k: 16, save: None, memory_limit: None, weight_bytes: 0, score: true, quant_risk: false, heatmap_bins: Some(128) }
+        CaptureOptions {
+            first_keys: 16,
+            top_k: 16,
+            save: None,
+            memory_limit: None,
+            weight_bytes: 0,
+            score: true,
+            quant_risk: false,
+            heatmap_bins: Some(128),
+        }
     }
 }
 

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::reducers::{Activation, AttentionStats, KvNorms, QuantRiskReducer, ResidNorms, SinkMass, TopActivations};
 use crate::error::Result;
-use crate::model::hook::HookPoint;
 use crate::model::decoder::DecoderConfig;
+use crate::model::hook::HookPoint;
 use crate::model::receiver::HookReceiver;
 
 /// Attention statistics, residual norms, top activations, k/v norms and (when asked for) int8
@@ -35,7 +35,8 @@ impl StandardReducers {
     /// `quant_risk`: also measure int8 quantization risk per layer output (analyze uses it).
     pub fn new(cfg: &DecoderConfig, n_positions: usize, first_keys: usize, top_k: usize, quant_risk: bool) -> Self {
         StandardReducers {
-            attention: AttentionStats::new(cfg.n_layers, cfg.n_heads, n_positions).with_windows((0..cfg.n_layers).map(|l| cfg.layer_window(l)).collect()),
+            attention: AttentionStats::new(cfg.n_layers, cfg.n_heads, n_positions)
+                .with_windows((0..cfg.n_layers).map(|l| cfg.layer_window(l)).collect()),
             resid: ResidNorms::new(cfg.n_layers),
             top: TopActivations::new(cfg.n_layers, top_k),
             kv: KvNorms::new(cfg.n_layers, cfg.n_kv_heads),
@@ -117,7 +118,12 @@ impl StandardReducers {
 
 impl HookReceiver for StandardReducers {
     fn wants(&self, hook: &HookPoint) -> bool {
-        self.attention.wants(hook) || self.sink_mass.wants(hook) || self.resid.wants(hook) || self.top.wants(hook) || self.kv.wants(hook) || (self.quant_risk && self.quant.wants(hook))
+        self.attention.wants(hook)
+            || self.sink_mass.wants(hook)
+            || self.resid.wants(hook)
+            || self.top.wants(hook)
+            || self.kv.wants(hook)
+            || (self.quant_risk && self.quant.wants(hook))
     }
     fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()> {
         let quant_risk = self.quant_risk;

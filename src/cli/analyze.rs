@@ -7,12 +7,12 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::format::format_summary;
-use super::progress::TerminalProgress;
 use super::model_args::ModelArgs;
+use super::progress::TerminalProgress;
 use crate::error::Result;
+use crate::io::staging::check_out_dir;
 use crate::io::text::read_input;
 use crate::pipeline::analyze::{analyze_into, AnalyzeOptions};
-use crate::io::staging::check_out_dir;
 use crate::probe::ProbeSet;
 use crate::report::run::ANALYSIS_FILE;
 

@@ -98,7 +98,15 @@ pub fn run(args: CanaryArgs) -> Result<()> {
     for (_, s) in run.steps.iter().enumerate().filter(|(i, _)| i % every == 0 || landmarks.contains(&Some(*i))) {
         let all = s.first_slot_mass.iter().sum::<f64>() / s.first_slot_mass.len().max(1) as f64;
         let mark = if s.flagged { " !" } else { "" };
-        println!("{:>7} {:>6} {:>9.3} {:>9.3} {:>10.3}  {:?}{mark}", s.index, s.keys, s.first_slot_mass.get(run.layer).copied().unwrap_or(0.0), all, s.logprob, s.first_slots);
+        println!(
+            "{:>7} {:>6} {:>9.3} {:>9.3} {:>10.3}  {:?}{mark}",
+            s.index,
+            s.keys,
+            s.first_slot_mass.get(run.layer).copied().unwrap_or(0.0),
+            all,
+            s.logprob,
+            s.first_slots
+        );
     }
     if r.forced.is_none() {
         println!("continuation: {}", r.continuation.replace('\n', " "));

@@ -67,7 +67,14 @@ pub fn run(args: CaptureArgs) -> Result<()> {
         heatmap_bins: Some(args.heatmap_bins).filter(|&n| n > 0),
         ..CaptureOptions::default()
     };
-    let job = CaptureJob { text: &text, text_source: &text_source, max_tokens: args.max_tokens, hooks: args.hooks.as_deref(), save_tensors: args.save_tensors.as_deref(), options };
+    let job = CaptureJob {
+        text: &text,
+        text_source: &text_source,
+        max_tokens: args.max_tokens,
+        hooks: args.hooks.as_deref(),
+        save_tensors: args.save_tensors.as_deref(),
+        options,
+    };
     // Before minutes of loading, not after.
     job.validate()?;
     check_out_dir(&args.out)?;

@@ -9,8 +9,8 @@ use clap::Args;
 use super::model_args::ModelArgs;
 use super::progress::TerminalProgress;
 use crate::error::{Error, Result};
-use crate::io::text::read_input;
 use crate::io::staging::check_out_dir;
+use crate::io::text::read_input;
 use crate::pipeline::demo::capture_and_analyze;
 use crate::report::run::Run;
 
@@ -42,7 +42,9 @@ pub fn run(args: DashArgs) -> Result<()> {
     let dir = match (&args.run, &args.file) {
         (Some(dir), None) => dir.clone(),
         (None, Some(file)) => compute(&args, file)?,
-        _ => return Err(Error::input("give a run directory (`sinkscope dash RUN_DIR`) or a text to compute one (`sinkscope dash -m MODEL -f TEXT`)")),
+        _ => {
+            return Err(Error::input("give a run directory (`sinkscope dash RUN_DIR`) or a text to compute one (`sinkscope dash -m MODEL -f TEXT`)"))
+        }
     };
     let run = Run::open(&dir)?;
     crate::tui::run(run)

@@ -45,7 +45,14 @@ fn parse_head(s: &str) -> Result<(usize, usize)> {
 pub fn run(args: ExportArgs) -> Result<()> {
     let heads = args.heads.as_ref().map(|v| v.iter().map(|s| parse_head(s)).collect::<Result<Vec<_>>>()).transpose()?;
     let all = !(args.parquet || args.png || args.svg || args.md);
-    let opts = ExportOptions { parquet: all || args.parquet, png: all || args.png, svg: all || args.svg, md: all || args.md, heads, grid_keys: args.alpha_keys.clone() };
+    let opts = ExportOptions {
+        parquet: all || args.parquet,
+        png: all || args.png,
+        svg: all || args.svg,
+        md: all || args.md,
+        heads,
+        grid_keys: args.alpha_keys.clone(),
+    };
     let run = Run::open(&args.run_dir)?;
     let first_keys = run.capture.as_ref().map(|c| c.summary.first_keys).or(run.analysis.as_ref().map(|a| a.settings.first_keys)).unwrap_or(0);
     if let Some(k) = opts.grid_keys.iter().flatten().find(|&&k| k >= first_keys) {

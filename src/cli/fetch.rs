@@ -30,7 +30,11 @@ pub fn run_fetch(args: FetchArgs) -> Result<()> {
     let entries: Vec<&CatalogEntry> = args
         .aliases
         .iter()
-        .map(|a| lookup(a).ok_or_else(|| Error::input(format!("unknown alias '{a}'; known: {}", CATALOG.iter().map(|e| e.alias).collect::<Vec<_>>().join(", ")))))
+        .map(|a| {
+            lookup(a).ok_or_else(|| {
+                Error::input(format!("unknown alias '{a}'; known: {}", CATALOG.iter().map(|e| e.alias).collect::<Vec<_>>().join(", ")))
+            })
+        })
         .collect::<Result<_>>()?;
     for entry in entries {
         let path = fetch(entry, args.offline || offline_from_env(), &mut TerminalProgress::new())?;

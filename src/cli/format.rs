@@ -3,12 +3,12 @@
 
 use crate::analysis::findings::Diagnosis;
 use crate::analysis::AnalysisReport;
-use crate::kv::recommend::Recommendation;
-use crate::metrics::massive;
-use crate::kv::simulate::StreamOutcome;
-use crate::model::info::ModelInfo;
-use crate::model::decoder::{DecoderConfig, MlpKind, NormKind, NormPlacement, QkNorm};
 use crate::kv::per_head::Frontier;
+use crate::kv::recommend::Recommendation;
+use crate::kv::simulate::StreamOutcome;
+use crate::metrics::massive;
+use crate::model::decoder::{DecoderConfig, MlpKind, NormKind, NormPlacement, QkNorm};
+use crate::model::info::ModelInfo;
 use crate::report::export::Exported;
 use crate::report::markdown::equal_ppl_memory;
 use crate::report::records::CaptureReport;
@@ -73,7 +73,11 @@ fn describe_switches(cfg: &DecoderConfig) -> String {
         let base = local_theta.map_or(String::new(), |t| format!(", RoPE base {t} there"));
         parts.push(format!("sliding window of {w} keys on {which}{base}"));
     }
-    if parts.is_empty() { "as Llama".into() } else { parts.join(", ") }
+    if parts.is_empty() {
+        "as Llama".into()
+    } else {
+        parts.join(", ")
+    }
 }
 
 pub fn format_info(i: &ModelInfo, cfg: &DecoderConfig) -> String {
@@ -150,7 +154,10 @@ pub fn format_summary(r: &AnalysisReport) -> String {
         ));
     }
     if let Some(ls) = &d.learned_sinks {
-        s.push_str(&format!("learned sinks: {:.3} of each softmax row on average (beside α_0); most in L{}H{}: {:.3}\n", ls.mean, ls.top.0, ls.top.1, ls.top.2));
+        s.push_str(&format!(
+            "learned sinks: {:.3} of each softmax row on average (beside α_0); most in L{}H{}: {:.3}\n",
+            ls.mean, ls.top.0, ls.top.1, ls.top.2
+        ));
     }
     match d.massive.first_layer {
         Some(l) => s.push_str(&format!(
@@ -168,7 +175,10 @@ pub fn format_summary(r: &AnalysisReport) -> String {
         s.push_str(&format!("            {:<22} {:>4}  {:>6.3}  {:<12} {ppl}\n", p.name, p.n_tokens, p.f_attn, format!("{sinks:?}")));
     }
     if let Some(a) = &r.ablation {
-        s.push_str(&format!("\ncausal dependency ({} tokens, keys {:?}, {:.0}s): heads whose masking hurts most\n", a.n_tokens, a.keys, a.wall_seconds));
+        s.push_str(&format!(
+            "\ncausal dependency ({} tokens, keys {:?}, {:.0}s): heads whose masking hurts most\n",
+            a.n_tokens, a.keys, a.wall_seconds
+        ));
         for t in &a.top_heads {
             s.push_str(&format!("  L{}H{} without key {}: ΔNLL {:+.4} nats, KL {:.4}\n", t.layer, t.head.unwrap_or(0), t.key_pos, t.delta_nll, t.kl));
         }
@@ -180,7 +190,11 @@ pub fn format_outcome(o: &StreamOutcome) -> String {
     let opt = |v: Option<f64>| v.map_or("-".into(), |p| format!("{p:.3}"));
     let kept = o.kept.map_or(String::new(), |k| {
         let shares: Vec<String> = k.kept_first_share.iter().map(|s| format!("{:.0}%", 100.0 * s)).collect();
-        format!("kept positions 0–3 in {} of (layer, KV head, step) after the first eviction; mean key age {:.1} tokens\n", shares.join(" / "), k.mean_age)
+        format!(
+            "kept positions 0–3 in {} of (layer, KV head, step) after the first eviction; mean key age {:.1} tokens\n",
+            shares.join(" / "),
+            k.mean_age
+        )
     });
     format!(
         "{}: {} tokens, perplexity {:.3}, after first eviction {} (first eviction at step {}), cliff {}, max cache {} entries, KV memory {}, {:.1} tokens/s\n",
@@ -240,7 +254,11 @@ pub fn format_frontier(f: &Frontier) -> String {
     let kv_heads = f.gates.full.iter().flatten().count();
     let mut s = format!(
         "per-head policies over {} tokens: retrieval KV heads keep every key, the others {} sinks + {} recent (W = {}); heads ranked by {}\n\n",
-        f.tokens, f.sinks, f.cache - f.sinks, f.cache, f.gates.ranked_by_text()
+        f.tokens,
+        f.sinks,
+        f.cache - f.sinks,
+        f.cache,
+        f.gates.ranked_by_text()
     );
     s.push_str(&format!("retrieval heads      KV entries   KV memory (f16)   ppl from step {:<5}  | uniform sink, same memory: W   ppl from step {}  | uniform at equal ppl\n", f.cache, f.cache));
     for r in &f.rows {

@@ -59,10 +59,16 @@ pub fn run(args: HeadsArgs) -> Result<()> {
         if causal { gates.causal_tokens } else { gates.tokens }
     );
     for (l, ((scores, alpha0), full)) in gates.ranking().iter().zip(&gates.alpha0).zip(&gates.full).enumerate() {
-        let cells: Vec<String> = scores.iter().zip(alpha0).zip(full).map(|((s, a), &f)| format!("{s:>7.4}{} α0 {a:.2}", if f { "*" } else { " " })).collect();
+        let cells: Vec<String> =
+            scores.iter().zip(alpha0).zip(full).map(|((s, a), &f)| format!("{s:>7.4}{} α0 {a:.2}", if f { "*" } else { " " })).collect();
         println!("layer {l:>3}  {}", cells.join("   "));
     }
     let n = gates.full.iter().flatten().filter(|&&f| f).count();
-    println!("{n} of {} KV heads retrieval; gates in {} (DuoAttention format), scores in {}", gates.full.iter().flatten().count(), args.out.join(GATES_FILE).display(), args.out.join(HEADS_FILE).display());
+    println!(
+        "{n} of {} KV heads retrieval; gates in {} (DuoAttention format), scores in {}",
+        gates.full.iter().flatten().count(),
+        args.out.join(GATES_FILE).display(),
+        args.out.join(HEADS_FILE).display()
+    );
     Ok(())
 }

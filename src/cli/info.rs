@@ -5,8 +5,8 @@ use clap::Args;
 use super::format::format_info;
 use super::progress::TerminalProgress;
 use crate::error::Result;
-use crate::model::fetch::{ensure, offline_from_env};
 use crate::model::decoder::WeightDtype;
+use crate::model::fetch::{ensure, offline_from_env};
 use crate::model::load::{load, LoadOptions};
 
 #[derive(Args, Debug)]

@@ -26,7 +26,11 @@ use clap::{Parser, Subcommand};
 use crate::error::Result;
 
 #[derive(Parser, Debug)]
-#[command(name = "sinkscope", version, about = "Where a transformer parks its attention, and what breaks when a KV cache throws those positions away")]
+#[command(
+    name = "sinkscope",
+    version,
+    about = "Where a transformer parks its attention, and what breaks when a KV cache throws those positions away"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -6,8 +6,8 @@ use clap::Args;
 
 use super::progress::TerminalProgress;
 use crate::error::Result;
-use crate::model::fetch::{ensure, offline_from_env};
 use crate::model::decoder::WeightDtype;
+use crate::model::fetch::{ensure, offline_from_env};
 use crate::model::load::{load, LoadOptions, LoadedModel};
 
 /// Model selection shared by every command that loads one.

@@ -63,7 +63,12 @@ impl Progress for TerminalProgress {
             let rate = done as f64 / start.elapsed().as_secs_f64().max(1e-9);
             let width = 30;
             let filled = width * done / total.max(1);
-            let _ = write!(std::io::stderr(), "\r\x1b[2K{label} [{}{}] {done}/{total} policy-steps, {rate:.1}/s", "#".repeat(filled), "-".repeat(width - filled));
+            let _ = write!(
+                std::io::stderr(),
+                "\r\x1b[2K{label} [{}{}] {done}/{total} policy-steps, {rate:.1}/s",
+                "#".repeat(filled),
+                "-".repeat(width - filled)
+            );
             if done == total {
                 let _ = writeln!(std::io::stderr());
             }

@@ -86,7 +86,8 @@ pub fn run(args: QuantArgs) -> Result<()> {
     println!("{:<34} {:>12} {:>10} {:>10}  worst site (SQNR)   zeroed", "setting", "perplexity", "Δ sink", "Δ rest");
     println!("{:<34} {:>12.3} {:>10} {:>10}", "unquantized", report.baseline.ppl, "", "");
     for c in &report.cases {
-        let worst = c.worst_site().map_or("-".to_string(), |w| format!("L{} {} {:.1} dB", w.layer, w.site.name(), w.sqnr_db.unwrap_or(f64::INFINITY)));
+        let worst =
+            c.worst_site().map_or("-".to_string(), |w| format!("L{} {} {:.1} dB", w.layer, w.site.name(), w.sqnr_db.unwrap_or(f64::INFINITY)));
         let zeroed = c.mean_zero_share();
         println!("{:<34} {:>12.3} {:>+10.3} {:>+10.3}  {worst:<19} {:>5.1}%", c.label, c.nll.ppl, c.delta_sink, c.delta_rest, 100.0 * zeroed);
     }

@@ -9,8 +9,8 @@ use super::format::{format_frontier, format_outcome, format_recommendation};
 use super::model_args::ModelArgs;
 use super::progress::TerminalProgress;
 use crate::error::Result;
-use crate::kv::policy::{Policy, PolicyKind, PositionMode};
 use crate::io::staging::check_out_dir;
+use crate::kv::policy::{Policy, PolicyKind, PositionMode};
 use crate::pipeline::heads::{per_head_sweep, PerHeadSweep, CAUSAL_TOKENS, GATE_TOKENS};
 use crate::pipeline::stream::{stream_into, sweep_into, StreamSource, SweepOptions, RECOMPUTE_BUDGET};
 
@@ -190,7 +190,12 @@ pub fn run_recommend(args: RecommendArgs) -> Result<()> {
             sinks: args.head_sinks,
             shares: args.shares.clone(),
             causal_tokens: args.causal.then_some(args.causal_tokens),
-            calibration: args.calibrate.clone().map(|file| StreamSource { file, start_char: args.calibrate_start_char, tokens: GATE_TOKENS, token_by_token: false }),
+            calibration: args.calibrate.clone().map(|file| StreamSource {
+                file,
+                start_char: args.calibrate_start_char,
+                tokens: GATE_TOKENS,
+                token_by_token: false,
+            }),
         };
         let f = per_head_sweep(&mut lm, &args.text.source(), &sweep, args.out.as_deref(), &mut TerminalProgress::new())?;
         if args.json {

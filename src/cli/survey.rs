@@ -65,6 +65,10 @@ pub fn run(args: SurveyArgs) -> Result<()> {
             r.verdict()
         );
     }
-    println!("comparison in {}; `sinkscope dash {}` browses it (the Survey view, 7, compares the models; Enter opens one's run)", args.out.join(SURVEY_MD).display(), args.out.display());
+    println!(
+        "comparison in {}; `sinkscope dash {}` browses it (the Survey view, 7, compares the models; Enter opens one's run)",
+        args.out.join(SURVEY_MD).display(),
+        args.out.display()
+    );
     Ok(())
 }

@@ -118,9 +118,24 @@ fn step_lines(r: &WatchReport) -> Vec<String> {
 
 fn summary(r: &WatchReport) -> String {
     let tokens: usize = r.requests.iter().map(|q| q.tokens).sum();
-    let mut s = format!("sinkscope watch — {} request{} ({tokens} tokens, read as {})\n", r.requests.len(), if r.requests.len() == 1 { "" } else { "s" }, r.format);
+    let mut s = format!(
+        "sinkscope watch — {} request{} ({tokens} tokens, read as {})\n",
+        r.requests.len(),
+        if r.requests.len() == 1 { "" } else { "s" },
+        r.format
+    );
     for q in &r.requests {
-        s.push_str(&format!("  {:?}: {} tokens, mean logprob {:.3}, {} eviction{} ({}), {} step{}\n", q.id, q.tokens, q.mean_logprob, q.evictions.len(), if q.evictions.len() == 1 { "" } else { "s" }, q.eviction_source, q.steps.len(), if q.steps.len() == 1 { "" } else { "s" }));
+        s.push_str(&format!(
+            "  {:?}: {} tokens, mean logprob {:.3}, {} eviction{} ({}), {} step{}\n",
+            q.id,
+            q.tokens,
+            q.mean_logprob,
+            q.evictions.len(),
+            if q.evictions.len() == 1 { "" } else { "s" },
+            q.eviction_source,
+            q.steps.len(),
+            if q.steps.len() == 1 { "" } else { "s" }
+        ));
     }
     for l in step_lines(r) {
         s.push_str(&format!("{l}\n"));
@@ -140,7 +155,10 @@ fn summary(r: &WatchReport) -> String {
         }
     }
     if let Some(p) = &r.pooled {
-        s.push_str(&format!("all {} requests' first evictions together: mean drop {:.2} ± {:.2} nats (z = {:.1})\n", p.requests, p.mean_drop, p.standard_error, p.z));
+        s.push_str(&format!(
+            "all {} requests' first evictions together: mean drop {:.2} ± {:.2} nats (z = {:.1})\n",
+            p.requests, p.mean_drop, p.standard_error, p.z
+        ));
     }
     s.push_str(&r.verdict);
     s.push('\n');

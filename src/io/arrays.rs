@@ -92,7 +92,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sinkscope-arrays-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let (a, b) = (vec![1.0f32, -2.5, 3.25, 0.0, 7.0, 8.0], vec![0.5f32; 3]);
-        let meta: BTreeMap<String, String> = [("model", "m"), ("text", "t"), ("n_tokens", "3"), ("z", "last")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let meta: BTreeMap<String, String> =
+            [("model", "m"), ("text", "t"), ("n_tokens", "3"), ("z", "last")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let tensors: Vec<(String, &[usize], &[f32])> = vec![("zeta".into(), &[2, 3], &a), ("alpha".into(), &[3], &b)];
         let mut files = Vec::new();
         for i in 0..4 {

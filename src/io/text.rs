@@ -18,7 +18,10 @@ pub fn read_text_file(path: &Path) -> Result<String> {
         return Err(Error::file(path, "looks like a binary file (it contains NUL bytes); give a UTF-8 text file"));
     }
     String::from_utf8(bytes).map_err(|e| {
-        Error::file(path, format!("is not valid UTF-8 (bad byte at offset {}); convert it, e.g. iconv -f latin1 -t utf-8", e.utf8_error().valid_up_to()))
+        Error::file(
+            path,
+            format!("is not valid UTF-8 (bad byte at offset {}); convert it, e.g. iconv -f latin1 -t utf-8", e.utf8_error().valid_up_to()),
+        )
     })
 }
 

@@ -48,7 +48,9 @@ pub fn read_trace(path: &Path) -> Result<Trace> {
         std::io::ErrorKind::NotFound => Error::file(path, "no such file"),
         _ => Error::file(path, format!("cannot read ({e})")),
     })?;
-    let text = String::from_utf8(bytes).map_err(|e| Error::file(path, format!("is not UTF-8 text (bad byte at offset {}); a trace is JSON, JSONL or CSV", e.utf8_error().valid_up_to())))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        Error::file(path, format!("is not UTF-8 text (bad byte at offset {}); a trace is JSON, JSONL or CSV", e.utf8_error().valid_up_to()))
+    })?;
     parse_trace(&text).map_err(|why| Error::file(path, why))
 }
 
@@ -122,7 +124,10 @@ fn openai_choice(c: &Value, id: &str) -> std::result::Result<TraceRequest, Strin
     if c.get("delta").is_some() && c.get("logprobs").is_none_or(Value::is_null) {
         return Ok(TraceRequest { id: id.to_string(), ..TraceRequest::default() });
     }
-    let lp = c.get("logprobs").filter(|l| !l.is_null()).ok_or_else(|| format!("choice {id} has no `logprobs`; request them (`logprobs: true` for chat, `logprobs: 1` for completions)"))?;
+    let lp = c
+        .get("logprobs")
+        .filter(|l| !l.is_null())
+        .ok_or_else(|| format!("choice {id} has no `logprobs`; request them (`logprobs: true` for chat, `logprobs: 1` for completions)"))?;
     let mut r = TraceRequest { id: id.to_string(), ..TraceRequest::default() };
     if let Some(content) = lp.get("content").and_then(Value::as_array) {
         // Chat: one object per token.
@@ -159,7 +164,10 @@ fn llama_cpp(probs: &[Value], id: &str) -> std::result::Result<TraceRequest, Str
         } else if let Some(prob) = p.get("prob") {
             number(Some(prob), || format!("completion_probabilities[{i}].prob is not a number"))?.ln()
         } else {
-            let chosen = p.get("probs").and_then(Value::as_array).and_then(|c| c.iter().find(|c| c.get("tok_str").and_then(Value::as_str) == token.as_deref()));
+            let chosen = p
+                .get("probs")
+                .and_then(Value::as_array)
+                .and_then(|c| c.iter().find(|c| c.get("tok_str").and_then(Value::as_str) == token.as_deref()));
             let prob = chosen.and_then(|c| c.get("prob")).and_then(Value::as_f64);
             prob.ok_or_else(|| format!("completion_probabilities[{i}]: the sampled token is not among its `probs` (raise n_probs, or use a server that returns `logprob`)"))?.ln()
         };
@@ -240,9 +248,13 @@ fn from_jsonl(text: &str) -> std::result::Result<Trace, String> {
             }
             continue;
         }
-        let id = ["request", "request_id", "id"].iter().find_map(|k| v.get(*k)).map_or(String::new(), |x| x.as_str().map_or(x.to_string(), str::to_string));
+        let id = ["request", "request_id", "id"]
+            .iter()
+            .find_map(|k| v.get(*k))
+            .map_or(String::new(), |x| x.as_str().map_or(x.to_string(), str::to_string));
         let r = request_for(&mut by_id, id);
-        let event = v.get("event").and_then(Value::as_str).is_some_and(|e| e.starts_with("evict")) || v.get("evicted").is_some_and(|e| e.as_u64().is_some_and(|n| n > 0) || e == &Value::Bool(true));
+        let event = v.get("event").and_then(Value::as_str).is_some_and(|e| e.starts_with("evict"))
+            || v.get("evicted").is_some_and(|e| e.as_u64().is_some_and(|n| n > 0) || e == &Value::Bool(true));
         if event && !r.evictions.contains(&r.logprobs.len()) {
             r.evictions.push(r.logprobs.len());
         }

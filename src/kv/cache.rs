@@ -70,7 +70,6 @@ impl PolicyCache {
         c
     }
 
-
     /// Applies the policy after a step; returns how many entries were evicted. `rope_of(l)` is
     /// layer l's RoPE (local layers may have their own), for the `delta` re-rotation.
     pub fn evict(&mut self, rope_of: &dyn Fn(usize) -> Rope) -> Result<usize> {
@@ -81,7 +80,8 @@ impl PolicyCache {
         let (a, b) = (range.start, range.end);
         let n = self.len();
         let cut = |t: &Tensor| -> Result<Tensor> {
-            let parts: Vec<Tensor> = [(0, a), (b, n - b)].iter().filter(|(_, len)| *len > 0).map(|&(s, len)| t.narrow(1, s, len)).collect::<candle_core::Result<_>>()?;
+            let parts: Vec<Tensor> =
+                [(0, a), (b, n - b)].iter().filter(|(_, len)| *len > 0).map(|&(s, len)| t.narrow(1, s, len)).collect::<candle_core::Result<_>>()?;
             Ok(Tensor::cat(&parts, 1)?)
         };
         for l in 0..self.k_pre.len() {
@@ -98,7 +98,11 @@ impl PolicyCache {
                 let head = rot.narrow(1, 0, a)?;
                 let tail = rot.narrow(1, a, n - b)?;
                 let shifted = rope_of(l).rotate_by(&tail, &vec![-delta; n - b])?;
-                if a > 0 { Tensor::cat(&[&head, &shifted], 1)? } else { shifted }
+                if a > 0 {
+                    Tensor::cat(&[&head, &shifted], 1)?
+                } else {
+                    shifted
+                }
             } else {
                 rot
             };

@@ -11,10 +11,10 @@ use serde::{Deserialize, Serialize};
 use super::cache::PolicyCache;
 use super::policy::{Policy, PolicyKind};
 use crate::error::{Error, Result};
-use crate::model::hook::HookPoint;
 use crate::model::decoder::Decoder;
-use crate::model::scoring::token_nll;
+use crate::model::hook::HookPoint;
 use crate::model::receiver::HookReceiver;
+use crate::model::scoring::token_nll;
 use crate::numerics::sampling::{argmax, sample, XorShift};
 use crate::numerics::tensor::with_f32;
 
@@ -120,7 +120,10 @@ pub fn run_canary(model: &Decoder, opts: &CanaryOptions, progress: &mut dyn FnMu
     }
     let total = opts.prompt.len() + opts.forced.as_ref().map_or(opts.steps, Vec::len);
     if policy.kind == PolicyKind::Dense && total > model.cfg.context_len {
-        return Err(Error::input(format!("{total} tokens exceed the model's context of {}; use a cache policy or fewer steps", model.cfg.context_len)));
+        return Err(Error::input(format!(
+            "{total} tokens exceed the model's context of {}; use a cache policy or fewer steps",
+            model.cfg.context_len
+        )));
     }
     let rope_of = |l: usize| model.layer_rope(l);
     let mut cache = PolicyCache::new(policy, model.cfg.d_head)?;
@@ -161,7 +164,16 @@ pub fn run_canary(model: &Decoder, opts: &CanaryOptions, progress: &mut dyn FnMu
         i += 1;
         progress(i, total - 1);
     }
-    Ok(flag(CanaryRun { policy, layer: opts.layer, collapse: opts.collapse, steps, baseline_mass: None, first_eviction: None, sink_evicted: None, collapse_at: None }))
+    Ok(flag(CanaryRun {
+        policy,
+        layer: opts.layer,
+        collapse: opts.collapse,
+        steps,
+        baseline_mass: None,
+        first_eviction: None,
+        sink_evicted: None,
+        collapse_at: None,
+    }))
 }
 
 /// Sets the baseline, the eviction landmarks and the flags of a run's steps.
@@ -201,7 +213,16 @@ mod tests {
         };
         let steps = vec![step(1, 0, 2, 1.0, 0), step(2, 0, 20, 0.6, 0), step(3, 0, 21, 0.4, 0), step(4, 1, 21, 0.3, 1), step(5, 1, 21, 0.05, 2)];
         let policy = Policy { kind: PolicyKind::Window, sinks: 0, cache: 21, positions: PositionMode::Slot, recent: 0 };
-        let run = flag(CanaryRun { policy, layer: 1, collapse: 0.25, steps, baseline_mass: None, first_eviction: None, sink_evicted: None, collapse_at: None });
+        let run = flag(CanaryRun {
+            policy,
+            layer: 1,
+            collapse: 0.25,
+            steps,
+            baseline_mass: None,
+            first_eviction: None,
+            sink_evicted: None,
+            collapse_at: None,
+        });
         // The 2-key step is left out of the baseline: (0.6 + 0.4) / 2.
         assert!((run.baseline_mass.unwrap() - 0.5).abs() < 1e-12);
         assert_eq!((run.first_eviction, run.sink_evicted, run.collapse_at), (Some(3), Some(3), Some(4)));

@@ -121,6 +121,12 @@ mod tests {
         assert!(model_windows_note(&cfg(Some(512), Some(6))).is_some_and(|n| n.contains("5 of its 6 layers")));
         assert!(model_windows_note(&cfg(None, None)).is_none());
         assert_eq!(kv_memory(&cfg(None, None), 16).describe(), "6.0 KiB (f16)");
-        assert!(gemma.describe().starts_with("222.5 KiB (f16; 5 windowed layers hold 512 entries, 1 global layer 1000: 375.0 KiB if every layer held them)"), "{}", gemma.describe());
+        assert!(
+            gemma
+                .describe()
+                .starts_with("222.5 KiB (f16; 5 windowed layers hold 512 entries, 1 global layer 1000: 375.0 KiB if every layer held them)"),
+            "{}",
+            gemma.describe()
+        );
     }
 }

@@ -14,8 +14,8 @@ use super::policy::{Policy, PolicyKind, PositionMode};
 use super::scored::ScoredCache;
 use super::simulate::{ppl, replay_scored, StreamOutcome, Track};
 use crate::error::{Error, Result};
-use crate::model::hook::HookPoint;
 use crate::model::decoder::Decoder;
+use crate::model::hook::HookPoint;
 use crate::model::receiver::HookReceiver;
 use crate::numerics::tensor::with_f32;
 
@@ -35,7 +35,13 @@ pub struct OutsideMass {
 
 impl OutsideMass {
     pub fn new(n_layers: usize, n_heads: usize, sinks: usize, recent: usize) -> Self {
-        OutsideMass { sinks, recent, sums: vec![vec![0.0; n_heads]; n_layers], first_key: vec![vec![0.0; n_heads]; n_layers], rows: vec![0; n_layers] }
+        OutsideMass {
+            sinks,
+            recent,
+            sums: vec![vec![0.0; n_heads]; n_layers],
+            first_key: vec![vec![0.0; n_heads]; n_layers],
+            rows: vec![0; n_layers],
+        }
     }
 
     /// Mean outside mass of (layer, head) over the rows counted.
@@ -147,7 +153,8 @@ pub fn measure(model: &Decoder, ids: &[u32], sinks: usize, recent: usize) -> Res
     let mut mass = OutsideMass::new(cfg.n_layers, cfg.n_heads, sinks, recent);
     model.forward(ids, None, &mut mass)?;
     let group = cfg.n_heads / cfg.n_kv_heads;
-    let per_kv = |f: &dyn Fn(usize, usize) -> f64| -> Vec<Vec<f64>> { (0..cfg.n_layers).map(|l| (0..cfg.n_kv_heads).map(|kv| f(l, kv)).collect()).collect() };
+    let per_kv =
+        |f: &dyn Fn(usize, usize) -> f64| -> Vec<Vec<f64>> { (0..cfg.n_layers).map(|l| (0..cfg.n_kv_heads).map(|kv| f(l, kv)).collect()).collect() };
     let outside = per_kv(&|l, kv| (0..group).map(|g| mass.mean(l, kv * group + g)).fold(0.0, f64::max));
     let alpha0 = per_kv(&|l, kv| (0..group).map(|g| mass.alpha0(l, kv * group + g)).sum::<f64>() / group as f64);
     Ok(HeadEvidence { outside, alpha0 })
@@ -201,7 +208,14 @@ pub fn simulate_mixed(model: &Decoder, ids: &[u32], full: &[Vec<bool>], sinks: u
     let bytes = entries as u64 * 2 * cfg.d_head as u64 * CACHE_ELEMENT_BYTES;
     // Sets of different sizes: the memory is what they hold together (every layer counted as
     // held, whatever a layer's own window lets its queries see).
-    let memory = KvMemory { global_entries: lens.iter().copied().max().unwrap_or(0), windowed_entries: None, global_layers: cfg.n_layers, windowed_layers: 0, bytes, bytes_without_windows: bytes };
+    let memory = KvMemory {
+        global_entries: lens.iter().copied().max().unwrap_or(0),
+        windowed_entries: None,
+        global_layers: cfg.n_layers,
+        windowed_layers: 0,
+        bytes,
+        bytes_without_windows: bytes,
+    };
     let outcome = StreamOutcome {
         policy,
         label: format!("per-head: {retrieval_heads} of {kv_heads} KV heads full, the rest sink S={sinks} + {} recent", cache - sinks),
@@ -276,7 +290,17 @@ mod tests {
     use super::*;
 
     fn row(bytes: u64, ppl: f64, uniform: f64) -> FrontierRow {
-        FrontierRow { share: 0.0, retrieval_heads: 0, entries: 0, bytes, ppl, ppl_from_w: ppl, uniform_cache: 0, uniform_ppl_from_w: uniform, uniform_bytes_at_equal_ppl: None }
+        FrontierRow {
+            share: 0.0,
+            retrieval_heads: 0,
+            entries: 0,
+            bytes,
+            ppl,
+            ppl_from_w: ppl,
+            uniform_cache: 0,
+            uniform_ppl_from_w: uniform,
+            uniform_bytes_at_equal_ppl: None,
+        }
     }
 
     #[test]

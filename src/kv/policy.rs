@@ -111,7 +111,9 @@ impl Policy {
                 return Err(Error::input(format!("--cache {w} is too small: the budget must hold at least 2 entries")));
             }
             if self.is_scored() && self.positions == PositionMode::Delta {
-                return Err(Error::input("score-based policies (h2o, tova, snapkv) keep a different set of keys per KV head; use --positions slot or original"));
+                return Err(Error::input(
+                    "score-based policies (h2o, tova, snapkv) keep a different set of keys per KV head; use --positions slot or original",
+                ));
             }
             let (r, s) = (self.recent_window(), self.sinks);
             // h2o may spend all of W − S on its recent window (that is the sink policy); snapkv

@@ -90,7 +90,10 @@ pub struct Recommendation {
 /// post-eviction perplexity) on the same tokens, instead of against its own pre-eviction
 /// baseline: a passage of the text that is hard for every policy is then not a cliff.
 pub fn cliffs_against_best(sweep: &mut [StreamOutcome]) {
-    let best = sweep.iter().filter(|o| o.ppl_after_eviction.is_some()).min_by(|a, b| a.ppl_after_eviction.unwrap_or(f64::INFINITY).total_cmp(&b.ppl_after_eviction.unwrap_or(f64::INFINITY)));
+    let best = sweep
+        .iter()
+        .filter(|o| o.ppl_after_eviction.is_some())
+        .min_by(|a, b| a.ppl_after_eviction.unwrap_or(f64::INFINITY).total_cmp(&b.ppl_after_eviction.unwrap_or(f64::INFINITY)));
     let Some(reference) = best.map(|o| o.nll.clone()) else { return };
     for o in sweep.iter_mut() {
         o.cliff_step = o.first_eviction_step.and_then(|fe| find_cliff_against(&o.nll, &reference, fe));
@@ -137,12 +140,21 @@ pub fn recommend(sweep: &[StreamOutcome], recompute: Option<&StreamOutcome>, cac
 fn paired_ratio(recompute: &StreamOutcome, other: Option<&StreamOutcome>) -> Option<(f64, [f64; 2], usize)> {
     let other = other?;
     let from = recompute.first_eviction_step?;
-    let diffs: Vec<f64> = (from..recompute.nll.len().min(other.nll.len())).map(|t| recompute.nll[t] - other.nll[t]).filter(|d| d.is_finite()).collect();
+    let diffs: Vec<f64> =
+        (from..recompute.nll.len().min(other.nll.len())).map(|t| recompute.nll[t] - other.nll[t]).filter(|d| d.is_finite()).collect();
     let ci = bootstrap_ppl_interval(&diffs, BOOTSTRAP_RESAMPLES)?;
     Some(((diffs.iter().sum::<f64>() / diffs.len() as f64).exp(), ci, diffs.len()))
 }
 
-fn verdict(sweep: &[StreamOutcome], recompute: Option<(&StreamOutcome, &SweepRow)>, rec: Option<usize>, best: f64, delta: f64, cache: usize, tokens: usize) -> String {
+fn verdict(
+    sweep: &[StreamOutcome],
+    recompute: Option<(&StreamOutcome, &SweepRow)>,
+    rec: Option<usize>,
+    best: f64,
+    delta: f64,
+    cache: usize,
+    tokens: usize,
+) -> String {
     let Some(s) = rec else {
         return format!("No eviction happened: the {tokens}-token stream fits the {cache}-entry cache, so the sweep says nothing. Use a longer text or a smaller --cache.");
     };
@@ -240,7 +252,11 @@ mod tests {
         let sink = outcome(PolicyKind::Sink, 1, text.clone());
         let window = outcome(PolicyKind::Window, 0, text.iter().map(|v| v + 1.0).collect());
         let sampled = |shift: f64| {
-            let nll = text.iter().enumerate().map(|(t, v)| if t >= 10 && (t - 10) % 4 != 0 { f64::NAN } else { v + shift + if (t / 4) % 2 == 0 { 0.02 } else { -0.02 } }).collect();
+            let nll = text
+                .iter()
+                .enumerate()
+                .map(|(t, v)| if t >= 10 && (t - 10) % 4 != 0 { f64::NAN } else { v + shift + if (t / 4) % 2 == 0 { 0.02 } else { -0.02 } })
+                .collect();
             outcome(PolicyKind::Recompute, 0, nll)
         };
         let better = recommend(&[window.clone(), sink.clone()], Some(&sampled(-0.05)), 10, 0.02);

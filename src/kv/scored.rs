@@ -11,10 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use super::policy::{Policy, PolicyKind, PositionMode};
 use crate::error::{Error, Result};
-use crate::model::hook::HookPoint;
 use crate::model::decoder::KvStore;
-use crate::model::rope::{Rope, RopeTables};
+use crate::model::hook::HookPoint;
 use crate::model::receiver::HookReceiver;
+use crate::model::rope::{Rope, RopeTables};
 use crate::numerics::tensor::with_f32;
 
 /// SnapKV's max-pooling kernel over neighbouring keys.
@@ -178,7 +178,13 @@ impl ScoredCache {
     /// of a per-head policy). Only the block replay runs sets of different sizes.
     pub fn with_full_heads(mut self, full: &[Vec<bool>]) -> Result<Self> {
         if full.len() != self.sets.len() || full.iter().zip(&self.sets).any(|(f, s)| f.len() != s.len()) {
-            return Err(Error::input(format!("head gates name {} layers × {} KV heads; the model has {} × {}", full.len(), full.first().map_or(0, Vec::len), self.sets.len(), self.n_kv)));
+            return Err(Error::input(format!(
+                "head gates name {} layers × {} KV heads; the model has {} × {}",
+                full.len(),
+                full.first().map_or(0, Vec::len),
+                self.sets.len(),
+                self.n_kv
+            )));
         }
         for (layer, gates) in self.sets.iter_mut().zip(full) {
             for (set, &g) in layer.iter_mut().zip(gates) {
@@ -205,7 +211,10 @@ impl ScoredCache {
         let (group, dh, policy) = (self.group, self.d_head, self.policy);
         let step = self.next_stream.saturating_sub(1);
         for (l, layer) in self.sets.iter_mut().enumerate() {
-            let a = attention.get(l).filter(|a| a.len() == layer.len() * group * n).ok_or_else(|| Error::Internal(format!("no attention of layer {l} for the scored cache")))?;
+            let a = attention
+                .get(l)
+                .filter(|a| a.len() == layer.len() * group * n)
+                .ok_or_else(|| Error::Internal(format!("no attention of layer {l} for the scored cache")))?;
             for (kv, set) in layer.iter_mut().enumerate() {
                 // The KV head's weights: the sum over its query heads, in head order.
                 let mut w = vec![0f32; n];
@@ -287,7 +296,8 @@ impl KvStore for ScoredCache {
             PositionMode::Slot => rope.rotate_cached(&keys_pre, &(0..n).collect::<Vec<_>>(), self.tables.of(rope)?)?,
             // Each head's keys at their own stream positions.
             _ => {
-                let heads: Vec<Tensor> = (0..kvh).map(|h| rope.rotate(&keys_pre.narrow(0, h, 1)?, &self.sets[layer][h].pos)).collect::<Result<_>>()?;
+                let heads: Vec<Tensor> =
+                    (0..kvh).map(|h| rope.rotate(&keys_pre.narrow(0, h, 1)?, &self.sets[layer][h].pos)).collect::<Result<_>>()?;
                 Tensor::cat(&heads, 0)?
             }
         };

@@ -11,8 +11,8 @@ use super::scored::ScoredCache;
 use crate::error::{Error, Result};
 use crate::model::decoder::attention::{Attend, LayerAttention};
 use crate::model::decoder::Decoder;
-use crate::model::rope::{Rope, RopeLayout};
 use crate::model::receiver::{HookReceiver, NoCapture};
+use crate::model::rope::{Rope, RopeLayout};
 use crate::numerics::tensor::with_f32;
 
 impl ScoredCache {
@@ -96,7 +96,13 @@ impl Attend for BlockAttention<'_> {
                             let q_pos = if policy.positions == PositionMode::Original { step } else { n - 1 };
                             keys.resize(n * dh, 0.0);
                             for i in 0..n {
-                                rotate(rope, &set.k[i * dh..(i + 1) * dh], &cos[key_pos(i) * half..], &sin[key_pos(i) * half..], &mut keys[i * dh..(i + 1) * dh]);
+                                rotate(
+                                    rope,
+                                    &set.k[i * dh..(i + 1) * dh],
+                                    &cos[key_pos(i) * half..],
+                                    &sin[key_pos(i) * half..],
+                                    &mut keys[i * dh..(i + 1) * dh],
+                                );
                             }
                             let mut summed = vec![0f32; n];
                             let mut p = vec![0f32; n];

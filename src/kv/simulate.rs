@@ -15,11 +15,11 @@ use serde::{Deserialize, Serialize};
 
 use super::cache::PolicyCache;
 use super::memory::{kv_memory, KvMemory};
-use super::scored::{KeptStats, ScoredCache, StepAttention};
 use super::policy::{Policy, PolicyKind, PositionMode};
+use super::scored::{KeptStats, ScoredCache, StepAttention};
 use super::trace::PolicyTrace;
 use crate::error::{Error, Result};
-use crate::model::decoder::{KvStore, Decoder, DecoderConfig};
+use crate::model::decoder::{Decoder, DecoderConfig, KvStore};
 use crate::model::receiver::NoCapture;
 use crate::model::windowed::{QueryView, StreamKv};
 
@@ -89,7 +89,13 @@ pub(super) struct Track {
 }
 
 /// As [`simulate`], with options.
-pub fn simulate_with(model: &Decoder, ids: &[u32], policies: &[Policy], opts: SimOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<StreamOutcome>> {
+pub fn simulate_with(
+    model: &Decoder,
+    ids: &[u32],
+    policies: &[Policy],
+    opts: SimOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<StreamOutcome>> {
     let n = ids.len();
     if n < 2 {
         return Err(Error::input("the stream needs at least 2 tokens"));
@@ -100,7 +106,13 @@ pub fn simulate_with(model: &Decoder, ids: &[u32], policies: &[Policy], opts: Si
         let mut others = if rest.is_empty() { Vec::new() } else { simulate_with(model, ids, &rest, opts, progress)? }.into_iter();
         return policies
             .iter()
-            .map(|p| if p.is_scored() { scored(model, ids, *p, opts, progress) } else { others.next().ok_or_else(|| Error::Internal("a policy went missing".into())) })
+            .map(|p| {
+                if p.is_scored() {
+                    scored(model, ids, *p, opts, progress)
+                } else {
+                    others.next().ok_or_else(|| Error::Internal("a policy went missing".into()))
+                }
+            })
             .collect();
     }
     // Decoding through a policy cache measures a layer's own window in cache slots: the policy's
@@ -119,10 +131,13 @@ pub fn simulate_with(model: &Decoder, ids: &[u32], policies: &[Policy], opts: Si
     // slot it entered at, which the block replay (stream positions) cannot give it: those
     // policies decode token by token. Under `original` the replay is exact.
     let learned = model.cfg.arch.learned_positions;
-    let decoded = |p: &Policy| p.is_cached() && (opts.token_by_token || p.positions == PositionMode::Delta || (learned && p.positions != PositionMode::Original));
+    let decoded = |p: &Policy| {
+        p.is_cached() && (opts.token_by_token || p.positions == PositionMode::Delta || (learned && p.positions != PositionMode::Original))
+    };
     let total = shared + (steps - shared) * policies.len();
     let mut done = 0;
-    let mut tracks: Vec<Track> = policies.iter().map(|_| Track { nll: Vec::with_capacity(steps), lens: Vec::with_capacity(steps), wall: 0.0 }).collect();
+    let mut tracks: Vec<Track> =
+        policies.iter().map(|_| Track { nll: Vec::with_capacity(steps), lens: Vec::with_capacity(steps), wall: 0.0 }).collect();
 
     // The prefix, once: replayed in blocks, or decoded token by token into a policy cache.
     let start = Instant::now();
@@ -227,7 +242,9 @@ pub fn simulate_with(model: &Decoder, ids: &[u32], policies: &[Policy], opts: Si
 fn scored(model: &Decoder, ids: &[u32], policy: Policy, opts: SimOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<StreamOutcome> {
     let cfg = &model.cfg;
     if model.has_sliding_window() && policy.positions == PositionMode::Original {
-        return Err(Error::input("score-based policies on a model with its own sliding windows measure the window in cache slots; use --positions slot"));
+        return Err(Error::input(
+            "score-based policies on a model with its own sliding windows measure the window in cache slots; use --positions slot",
+        ));
     }
     let (n, steps) = (ids.len(), ids.len() - 1);
     let mut cache = ScoredCache::new(policy, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head)?;

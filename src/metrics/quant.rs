@@ -136,7 +136,11 @@ impl QuantNoise {
 
     /// Share of the nonzero inputs that landed on code 0.
     pub fn zero_share(&self) -> f64 {
-        if self.nonzero == 0 { 0.0 } else { self.zeroed as f64 / self.nonzero as f64 }
+        if self.nonzero == 0 {
+            0.0
+        } else {
+            self.zeroed as f64 / self.nonzero as f64
+        }
     }
 }
 
@@ -190,7 +194,9 @@ pub fn quantize_with_scheme(scheme: QuantScheme, x: &mut [f32], width: usize, ca
             let s: Vec<f32> = absmax_rows(x, width).into_iter().map(|m| m / qmax).collect();
             fake_quantize(x, width, Scales::Rows(&s), qmax)
         }
-        (QuantScheme::TensorStatic, Some(cols)) if cols.len() == width => fake_quantize(x, width, Scales::Tensor(cols.iter().fold(0f32, |m, &v| m.max(v)) / qmax), qmax),
+        (QuantScheme::TensorStatic, Some(cols)) if cols.len() == width => {
+            fake_quantize(x, width, Scales::Tensor(cols.iter().fold(0f32, |m, &v| m.max(v)) / qmax), qmax)
+        }
         (QuantScheme::ChannelStatic, Some(cols)) if cols.len() == width => {
             let s: Vec<f32> = cols.iter().map(|&m| m / qmax).collect();
             fake_quantize(x, width, Scales::Columns(&s), qmax)
@@ -256,5 +262,4 @@ mod tests {
         assert_eq!(acc, vec![2.0, 5.0]);
         assert_eq!(QuantNoise::default().sqnr_db(), None);
     }
-
 }

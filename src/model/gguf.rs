@@ -103,13 +103,7 @@ impl GgufFile {
         // same hazard every mmap-based model loader (llama.cpp, candle, safetensors) accepts.
         let mmap = unsafe { memmap2::Mmap::map(&file) }.with_file(path)?;
         let parsed = Parser { bytes: &mmap, pos: 0, path }.parse()?;
-        Ok(GgufFile {
-            path: path.to_path_buf(),
-            version: parsed.0,
-            metadata: parsed.1,
-            tensors: parsed.2,
-            mmap,
-        })
+        Ok(GgufFile { path: path.to_path_buf(), version: parsed.0, metadata: parsed.1, tensors: parsed.2, mmap })
     }
 
     pub fn get(&self, key: &str) -> Option<&Value> {
@@ -117,16 +111,12 @@ impl GgufFile {
     }
 
     pub fn architecture(&self) -> Result<&str> {
-        self.get("general.architecture")
-            .and_then(Value::as_str)
-            .ok_or_else(|| self.corrupt("metadata has no general.architecture"))
+        self.get("general.architecture").and_then(Value::as_str).ok_or_else(|| self.corrupt("metadata has no general.architecture"))
     }
 
     /// A required unsigned integer metadata value.
     pub fn req_u64(&self, key: &str) -> Result<u64> {
-        self.get(key)
-            .and_then(Value::as_u64)
-            .ok_or_else(|| self.corrupt(&format!("metadata key {key} is missing or not an integer")))
+        self.get(key).and_then(Value::as_u64).ok_or_else(|| self.corrupt(&format!("metadata key {key} is missing or not an integer")))
     }
 
     pub fn opt_f64(&self, key: &str) -> Option<f64> {
@@ -135,10 +125,7 @@ impl GgufFile {
 
     /// Loads one tensor as a candle `QTensor` (a copy of its bytes; F32 tensors are plain data).
     pub fn qtensor(&self, name: &str) -> Result<QTensor> {
-        let info = self
-            .tensors
-            .get(name)
-            .ok_or_else(|| self.corrupt(&format!("tensor {name} is missing")))?;
+        let info = self.tensors.get(name).ok_or_else(|| self.corrupt(&format!("tensor {name} is missing")))?;
         let raw = &self.mmap[info.start..info.start + info.n_bytes];
         // candle reinterprets the bytes as blocks in place, so they must be suitably aligned;
         // GGUF aligns the data section, but copy into an 8-byte aligned buffer if a writer did not.
@@ -161,10 +148,7 @@ impl GgufFile {
     }
 
     fn corrupt(&self, what: &str) -> Error {
-        Error::file(
-            &self.path,
-            format!("{what}. The GGUF file is incomplete or not a supported model; re-download or re-convert it."),
-        )
+        Error::file(&self.path, format!("{what}. The GGUF file is incomplete or not a supported model; re-download or re-convert it."))
     }
 }
 
@@ -280,16 +264,11 @@ impl<'a> Parser<'a> {
     fn parse(mut self) -> Result<Parsed> {
         let magic = self.take(4, "the magic number")?;
         if magic != GGUF_MAGIC {
-            return Err(Error::file(
-                self.path,
-                "not a GGUF file (bad magic number). Pass a .gguf model, a llama2.c .bin, or an HF model directory.",
-            ));
+            return Err(Error::file(self.path, "not a GGUF file (bad magic number). Pass a .gguf model, a llama2.c .bin, or an HF model directory."));
         }
         let version = self.u32("the version")?;
         if !(2..=3).contains(&version) {
-            return Err(self.corrupt(format!(
-                "GGUF version {version} is not supported (only v2 and v3); re-convert with a current llama.cpp"
-            )));
+            return Err(self.corrupt(format!("GGUF version {version} is not supported (only v2 and v3); re-convert with a current llama.cpp")));
         }
         let n_tensors = self.u64("the tensor count")?;
         let n_kv = self.u64("the metadata count")?;
@@ -328,9 +307,7 @@ impl<'a> Parser<'a> {
         let file_len = self.bytes.len() as u64;
         let mut tensors = BTreeMap::new();
         for (name, ne, ty, offset) in raw_infos {
-            let dtype = ggml_dtype(ty).ok_or_else(|| {
-                self.corrupt(format!("tensor {name} has ggml type {ty}, which sinkscope cannot decode"))
-            })?;
+            let dtype = ggml_dtype(ty).ok_or_else(|| self.corrupt(format!("tensor {name} has ggml type {ty}, which sinkscope cannot decode")))?;
             let n_elems = ne.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
             let block = dtype.block_size() as u64;
             let n_bytes = match n_elems {

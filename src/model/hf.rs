@@ -9,7 +9,7 @@ use candle_core::{Device, Tensor};
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value as Json;
 
-use super::decoder::{DecoderConfig, LayerAttn, Moe, MlpKind, Param};
+use super::decoder::{DecoderConfig, LayerAttn, MlpKind, Moe, Param};
 use super::family::{Family, TensorContext};
 use super::rope::{RopeLayout, Yarn};
 use super::source::shard_names;
@@ -29,14 +29,19 @@ pub fn read_config(dir: &Path) -> Result<(DecoderConfig, bool, Family, String)> 
     let json = Json::Object(map);
     let field = |key: &str| -> Option<&Json> { json.get(key).filter(|v| !v.is_null()) };
     let req = |key: &str| -> Result<usize> {
-        field(key).and_then(Json::as_u64).map(|v| v as usize).ok_or_else(|| Error::file(&path, format!("missing or non-integer field \"{key}\"; config.json is incomplete")))
+        field(key)
+            .and_then(Json::as_u64)
+            .map(|v| v as usize)
+            .ok_or_else(|| Error::file(&path, format!("missing or non-integer field \"{key}\"; config.json is incomplete")))
     };
-    for (flag, set_means) in [
-        ("qk_layernorm", "LayerNorms of queries and keys"),
-        ("scale_attn_by_inverse_layer_idx", "attention scores divided by the layer number"),
-    ] {
+    for (flag, set_means) in
+        [("qk_layernorm", "LayerNorms of queries and keys"), ("scale_attn_by_inverse_layer_idx", "attention scores divided by the layer number")]
+    {
         if json.get(flag).and_then(Json::as_bool) == Some(true) {
-            return Err(Error::file(&path, format!("sets {flag} ({set_means}), which sinkscope does not compute yet; the numbers would be another model's")));
+            return Err(Error::file(
+                &path,
+                format!("sets {flag} ({set_means}), which sinkscope does not compute yet; the numbers would be another model's"),
+            ));
         }
     }
     if json.get("scale_attn_weights").and_then(Json::as_bool) == Some(false) {
@@ -56,7 +61,12 @@ pub fn read_config(dir: &Path) -> Result<(DecoderConfig, bool, Family, String)> 
     let layers = layer_attention(&json, n_layers, rope_theta, &path)?;
     let d_head = json.get("head_dim").and_then(Json::as_u64).map_or(d_model / n_heads.max(1), |v| v as usize);
     let mut arch = family.switches;
-    if let Some(f) = json.pointer("/rope_parameters/partial_rotary_factor").or_else(|| json.get("rotary_pct")).or_else(|| json.get("partial_rotary_factor")).and_then(Json::as_f64) {
+    if let Some(f) = json
+        .pointer("/rope_parameters/partial_rotary_factor")
+        .or_else(|| json.get("rotary_pct"))
+        .or_else(|| json.get("partial_rotary_factor"))
+        .and_then(Json::as_f64)
+    {
         // As transformers rounds it: int(head_dim × factor).
         arch.rotary_dims = Some((d_head as f64 * f) as usize).filter(|&r| r != d_head);
     }
@@ -105,8 +115,14 @@ pub fn read_config(dir: &Path) -> Result<(DecoderConfig, bool, Family, String)> 
 /// (`rope_parameters.sliding_attention`, `rope_local_base_freq`).
 fn layer_attention(json: &Json, n_layers: usize, rope_theta: f64, path: &Path) -> Result<Vec<LayerAttn>> {
     let context = json.get("max_position_embeddings").and_then(Json::as_u64).unwrap_or(u64::MAX);
-    let Some(w) = json.get("sliding_window").and_then(Json::as_u64).filter(|&w| w < context) else { return Ok(vec![LayerAttn::global(rope_theta); n_layers]) };
-    let local_theta = json.pointer("/rope_parameters/sliding_attention/rope_theta").or_else(|| json.get("rope_local_base_freq")).and_then(Json::as_f64).unwrap_or(rope_theta);
+    let Some(w) = json.get("sliding_window").and_then(Json::as_u64).filter(|&w| w < context) else {
+        return Ok(vec![LayerAttn::global(rope_theta); n_layers]);
+    };
+    let local_theta = json
+        .pointer("/rope_parameters/sliding_attention/rope_theta")
+        .or_else(|| json.get("rope_local_base_freq"))
+        .and_then(Json::as_f64)
+        .unwrap_or(rope_theta);
     let windowed = LayerAttn { window: Some(w as usize), rope_theta: local_theta };
     let Some(types) = json.get("layer_types").filter(|v| !v.is_null()) else { return Ok(vec![windowed; n_layers]) };
     let types = types.as_array().ok_or_else(|| Error::file(path, "has layer_types that is not a list; config.json is corrupt"))?;
@@ -143,9 +159,11 @@ fn rope_scaling(json: &Json, path: &Path) -> Result<Option<Yarn>> {
                 };
                 // transformers' get_mscale: 0.1 · m · ln(s) + 1 above a scale of 1.
                 let mscale = |m: f64| if factor <= 1.0 { 1.0 } else { 0.1 * m * factor.ln() + 1.0 };
-                let attention_factor = num("attention_factor").unwrap_or_else(|| match (num("mscale").filter(|&m| m != 0.0), num("mscale_all_dim").filter(|&m| m != 0.0)) {
-                    (Some(m), Some(all)) => mscale(m) / mscale(all),
-                    _ => mscale(1.0),
+                let attention_factor = num("attention_factor").unwrap_or_else(|| {
+                    match (num("mscale").filter(|&m| m != 0.0), num("mscale_all_dim").filter(|&m| m != 0.0)) {
+                        (Some(m), Some(all)) => mscale(m) / mscale(all),
+                        _ => mscale(1.0),
+                    }
                 });
                 yarn = Some(Yarn {
                     factor,
@@ -156,7 +174,12 @@ fn rope_scaling(json: &Json, path: &Path) -> Result<Option<Yarn>> {
                     attention_factor,
                 });
             }
-            Some(kind) => return Err(Error::file(path, format!("sets RoPE scaling '{kind}' ({}), which sinkscope does not compute yet; the numbers would be another model's", &at[1..]))),
+            Some(kind) => {
+                return Err(Error::file(
+                    path,
+                    format!("sets RoPE scaling '{kind}' ({}), which sinkscope does not compute yet; the numbers would be another model's", &at[1..]),
+                ))
+            }
         }
     }
     Ok(yarn)
@@ -190,9 +213,8 @@ impl HfWeights {
             let file = std::fs::File::open(&path).with_file(&path)?;
             // SAFETY: read-only map; see GgufFile::open.
             let mmap = unsafe { memmap2::Mmap::map(&file) }.with_file(&path)?;
-            let st = SafeTensors::deserialize(&mmap).map_err(|e| {
-                Error::file(&path, format!("safetensors header is invalid ({e}); the file is truncated or corrupt — re-download it"))
-            })?;
+            let st = SafeTensors::deserialize(&mmap)
+                .map_err(|e| Error::file(&path, format!("safetensors header is invalid ({e}); the file is truncated or corrupt — re-download it")))?;
             for name in st.names() {
                 index.insert(name.to_owned(), i);
             }
@@ -220,9 +242,17 @@ impl HfWeights {
         }
         let shape = view.shape().to_vec();
         let tensor = match view.dtype() {
-            Dtype::F32 => Tensor::from_vec(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect::<Vec<f32>>(), shape, &Device::Cpu)?,
-            Dtype::F16 => Tensor::from_vec(bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]])).collect::<Vec<_>>(), shape, &Device::Cpu)?,
-            Dtype::BF16 => Tensor::from_vec(bytes.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]])).collect::<Vec<_>>(), shape, &Device::Cpu)?,
+            Dtype::F32 => Tensor::from_vec(
+                bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect::<Vec<f32>>(),
+                shape,
+                &Device::Cpu,
+            )?,
+            Dtype::F16 => {
+                Tensor::from_vec(bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]])).collect::<Vec<_>>(), shape, &Device::Cpu)?
+            }
+            Dtype::BF16 => {
+                Tensor::from_vec(bytes.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]])).collect::<Vec<_>>(), shape, &Device::Cpu)?
+            }
             other => return Err(Error::file(path, format!("tensor {name} has dtype {other:?}; only F32, F16 and BF16 are supported"))),
         };
         Ok(Some(tensor))
@@ -280,12 +310,19 @@ mod tests {
         // Mistral: no layer_types, every layer windowed; Qwen ignores an unused window.
         let mistral = config(&format!(r#"{{"model_type": "mistral", {SHAPE}, "num_hidden_layers": 3, "sliding_window": 8}}"#)).unwrap();
         assert_eq!(mistral.windowed_layers(), [0, 1, 2]);
-        let qwen = config(&format!(r#"{{"model_type": "qwen2", {SHAPE}, "num_hidden_layers": 3, "sliding_window": 8, "use_sliding_window": false}}"#)).unwrap();
+        let qwen =
+            config(&format!(r#"{{"model_type": "qwen2", {SHAPE}, "num_hidden_layers": 3, "sliding_window": 8, "use_sliding_window": false}}"#))
+                .unwrap();
         assert!(qwen.windowed_layers().is_empty());
         // An older Gemma 3 config gives the pattern as a number; an unknown layer type is refused.
-        let gemma = config(&format!(r#"{{"model_type": "gemma3_text", {SHAPE}, "num_hidden_layers": 7, "sliding_window": 16, "sliding_window_pattern": 3}}"#)).unwrap();
+        let gemma = config(&format!(
+            r#"{{"model_type": "gemma3_text", {SHAPE}, "num_hidden_layers": 7, "sliding_window": 16, "sliding_window_pattern": 3}}"#
+        ))
+        .unwrap();
         assert_eq!(gemma.windowed_layers(), [0, 1, 3, 4, 6]);
-        let chunked = config(&format!(r#"{{"model_type": "llama", {SHAPE}, "num_hidden_layers": 2, "sliding_window": 8, "layer_types": ["chunked_attention", "full_attention"]}}"#));
+        let chunked = config(&format!(
+            r#"{{"model_type": "llama", {SHAPE}, "num_hidden_layers": 2, "sliding_window": 8, "layer_types": ["chunked_attention", "full_attention"]}}"#
+        ));
         assert!(chunked.is_err_and(|e| e.to_string().contains("chunked_attention")));
     }
 }

@@ -73,8 +73,8 @@ impl HookPoint {
         use HookPoint::*;
         match *self {
             Embed | LnFinal => None,
-            ResidPre(l) | ResidMid(l) | ResidPost(l) | AttnIn(l) | Q(l) | K(l) | V(l) | AttnScores(l) | Pattern(l)
-            | SinkProb(l) | Z(l) | AttnOut(l) | MlpIn(l) | MlpPost(l) => Some(l),
+            ResidPre(l) | ResidMid(l) | ResidPost(l) | AttnIn(l) | Q(l) | K(l) | V(l) | AttnScores(l) | Pattern(l) | SinkProb(l) | Z(l)
+            | AttnOut(l) | MlpIn(l) | MlpPost(l) => Some(l),
         }
     }
 
@@ -150,7 +150,9 @@ impl FromStr for HookPoint {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self> {
-        let unknown = || Error::input(format!("unknown hook name '{s}' (expected e.g. hook_embed, blocks.0.attn.hook_pattern, ln_final.hook_normalized; see `sinkscope capture --help`)"));
+        let unknown = || {
+            Error::input(format!("unknown hook name '{s}' (expected e.g. hook_embed, blocks.0.attn.hook_pattern, ln_final.hook_normalized; see `sinkscope capture --help`)"))
+        };
         match s {
             "hook_embed" => return Ok(HookPoint::Embed),
             "ln_final.hook_normalized" => return Ok(HookPoint::LnFinal),
@@ -194,9 +196,7 @@ impl HookFilter {
 
     pub fn matches(&self, hook: &HookPoint) -> bool {
         let name = hook.to_string();
-        self.patterns.iter().any(|p| {
-            glob_match(p, &name) || (!p.starts_with("blocks.") && !p.contains('*') && name.ends_with(&format!(".{p}")))
-        })
+        self.patterns.iter().any(|p| glob_match(p, &name) || (!p.starts_with("blocks.") && !p.contains('*') && name.ends_with(&format!(".{p}"))))
     }
 }
 

@@ -27,7 +27,10 @@ impl Llama2cFile {
         }
         let header: Vec<i32> = bytes[..28].chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
         let [dim, hidden, n_layers, n_heads, n_kv_heads, vocab, seq_len] = header[..] else { unreachable!("7 header fields") };
-        if [dim, hidden, n_layers, n_heads, n_kv_heads, seq_len].iter().any(|&v| v <= 0 || v > 1 << 20) || vocab == 0 || vocab.unsigned_abs() > 1 << 22 {
+        if [dim, hidden, n_layers, n_heads, n_kv_heads, seq_len].iter().any(|&v| v <= 0 || v > 1 << 20)
+            || vocab == 0
+            || vocab.unsigned_abs() > 1 << 22
+        {
             return Err(bad(format!("header is impossible (dim {dim}, hidden {hidden}, layers {n_layers}, heads {n_heads}, kv heads {n_kv_heads}, vocab {vocab}, seq_len {seq_len})")));
         }
         let (d, ff, l, h, kvh, seq) = (dim as usize, hidden as usize, n_layers as usize, n_heads as usize, n_kv_heads as usize, seq_len as usize);
@@ -62,7 +65,10 @@ impl Llama2cFile {
             .sum();
         let need = 28 + 4 * n_floats;
         if bytes.len() < need {
-            return Err(Error::file(path, format!("llama2.c checkpoint is truncated: its header implies {need} bytes but the file has {}. Re-download it.", bytes.len())));
+            return Err(Error::file(
+                path,
+                format!("llama2.c checkpoint is truncated: its header implies {need} bytes but the file has {}. Re-download it.", bytes.len()),
+            ));
         }
         if bytes.len() > need {
             return Err(bad(format!("file has {} bytes but its header implies {need}; this is not a legacy-format checkpoint", bytes.len())));
@@ -115,7 +121,13 @@ impl Llama2cFile {
         let dir = model.parent().unwrap_or(Path::new("."));
         let candidates = [dir.join(format!("tok{}.bin", self.cfg.vocab_size)), dir.join("tokenizer.bin")];
         candidates.iter().find(|p| p.is_file()).cloned().ok_or_else(|| {
-            Error::file(model, format!("a llama2.c model needs its tokenizer: none of {} exists; pass --tokenizer FILE", candidates.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")))
+            Error::file(
+                model,
+                format!(
+                    "a llama2.c model needs its tokenizer: none of {} exists; pass --tokenizer FILE",
+                    candidates.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+                ),
+            )
         })
     }
 }

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use candle_core::quantized::GgmlDType;
 use candle_core::DType;
 
+use super::decoder::{Decoder, DecoderConfig, LayerAttn, Param, WeightDtype};
+use super::family::Family;
 use super::gguf;
 use super::hf;
 use super::info::ModelInfo;
-use super::decoder::{Decoder, DecoderConfig, LayerAttn, Param, WeightDtype};
-use super::family::Family;
 use super::llama2c;
 use super::source::{resolve, ModelSource};
 use super::tokenizer::Tokenizer;
@@ -89,7 +89,11 @@ pub fn load_source(source: &ModelSource, opts: &LoadOptions) -> Result<LoadedMod
     if tokenizer.vocab_size() > model.cfg.vocab_size {
         return Err(Error::file(
             source.path(),
-            format!("the tokenizer has {} tokens but the model's vocabulary is {}; they do not belong together", tokenizer.vocab_size(), model.cfg.vocab_size),
+            format!(
+                "the tokenizer has {} tokens but the model's vocabulary is {}; they do not belong together",
+                tokenizer.vocab_size(),
+                model.cfg.vocab_size
+            ),
         ));
     }
     info.tokenizer = tokenizer.kind().to_owned();
@@ -135,8 +139,9 @@ fn base_info(source: &ModelSource, cfg: &DecoderConfig, architecture: String) ->
 fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Option<Tokenizer>, ModelInfo)> {
     let file = gguf::GgufFile::open(path)?;
     let arch = file.architecture()?.to_owned();
-    let family = Family::from_gguf(&arch)
-        .ok_or_else(|| Error::file(path, format!("unknown architecture '{arch}'; sinkscope supports GGUF models of the architectures {}", Family::gguf_supported())))?;
+    let family = Family::from_gguf(&arch).ok_or_else(|| {
+        Error::file(path, format!("unknown architecture '{arch}'; sinkscope supports GGUF models of the architectures {}", Family::gguf_supported()))
+    })?;
     let window = file.get(&format!("{arch}.attention.sliding_window")).and_then(gguf::Value::as_u64).map(|w| w as usize);
     let windows = match (window, family.gguf_windows) {
         (Some(w), None) => {
@@ -186,7 +191,10 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
         context_len: file.req_u64(&key("context_length"))? as usize,
         rope_theta,
         rope_layout: family.gguf_rope,
-        rms_eps: file.opt_f64(&key("attention.layer_norm_rms_epsilon")).or_else(|| file.opt_f64(&key("attention.layer_norm_epsilon"))).unwrap_or(1e-5),
+        rms_eps: file
+            .opt_f64(&key("attention.layer_norm_rms_epsilon"))
+            .or_else(|| file.opt_f64(&key("attention.layer_norm_epsilon")))
+            .unwrap_or(1e-5),
         arch: switches,
         layers,
     };

@@ -23,7 +23,12 @@ const ROW_TILE: usize = 16;
 /// (n, k) contiguous matrix (`transposed` = true: a Linear layer's (out, in) weight read in place).
 pub fn matmul_split_rows(x: &Tensor, w: &Tensor, transposed: bool) -> Result<Tensor> {
     let (m, k) = x.dims2()?;
-    let (n, kw) = if transposed { w.dims2()? } else { let (a, b) = w.dims2()?; (b, a) };
+    let (n, kw) = if transposed {
+        w.dims2()?
+    } else {
+        let (a, b) = w.dims2()?;
+        (b, a)
+    };
     if k != kw || !w.is_contiguous() {
         return Err(Error::Internal(format!("matmul of ({m}, {k}) by a ({kw}, {n}) weight (contiguous: {})", w.is_contiguous())));
     }
@@ -44,7 +49,9 @@ pub fn matmul_split_rows(x: &Tensor, w: &Tensor, transposed: bool) -> Result<Ten
                 let par = if threads > 1 { Parallelism::Rayon(threads) } else { Parallelism::None };
                 product(x, w, &mut y, (m, k, n), (w_rs, w_cs), par);
             } else {
-                y.par_chunks_mut(share * n).zip(x.par_chunks(share * k)).for_each(|(y, x)| product(x, w, y, (x.len() / k, k, n), (w_rs, w_cs), Parallelism::None));
+                y.par_chunks_mut(share * n)
+                    .zip(x.par_chunks(share * k))
+                    .for_each(|(y, x)| product(x, w, y, (x.len() / k, k, n), (w_rs, w_cs), Parallelism::None));
             }
         })
     })??;
@@ -123,9 +130,20 @@ fn product(x: &[f32], w: &[f32], y: &mut [f32], (rows, k, n): (usize, usize, usi
 /// Every index the strides reach for the given sizes must lie inside its buffer, and no other
 /// thread may touch the part of dst written.
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn gemm_f32(m: usize, n: usize, k: usize, dst: (*mut f32, usize, usize), lhs: (*const f32, usize, usize), rhs: (*const f32, usize, usize), scale: f32, par: Parallelism) {
+pub(crate) unsafe fn gemm_f32(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: (*mut f32, usize, usize),
+    lhs: (*const f32, usize, usize),
+    rhs: (*const f32, usize, usize),
+    scale: f32,
+    par: Parallelism,
+) {
     let s = |x: usize| x as isize;
-    unsafe { gemm(m, n, k, dst.0, s(dst.2), s(dst.1), false, lhs.0, s(lhs.2), s(lhs.1), rhs.0, s(rhs.2), s(rhs.1), 0.0, scale, false, false, false, par) }
+    unsafe {
+        gemm(m, n, k, dst.0, s(dst.2), s(dst.1), false, lhs.0, s(lhs.2), s(lhs.1), rhs.0, s(rhs.2), s(rhs.1), 0.0, scale, false, false, false, par)
+    }
 }
 
 #[cfg(test)]
@@ -137,7 +155,8 @@ mod tests {
         for m in [1, 5, 64, 131] {
             let (k, n) = (37, 53);
             let x = Tensor::from_vec((0..m * k).map(|i| ((i * 31) % 17) as f32 - 8.0).collect::<Vec<f32>>(), (m, k), &Device::Cpu).unwrap();
-            let w_out_in = Tensor::from_vec((0..n * k).map(|i| ((i * 7) % 13) as f32 * 0.25 - 1.5).collect::<Vec<f32>>(), (n, k), &Device::Cpu).unwrap();
+            let w_out_in =
+                Tensor::from_vec((0..n * k).map(|i| ((i * 7) % 13) as f32 * 0.25 - 1.5).collect::<Vec<f32>>(), (n, k), &Device::Cpu).unwrap();
             let want: Vec<f32> = x.matmul(&w_out_in.t().unwrap()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
             let w_in_out = w_out_in.t().unwrap().contiguous().unwrap();
             for got in [matmul_split_rows(&x, &w_out_in, true).unwrap(), matmul_split_rows(&x, &w_in_out, false).unwrap()] {

@@ -4,25 +4,25 @@
 //! nothing of analysis.
 
 pub mod catalog;
+pub mod decoder;
+pub mod family;
 pub mod fetch;
 pub mod gguf;
 pub mod hf;
 pub mod hook;
 pub mod info;
-pub mod decoder;
-pub mod family;
 pub mod llama2c;
 pub mod load;
 pub mod matmul;
+pub mod receiver;
 pub mod rope;
 pub mod scoring;
-pub mod receiver;
 pub mod source;
 pub mod tokenizer;
 pub mod windowed;
 
+pub use decoder::{Decoder, DecoderConfig, KeyMask, KvCache, Param};
 pub use info::{ModelInfo, NllSummary, TokenInfo};
-pub use decoder::{KeyMask, KvCache, Decoder, DecoderConfig, Param};
 pub use load::{load, load_source, weights_sha256, LoadOptions, LoadedModel};
 pub use rope::RopeLayout;
 pub use source::{resolve, ModelSource};

@@ -100,10 +100,7 @@ impl Rope {
                 sin.push((angle.sin() * scale) as f32);
             }
         }
-        Ok((
-            Tensor::from_vec(cos, (positions.len(), half), device)?,
-            Tensor::from_vec(sin, (positions.len(), half), device)?,
-        ))
+        Ok((Tensor::from_vec(cos, (positions.len(), half), device)?, Tensor::from_vec(sin, (positions.len(), half), device)?))
     }
 
     /// Rotates `x` (heads, positions.len(), d_head) to the given positions.

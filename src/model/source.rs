@@ -11,7 +11,9 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModelSource {
     Gguf(PathBuf),
-    Llama2c { model: PathBuf },
+    Llama2c {
+        model: PathBuf,
+    },
     /// A directory with config.json, model.safetensors (or a sharded index) and tokenizer.json.
     HfDir(PathBuf),
 }
@@ -57,7 +59,9 @@ pub fn find_alias(entry: &CatalogEntry) -> Option<PathBuf> {
 
 pub fn resolve(spec: &str) -> Result<ModelSource> {
     if spec.trim().is_empty() {
-        return Err(Error::input("-m MODEL is empty: pass a .gguf file, a llama2.c .bin, an HF model directory, a hub id, or an alias (`sinkscope models` lists them)"));
+        return Err(Error::input(
+            "-m MODEL is empty: pass a .gguf file, a llama2.c .bin, an HF model directory, a hub id, or an alias (`sinkscope models` lists them)",
+        ));
     }
     let path = Path::new(spec);
     if path.exists() {
@@ -103,7 +107,9 @@ fn from_path(path: &Path) -> Result<ModelSource> {
     match path.extension().and_then(|e| e.to_str()) {
         Some("gguf") => Ok(ModelSource::Gguf(path.to_path_buf())),
         Some("bin") => Ok(ModelSource::Llama2c { model: path.to_path_buf() }),
-        Some("safetensors") => Err(Error::file(path, "pass the directory holding this file (with config.json and tokenizer.json), not the .safetensors file itself")),
+        Some("safetensors") => {
+            Err(Error::file(path, "pass the directory holding this file (with config.json and tokenizer.json), not the .safetensors file itself"))
+        }
         _ => Err(Error::file(path, "unrecognised model file: expected a .gguf, a llama2.c .bin, or an HF model directory")),
     }
 }
@@ -139,7 +145,10 @@ fn from_hub(id: &str) -> Result<ModelSource> {
     if offline {
         return Err(not_available("HF_HUB_OFFLINE is set".into()));
     }
-    let api = hf_hub::api::sync::ApiBuilder::from_env().with_progress(false).build().map_err(|e| not_available(format!("the hub client could not start ({e})")))?;
+    let api = hf_hub::api::sync::ApiBuilder::from_env()
+        .with_progress(false)
+        .build()
+        .map_err(|e| not_available(format!("the hub client could not start ({e})")))?;
     let repo = api.model(id.to_owned());
     let fetch = |f: &str| repo.get(f).map_err(|e| not_available(format!("the hub could not be reached ({e})")));
     let config = fetch("config.json")?;

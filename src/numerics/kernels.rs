@@ -145,9 +145,12 @@ pub fn exp_f32(x: f32) -> f32 {
     let n_int = shifted.to_bits().wrapping_sub(ROUND.to_bits());
     let e = p * f32::from_bits(n_int.wrapping_add(127) << 23);
     // NaN stays NaN (max/min would have replaced it), as a blend that still vectorizes.
-    if input.is_nan() { input } else { e }
+    if input.is_nan() {
+        input
+    } else {
+        e
+    }
 }
-
 
 #[cfg(test)]
 mod tests {

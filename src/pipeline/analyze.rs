@@ -40,7 +40,16 @@ pub struct AnalyzeOptions {
 
 impl Default for AnalyzeOptions {
     fn default() -> Self {
-        AnalyzeOptions { file: None, max_tokens: None, epsilon: 0.3, first_keys: 16, ablate_keys: None, ablation_tokens: 256, ablation: true, heatmap_bins: 128 }
+        AnalyzeOptions {
+            file: None,
+            max_tokens: None,
+            epsilon: 0.3,
+            first_keys: 16,
+            ablate_keys: None,
+            ablation_tokens: 256,
+            ablation: true,
+            heatmap_bins: 128,
+        }
     }
 }
 
@@ -55,7 +64,13 @@ impl AnalyzeOptions {
 }
 
 /// Builds the probes, analyzes them, and writes report.json (and the first probe's heatmaps) into `out`.
-pub fn analyze_into(lm: &mut LoadedModel, opts: &AnalyzeOptions, set: Option<&ProbeSet>, out: &Path, progress: &mut dyn Progress) -> Result<AnalysisReport> {
+pub fn analyze_into(
+    lm: &mut LoadedModel,
+    opts: &AnalyzeOptions,
+    set: Option<&ProbeSet>,
+    out: &Path,
+    progress: &mut dyn Progress,
+) -> Result<AnalysisReport> {
     opts.validate()?;
     let mut probes: Vec<BuiltProbe> = Vec::new();
     let mut ablation_input: Option<(Vec<u32>, Vec<usize>)> = None;
@@ -63,7 +78,13 @@ pub fn analyze_into(lm: &mut LoadedModel, opts: &AnalyzeOptions, set: Option<&Pr
         let (ids, _) = lm.tokenize_within_context(text, opts.max_tokens)?;
         let name = path.file_name().map_or("file".into(), |n| n.to_string_lossy().into_owned());
         ablation_input = Some((ids[..ids.len().min(opts.ablation_tokens.max(2))].to_vec(), vec![0, 1, 2, 3]));
-        probes.push(BuiltProbe { name, kind: "file".into(), bos: lm.tokenizer.bos().is_some_and(|b| ids.first() == Some(&b)), ids, replaced: vec![] });
+        probes.push(BuiltProbe {
+            name,
+            kind: "file".into(),
+            bos: lm.tokenizer.bos().is_some_and(|b| ids.first() == Some(&b)),
+            ids,
+            replaced: vec![],
+        });
     }
     if let Some(set) = set {
         probes.extend(set.build(&lm.tokenizer)?);
@@ -107,7 +128,13 @@ fn analyze(
         progress.status(&format!("probe {}/{}: {} ({} tokens)", i + 1, probes.len(), probe.name, probe.ids.len()));
         // The first probe's attention maps are kept for the figures and the dashboard.
         let heatmap_bins = (i == 0 && opts.heatmap_bins > 0).then_some(opts.heatmap_bins);
-        let capture_opts = CaptureOptions { first_keys: settings.first_keys, weight_bytes: lm.weight_bytes(), quant_risk: true, heatmap_bins, ..CaptureOptions::default() };
+        let capture_opts = CaptureOptions {
+            first_keys: settings.first_keys,
+            weight_bytes: lm.weight_bytes(),
+            quant_risk: true,
+            heatmap_bins,
+            ..CaptureOptions::default()
+        };
         let mut out = capture(&lm.model, &probe.ids, &capture_opts)?;
         if i == 0 {
             heatmaps = out.heatmaps.take();

@@ -72,7 +72,8 @@ pub fn canary_into(lm: &mut LoadedModel, job: &CanaryJob, out: Option<&Path>, pr
     let forced = match &job.force {
         Some(file) => {
             let text = crate::io::text::read_text_file(file)?;
-            let from = crate::io::text::from_char(&text, job.start_char).ok_or_else(|| Error::file(file, format!("has fewer than --start-char {} characters", job.start_char)))?;
+            let from = crate::io::text::from_char(&text, job.start_char)
+                .ok_or_else(|| Error::file(file, format!("has fewer than --start-char {} characters", job.start_char)))?;
             let mut ids = lm.tokenizer.encode(from)?;
             // A forced continuation is mid-text: no second BOS.
             if lm.tokenizer.bos().is_some() && ids.first() == lm.tokenizer.bos().as_ref() {
@@ -90,7 +91,16 @@ pub fn canary_into(lm: &mut LoadedModel, job: &CanaryJob, out: Option<&Path>, pr
         progress.warning(&w);
     }
     let layer = job.layer.unwrap_or(lm.model.cfg.n_layers / 2);
-    let opts = CanaryOptions { policy: job.policy, prompt: prompt.clone(), steps: job.steps, forced, temperature: job.temperature, seed: job.seed, layer, collapse: job.collapse };
+    let opts = CanaryOptions {
+        policy: job.policy,
+        prompt: prompt.clone(),
+        steps: job.steps,
+        forced,
+        temperature: job.temperature,
+        seed: job.seed,
+        layer,
+        collapse: job.collapse,
+    };
     let label = job.policy.label();
     let run = run_canary(&lm.model, &opts, &mut |done, total| progress.steps(&label, done, total))?;
     let pieces: Vec<String> = run.steps.iter().map(|s| lm.tokenizer.token_str(s.token)).collect();

@@ -86,7 +86,14 @@ pub fn run_demo(lm: &mut LoadedModel, opts: &DemoOptions, out: &Path, progress: 
     }
     progress.stage("[4/4] tables, figures and report");
     let run = Run::open(out)?;
-    let all = ExportOptions { parquet: cfg!(feature = "parquet"), png: cfg!(feature = "plots"), svg: cfg!(feature = "plots"), md: true, heads: None, grid_keys: None };
+    let all = ExportOptions {
+        parquet: cfg!(feature = "parquet"),
+        png: cfg!(feature = "plots"),
+        svg: cfg!(feature = "plots"),
+        md: true,
+        heads: None,
+        grid_keys: None,
+    };
     let done = export(&run, &all)?;
     progress.finished(Finished::Export(&done));
     Ok(out.join(INDEX_FILE))
@@ -108,7 +115,8 @@ pub fn capture_and_analyze(
     capture_to_dir(lm, text, &file.display().to_string(), max_tokens, &capture_opts, out, None)?;
     progress.stage(&format!("analyzing{} …", if ablation { " (with the causal sweep; --no-ablation skips it)" } else { "" }));
     // The capture already wrote this text's heatmaps.
-    let analyze = AnalyzeOptions { file: Some((file.to_path_buf(), text.to_string())), max_tokens, ablation, heatmap_bins: 0, ..AnalyzeOptions::default() };
+    let analyze =
+        AnalyzeOptions { file: Some((file.to_path_buf(), text.to_string())), max_tokens, ablation, heatmap_bins: 0, ..AnalyzeOptions::default() };
     analyze_into(lm, &analyze, None, out, progress)?;
     Ok(())
 }

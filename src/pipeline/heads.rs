@@ -7,10 +7,10 @@ use std::path::Path;
 
 use super::progress::Progress;
 use super::stream::{stream_tokens, write_stream_report, StreamSource};
+use crate::capture::ablation::streaming_head_ablation;
 use crate::error::{Error, Result};
 use crate::io::atomic::write_atomic;
 use crate::io::write_json_atomic;
-use crate::capture::ablation::streaming_head_ablation;
 use crate::kv::per_head::{gates_by_share, gates_tsv, measure, simulate_mixed, uniform_bytes_at, Frontier, FrontierRow, GateEvidence, HeadGates};
 use crate::kv::policy::{Policy, PolicyKind, PositionMode};
 use crate::kv::simulate::{ppl, simulate};
@@ -71,7 +71,8 @@ fn measure_gates(lm: &LoadedModel, ids: &[u32], opts: &GateOptions, progress: &m
             let t = t.min(n);
             let label = format!("each KV head alone restricted to {} sinks + {} recent keys, over {t} tokens", opts.sinks, opts.recent);
             progress.stage(&label);
-            let delta = streaming_head_ablation(&lm.model, &ids[..t], opts.sinks, opts.recent, &mut |done, total| progress.steps(&label, done, total))?;
+            let delta =
+                streaming_head_ablation(&lm.model, &ids[..t], opts.sinks, opts.recent, &mut |done, total| progress.steps(&label, done, total))?;
             (Some(delta), t)
         }
         None => (None, 0),
@@ -80,7 +81,13 @@ fn measure_gates(lm: &LoadedModel, ids: &[u32], opts: &GateOptions, progress: &m
         sinks: opts.sinks,
         recent: opts.recent,
         tokens: n,
-        calibration: opts.calibration.as_ref().map(|c| if c.start_char == 0 { c.file.display().to_string() } else { format!("{} from character {}", c.file.display(), c.start_char) }),
+        calibration: opts.calibration.as_ref().map(|c| {
+            if c.start_char == 0 {
+                c.file.display().to_string()
+            } else {
+                format!("{} from character {}", c.file.display(), c.start_char)
+            }
+        }),
         score: evidence.outside,
         alpha0: evidence.alpha0,
         ranked_by: if causal.is_some() { GateEvidence::Causal } else { GateEvidence::Outside },
@@ -107,7 +114,13 @@ pub struct PerHeadSweep {
 
 /// Sweeps `shares` of retrieval heads (streaming heads keep S sinks + W − S recent), each beside
 /// `sink S` at the budget of equal memory; writes `per_head.json` into `out` when given.
-pub fn per_head_sweep(lm: &mut LoadedModel, source: &StreamSource, sweep: &PerHeadSweep, out: Option<&Path>, progress: &mut dyn Progress) -> Result<Frontier> {
+pub fn per_head_sweep(
+    lm: &mut LoadedModel,
+    source: &StreamSource,
+    sweep: &PerHeadSweep,
+    out: Option<&Path>,
+    progress: &mut dyn Progress,
+) -> Result<Frontier> {
     let start = std::time::Instant::now();
     let (cache, sinks, shares) = (sweep.cache, sweep.sinks, &sweep.shares);
     if sinks >= cache {
@@ -164,4 +177,3 @@ pub fn per_head_sweep(lm: &mut LoadedModel, source: &StreamSource, sweep: &PerHe
     }
     Ok(frontier)
 }
-

@@ -47,7 +47,10 @@ impl QuantOptions {
             return Err(Error::input("--schemes needs at least one of tensor_dynamic, token_dynamic, channel_static, tensor_static"));
         }
         if self.sink_positions == 0 || self.sink_positions >= self.tokens - 1 {
-            return Err(Error::input(format!("--sink-positions must be between 1 and {} (fewer than the scored positions)", self.tokens.saturating_sub(2))));
+            return Err(Error::input(format!(
+                "--sink-positions must be between 1 and {} (fewer than the scored positions)",
+                self.tokens.saturating_sub(2)
+            )));
         }
         Ok(())
     }
@@ -145,7 +148,14 @@ pub fn quant_into(lm: &mut LoadedModel, opts: &QuantOptions, out: Option<&Path>,
 }
 
 /// The calibration sequences (same length as the evaluated ones) and where they came from.
-fn calibration_sequences(lm: &LoadedModel, opts: &QuantOptions, ids: &[u32], used: usize, len: usize, eval: &[Vec<u32>]) -> Result<(Vec<Vec<u32>>, CalibrationInfo)> {
+fn calibration_sequences(
+    lm: &LoadedModel,
+    opts: &QuantOptions,
+    ids: &[u32],
+    used: usize,
+    len: usize,
+    eval: &[Vec<u32>],
+) -> Result<(Vec<Vec<u32>>, CalibrationInfo)> {
     let mut skips = vec![0];
     if opts.calib_skip_first > 0 {
         skips.push(opts.calib_skip_first);
@@ -162,7 +172,10 @@ fn calibration_sequences(lm: &LoadedModel, opts: &QuantOptions, ids: &[u32], use
         let mut seqs = sequences(&cal_ids, len, opts.sequences);
         if seqs.is_empty() {
             if cal_ids.len() <= opts.calib_skip_first {
-                return Err(Error::file(file, format!("gives only {} tokens, none left after --calib-skip-first {}", cal_ids.len(), opts.calib_skip_first)));
+                return Err(Error::file(
+                    file,
+                    format!("gives only {} tokens, none left after --calib-skip-first {}", cal_ids.len(), opts.calib_skip_first),
+                ));
             }
             seqs = vec![cal_ids];
         }

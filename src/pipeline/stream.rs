@@ -88,9 +88,8 @@ impl SweepOptions {
 /// Tokenizes the stream text from `start_char`, keeping `tokens` tokens.
 pub fn stream_tokens(lm: &LoadedModel, t: &StreamSource, progress: &mut dyn Progress) -> Result<Vec<u32>> {
     let text = crate::io::text::read_text_file(&t.file)?;
-    let from = crate::io::text::from_char(&text, t.start_char).ok_or_else(|| {
-        Error::file(&t.file, format!("has only {} characters, fewer than --start-char {}", text.chars().count(), t.start_char))
-    })?;
+    let from = crate::io::text::from_char(&text, t.start_char)
+        .ok_or_else(|| Error::file(&t.file, format!("has only {} characters, fewer than --start-char {}", text.chars().count(), t.start_char)))?;
     if t.tokens < 2 {
         return Err(Error::input("--tokens must be at least 2"));
     }
@@ -107,7 +106,13 @@ pub fn stream_tokens(lm: &LoadedModel, t: &StreamSource, progress: &mut dyn Prog
 
 /// Streams `source` under one policy (S applies to `sink` and `keep` only); writes stream.json
 /// into `out` when given.
-pub fn stream_into(lm: &mut LoadedModel, source: &StreamSource, policy: Policy, out: Option<&Path>, progress: &mut dyn Progress) -> Result<StreamOutcome> {
+pub fn stream_into(
+    lm: &mut LoadedModel,
+    source: &StreamSource,
+    policy: Policy,
+    out: Option<&Path>,
+    progress: &mut dyn Progress,
+) -> Result<StreamOutcome> {
     let start = Instant::now();
     let ids = stream_tokens(lm, source, progress)?;
     let sinks = if matches!(policy.kind, PolicyKind::Sink | PolicyKind::Keep) || policy.is_scored() { policy.sinks } else { 0 };
@@ -138,7 +143,13 @@ pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>,
     let mut policies: Vec<Policy> = sinks
         .iter()
         .map(|&s| match opts.family {
-            PolicyKind::Sink | PolicyKind::Window => Policy { kind: if s == 0 { PolicyKind::Window } else { PolicyKind::Sink }, sinks: s, cache: opts.cache, positions: opts.positions, recent: 0 },
+            PolicyKind::Sink | PolicyKind::Window => Policy {
+                kind: if s == 0 { PolicyKind::Window } else { PolicyKind::Sink },
+                sinks: s,
+                cache: opts.cache,
+                positions: opts.positions,
+                recent: 0,
+            },
             kind => Policy { kind, sinks: s, cache: opts.cache, positions: opts.positions, recent: opts.recent },
         })
         .collect();

@@ -115,7 +115,9 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
             lm.fingerprint()?;
             Ok(lm)
         };
-        let analysis: AnalysisReport = match read::<AnalysisReport>(&dir.join(ANALYSIS_FILE)).filter(|a| same_load && a.model.sha256.as_deref() == Some(sha.as_str()) && (a.ablation.is_some() || !opts.ablation)) {
+        let analysis: AnalysisReport = match read::<AnalysisReport>(&dir.join(ANALYSIS_FILE))
+            .filter(|a| same_load && a.model.sha256.as_deref() == Some(sha.as_str()) && (a.ablation.is_some() || !opts.ablation))
+        {
             Some(a) => {
                 progress.stage(&format!("[{}/{n}] {slug}: probe diagnosis already done", i + 1));
                 a
@@ -123,7 +125,13 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
             None => {
                 let lm = model.insert(loaded(progress)?);
                 progress.stage(&format!("[{}/{n}] {slug}: probe diagnosis (default probes, T = 64, ε = 0.3)", i + 1));
-                let analyze = AnalyzeOptions { ablation: opts.ablation, ablate_keys: Some(vec![0]), ablation_tokens: 96, heatmap_bins: 0, ..AnalyzeOptions::default() };
+                let analyze = AnalyzeOptions {
+                    ablation: opts.ablation,
+                    ablate_keys: Some(vec![0]),
+                    ablation_tokens: 96,
+                    heatmap_bins: 0,
+                    ..AnalyzeOptions::default()
+                };
                 analyze_into(lm, &analyze, Some(&ProbeSet::load("default")?), &dir, progress)?
             }
         };
@@ -135,8 +143,15 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
                 // Reused only when made from the same weights, text, length, budget and sink counts
                 // (a text shorter than --tokens is therefore swept again each time).
                 let done = read::<StreamReport>(&sweep_dir.join(STREAM_FILE)).filter(|s| {
-                    let same_sweep = s.recommendation.as_ref().is_some_and(|r| r.cache == cache && r.table.iter().filter_map(|row| row.sinks).eq(opts.sinks.iter().copied()));
-                    same_load && s.model.sha256.as_deref() == Some(sha.as_str()) && s.text_source == label && s.tokens.len() == opts.tokens && same_sweep
+                    let same_sweep = s
+                        .recommendation
+                        .as_ref()
+                        .is_some_and(|r| r.cache == cache && r.table.iter().filter_map(|row| row.sinks).eq(opts.sinks.iter().copied()));
+                    same_load
+                        && s.model.sha256.as_deref() == Some(sha.as_str())
+                        && s.text_source == label
+                        && s.tokens.len() == opts.tokens
+                        && same_sweep
                 });
                 let rec = match done.and_then(|s| s.recommendation) {
                     Some(r) => {
@@ -148,13 +163,20 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
                             Some(lm) => lm,
                             None => model.insert(loaded(progress)?),
                         };
-                        progress.stage(&format!("[{}/{n}] {slug}: sink-count sweep, {} tokens of {} at W = {cache}", i + 1, opts.tokens, text.display()));
+                        progress.stage(&format!(
+                            "[{}/{n}] {slug}: sink-count sweep, {} tokens of {} at W = {cache}",
+                            i + 1,
+                            opts.tokens,
+                            text.display()
+                        ));
                         let sweep = sweep_options(opts, text.clone(), cache);
                         sweep_into(lm, &sweep, Some(&sweep_dir), progress)?
                     }
                 };
                 let (sinks, recent) = StreamingHeads::keys_for(cache);
-                let same = |h: &StreamingHeads| same_load && h.sha256 == sha && h.text == label && h.requested_tokens == opts.tokens && (h.sinks, h.recent) == (sinks, recent);
+                let same = |h: &StreamingHeads| {
+                    same_load && h.sha256 == sha && h.text == label && h.requested_tokens == opts.tokens && (h.sinks, h.recent) == (sinks, recent)
+                };
                 let streaming = match read::<StreamingHeads>(&sweep_dir.join(STREAMING_HEADS_FILE)).filter(same) {
                     Some(h) => Some(h),
                     None => {
@@ -182,7 +204,16 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
 /// `text` (at most the model's context); written to `dir`. `None` when the text is too short for
 /// any query to see past those keys.
 #[allow(clippy::too_many_arguments)]
-fn streaming_heads(lm: &LoadedModel, sha: &str, text: &Path, label: &str, cache: usize, tokens: usize, dir: &Path, progress: &mut dyn Progress) -> Result<Option<StreamingHeads>> {
+fn streaming_heads(
+    lm: &LoadedModel,
+    sha: &str,
+    text: &Path,
+    label: &str,
+    cache: usize,
+    tokens: usize,
+    dir: &Path,
+    progress: &mut dyn Progress,
+) -> Result<Option<StreamingHeads>> {
     let (sinks, recent) = StreamingHeads::keys_for(cache);
     let source = StreamSource { file: text.to_path_buf(), start_char: 0, tokens, token_by_token: false };
     let mut ids = stream_tokens(lm, &source, progress)?;

@@ -71,7 +71,13 @@ pub struct Follow {
 /// Watches a growing trace: re-reads it whenever it grows (up to its last complete line, so a
 /// line being written is not an error) and calls `on_report` with each new report. Returns the
 /// last report when the file has been idle for `follow.idle`.
-pub fn follow(trace: &Path, opts: &WatchOptions, follow: Follow, out: Option<&Path>, on_report: &mut dyn FnMut(&WatchReport)) -> Result<Option<WatchReport>> {
+pub fn follow(
+    trace: &Path,
+    opts: &WatchOptions,
+    follow: Follow,
+    out: Option<&Path>,
+    on_report: &mut dyn FnMut(&WatchReport),
+) -> Result<Option<WatchReport>> {
     check(opts)?;
     let mut seen = 0u64;
     let mut last_growth = Instant::now();

@@ -51,26 +51,54 @@ pub fn figure_specs(run: &Run, opts: &ExportOptions) -> Vec<FigureSpec> {
     let heads = opts.heads.as_deref();
     if figures::head_alphas(run).is_some() {
         for k in opts.grid_keys.clone().unwrap_or_else(|| figures::grid_keys(run)) {
-            specs.push(FigureSpec { stem: format!("alpha-grid-k{k}"), caption: format!("Attention every head pays to position {k} (α_{k}), layer × head"), kind: FigureKind::Grid(k) });
+            specs.push(FigureSpec {
+                stem: format!("alpha-grid-k{k}"),
+                caption: format!("Attention every head pays to position {k} (α_{k}), layer × head"),
+                kind: FigureKind::Grid(k),
+            });
         }
     }
     if let Some(maps) = &run.heatmaps {
         let default = figures::default_heads(run);
         let chosen = heads.map_or(default, <[_]>::to_vec);
         for (l, h) in chosen.into_iter().filter(|&(l, h)| l < maps.n_layers && h < maps.n_heads) {
-            specs.push(FigureSpec { stem: format!("heatmap-L{l}-H{h}-log"), caption: format!("Layer {l} head {h}: query × key attention, log colour scale"), kind: FigureKind::Heatmap(l, h, true) });
-            specs.push(FigureSpec { stem: format!("heatmap-L{l}-H{h}-linear"), caption: format!("Layer {l} head {h}: query × key attention, linear colour scale"), kind: FigureKind::Heatmap(l, h, false) });
-            specs.push(FigureSpec { stem: format!("heatmap-L{l}-H{h}-first{}", maps.first_keys), caption: format!("Layer {l} head {h}: attention on the first {} keys", maps.first_keys), kind: FigureKind::Early(l, h) });
+            specs.push(FigureSpec {
+                stem: format!("heatmap-L{l}-H{h}-log"),
+                caption: format!("Layer {l} head {h}: query × key attention, log colour scale"),
+                kind: FigureKind::Heatmap(l, h, true),
+            });
+            specs.push(FigureSpec {
+                stem: format!("heatmap-L{l}-H{h}-linear"),
+                caption: format!("Layer {l} head {h}: query × key attention, linear colour scale"),
+                kind: FigureKind::Heatmap(l, h, false),
+            });
+            specs.push(FigureSpec {
+                stem: format!("heatmap-L{l}-H{h}-first{}", maps.first_keys),
+                caption: format!("Layer {l} head {h}: attention on the first {} keys", maps.first_keys),
+                kind: FigureKind::Early(l, h),
+            });
         }
     }
     if run.capture.is_some() {
-        specs.push(FigureSpec { stem: "layer-magnitudes".into(), caption: "Activation magnitudes per layer (max |h|, median |h|, residual norms; log scale)".into(), kind: FigureKind::Layers });
+        specs.push(FigureSpec {
+            stem: "layer-magnitudes".into(),
+            caption: "Activation magnitudes per layer (max |h|, median |h|, residual norms; log scale)".into(),
+            kind: FigureKind::Layers,
+        });
     }
     if run.reductions.as_ref().is_some_and(|r| r.get("max_abs_by_dim", 2).is_some()) {
-        specs.push(FigureSpec { stem: "massive-dims".into(), caption: "Hidden dims with the largest |h| (massive activations above the dashed line)".into(), kind: FigureKind::Massive });
+        specs.push(FigureSpec {
+            stem: "massive-dims".into(),
+            caption: "Hidden dims with the largest |h| (massive activations above the dashed line)".into(),
+            kind: FigureKind::Massive,
+        });
     }
     if run.stream.is_some() {
-        specs.push(FigureSpec { stem: "ppl-curves".into(), caption: "Perplexity while streaming under each cache policy, first eviction marked".into(), kind: FigureKind::Ppl });
+        specs.push(FigureSpec {
+            stem: "ppl-curves".into(),
+            caption: "Perplexity while streaming under each cache policy, first eviction marked".into(),
+            kind: FigureKind::Ppl,
+        });
     }
     if run.stream.as_ref().is_some_and(|s| s.recommendation.is_some()) {
         specs.push(FigureSpec {
@@ -89,7 +117,9 @@ pub fn figure_specs(run: &Run, opts: &ExportOptions) -> Vec<FigureSpec> {
     if run.per_head.is_some() {
         specs.push(FigureSpec {
             stem: "per-head-frontier".into(),
-            caption: "KV memory against perplexity: per-head policies (retrieval heads keep everything) beside a uniform sink cache of the same memory".into(),
+            caption:
+                "KV memory against perplexity: per-head policies (retrieval heads keep everything) beside a uniform sink cache of the same memory"
+                    .into(),
             kind: FigureKind::PerHeadFrontier,
         });
     }

@@ -3,17 +3,18 @@
 //! is `plot`'s job; this module only decides and extracts.
 
 #[cfg(feature = "plots")]
-use super::tokens::label;
-#[cfg(feature = "plots")]
-use super::plot::{BarChart, HeadGrid, HeadHeatmap, IntervalChart, LineChart, Scale, MAX_LABELLED_TOKENS};
+use super::charts::{BarChart, IntervalChart, LineChart};
+use super::plot::{HeadGrid, HeadHeatmap, Scale, MAX_LABELLED_TOKENS};
 use super::run::Run;
 #[cfg(feature = "plots")]
-use crate::metrics::massive::{criterion, is_massive, MASSIVE_ABS};
+use super::tokens::label;
 #[cfg(feature = "plots")]
 use crate::analysis::sink_loss::RequestReport;
-use crate::kv::scored::KeptStats;
 #[cfg(feature = "plots")]
 use crate::kv::canary::{CanaryRun, FIRST_SLOTS};
+use crate::kv::scored::KeptStats;
+#[cfg(feature = "plots")]
+use crate::metrics::massive::{criterion, is_massive, MASSIVE_ABS};
 
 /// Per-head α_k over the run's main text: the capture's, else the analysis's mean over probes.
 /// [layer][head][k].
@@ -39,7 +40,14 @@ pub fn default_heads(run: &Run) -> Vec<(usize, usize)> {
         heads.push(last.0);
     }
     let mut seen = Vec::new();
-    heads.retain(|h| if seen.contains(h) { false } else { seen.push(*h); true });
+    heads.retain(|h| {
+        if seen.contains(h) {
+            false
+        } else {
+            seen.push(*h);
+            true
+        }
+    });
     heads
 }
 
@@ -75,7 +83,11 @@ pub fn head_heatmap(run: &Run, layer: usize, head: usize, scale: Scale) -> Optio
     }
     let g = maps.bins();
     let tokens = token_labels(run, maps.exact() && g <= MAX_LABELLED_TOKENS);
-    let resolution = if maps.exact() { "exact pattern".to_string() } else { format!("{} tokens pooled onto {g}×{g} bins (row means of bin mass)", maps.n_tokens) };
+    let resolution = if maps.exact() {
+        "exact pattern".to_string()
+    } else {
+        format!("{} tokens pooled onto {g}×{g} bins (row means of bin mass)", maps.n_tokens)
+    };
     Some(HeadHeatmap {
         title: format!("{} — layer {layer}, head {head}", run.model_name()),
         subtitle: format!("{}; {resolution}; {} colour scale", run.text_name(), if scale == Scale::Log { "log" } else { "linear" }),
@@ -217,9 +229,17 @@ pub fn ppl_curves(run: &Run) -> Option<LineChart> {
     // From half a window on, so the first points are not means over a handful of tokens.
     // Long streams (100,000 tokens) would be a blur of 64-token means: about 400 windows across.
     let window = ppl_window(s.tokens.len());
-    let curve = |nll: &[f64]| rolling_ppl(nll, window, 4).into_iter().enumerate().skip(window / 2).filter_map(|(i, p)| Some((i as f64, p?))).collect();
+    let curve =
+        |nll: &[f64]| rolling_ppl(nll, window, 4).into_iter().enumerate().skip(window / 2).filter_map(|(i, p)| Some((i as f64, p?))).collect();
     let series = dense.iter().map(|o| (o.label.clone(), curve(&o.nll))).collect();
-    let omitted = if sparse.is_empty() { String::new() } else { format!("; scored on a subset of steps, so shown with its interval in ppl-after-eviction instead: {}", sparse.iter().map(|o| o.label.as_str()).collect::<Vec<_>>().join(", ")) };
+    let omitted = if sparse.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; scored on a subset of steps, so shown with its interval in ppl-after-eviction instead: {}",
+            sparse.iter().map(|o| o.label.as_str()).collect::<Vec<_>>().join(", ")
+        )
+    };
     let mut markers = Vec::new();
     if let Some(e) = s.outcomes.iter().filter_map(|o| o.first_eviction_step).min() {
         markers.push((e as f64, format!(" first eviction (step {e})")));
@@ -247,7 +267,9 @@ pub fn ppl_after_eviction(run: &Run) -> Option<IntervalChart> {
     let rows: Vec<_> = rec
         .table
         .iter()
-        .filter_map(|r| Some((r.label.clone(), r.ppl_after_eviction?, r.ppl_after_eviction_ci, r.sinks.is_some() && r.sinks == rec.recommended_sinks)))
+        .filter_map(|r| {
+            Some((r.label.clone(), r.ppl_after_eviction?, r.ppl_after_eviction_ci, r.sinks.is_some() && r.sinks == rec.recommended_sinks))
+        })
         .collect();
     if rows.is_empty() {
         return None;
@@ -260,7 +282,11 @@ pub fn ppl_after_eviction(run: &Run) -> Option<IntervalChart> {
             s.text_source,
             s.tokens.len(),
             rec.cache,
-            if sampled { "; whiskers: 95% bootstrap interval of a value scored on a sample of the steps" } else { "; every step scored (exact values)" }
+            if sampled {
+                "; whiskers: 95% bootstrap interval of a value scored on a sample of the steps"
+            } else {
+                "; every step scored (exact values)"
+            }
         ),
         x_desc: "perplexity over the steps after the first eviction".into(),
         rows,
@@ -278,12 +304,20 @@ pub fn per_head_frontier(run: &Run) -> Option<LineChart> {
     let (unit, div) = if big { ("MiB", (1u64 << 20) as f64) } else { ("KiB", 1024.0) };
     let mib = |b: u64| b as f64 / div;
     let series = vec![
-        (format!("per-head: retrieval heads whole, others S={} + {} recent", f.sinks, f.cache - f.sinks), f.rows.iter().map(|r| (mib(r.bytes), r.ppl_from_w)).collect()),
+        (
+            format!("per-head: retrieval heads whole, others S={} + {} recent", f.sinks, f.cache - f.sinks),
+            f.rows.iter().map(|r| (mib(r.bytes), r.ppl_from_w)).collect(),
+        ),
         (format!("uniform sink S={}, same memory", f.sinks), f.rows.iter().map(|r| (mib(r.bytes), r.uniform_ppl_from_w)).collect()),
     ];
     Some(LineChart {
         title: format!("{} — per-head cache policies", run.model_name()),
-        subtitle: format!("{} tokens; perplexity from step {} (W); shares of retrieval heads {}", f.tokens, f.cache, f.rows.iter().map(|r| format!("{:.0}%", 100.0 * r.share)).collect::<Vec<_>>().join(", ")),
+        subtitle: format!(
+            "{} tokens; perplexity from step {} (W); shares of retrieval heads {}",
+            f.tokens,
+            f.cache,
+            f.rows.iter().map(|r| format!("{:.0}%", 100.0 * r.share)).collect::<Vec<_>>().join(", ")
+        ),
         x_desc: format!("KV cache at the end of the stream ({unit}, f16)"),
         y_desc: "perplexity".into(),
         series,
@@ -313,7 +347,18 @@ pub fn quant_nll(run: &Run, bits: u32) -> Option<LineChart> {
         .cases
         .iter()
         .filter(|c| c.setting.bits == bits)
-        .map(|c| (c.label.clone(), c.nll_by_position.iter().zip(&q.baseline_by_position).take(QUANT_POSITIONS).enumerate().map(|(p, (v, b))| (p as f64, v - b)).collect()))
+        .map(|c| {
+            (
+                c.label.clone(),
+                c.nll_by_position
+                    .iter()
+                    .zip(&q.baseline_by_position)
+                    .take(QUANT_POSITIONS)
+                    .enumerate()
+                    .map(|(p, (v, b))| (p as f64, v - b))
+                    .collect(),
+            )
+        })
         .collect();
     if series.is_empty() {
         return None;
@@ -369,7 +414,9 @@ pub fn quant_sqnr(run: &Run, bits: u32) -> Option<LineChart> {
 /// The streams of a run that say whether heavy hitters rediscover the sinks: score-based policies
 /// with nothing pinned, and what they kept.
 pub fn unpinned_kept(run: &Run) -> Vec<(&str, KeptStats)> {
-    run.stream.as_ref().map_or(Vec::new(), |s| s.outcomes.iter().filter(|o| o.policy.is_scored() && o.policy.sinks == 0).filter_map(|o| Some((o.label.as_str(), o.kept?))).collect())
+    run.stream.as_ref().map_or(Vec::new(), |s| {
+        s.outcomes.iter().filter(|o| o.policy.is_scored() && o.policy.sinks == 0).filter_map(|o| Some((o.label.as_str(), o.kept?))).collect()
+    })
 }
 
 #[cfg(feature = "plots")]
@@ -380,7 +427,10 @@ pub fn kept_first(run: &Run) -> Option<LineChart> {
     if kept.is_empty() {
         return None;
     }
-    let series = kept.iter().map(|(label, k)| (label.to_string(), k.kept_first_share.iter().enumerate().map(|(pos, s)| (pos as f64, 100.0 * s)).collect())).collect();
+    let series = kept
+        .iter()
+        .map(|(label, k)| (label.to_string(), k.kept_first_share.iter().enumerate().map(|(pos, s)| (pos as f64, 100.0 * s)).collect()))
+        .collect();
     Some(LineChart {
         title: format!("{} — do score-based policies keep the first tokens?", run.model_name()),
         subtitle: format!("{}; nothing pinned (S = 0); share of (layer, KV head, step after the first eviction)", run.text_name()),
@@ -415,11 +465,25 @@ pub fn watch_chart(r: &RequestReport, rolling: usize, baseline: usize) -> LineCh
     }
     // An eviction that a step was dated to shares the step's marker (their labels would overlap).
     let near_step = |e: usize| r.steps.iter().any(|s| s.eviction == Some(e) && s.sink_loss);
-    let mut markers: Vec<(f64, String)> = r.evictions.iter().filter(|&&e| !near_step(e)).take(12).map(|&e| (e as f64, "eviction".to_string())).collect();
-    markers.extend(r.steps.iter().map(|s| (s.step.start as f64, format!("{}step −{:.2} nats", if s.sink_loss { "eviction → SINK LOSS: " } else { "" }, s.step.size))));
+    let mut markers: Vec<(f64, String)> =
+        r.evictions.iter().filter(|&&e| !near_step(e)).take(12).map(|&e| (e as f64, "eviction".to_string())).collect();
+    markers.extend(
+        r.steps
+            .iter()
+            .map(|s| (s.step.start as f64, format!("{}step −{:.2} nats", if s.sink_loss { "eviction → SINK LOSS: " } else { "" }, s.step.size))),
+    );
     LineChart {
         title: format!("sink-loss watch — request {}", r.id),
-        subtitle: format!("{} tokens; mean logprob {:.3}; {} eviction{} ({}); {} step{} down", r.tokens, r.mean_logprob, r.evictions.len(), if r.evictions.len() == 1 { "" } else { "s" }, r.eviction_source, r.steps.len(), if r.steps.len() == 1 { "" } else { "s" }),
+        subtitle: format!(
+            "{} tokens; mean logprob {:.3}; {} eviction{} ({}); {} step{} down",
+            r.tokens,
+            r.mean_logprob,
+            r.evictions.len(),
+            if r.evictions.len() == 1 { "" } else { "s" },
+            r.eviction_source,
+            r.steps.len(),
+            if r.steps.len() == 1 { "" } else { "s" }
+        ),
         x_desc: "token".into(),
         y_desc: "logprob (nats)".into(),
         series,
@@ -436,7 +500,9 @@ pub fn watch_chart(r: &RequestReport, rolling: usize, baseline: usize) -> LineCh
 fn canary_markers(run: &CanaryRun) -> Vec<(f64, String)> {
     let at = |i: Option<usize>| i.and_then(|i| run.steps.get(i)).map(|s| s.index as f64);
     let mut out: Vec<(f64, String)> = Vec::new();
-    for (x, label) in [(at(run.first_eviction), "first eviction"), (at(run.sink_evicted), "first token evicted"), (at(run.collapse_at), "collapse flagged")] {
+    for (x, label) in
+        [(at(run.first_eviction), "first eviction"), (at(run.sink_evicted), "first token evicted"), (at(run.collapse_at), "collapse flagged")]
+    {
         let Some(x) = x else { continue };
         match out.iter_mut().find(|m| m.0 == x) {
             Some(m) => m.1 = format!("{} = {label}", m.1),
@@ -489,7 +555,10 @@ pub fn canary_logprob(model: &str, run: &CanaryRun, rolling: usize) -> LineChart
         subtitle: format!("{model}; natural log; rolling mean over {rolling} tokens"),
         x_desc: "token index".into(),
         y_desc: "log p(token)".into(),
-        series: vec![("token logprob".into(), xy), (format!("rolling mean ({rolling})"), run.steps.iter().zip(mean).map(|(s, m)| (s.index as f64, m)).collect())],
+        series: vec![
+            ("token logprob".into(), xy),
+            (format!("rolling mean ({rolling})"), run.steps.iter().zip(mean).map(|(s, m)| (s.index as f64, m)).collect()),
+        ],
         log_y: false,
         markers: canary_markers(run),
         points: false,

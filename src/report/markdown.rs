@@ -6,13 +6,13 @@ use std::fmt::Write;
 use std::path::Path;
 
 use super::bundle::{FigureSpec, FIGURES_DIR, TABLES_DIR};
-use super::tokens::label;
 use super::run::Run;
 use super::tables::Table;
+use super::tokens::label;
 use crate::analysis::findings::{ByLayerKind, Diagnosis};
 use crate::analysis::sinks::{learned_sinks, LearnedSinks};
-use crate::metrics::massive;
 use crate::kv::per_head::FrontierRow;
+use crate::metrics::massive;
 use crate::model::info::ModelInfo;
 
 /// The index page of a run; `exists` says whether a path relative to the run directory will be
@@ -21,11 +21,19 @@ pub fn index(run: &Run, figures: &[FigureSpec], tables: &[Table], exists: &dyn F
     let mut s = String::new();
     let m = run.model();
     let _ = writeln!(s, "# sinkscope report — {}\n", run.model_name());
-    let _ = writeln!(s, "Run `{}` · sinkscope {} · made by `sinkscope export`; every number below comes from the JSON files in this directory.\n", run.id(), run.sinkscope_version());
+    let _ = writeln!(
+        s,
+        "Run `{}` · sinkscope {} · made by `sinkscope export`; every number below comes from the JSON files in this directory.\n",
+        run.id(),
+        run.sinkscope_version()
+    );
     s.push_str("## Model\n\n| | |\n|---|---|\n");
     let rows = [
         ("source", format!("`{}` ({})", m.source, m.format)),
-        ("architecture", format!("{}: {} layers × {} heads ({} kv heads), d_model {}", m.architecture, m.n_layers, m.n_heads, m.n_kv_heads, m.d_model)),
+        (
+            "architecture",
+            format!("{}: {} layers × {} heads ({} kv heads), d_model {}", m.architecture, m.n_layers, m.n_heads, m.n_kv_heads, m.d_model),
+        ),
         ("context · vocab", format!("{} · {}", m.context_len, m.vocab_size)),
         ("weights", format!("{} → {}", m.quantization, m.compute)),
         ("tokenizer", format!("{} (adds BOS: {})", m.tokenizer, m.adds_bos)),
@@ -62,7 +70,11 @@ pub fn index(run: &Run, figures: &[FigureSpec], tables: &[Table], exists: &dyn F
         s.push_str("## Tables\n\nParquet, one row per fact; schemas in the sinkscope README (`notebooks-data/README.md`).\n\n| table | rows | file |\n|---|---:|---|\n");
         for t in tables {
             let path = Path::new(TABLES_DIR).join(format!("{}.parquet", t.name));
-            let link = if exists(&path) { format!("[{TABLES_DIR}/{0}.parquet]({TABLES_DIR}/{0}.parquet)", t.name) } else { "not written (`export --parquet`)".into() };
+            let link = if exists(&path) {
+                format!("[{TABLES_DIR}/{0}.parquet]({TABLES_DIR}/{0}.parquet)", t.name)
+            } else {
+                "not written (`export --parquet`)".into()
+            };
             let _ = writeln!(s, "| `{}` | {} | {link} |", t.name, t.n_rows());
         }
         s.push('\n');
@@ -80,7 +92,9 @@ fn findings(run: &Run, s: &mut String) {
         if let Some(kinds) = ByLayerKind::of(run.model(), alpha0) {
             let _ = writeln!(s, "- **Attention on position 0 by layer kind.** {}", by_window_kind(&kinds));
         }
-        if let Some(ls) = learned_sinks(c.summary.heads.iter().filter_map(|h| Some((h.layer, h.head, h.sink_mass?, h.alpha.first().copied().unwrap_or(0.0))))) {
+        if let Some(ls) =
+            learned_sinks(c.summary.heads.iter().filter_map(|h| Some((h.layer, h.head, h.sink_mass?, h.alpha.first().copied().unwrap_or(0.0)))))
+        {
             let _ = writeln!(s, "- **Learned sinks.** {}", learned_sink_line(&ls));
         }
         if let Some(peak) = ls.iter().max_by(|a, b| a.mean_attention_pos0.total_cmp(&b.mean_attention_pos0)) {
@@ -95,9 +109,15 @@ fn findings(run: &Run, s: &mut String) {
             );
         }
         if let Some(top) = ls.iter().max_by(|a, b| a.max_abs.total_cmp(&b.max_abs)) {
-            let ratio = if top.median_abs > 0.0 { format!(", {:.0}× that layer's median |h| of {:.3}", top.max_abs / top.median_abs, top.median_abs) } else { String::new() };
+            let ratio = if top.median_abs > 0.0 {
+                format!(", {:.0}× that layer's median |h| of {:.3}", top.max_abs / top.median_abs, top.median_abs)
+            } else {
+                String::new()
+            };
             let at = match (top.max_abs_pos, top.max_abs_dim) {
-                (Some(p), Some(d)) => format!(" at position {p} (`{}`), dim {d}", c.tokens.get(p).map_or(String::new(), |t| label(&t.piece, run.byte_level()))),
+                (Some(p), Some(d)) => {
+                    format!(" at position {p} (`{}`), dim {d}", c.tokens.get(p).map_or(String::new(), |t| label(&t.piece, run.byte_level())))
+                }
                 _ => String::new(),
             };
             let _ = writeln!(s, "- **Largest activation.** |h| = {:.1} after layer {}{at}{ratio}.", top.max_abs, top.layer);
@@ -110,7 +130,13 @@ fn findings(run: &Run, s: &mut String) {
     if let Some(st) = &run.stream {
         let _ = writeln!(s, "**Streaming** over {} tokens of `{}`.\n", st.tokens.len(), st.text_source);
         if let Some(r) = &st.recommendation {
-            let _ = writeln!(s, "- **Recommended sink count at W = {}: {}.** {}\n", r.cache, r.recommended_sinks.map_or("-".into(), |v| v.to_string()), r.verdict);
+            let _ = writeln!(
+                s,
+                "- **Recommended sink count at W = {}: {}.** {}\n",
+                r.cache,
+                r.recommended_sinks.map_or("-".into(), |v| v.to_string()),
+                r.verdict
+            );
             s.push_str("| policy | perplexity | after first eviction | × best | cliff |\n|---|---:|---:|---:|---|\n");
             for row in &r.table {
                 let _ = writeln!(
@@ -196,12 +222,26 @@ fn quant_section(s: &mut String, q: &QuantReport) {
         if q.calibration.in_sample { " (in-sample)" } else { "" },
         q.sink_positions
     );
-    let _ = writeln!(s, "| setting | perplexity | NLL at sink positions (Δ) | NLL elsewhere (Δ) | worst site (SQNR) | zeroed |\n|---|---:|---:|---:|---|---:|");
+    let _ = writeln!(
+        s,
+        "| setting | perplexity | NLL at sink positions (Δ) | NLL elsewhere (Δ) | worst site (SQNR) | zeroed |\n|---|---:|---:|---:|---|---:|"
+    );
     let _ = writeln!(s, "| unquantized | {:.3} | {:.3} | {:.3} | | |", q.baseline.ppl, q.baseline.sink_nll, q.baseline.rest_nll);
     for c in &q.cases {
-        let worst = c.worst_site().map_or("-".to_string(), |w| format!("layer {} {}: {:.1} dB", w.layer, w.site.name(), w.sqnr_db.unwrap_or(f64::INFINITY)));
+        let worst =
+            c.worst_site().map_or("-".to_string(), |w| format!("layer {} {}: {:.1} dB", w.layer, w.site.name(), w.sqnr_db.unwrap_or(f64::INFINITY)));
         let zeroed = c.mean_zero_share();
-        let _ = writeln!(s, "| {} | {:.3} | {:.3} ({:+.3}) | {:.3} ({:+.3}) | {worst} | {:.1}% |", c.label, c.nll.ppl, c.nll.sink_nll, c.delta_sink, c.nll.rest_nll, c.delta_rest, 100.0 * zeroed);
+        let _ = writeln!(
+            s,
+            "| {} | {:.3} | {:.3} ({:+.3}) | {:.3} ({:+.3}) | {worst} | {:.1}% |",
+            c.label,
+            c.nll.ppl,
+            c.nll.sink_nll,
+            c.delta_sink,
+            c.nll.rest_nll,
+            c.delta_rest,
+            100.0 * zeroed
+        );
     }
     s.push('\n');
     for f in q.findings() {
@@ -214,7 +254,13 @@ fn quant_section(s: &mut String, q: &QuantReport) {
 pub fn equal_ppl_memory(r: &FrontierRow) -> String {
     let Some(b) = r.uniform_bytes_at_equal_ppl else { return "outside the sweep".into() };
     let saved = 1.0 - r.bytes as f64 / b;
-    let verdict = if saved.abs() < 0.005 { "the same".to_string() } else if saved > 0.0 { format!("per-head saves {:.0}%", 100.0 * saved) } else { format!("per-head needs {:.0}% more", -100.0 * saved) };
+    let verdict = if saved.abs() < 0.005 {
+        "the same".to_string()
+    } else if saved > 0.0 {
+        format!("per-head saves {:.0}%", 100.0 * saved)
+    } else {
+        format!("per-head needs {:.0}% more", -100.0 * saved)
+    };
     format!("{:.2} MiB ({verdict})", b / (1 << 20) as f64)
 }
 
@@ -275,7 +321,13 @@ fn diagnosis_section(d: &Diagnosis, s: &mut String) {
         Some(l) => {
             let dims: Vec<String> = d.massive.dims.iter().take(5).map(|d| d.to_string()).collect();
             let pos: Vec<String> = d.massive.positions.iter().take(5).map(|d| d.to_string()).collect();
-            let _ = writeln!(s, "- **Massive activations** ({}) from layer {l} on, in dims {} at positions {}.", massive::criterion(), dims.join(", "), pos.join(", "));
+            let _ = writeln!(
+                s,
+                "- **Massive activations** ({}) from layer {l} on, in dims {} at positions {}.",
+                massive::criterion(),
+                dims.join(", "),
+                pos.join(", ")
+            );
         }
         None => {
             let _ = writeln!(s, "- **Massive activations:** none (no element with {}).", massive::criterion());

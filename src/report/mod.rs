@@ -3,6 +3,8 @@
 //! and the Markdown findings.
 
 pub mod bundle;
+#[cfg(feature = "plots")]
+pub mod charts;
 pub mod export;
 pub mod figures;
 pub mod markdown;

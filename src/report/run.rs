@@ -9,8 +9,8 @@ use serde::de::DeserializeOwned;
 
 use super::records::{CaptureReport, StreamReport};
 use super::tokens::is_byte_level;
-use crate::analysis::sinks::Alphas;
 use crate::analysis::quant::QuantReport;
+use crate::analysis::sinks::Alphas;
 use crate::analysis::survey::Survey;
 use crate::analysis::AnalysisReport;
 use crate::capture::heatmaps::Heatmaps;
@@ -55,7 +55,9 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
         return Ok(None);
     }
     let bytes = std::fs::read(path).map_err(|e| Error::file(path, format!("cannot read ({e})")))?;
-    serde_json::from_slice(&bytes).map(Some).map_err(|e| Error::file(path, format!("is not a file this sinkscope can read ({e}); re-run the command that made it")))
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| Error::file(path, format!("is not a file this sinkscope can read ({e}); re-run the command that made it")))
 }
 
 /// Sanity bounds on a run's model shape (the largest open models have ~100 layers × ~100 heads).
@@ -91,7 +93,13 @@ impl Run {
         ] {
             if let Some(m) = m {
                 if m.n_layers > MAX_LAYERS_OR_HEADS || m.n_heads > MAX_LAYERS_OR_HEADS || m.n_layers * m.n_heads > MAX_LAYER_HEADS {
-                    return Err(Error::file(&dir.join(file), format!("describes {} layers × {} heads, which no model has; the file is corrupt — re-run the command that made it", m.n_layers, m.n_heads)));
+                    return Err(Error::file(
+                        &dir.join(file),
+                        format!(
+                            "describes {} layers × {} heads, which no model has; the file is corrupt — re-run the command that made it",
+                            m.n_layers, m.n_heads
+                        ),
+                    ));
                 }
             }
         }
@@ -110,7 +118,10 @@ impl Run {
         }
         if let (Some(maps), Some(tokens)) = (&run.heatmaps, run.tokens()) {
             if maps.n_tokens != tokens.len() {
-                return Err(Error::file(&heatmaps_path, format!("covers {} tokens but the run has {}; re-run the capture", maps.n_tokens, tokens.len())));
+                return Err(Error::file(
+                    &heatmaps_path,
+                    format!("covers {} tokens but the run has {}; re-run the capture", maps.n_tokens, tokens.len()),
+                ));
             }
         }
         Ok(run)
@@ -134,10 +145,10 @@ impl Run {
             self.stream.as_ref().map(|s| &s.sinkscope_version),
             self.quant.as_ref().map(|q| &q.sinkscope_version),
         ]
-            .into_iter()
-            .flatten()
-            .next()
-            .map_or("", String::as_str)
+        .into_iter()
+        .flatten()
+        .next()
+        .map_or("", String::as_str)
     }
 
     /// α_k per [layer][head] on the captured text (capture.json).

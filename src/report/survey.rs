@@ -3,9 +3,9 @@
 
 use std::fmt::Write;
 
-use crate::analysis::survey::{Survey, SurveyRow};
 #[cfg(feature = "plots")]
-use super::plot::LineChart;
+use super::charts::LineChart;
+use crate::analysis::survey::{Survey, SurveyRow};
 
 /// survey.md.
 pub fn markdown(s: &Survey) -> String {
@@ -20,8 +20,16 @@ pub fn markdown(s: &Survey) -> String {
     out.push_str("| model | family | parameters | windowed layers | learned sinks | Sink_0^ε | F-Attn | sink positions > 0 | largest \\|h\\| (× median) | first massive layer | window / best ppl after eviction | recommended S | streaming heads (S = 4 + W − 4 recent lose ≤ 5%) |\n");
     out.push_str("|---|---|---:|---|---|---:|---:|---|---:|---:|---:|---:|---|\n");
     for r in &s.rows {
-        let windowed = if r.windowed_layers.is_empty() { "none".to_string() } else { format!("{} of {} (W = {})", r.windowed_layers.len(), r.n_layers, r.window.unwrap_or(0)) };
-        let beyond = if r.sink_positions_beyond_0.is_empty() { "none".to_string() } else { r.sink_positions_beyond_0.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ") };
+        let windowed = if r.windowed_layers.is_empty() {
+            "none".to_string()
+        } else {
+            format!("{} of {} (W = {})", r.windowed_layers.len(), r.n_layers, r.window.unwrap_or(0))
+        };
+        let beyond = if r.sink_positions_beyond_0.is_empty() {
+            "none".to_string()
+        } else {
+            r.sink_positions_beyond_0.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
+        };
         let _ = writeln!(
             out,
             "| {} | {} | {:.1} M | {windowed} | {} | {:.1}% | {:.3} | {beyond} | {:.1} (×{:.0}) | {} | {} | {} | {} |",
@@ -64,7 +72,11 @@ pub fn markdown(s: &Survey) -> String {
 /// A model's streaming-head shares per budget, e.g. "48% (W 128), 71% (W 256)".
 fn streaming_cell(r: &SurveyRow) -> String {
     let cells: Vec<String> = r.sweeps.iter().filter_map(|w| Some(format!("{:.0}% (W {})", w.streaming_heads?, w.cache))).collect();
-    if cells.is_empty() { "not measured".into() } else { cells.join(", ") }
+    if cells.is_empty() {
+        "not measured".into()
+    } else {
+        cells.join(", ")
+    }
 }
 
 /// The survey's figures by file stem.
@@ -72,7 +84,10 @@ fn streaming_cell(r: &SurveyRow) -> String {
 pub fn figures(s: &Survey) -> Vec<(&'static str, LineChart)> {
     let scatter = LineChart {
         title: "Sink_0^ε against what a plain window costs".into(),
-        subtitle: format!("one point per model; x: share of (probe, layer, head) with α_0 > {}; y: worst window/best perplexity after eviction over its sweeps", s.epsilon),
+        subtitle: format!(
+            "one point per model; x: share of (probe, layer, head) with α_0 > {}; y: worst window/best perplexity after eviction over its sweeps",
+            s.epsilon
+        ),
         x_desc: "Sink_0^ε (%)".into(),
         y_desc: "window / best perplexity after eviction".into(),
         series: s.rows.iter().filter_map(|r| Some((r.model.clone(), vec![(r.sink_0, r.worst_window_ratio()?)]))).collect(),

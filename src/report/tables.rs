@@ -3,13 +3,13 @@
 //! Parquet writer and the figures consume them. Column names and types are a public contract
 //! (documented in notebooks-data/README.md) — change them only deliberately.
 
-use crate::analysis::quant::{QuantCase, QuantReport, SiteNoise};
-use crate::analysis::survey::{Survey, SurveyRow, SurveySweep};
-use crate::kv::per_head::Frontier;
 use super::records::StreamReport;
 use super::run::Run;
 use crate::analysis::massive::{find_massive, MassiveElement};
+use crate::analysis::quant::{QuantCase, QuantReport, SiteNoise};
 use crate::analysis::sinks::seeing;
+use crate::analysis::survey::{Survey, SurveyRow, SurveySweep};
+use crate::kv::per_head::Frontier;
 use crate::model::info::TokenInfo;
 
 /// The probe name of rows that come from `capture.json` rather than from an analysis probe.
@@ -252,7 +252,13 @@ fn alpha_sources(run: &Run) -> Vec<AlphaSource<'_>> {
     if let (Some(c), Some(alpha)) = (&run.capture, run.capture_alphas()) {
         let value_norm = run.reductions.as_ref().and_then(|r| r.get("value_norm", 3));
         let n_heads = run.model().n_heads;
-        let mass: Vec<Vec<f64>> = c.summary.heads.chunks(n_heads.max(1)).map(|layer| layer.iter().filter_map(|h| h.sink_mass).collect::<Vec<_>>()).filter(|v| !v.is_empty()).collect();
+        let mass: Vec<Vec<f64>> = c
+            .summary
+            .heads
+            .chunks(n_heads.max(1))
+            .map(|layer| layer.iter().filter_map(|h| h.sink_mass).collect::<Vec<_>>())
+            .filter(|v| !v.is_empty())
+            .collect();
         let sink_mass = (!mass.is_empty()).then_some(mass);
         sources.push(AlphaSource { probe: CAPTURE_PROBE.into(), tokens: &c.tokens, alpha, value_norm, sink_mass });
     }
@@ -368,7 +374,10 @@ fn layers(run: &Run, m: &Meta) -> Table {
     if let Some(a) = &run.analysis {
         for p in &a.probes {
             for lm in &p.massive.layers {
-                let alpha0 = p.alpha.get(lm.layer).map_or(0.0, |heads| heads.iter().map(|h| h.first().copied().unwrap_or(0.0)).sum::<f64>() / heads.len().max(1) as f64);
+                let alpha0 = p
+                    .alpha
+                    .get(lm.layer)
+                    .map_or(0.0, |heads| heads.iter().map(|h| h.first().copied().unwrap_or(0.0)).sum::<f64>() / heads.len().max(1) as f64);
                 rows.push(LayerRow {
                     probe: &p.name,
                     layer: lm.layer,
@@ -512,10 +521,14 @@ fn recommend(s: &StreamReport, m: &Meta) -> Table {
 
 /// `survey`: one row per model × sweep (text, budget), the model's diagnosis repeated on each.
 pub fn survey_table(s: &Survey) -> Table {
-    let rows: Vec<(&SurveyRow, Option<&SurveySweep>)> = s.rows.iter().flat_map(|r| {
-        let sweeps: Vec<Option<&SurveySweep>> = if r.sweeps.is_empty() { vec![None] } else { r.sweeps.iter().map(Some).collect() };
-        sweeps.into_iter().map(move |w| (r, w))
-    }).collect();
+    let rows: Vec<(&SurveyRow, Option<&SurveySweep>)> = s
+        .rows
+        .iter()
+        .flat_map(|r| {
+            let sweeps: Vec<Option<&SurveySweep>> = if r.sweeps.is_empty() { vec![None] } else { r.sweeps.iter().map(Some).collect() };
+            sweeps.into_iter().map(move |w| (r, w))
+        })
+        .collect();
     Builder::bare(&rows)
         .str("model", |r| r.0.model.clone())
         .str("model_sha256", |r| r.0.sha256.clone().unwrap_or_default())

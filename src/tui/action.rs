@@ -13,7 +13,10 @@ pub enum Action {
     PrevTab,
     GoTab(Tab),
     /// Arrow keys (±1) and Shift+arrows / PageUp / PageDown (±[`PAN_STEP`]).
-    Move { dx: isize, dy: isize },
+    Move {
+        dx: isize,
+        dy: isize,
+    },
     Enter,
     ZoomIn,
     ZoomOut,
@@ -32,10 +35,16 @@ pub enum Action {
     CycleWindow,
     Export,
     /// Left click at a terminal cell.
-    Click { x: u16, y: u16 },
+    Click {
+        x: u16,
+        y: u16,
+    },
     /// Mouse wheel: −1 up, +1 down.
     Scroll(isize),
-    Resize { width: u16, height: u16 },
+    Resize {
+        width: u16,
+        height: u16,
+    },
     /// A message for the status line (e.g. where an export went).
     Status(String),
 }

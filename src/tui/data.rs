@@ -156,7 +156,24 @@ impl Data {
         }
         let flow = display.iter().zip(&is_sink).map(|(d, &s)| if s { format!("[{d}]") } else { d.clone() }).collect();
         let layers = layer_rows(run);
-        Data { n_layers, n_heads, alpha, alpha_k, alpha_source, classes, evidence, ablation, display, byte_level, col_mass, text_sinks, is_sink, flow, epsilon, layers }
+        Data {
+            n_layers,
+            n_heads,
+            alpha,
+            alpha_k,
+            alpha_source,
+            classes,
+            evidence,
+            ablation,
+            display,
+            byte_level,
+            col_mass,
+            text_sinks,
+            is_sink,
+            flow,
+            epsilon,
+            layers,
+        }
     }
 
     pub fn alpha(&self, layer: usize, head: usize, k: usize) -> Option<f64> {
@@ -278,7 +295,15 @@ mod tests {
 
     #[test]
     fn massive_needs_both_bars() {
-        let row = LayerRow { layer: 0, max_abs: 500.0, max_pos: Some(0), max_dim: Some(1), median_abs: 0.1, top: vec![(0, 1, 500.0), (3, 2, 90.0)], massive_dims: vec![] };
+        let row = LayerRow {
+            layer: 0,
+            max_abs: 500.0,
+            max_pos: Some(0),
+            max_dim: Some(1),
+            median_abs: 0.1,
+            top: vec![(0, 1, 500.0), (3, 2, 90.0)],
+            massive_dims: vec![],
+        };
         assert_eq!(row.massive().count(), 1);
         let row = LayerRow { median_abs: 1.0, ..row };
         assert_eq!(row.massive().count(), 0);

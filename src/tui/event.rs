@@ -64,7 +64,7 @@ pub fn key(k: &KeyEvent) -> Option<Action> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ratatui::crossterm::event::{MouseEvent, KeyEventState};
+    use ratatui::crossterm::event::{KeyEventState, MouseEvent};
 
     fn press(code: KeyCode, modifiers: KeyModifiers) -> Event {
         Event::Key(KeyEvent { code, modifiers, kind: KeyEventKind::Press, state: KeyEventState::NONE })

@@ -94,7 +94,11 @@ pub fn build(app: &App) -> std::result::Result<Export, String> {
                 }
             }
             let kind = if app.heat.focus { "early" } else { "map" };
-            Ok(Export { name: format!("heatmap-L{}H{}-{kind}.csv", app.layer, app.head), bytes: s.into_bytes(), what: format!("attention of L{}H{} ([from, to) ranges)", app.layer, app.head) })
+            Ok(Export {
+                name: format!("heatmap-L{}H{}-{kind}.csv", app.layer, app.head),
+                bytes: s.into_bytes(),
+                what: format!("attention of L{}H{} ([from, to) ranges)", app.layer, app.head),
+            })
         }
         Tab::Tokens => {
             let weights = app.token_weights.as_ref().ok_or("no per-position attention in this run")?;
@@ -123,7 +127,16 @@ pub fn build(app: &App) -> std::result::Result<Export, String> {
             for l in &d.layers {
                 let dims: Vec<String> = l.massive_dims.iter().map(|d| d.to_string()).collect();
                 let ratio = if l.median_abs > 0.0 { (l.max_abs / l.median_abs).to_string() } else { String::new() };
-                let _ = writeln!(s, "{},{},{},{},{},{ratio},{}", l.layer, l.max_abs, opt(l.max_pos), opt(l.max_dim), l.median_abs, field(&dims.join(" ")));
+                let _ = writeln!(
+                    s,
+                    "{},{},{},{},{},{ratio},{}",
+                    l.layer,
+                    l.max_abs,
+                    opt(l.max_pos),
+                    opt(l.max_dim),
+                    l.median_abs,
+                    field(&dims.join(" "))
+                );
             }
             Ok(Export { name: "activations.csv".into(), bytes: s.into_bytes(), what: "per-layer max and median |h|".into() })
         }

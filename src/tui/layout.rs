@@ -187,7 +187,12 @@ pub fn heatmap(body: Rect, n_rows: usize, n_cols: usize, view: &HeatmapView) -> 
     let block = Rect { width: rest.width - side_w, ..rest };
     let side = Rect { x: block.right(), width: side_w, ..rest };
     let inner = inner(block);
-    let raster = Rect { x: inner.x + HEAT_AXIS_W.min(inner.width), y: inner.y, width: inner.width.saturating_sub(HEAT_AXIS_W), height: inner.height.saturating_sub(2) };
+    let raster = Rect {
+        x: inner.x + HEAT_AXIS_W.min(inner.width),
+        y: inner.y,
+        width: inner.width.saturating_sub(HEAT_AXIS_W),
+        height: inner.height.saturating_sub(2),
+    };
     let left_axis = Rect { x: inner.x, width: HEAT_AXIS_W.min(inner.width), ..raster };
     let bottom_axis = Rect { y: raster.bottom(), height: inner.height - raster.height, ..raster };
     let rows = HeatAxis::new(n_rows, view.row, view.zoom, raster.height as usize * 2);

@@ -294,5 +294,10 @@ impl App {
 pub fn rolling_ppl(nll: &[f64], window: usize) -> Vec<(f64, f64)> {
     let stride = nll.len().div_ceil(MAX_CURVE_POINTS).max(1);
     let last = nll.len().saturating_sub(1);
-    figures::rolling_ppl(nll, window, 1).into_iter().enumerate().filter(|&(i, _)| i % stride == 0 || i == last).filter_map(|(i, p)| Some((i as f64, p?))).collect()
+    figures::rolling_ppl(nll, window, 1)
+        .into_iter()
+        .enumerate()
+        .filter(|&(i, _)| i % stride == 0 || i == last)
+        .filter_map(|(i, p)| Some((i as f64, p?)))
+        .collect()
 }

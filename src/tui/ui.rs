@@ -4,8 +4,8 @@
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::Frame;
 
-use super::state::{App, Tab};
 use super::layout::{self, TAB_PREFIX};
+use super::state::{App, Tab};
 use super::views;
 use super::widgets::put;
 
@@ -36,7 +36,8 @@ fn tabs(f: &mut Frame, area: ratatui::layout::Rect, app: &App) {
     put(buf, area.x, area.y, TAB_PREFIX, area.width as usize, Style::new().fg(Color::Black).bg(Color::Cyan).add_modifier(Modifier::BOLD));
     let mut end = area.x;
     for (t, (x0, x1)) in layout::tab_ranges(area) {
-        let style = if t == app.tab { Style::new().fg(Color::Black).bg(Color::White).add_modifier(Modifier::BOLD) } else { Style::new().fg(Color::Gray) };
+        let style =
+            if t == app.tab { Style::new().fg(Color::Black).bg(Color::White).add_modifier(Modifier::BOLD) } else { Style::new().fg(Color::Gray) };
         put(buf, x0, area.y, layout::tab_label(t), (x1 - x0) as usize, style);
         end = x1 + 1;
     }

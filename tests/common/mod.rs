@@ -29,9 +29,7 @@ pub fn skip(why: &str) {
 
 /// `$SINKSCOPE_SHARED/models` or `../shared/models` next to the repository.
 pub fn models_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("SINKSCOPE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    let base = std::env::var_os("SINKSCOPE_SHARED").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
     let dir = base.join("models");
     if dir.join("stories260K.gguf").is_file() {
         Some(dir)
@@ -68,10 +66,7 @@ macro_rules! model_or_skip {
 }
 
 pub fn corpora_dir() -> PathBuf {
-    std::env::var_os("SINKSCOPE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"))
-        .join("corpora")
+    std::env::var_os("SINKSCOPE_SHARED").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared")).join("corpora")
 }
 
 pub fn fixture(rel: &str) -> PathBuf {

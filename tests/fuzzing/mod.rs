@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use sinkscope::capture::heatmaps::Heatmaps;
 use sinkscope::io::arrays::write_safetensors_f32;
-use sinkscope::model::gguf::GgufFile;
 use sinkscope::model::family::Family;
+use sinkscope::model::gguf::GgufFile;
 use sinkscope::model::hf::{read_config, HfWeights};
 use sinkscope::model::llama2c::Llama2cFile;
 use sinkscope::model::tokenizer::Tokenizer;
@@ -163,7 +163,10 @@ pub fn fuzz(target: &Target, executions: u64, seed: u64, work: &Path, crashes: &
         report.slowest = report.slowest.max(took);
         report.executions += 1;
         let failure = match outcome {
-            Err(e) => Some(format!("panic: {}", e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default())),
+            Err(e) => Some(format!(
+                "panic: {}",
+                e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+            )),
             Ok(_) if took > HANG => Some(format!("hang: {took:?}")),
             Ok(_) => None,
         };
@@ -280,38 +283,48 @@ pub fn targets() -> Option<Vec<Target>> {
                 true
             },
         },
-        Target { name: "safetensors", file: "model.safetensors", seeds: vec![weights], run: |dir, _| {
-            // GPT-NeoX's weight map reorders a fused q|k|v: both maps read the same bytes.
-            let (Some(neox), Some(llama)) = (Family::from_hf("gpt_neox"), Family::from_hf("llama")) else { return false };
-            if let Ok(neox) = HfWeights::open(dir, neox, 4) {
-                let _ = neox.param("blk.0.attn_qkv.weight", false);
-            }
-            let Ok(w) = HfWeights::open(dir, llama, 4) else { return false };
-            let _ = w.get("model.embed_tokens.weight");
-            w.param("token_embd.weight", true).is_ok()
-        } },
-        Target { name: "llama2c", file: "model.bin", seeds: vec![tiny_llama2c()], run: |_, f| {
-            Llama2cFile::open(f).is_ok()
-        } },
-        Target { name: "tok-bin", file: "tok512.bin", seeds: vec![tok], run: |_, f| {
-            Tokenizer::from_llama2c(f, 512).map(|t| t.encode("Once upon a time")).is_ok()
-        } },
-        Target { name: "tokenizer-json", file: "tokenizer.json", seeds: vec![tokenizer_json], run: |_, f| {
-            Tokenizer::from_json_file(f).map(|t| t.encode("Once upon a time")).is_ok()
-        } },
-        Target { name: "config-json", file: "config.json", seeds: vec![config_json], run: |dir, _| {
-            read_config(dir).is_ok()
-        } },
-        Target { name: "probe-toml", file: "probes.toml", seeds: vec![probes], run: |_, f| {
-            ProbeSet::load(f.to_str().unwrap_or("")).is_ok()
-        } },
+        Target {
+            name: "safetensors",
+            file: "model.safetensors",
+            seeds: vec![weights],
+            run: |dir, _| {
+                // GPT-NeoX's weight map reorders a fused q|k|v: both maps read the same bytes.
+                let (Some(neox), Some(llama)) = (Family::from_hf("gpt_neox"), Family::from_hf("llama")) else { return false };
+                if let Ok(neox) = HfWeights::open(dir, neox, 4) {
+                    let _ = neox.param("blk.0.attn_qkv.weight", false);
+                }
+                let Ok(w) = HfWeights::open(dir, llama, 4) else { return false };
+                let _ = w.get("model.embed_tokens.weight");
+                w.param("token_embd.weight", true).is_ok()
+            },
+        },
+        Target { name: "llama2c", file: "model.bin", seeds: vec![tiny_llama2c()], run: |_, f| Llama2cFile::open(f).is_ok() },
+        Target {
+            name: "tok-bin",
+            file: "tok512.bin",
+            seeds: vec![tok],
+            run: |_, f| Tokenizer::from_llama2c(f, 512).map(|t| t.encode("Once upon a time")).is_ok(),
+        },
+        Target {
+            name: "tokenizer-json",
+            file: "tokenizer.json",
+            seeds: vec![tokenizer_json],
+            run: |_, f| Tokenizer::from_json_file(f).map(|t| t.encode("Once upon a time")).is_ok(),
+        },
+        Target { name: "config-json", file: "config.json", seeds: vec![config_json], run: |dir, _| read_config(dir).is_ok() },
+        Target { name: "probe-toml", file: "probes.toml", seeds: vec![probes], run: |_, f| ProbeSet::load(f.to_str().unwrap_or("")).is_ok() },
         Target { name: "capture-json", file: "capture.json", seeds: vec![small_json(&run.join("capture.json"))], run: open_run },
         Target { name: "report-json", file: "report.json", seeds: vec![small_json(&run.join("report.json"))], run: open_run },
         Target { name: "stream-json", file: "stream.json", seeds: vec![small_json(&run.join("stream.json"))], run: open_run },
-        Target { name: "heatmaps", file: "heatmaps.safetensors", seeds: vec![maps], run: |dir, f| {
-            let parsed = Heatmaps::load(f).is_ok();
-            open_run(dir, f) || parsed
-        } },
+        Target {
+            name: "heatmaps",
+            file: "heatmaps.safetensors",
+            seeds: vec![maps],
+            run: |dir, f| {
+                let parsed = Heatmaps::load(f).is_ok();
+                open_run(dir, f) || parsed
+            },
+        },
     ])
 }
 

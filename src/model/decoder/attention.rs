@@ -10,8 +10,8 @@ use super::kv::{KeyMask, KvStore};
 use crate::error::{Error, Result};
 use crate::model::hook::HookPoint;
 use crate::model::matmul::{gemm_f32, SendPtr};
-use crate::model::rope::Rope;
 use crate::model::receiver::HookReceiver;
+use crate::model::rope::Rope;
 use crate::numerics::kernels::{softmax_prefix, softmax_segments, softmax_segments_with_sink};
 use crate::numerics::tensor::with_f32;
 
@@ -146,7 +146,18 @@ pub(crate) fn attention(
                         let kh = &k[kv * n_keys * dh..][..visible * dh];
                         // SAFETY: s is b×visible, qh b×dh, kh visible×dh (read transposed).
                         // The 1/√dh scale is applied by the kernel to each finished dot product.
-                        unsafe { gemm_f32(b, visible, dh, (s.as_mut_ptr(), visible, 1), (qh.as_ptr(), dh, 1), (kh.as_ptr(), 1, dh), scale, Parallelism::None) };
+                        unsafe {
+                            gemm_f32(
+                                b,
+                                visible,
+                                dh,
+                                (s.as_mut_ptr(), visible, 1),
+                                (qh.as_ptr(), dh, 1),
+                                (kh.as_ptr(), 1, dh),
+                                scale,
+                                Parallelism::None,
+                            )
+                        };
                         for (r, row) in s.chunks_mut(visible).enumerate() {
                             let query = past + b0 + r;
                             let first = window.map_or(0, |w| (query + 1).saturating_sub(w));
@@ -192,7 +203,18 @@ pub(crate) fn attention(
                             let vh = &v[kv * n_keys * dh..][..visible * dh];
                             // SAFETY: each head writes rows b0..b0+b, columns head·dh..(head+1)·dh
                             // of the (t, h·dh) output: disjoint across heads.
-                            unsafe { gemm_f32(b, dh, visible, (dst.at(b0 * width + head * dh), width, 1), (ah.as_ptr(), visible, 1), (vh.as_ptr(), dh, 1), 1.0, Parallelism::None) };
+                            unsafe {
+                                gemm_f32(
+                                    b,
+                                    dh,
+                                    visible,
+                                    (dst.at(b0 * width + head * dh), width, 1),
+                                    (ah.as_ptr(), visible, 1),
+                                    (vh.as_ptr(), dh, 1),
+                                    1.0,
+                                    Parallelism::None,
+                                )
+                            };
                         })
                     })?;
                 }

@@ -38,10 +38,20 @@ impl Norm {
 
 /// The feed-forward block.
 pub(crate) enum Mlp {
-    SwiGlu { gate_up: Projection, down: Linear },
-    GeGlu { gate_up: Projection, down: Linear },
+    SwiGlu {
+        gate_up: Projection,
+        down: Linear,
+    },
+    GeGlu {
+        gate_up: Projection,
+        down: Linear,
+    },
     /// GELU with biases, exact (erf) or its tanh approximation.
-    Gelu { up: Linear, down: Linear, tanh: bool },
+    Gelu {
+        up: Linear,
+        down: Linear,
+        tanh: bool,
+    },
     Moe(MoeMlp),
 }
 
@@ -86,7 +96,9 @@ impl Block {
     /// (unchanged when the family has none).
     pub(crate) fn norm_qk(&self, q: &Tensor, k: &Tensor, eps: f32) -> Result<(Tensor, Tensor)> {
         Ok(match &self.qk_norm {
-            Some((q_norm, k_norm)) => (candle_nn::ops::rms_norm(&q.contiguous()?, q_norm, eps)?, candle_nn::ops::rms_norm(&k.contiguous()?, k_norm, eps)?),
+            Some((q_norm, k_norm)) => {
+                (candle_nn::ops::rms_norm(&q.contiguous()?, q_norm, eps)?, candle_nn::ops::rms_norm(&k.contiguous()?, k_norm, eps)?)
+            }
             None => (q.clone(), k.clone()),
         })
     }
@@ -96,10 +108,17 @@ impl Block {
         let (d, dh, h, kv, ff) = (cfg.d_model, cfg.d_head, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff);
         let n = |s: &str| format!("blk.{l}.{s}");
         let (attn_in, attn_out, mlp_in, mlp_out) = match cfg.arch.norm_placement {
-            NormPlacement::Pre => (Some(Norm::load(cfg, path, get, &n("attn_norm"), d)?), None, Some(Norm::load(cfg, path, get, &n("ffn_norm"), d)?), None),
+            NormPlacement::Pre => {
+                (Some(Norm::load(cfg, path, get, &n("attn_norm"), d)?), None, Some(Norm::load(cfg, path, get, &n("ffn_norm"), d)?), None)
+            }
             // The MLP reads the attention's normalised input (see `Decoder::run_blocks`).
             NormPlacement::Shared => (Some(Norm::load(cfg, path, get, &n("attn_norm"), d)?), None, None, None),
-            NormPlacement::Post => (None, Some(Norm::load(cfg, path, get, &n("post_attention_norm"), d)?), None, Some(Norm::load(cfg, path, get, &n("post_ffw_norm"), d)?)),
+            NormPlacement::Post => (
+                None,
+                Some(Norm::load(cfg, path, get, &n("post_attention_norm"), d)?),
+                None,
+                Some(Norm::load(cfg, path, get, &n("post_ffw_norm"), d)?),
+            ),
             NormPlacement::Sandwich => (
                 Some(Norm::load(cfg, path, get, &n("attn_norm"), d)?),
                 Some(Norm::load(cfg, path, get, &n("post_attention_norm"), d)?),
@@ -107,8 +126,10 @@ impl Block {
                 Some(Norm::load(cfg, path, get, &n("post_ffw_norm"), d)?),
             ),
         };
-        let mut bias = |name: &str, width: usize| -> Result<Option<Tensor>> { take_opt(get, path, &n(name), &[width])?.map(|p| p.dequantize()).transpose() };
-        let qkv_biases = (bias("attn_q.bias", h * dh)?, bias("attn_k.bias", kv * dh)?, bias("attn_v.bias", kv * dh)?, bias("attn_qkv.bias", (h + 2 * kv) * dh)?);
+        let mut bias =
+            |name: &str, width: usize| -> Result<Option<Tensor>> { take_opt(get, path, &n(name), &[width])?.map(|p| p.dequantize()).transpose() };
+        let qkv_biases =
+            (bias("attn_q.bias", h * dh)?, bias("attn_k.bias", kv * dh)?, bias("attn_v.bias", kv * dh)?, bias("attn_qkv.bias", (h + 2 * kv) * dh)?);
         let (o_bias, up_bias, down_bias) = (bias("attn_output.bias", d)?, bias("ffn_up.bias", ff)?, bias("ffn_down.bias", d)?);
         let qkv = match take_opt(get, path, &n("attn_qkv.weight"), &[(h + 2 * kv) * dh, d])? {
             // One fused matrix in the file (GPT-NeoX, Phi, GPT-2), rows q | k | v.
@@ -116,7 +137,9 @@ impl Block {
                 let w = fused.stored()?;
                 let split = |t: &Tensor, from: usize, len: usize| -> Result<Tensor> { Ok(t.narrow(0, from, len)?.contiguous()?) };
                 let b = qkv_biases.3.as_ref();
-                let part = |from: usize, len: usize| -> Result<(Param, Option<Tensor>)> { Ok((Param::Dense(split(&w, from, len)?), b.map(|b| split(b, from, len)).transpose()?)) };
+                let part = |from: usize, len: usize| -> Result<(Param, Option<Tensor>)> {
+                    Ok((Param::Dense(split(&w, from, len)?), b.map(|b| split(b, from, len)).transpose()?))
+                };
                 Projection::new(vec![part(0, h * dh)?, part(h * dh, kv * dh)?, part((h + kv) * dh, kv * dh)?])?
             }
             None => {
@@ -153,12 +176,18 @@ impl Block {
                 let gate = take_req(get, path, &n("ffn_gate.weight"), &[ff, d])?;
                 let up = take_req(get, path, &n("ffn_up.weight"), &[ff, d])?;
                 let gate_up = Projection::new(vec![(gate, None), (up, up_bias)])?;
-                if cfg.arch.mlp == MlpKind::GeGluTanh { Mlp::GeGlu { gate_up, down } } else { Mlp::SwiGlu { gate_up, down } }
+                if cfg.arch.mlp == MlpKind::GeGluTanh {
+                    Mlp::GeGlu { gate_up, down }
+                } else {
+                    Mlp::SwiGlu { gate_up, down }
+                }
             }
             MlpKind::Moe(_) => return Err(crate::error::Error::Internal("a mixture of experts reached the dense MLP".into())),
-            MlpKind::Gelu | MlpKind::GeluTanh => {
-                Mlp::Gelu { up: Linear::new(take_req(get, path, &n("ffn_up.weight"), &[ff, d])?, up_bias)?, down, tanh: cfg.arch.mlp == MlpKind::GeluTanh }
-            }
+            MlpKind::Gelu | MlpKind::GeluTanh => Mlp::Gelu {
+                up: Linear::new(take_req(get, path, &n("ffn_up.weight"), &[ff, d])?, up_bias)?,
+                down,
+                tanh: cfg.arch.mlp == MlpKind::GeluTanh,
+            },
         };
         Ok(Block { attn_in, attn_out, mlp_in, mlp_out, qkv, qk_norm, o_proj, sinks, mlp })
     }

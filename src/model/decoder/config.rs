@@ -53,7 +53,9 @@ impl LayerAttn {
     /// `n` layers of which every `every`th (`every` − 1, 2·`every` − 1, …) is global with base
     /// `theta` and the others see `window` keys, rotated with base `local_theta`.
     pub fn every_nth_global(n: usize, every: usize, window: usize, theta: f64, local_theta: f64) -> Vec<LayerAttn> {
-        (0..n).map(|l| if (l + 1) % every.max(1) == 0 { LayerAttn::global(theta) } else { LayerAttn { window: Some(window), rope_theta: local_theta } }).collect()
+        (0..n)
+            .map(|l| if (l + 1) % every.max(1) == 0 { LayerAttn::global(theta) } else { LayerAttn { window: Some(window), rope_theta: local_theta } })
+            .collect()
     }
 }
 
@@ -233,9 +235,12 @@ impl DecoderConfig {
         }
         if let Some(other) = self.layers.iter().filter_map(|a| a.window).find(|&w| Some(w) != self.window()) {
             // Run records keep one window for the windowed layers.
-            return Err(bad(format!("sliding windows of {} and {other} keys on different layers, which sinkscope does not record yet", self.window().unwrap_or(0))));
+            return Err(bad(format!(
+                "sliding windows of {} and {other} keys on different layers, which sinkscope does not record yet",
+                self.window().unwrap_or(0)
+            )));
         }
-        if self.layers.iter().any(|a| !(a.rope_theta > 0.0)) {
+        if self.layers.iter().any(|a| a.rope_theta.is_nan() || a.rope_theta <= 0.0) {
             return Err(bad("a layer's rope theta is not positive".into()));
         }
         if let MlpKind::Moe(m) = self.arch.mlp {

@@ -16,18 +16,18 @@ mod moe;
 use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 
-use attention::{Attend, LayerAttention, Seq, SeqAttention, ATTENTION_BLOCK_BYTES};
-pub use config::{ArchSwitches, DecoderConfig, LayerAttn, MlpKind, Moe, NormKind, NormPlacement, Param, ParamSource, QkNorm, WeightDtype, LLAMA};
-use config::{take_opt, take_req};
-pub use kv::{KeyMask, KvCache, KvStore};
-use block::{Block, Norm};
-use linear::{Linear, LinearWeight};
 use crate::error::{Error, Result};
 use crate::model::hook::HookPoint;
+use crate::model::receiver::{HookReceiver, NoCapture};
 use crate::model::rope::Rope;
 use crate::model::scoring::{streamed_nll, token_nll, HeadWeight};
-use crate::model::receiver::{HookReceiver, NoCapture};
 use crate::numerics::tensor::with_f32;
+use attention::{Attend, LayerAttention, Seq, SeqAttention, ATTENTION_BLOCK_BYTES};
+use block::{Block, Norm};
+use config::{take_opt, take_req};
+pub use config::{ArchSwitches, DecoderConfig, LayerAttn, MlpKind, Moe, NormKind, NormPlacement, Param, ParamSource, QkNorm, WeightDtype, LLAMA};
+pub use kv::{KeyMask, KvCache, KvStore};
+use linear::{Linear, LinearWeight};
 
 /// Logit rows materialised at once when a quantized head cannot be streamed.
 const LOGIT_ROWS: usize = 128;
@@ -52,7 +52,6 @@ pub struct Decoder {
     /// The type of the weight matrices kept in bf16/f16, if any are.
     half_matrices: Option<DType>,
 }
-
 
 impl Decoder {
     /// Builds the model from a weight source, checking every shape against `cfg`; matrices are
@@ -94,7 +93,13 @@ impl Decoder {
                 Param::Dense(_) => Linear::shared(embed.clone()),
             },
         };
-        let rope = Rope { theta: cfg.rope_theta, d_head: cfg.d_head, rot_dims: cfg.arch.rotary_dims.unwrap_or(cfg.d_head), layout: cfg.rope_layout, yarn: cfg.arch.rope_yarn };
+        let rope = Rope {
+            theta: cfg.rope_theta,
+            d_head: cfg.d_head,
+            rot_dims: cfg.arch.rotary_dims.unwrap_or(cfg.d_head),
+            layout: cfg.rope_layout,
+            yarn: cfg.arch.rope_yarn,
+        };
         let mut ropes = vec![rope];
         let mut layer_ropes = Vec::with_capacity(cfg.n_layers);
         for layer in &cfg.layers {
@@ -107,7 +112,19 @@ impl Decoder {
             };
             layer_ropes.push(index);
         }
-        Ok(Decoder { cfg, embed, pos_embed, blocks, final_norm, lm_head, ropes, layer_ropes, attention_block_bytes: ATTENTION_BLOCK_BYTES, weight_bytes: weight_bytes + lookup_copy, half_matrices })
+        Ok(Decoder {
+            cfg,
+            embed,
+            pos_embed,
+            blocks,
+            final_norm,
+            lm_head,
+            ropes,
+            layer_ropes,
+            attention_block_bytes: ATTENTION_BLOCK_BYTES,
+            weight_bytes: weight_bytes + lookup_copy,
+            half_matrices,
+        })
     }
 
     /// Runs `tokens` after whatever `cache` holds (positions continue from `cache.len()`), pushing
@@ -187,7 +204,11 @@ impl Decoder {
         let n_seq = seqs.len().max(1);
         let t = x.dim(0)? / n_seq;
         let positions: Vec<Vec<usize>> = seqs.iter().map(|s| s.store.as_ref().map_or_else(|| (0..t).collect(), |st| st.next_positions(t))).collect();
-        let tables = self.ropes.iter().map(|rope| positions.iter().map(|p| rope.tables(p, &Device::Cpu)).collect::<Result<Vec<_>>>()).collect::<Result<Vec<_>>>()?;
+        let tables = self
+            .ropes
+            .iter()
+            .map(|rope| positions.iter().map(|p| rope.tables(p, &Device::Cpu)).collect::<Result<Vec<_>>>())
+            .collect::<Result<Vec<_>>>()?;
         let mut attend = SeqAttention { seqs, positions, tables, t, block_bytes: self.attention_block_bytes };
         self.run_blocks(x, first_layer, &mut attend, sink)
     }
@@ -278,7 +299,13 @@ impl Decoder {
     /// Layer `l`'s RoPE and window.
     fn layer_attention(&self, l: usize) -> LayerAttention<'_> {
         let rope_index = self.layer_ropes[l];
-        LayerAttention { index: l, rope: &self.ropes[rope_index], rope_index, window: self.cfg.layer_window(l), sinks: self.blocks[l].sinks.as_deref() }
+        LayerAttention {
+            index: l,
+            rope: &self.ropes[rope_index],
+            rope_index,
+            window: self.cfg.layer_window(l),
+            sinks: self.blocks[l].sinks.as_deref(),
+        }
     }
 
     /// Layer `l`'s RoPE.
@@ -365,7 +392,9 @@ impl Decoder {
             let n = LOGIT_ROWS.min(rows - r0);
             let logits = self.logits(&normed.narrow(0, r0, n)?)?;
             let ts = &targets[r0..r0 + n];
-            out.extend(with_f32(&logits, |x| x.par_chunks(vocab).zip(ts.par_iter()).map(|(row, &t)| token_nll(row, t as usize)).collect::<Vec<_>>())?);
+            out.extend(with_f32(&logits, |x| {
+                x.par_chunks(vocab).zip(ts.par_iter()).map(|(row, &t)| token_nll(row, t as usize)).collect::<Vec<_>>()
+            })?);
         }
         Ok(out)
     }

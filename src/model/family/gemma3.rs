@@ -19,7 +19,12 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches { qk_norm: QkNorm::PerHead, norm_placement: NormPlacement::Sandwich, mlp: MlpKind::GeGluTanh, embed_scale: true, ..LLAMA },
     // The MLP's input norm has its own name in the sandwich.
-    hf_names: HfNames { fixed: LLAMA_FIXED, layer_prefix: "model.layers.", tails: &[], modules: &[&[("ffn_norm", "pre_feedforward_layernorm")], LLAMA_MODULES] },
+    hf_names: HfNames {
+        fixed: LLAMA_FIXED,
+        layer_prefix: "model.layers.",
+        tails: &[],
+        modules: &[&[("ffn_norm", "pre_feedforward_layernorm")], LLAMA_MODULES],
+    },
     hf_config: layer_types_from_pattern,
     hf_tensor: norm_plus_one,
     // What llama.cpp fixes for `gemma3` instead of storing it: every 6th layer global, the local

@@ -30,7 +30,14 @@ pub const SPEC: FamilySpec = FamilySpec {
         ],
         layer_prefix: "transformer.h.",
         tails: &[],
-        modules: &[&[("attn_norm", "ln_1"), ("ffn_norm", "ln_2"), ("attn_qkv", "attn.c_attn"), ("attn_output", "attn.c_proj"), ("ffn_up", "mlp.c_fc"), ("ffn_down", "mlp.c_proj")]],
+        modules: &[&[
+            ("attn_norm", "ln_1"),
+            ("ffn_norm", "ln_2"),
+            ("attn_qkv", "attn.c_attn"),
+            ("attn_output", "attn.c_proj"),
+            ("ffn_up", "mlp.c_fc"),
+            ("ffn_down", "mlp.c_proj"),
+        ]],
     },
     hf_config: standard_keys,
     hf_tensor: conv1d_transposed,
@@ -42,7 +49,13 @@ pub const SPEC: FamilySpec = FamilySpec {
 fn standard_keys(json: &mut Map<String, Json>, _: &Path) -> Result<()> {
     alias_keys(
         json,
-        &[("hidden_size", "n_embd"), ("num_hidden_layers", "n_layer"), ("num_attention_heads", "n_head"), ("max_position_embeddings", "n_positions"), ("intermediate_size", "n_inner")],
+        &[
+            ("hidden_size", "n_embd"),
+            ("num_hidden_layers", "n_layer"),
+            ("num_attention_heads", "n_head"),
+            ("max_position_embeddings", "n_positions"),
+            ("intermediate_size", "n_inner"),
+        ],
     );
     if json.get("intermediate_size").is_none_or(Json::is_null) {
         if let Some(d) = json.get("hidden_size").and_then(Json::as_u64) {

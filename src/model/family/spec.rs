@@ -90,7 +90,8 @@ impl HfNames {
 }
 
 /// The embeddings, final norm and head under Llama's HF names (most families share them).
-pub const LLAMA_FIXED: &[(&str, &str)] = &[("token_embd.weight", "model.embed_tokens.weight"), ("output_norm.weight", "model.norm.weight"), ("output.weight", "lm_head.weight")];
+pub const LLAMA_FIXED: &[(&str, &str)] =
+    &[("token_embd.weight", "model.embed_tokens.weight"), ("output_norm.weight", "model.norm.weight"), ("output.weight", "lm_head.weight")];
 
 /// Llama's block modules, as transformers names them (Qwen, OLMo 2, Gemma and gpt-oss add to them).
 pub const LLAMA_MODULES: &[(&str, &str)] = &[

@@ -71,10 +71,8 @@ pub fn read(gguf: &GgufFile) -> Result<Embedded> {
             ))))
         }
         "gpt2" => {
-            let merges = gguf
-                .get("tokenizer.ggml.merges")
-                .and_then(Value::as_array)
-                .ok_or_else(|| bad("a gpt2 vocabulary needs tokenizer.ggml.merges"))?;
+            let merges =
+                gguf.get("tokenizer.ggml.merges").and_then(Value::as_array).ok_or_else(|| bad("a gpt2 vocabulary needs tokenizer.ggml.merges"))?;
             let merges: Vec<(String, String)> = merges
                 .iter()
                 .map(|m| m.as_str().and_then(|s| s.split_once(' ')).map(|(a, b)| (a.to_owned(), b.to_owned())))
@@ -82,14 +80,13 @@ pub fn read(gguf: &GgufFile) -> Result<Embedded> {
                 .ok_or_else(|| bad("a merge is not of the form \"a b\""))?;
             let pre = gguf.get("tokenizer.ggml.pre").and_then(Value::as_str).unwrap_or("default");
             let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
-            let bpe = BPE::builder()
-                .vocab_and_merges(vocab, merges)
-                .build()
-                .map_err(|e| bad(&format!("cannot build BPE ({e})")))?;
+            let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| bad(&format!("cannot build BPE ({e})")))?;
             let mut inner = tokenizers::Tokenizer::new(bpe);
-            inner.with_pre_tokenizer(Some(byte_level_pre_tokenizer(pre).ok_or_else(|| {
-                bad(&format!("pre-tokenizer '{pre}' is not supported (known: default, gpt2, smollm, llama3, llama-bpe, qwen2)"))
-            })?));
+            inner.with_pre_tokenizer(Some(
+                byte_level_pre_tokenizer(pre).ok_or_else(|| {
+                    bad(&format!("pre-tokenizer '{pre}' is not supported (known: default, gpt2, smollm, llama3, llama-bpe, qwen2)"))
+                })?,
+            ));
             inner.with_decoder(Some(ByteLevel::default()));
             let specials: Vec<AddedToken> = tokens
                 .iter()

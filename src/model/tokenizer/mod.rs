@@ -39,10 +39,7 @@ impl Tokenizer {
         if catch_quietly(|| inner.encode("a", true)).is_none() {
             return Err(invalid("its post-processor or added tokens are inconsistent: encoding panics".into()));
         }
-        let eos = ["</s>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>"]
-            .iter()
-            .filter_map(|t| inner.token_to_id(t))
-            .collect();
+        let eos = ["</s>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>"].iter().filter_map(|t| inner.token_to_id(t)).collect();
         let bos = ["<s>", "<|begin_of_text|>", "<|endoftext|>"].iter().find_map(|t| inner.token_to_id(t));
         Ok(Tokenizer::Hf { inner: Box::new(inner), kind: "tokenizer.json".into(), bos, add_bos: false, eos })
     }
@@ -109,11 +106,9 @@ impl Tokenizer {
     /// Token ids for `text` without BOS or any other added special token.
     pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>> {
         match self {
-            Tokenizer::Hf { inner, .. } => Ok(inner
-                .encode(text, false)
-                .map_err(|e| Error::Internal(format!("tokenizer failed: {e}")))?
-                .get_ids()
-                .to_vec()),
+            Tokenizer::Hf { inner, .. } => {
+                Ok(inner.encode(text, false).map_err(|e| Error::Internal(format!("tokenizer failed: {e}")))?.get_ids().to_vec())
+            }
             Tokenizer::Spm(spm) => {
                 let mut ids = spm.encode(text);
                 if spm.add_bos && spm.bos.is_some() && !ids.is_empty() {
@@ -128,9 +123,7 @@ impl Tokenizer {
     pub fn is_special(&self, id: u32) -> bool {
         match self {
             Tokenizer::Hf { inner, .. } => inner.get_added_tokens_decoder().get(&id).is_some_and(|t| t.special),
-            Tokenizer::Spm(spm) => {
-                spm.types.get(id as usize).is_none_or(|&t| t == TOKEN_TYPE_CONTROL) || Some(id) == spm.unk
-            }
+            Tokenizer::Spm(spm) => spm.types.get(id as usize).is_none_or(|&t| t == TOKEN_TYPE_CONTROL) || Some(id) == spm.unk,
         }
     }
 
@@ -202,6 +195,9 @@ fn prefix_cut(text: &str, len: usize) -> usize {
     // from ever growing.
     let line_break = head.rfind('\n').filter(|&i| i >= end / 2);
     let cut = line_break.or_else(|| head.rfind(char::is_whitespace)).map_or(end, after);
-    if cut == 0 { end } else { cut }
+    if cut == 0 {
+        end
+    } else {
+        cut
+    }
 }
-

@@ -206,10 +206,8 @@ mod tests {
 
     fn toy() -> SpmTokenizer {
         // ids: 0 unk, 1 <s>, 2 </s>, 3..=5 bytes, then pieces with scores.
-        let tokens: Vec<String> = ["<unk>", "<s>", "</s>", "<0x41>", "<0xC3>", "<0xA9>", "▁", "a", "b", "ab", "▁ab", "▁a"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let tokens: Vec<String> =
+            ["<unk>", "<s>", "</s>", "<0x41>", "<0xC3>", "<0xA9>", "▁", "a", "b", "ab", "▁ab", "▁a"].iter().map(|s| s.to_string()).collect();
         let scores = vec![0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0, -2.0, -3.0, -0.5, -0.1, -5.0];
         let types = vec![2, 3, 3, 6, 6, 6, 1, 1, 1, 1, 1, 1];
         SpmTokenizer::new(tokens, scores, types, Some(1), vec![2], Some(0), true, true, "toy")

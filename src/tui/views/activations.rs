@@ -12,8 +12,8 @@ use ratatui::Frame;
 
 use super::{block, heading, kv, missing, quoted, DIM};
 use crate::metrics::massive::{self, MASSIVE_ABS};
-use crate::tui::state::App;
 use crate::tui::layout::{self, scroll};
+use crate::tui::state::App;
 use crate::tui::widgets::colour::{decade, series, short};
 use crate::tui::widgets::put;
 
@@ -37,7 +37,13 @@ pub fn render(f: &mut Frame, area: Rect, app: &App) {
         None => area,
     };
     if layers.is_empty() {
-        missing(f, area, "Activations", "This run has no per-layer magnitudes (needs capture.json, or report.json from analyze).", "sinkscope capture -m MODEL -f TEXT -o RUN_DIR");
+        missing(
+            f,
+            area,
+            "Activations",
+            "This run has no per-layer magnitudes (needs capture.json, or report.json from analyze).",
+            "sinkscope capture -m MODEL -f TEXT -o RUN_DIR",
+        );
         return;
     }
     let chart_h = area.height * 45 / 100;
@@ -88,7 +94,8 @@ fn table_view(f: &mut Frame, area: Rect, app: &App) {
         return;
     }
     let buf = f.buffer_mut();
-    let header = format!("  {:>5} {:>9} {:>6} {:>5} {:<10} {:>9} {:>9}  {}", "layer", "max|h|", "pos", "dim", "token", "median", "max/med", "massive dims");
+    let header =
+        format!("  {:>5} {:>9} {:>6} {:>5} {:<10} {:>9} {:>9}  {}", "layer", "max|h|", "pos", "dim", "token", "median", "max/med", "massive dims");
     put(buf, inner.x, inner.y, header, inner.width as usize, Style::new().fg(DIM).add_modifier(Modifier::BOLD));
     let rows = inner.height as usize - 1;
     let layers = &app.data.layers;
@@ -138,7 +145,11 @@ fn side(f: &mut Frame, area: Rect, app: &App) {
         v.push(heading(&format!("Layer {}: largest elements", l.layer)));
         for &(pos, dim, value) in l.top.iter().take(8) {
             let flag = if l.is_massive(value) { " massive" } else { "" };
-            v.push(Line::from(format!("  pos {pos:>5} {} dim {dim:>4}: {}{flag}", super::fit(&quoted(app.data.display.get(pos)), 9), short(value as f64))));
+            v.push(Line::from(format!(
+                "  pos {pos:>5} {} dim {dim:>4}: {}{flag}",
+                super::fit(&quoted(app.data.display.get(pos)), 9),
+                short(value as f64)
+            )));
         }
     }
     f.render_widget(Paragraph::new(v).wrap(Wrap { trim: false }).block(block("Massive dims and positions")), area);

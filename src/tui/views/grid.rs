@@ -11,8 +11,8 @@ use ratatui::Frame;
 
 use super::{bar, block, heading, kv, missing, quoted, DIM, WARN};
 use crate::analysis::heads::HeadClass;
-use crate::tui::state::{App, GridColour};
 use crate::tui::layout::{self, GridGeom};
+use crate::tui::state::{App, GridColour};
 use crate::tui::widgets::colour::{class_colour, class_letter, sequential, short, text_on};
 use crate::tui::widgets::put;
 
@@ -64,7 +64,13 @@ fn cell(app: &App, l: usize, h: usize, cw: usize, selected: bool) -> (String, St
         GridColour::Alpha => match d.alpha(l, h, app.k) {
             Some(a) => {
                 let t = a as f32;
-                let label = if cw >= 6 { format!("{a:.2}") } else if cw >= 4 { format!("{:.2}", a).trim_start_matches('0').to_string() } else { String::new() };
+                let label = if cw >= 6 {
+                    format!("{a:.2}")
+                } else if cw >= 4 {
+                    format!("{:.2}", a).trim_start_matches('0').to_string()
+                } else {
+                    String::new()
+                };
                 (label, sequential(t), text_on(t))
             }
             None => ("·".into(), Color::Reset, DIM),
@@ -133,7 +139,10 @@ fn side_panel(f: &mut Frame, area: Rect, app: &App) {
     let (l, h) = (app.layer, app.head);
     let mut v = vec![heading(&format!("Layer {l} · Head {h}"))];
     if let Some(c) = d.class(l, h) {
-        v.push(Line::from(vec![Span::styled("class ", Style::new().fg(DIM)), Span::styled(format!(" {c} "), Style::new().bg(class_colour(c)).fg(Color::Black))]));
+        v.push(Line::from(vec![
+            Span::styled("class ", Style::new().fg(DIM)),
+            Span::styled(format!(" {c} "), Style::new().bg(class_colour(c)).fg(Color::Black)),
+        ]));
     }
     if let Some(e) = d.evidence.as_ref().and_then(|e| e.get(l)?.get(h)) {
         v.push(kv("sink α", format!("{:.3}{}", e.sink_alpha, e.sink_pos.map_or(String::new(), |p| format!(" on position {p}")))));

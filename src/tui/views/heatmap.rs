@@ -10,8 +10,8 @@ use ratatui::Frame;
 
 use super::{block, fit, heading, kv, missing, quoted, DIM};
 use crate::capture::heatmaps::Heatmaps;
-use crate::tui::state::App;
 use crate::tui::layout::{self, HeatGeom};
+use crate::tui::state::App;
 use crate::tui::widgets::colour::{short, Scale};
 use crate::tui::widgets::heatmap::{colour_bar, paint, raster, HeatSource};
 use crate::tui::widgets::put;
@@ -20,9 +20,21 @@ use crate::tui::widgets::put;
 pub fn source<'a>(app: &App, maps: &'a Heatmaps) -> HeatSource<'a> {
     let (l, h) = (app.layer, app.head);
     if app.heat.focus {
-        HeatSource { values: maps.head_early(l, h), rows: maps.bins(), cols: maps.first_keys, row_edges: &maps.edges, col_keys: (0..maps.first_keys).collect() }
+        HeatSource {
+            values: maps.head_early(l, h),
+            rows: maps.bins(),
+            cols: maps.first_keys,
+            row_edges: &maps.edges,
+            col_keys: (0..maps.first_keys).collect(),
+        }
     } else {
-        HeatSource { values: maps.head(l, h), rows: maps.bins(), cols: maps.bins(), row_edges: &maps.edges, col_keys: maps.edges[..maps.bins()].to_vec() }
+        HeatSource {
+            values: maps.head(l, h),
+            rows: maps.bins(),
+            cols: maps.bins(),
+            row_edges: &maps.edges,
+            col_keys: maps.edges[..maps.bins()].to_vec(),
+        }
     }
 }
 

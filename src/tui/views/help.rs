@@ -21,7 +21,15 @@ pub const KEYS: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     ("Overview", &[("↑ ↓", "scroll")]),
-    ("Grid", &[("arrows · click", "select a head"), ("Enter · click again", "open it in the heatmap"), (", .", "k of α_k (previous/next)"), ("c", "colour by α_k / by head class")]),
+    (
+        "Grid",
+        &[
+            ("arrows · click", "select a head"),
+            ("Enter · click again", "open it in the heatmap"),
+            (", .", "k of α_k (previous/next)"),
+            ("c", "colour by α_k / by head class"),
+        ],
+    ),
     (
         "Heatmap",
         &[
@@ -43,7 +51,10 @@ pub fn render(f: &mut Frame, area: Rect) {
     for (section, keys) in KEYS {
         lines.push(Line::from(Span::styled(*section, Style::new().fg(ACCENT).add_modifier(Modifier::BOLD))));
         for (k, what) in *keys {
-            lines.push(Line::from(vec![Span::styled(format!("  {k:<26}"), Style::new().fg(Color::White).add_modifier(Modifier::BOLD)), Span::raw(*what)]));
+            lines.push(Line::from(vec![
+                Span::styled(format!("  {k:<26}"), Style::new().fg(Color::White).add_modifier(Modifier::BOLD)),
+                Span::raw(*what),
+            ]));
         }
     }
     let w = 76.min(area.width);

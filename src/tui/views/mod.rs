@@ -23,7 +23,9 @@ pub const DIM: Color = Color::DarkGray;
 
 /// A bordered block with a title.
 pub fn block(title: impl Into<String>) -> Block<'static> {
-    Block::bordered().border_style(Style::new().fg(DIM)).title(Span::styled(format!(" {} ", title.into()), Style::new().fg(ACCENT).add_modifier(Modifier::BOLD)))
+    Block::bordered()
+        .border_style(Style::new().fg(DIM))
+        .title(Span::styled(format!(" {} ", title.into()), Style::new().fg(ACCENT).add_modifier(Modifier::BOLD)))
 }
 
 /// Says which file a view needs and which command writes it.

@@ -58,7 +58,13 @@ fn model_lines(app: &App) -> Vec<Line<'static>> {
     let m = run.model();
     let mut v = vec![
         heading(&format!("{} ({}, {})", run.model_name(), m.architecture, m.format)),
-        kv("shape", format!("{} layers × {} heads ({} kv) · d_model {} · d_head {} · d_ff {}", m.n_layers, m.n_heads, m.n_kv_heads, m.d_model, m.d_head, m.d_ff)),
+        kv(
+            "shape",
+            format!(
+                "{} layers × {} heads ({} kv) · d_model {} · d_head {} · d_ff {}",
+                m.n_layers, m.n_heads, m.n_kv_heads, m.d_model, m.d_head, m.d_ff
+            ),
+        ),
         kv("size", format!("{} params · context {} · vocab {}", human_count(m.n_params), m.context_len, m.vocab_size)),
         kv("weights", format!("{} · compute {}", m.quantization, m.compute)),
         kv("rope", format!("{:?} θ={}", m.rope_layout, m.rope_theta).to_lowercase()),
@@ -94,7 +100,11 @@ fn model_lines(app: &App) -> Vec<Line<'static>> {
     match run.stream.as_ref().and_then(|s| s.recommendation.as_ref()) {
         Some(r) => {
             let s = r.recommended_sinks.map_or("none needed (nothing was evicted)".to_string(), |s| format!("S = {s}"));
-            v.push(Line::from(vec![Span::raw("pin "), Span::styled(s, Style::new().add_modifier(Modifier::BOLD)), Span::raw(format!(" at cache W = {} (δ = {}%)", r.cache, r.delta * 100.0))]));
+            v.push(Line::from(vec![
+                Span::raw("pin "),
+                Span::styled(s, Style::new().add_modifier(Modifier::BOLD)),
+                Span::raw(format!(" at cache W = {} (δ = {}%)", r.cache, r.delta * 100.0)),
+            ]));
             v.push(Line::from(r.verdict.clone()));
         }
         None => v.push(Line::from(Span::styled(
@@ -110,7 +120,10 @@ fn findings_lines(app: &App) -> Vec<Line<'static>> {
     let mut v = Vec::new();
     if let Some(s) = &run.survey {
         v.push(heading(&format!("Survey of {} models (the Survey view, 7, compares them; Enter there opens another's run)", s.rows.len())));
-        v.push(Line::from(Span::styled("  model · Sink_0^ε · F-Attn · window/best after eviction · recommended S · streaming heads · run_dir", Style::new().fg(DIM))));
+        v.push(Line::from(Span::styled(
+            "  model · Sink_0^ε · F-Attn · window/best after eviction · recommended S · streaming heads · run_dir",
+            Style::new().fg(DIM),
+        )));
         for r in &s.rows {
             let ratio = r.worst_window_ratio().map_or("-".into(), |x| format!("{x:.2}×"));
             let sinks = r.recommended_sinks().map_or("-".into(), |s| s.to_string());
@@ -123,10 +136,19 @@ fn findings_lines(app: &App) -> Vec<Line<'static>> {
     v.push(heading("Sinks"));
     match &run.analysis {
         Some(a) => {
-            let token_of = |pos: usize| a.probes.iter().flat_map(|p| &p.sink_positions).find(|s| s.pos == pos).map(|s| crate::tui::data::display_piece(&s.token, data.byte_level));
+            let token_of = |pos: usize| {
+                a.probes
+                    .iter()
+                    .flat_map(|p| &p.sink_positions)
+                    .find(|s| s.pos == pos)
+                    .map(|s| crate::tui::data::display_piece(&s.token, data.byte_level))
+            };
             let list: Vec<String> = a.sink_positions.iter().take(12).map(|&p| format!("{p} {}", quoted(token_of(p).as_ref()))).collect();
             let more = a.sink_positions.len().saturating_sub(12);
-            v.push(kv(&format!("positions ({} probes)", a.probes.len()), format!("{}{}", list.join(", "), if more > 0 { format!(" +{more}") } else { String::new() })));
+            v.push(kv(
+                &format!("positions ({} probes)", a.probes.len()),
+                format!("{}{}", list.join(", "), if more > 0 { format!(" +{more}") } else { String::new() }),
+            ));
             let t: Vec<usize> = a.probes.iter().map(|p| p.n_tokens).collect();
             let (tmin, tmax) = (t.iter().min().copied().unwrap_or(0), t.iter().max().copied().unwrap_or(0));
             let t = if tmin == tmax { format!("T = {tmin}") } else { format!("T = {tmin}–{tmax}") };
@@ -140,7 +162,8 @@ fn findings_lines(app: &App) -> Vec<Line<'static>> {
         None => v.push(Line::from(Span::styled("no analysis (report.json): sinkscope analyze -m MODEL -f TEXT -o RUN_DIR", Style::new().fg(WARN)))),
     }
     if !data.text_sinks.is_empty() {
-        let list: Vec<String> = data.text_sinks.iter().take(6).map(|s| format!("{} {} ({} heads)", s.pos, quoted(data.display.get(s.pos)), s.heads.len())).collect();
+        let list: Vec<String> =
+            data.text_sinks.iter().take(6).map(|s| format!("{} {} ({} heads)", s.pos, quoted(data.display.get(s.pos)), s.heads.len())).collect();
         v.push(kv("this text", list.join(", ")));
     }
     v.push(Line::from(""));
@@ -172,7 +195,8 @@ fn findings_lines(app: &App) -> Vec<Line<'static>> {
     }
     v.push(Line::from(""));
     v.push(heading(&format!("Massive activations ({})", massive::criterion())));
-    let massive_layers: Vec<&crate::tui::data::LayerRow> = data.layers.iter().filter(|l| !l.massive_dims.is_empty() || l.massive().next().is_some()).collect();
+    let massive_layers: Vec<&crate::tui::data::LayerRow> =
+        data.layers.iter().filter(|l| !l.massive_dims.is_empty() || l.massive().next().is_some()).collect();
     match (&run.analysis, massive_layers.first()) {
         (Some(a), _) if a.massive.first_layer.is_some() => {
             v.push(kv("first layer", a.massive.first_layer.map_or("-".into(), |l| l.to_string())));
@@ -186,10 +210,16 @@ fn findings_lines(app: &App) -> Vec<Line<'static>> {
             v.push(kv("first layer (this text)", first.layer.to_string()));
             v.push(kv("dims", dims.iter().take(8).map(|d| d.to_string()).collect::<Vec<_>>().join(", ")));
         }
-        _ if data.layers.is_empty() => v.push(Line::from(Span::styled("no per-layer magnitudes: sinkscope capture -m MODEL -f TEXT -o RUN_DIR", Style::new().fg(DIM)))),
+        _ if data.layers.is_empty() => {
+            v.push(Line::from(Span::styled("no per-layer magnitudes: sinkscope capture -m MODEL -f TEXT -o RUN_DIR", Style::new().fg(DIM))))
+        }
         _ => {
             let peak = data.layers.iter().max_by(|a, b| a.max_abs.total_cmp(&b.max_abs));
-            v.push(Line::from(format!("  none: largest |h| {} (layer {})", peak.map_or("-".into(), |p| short(p.max_abs as f64)), peak.map_or(0, |p| p.layer))));
+            v.push(Line::from(format!(
+                "  none: largest |h| {} (layer {})",
+                peak.map_or("-".into(), |p| short(p.max_abs as f64)),
+                peak.map_or(0, |p| p.layer)
+            )));
         }
     }
     v

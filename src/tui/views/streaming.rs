@@ -10,8 +10,8 @@ use ratatui::widgets::{Axis, Chart, Dataset, GraphType, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::{block, heading, kv, missing, DIM};
-use crate::tui::state::App;
 use crate::tui::layout;
+use crate::tui::state::App;
 use crate::tui::widgets::colour::{series, short};
 use crate::tui::widgets::put;
 
@@ -33,8 +33,20 @@ pub fn render(f: &mut Frame, area: Rect, app: &App) {
     match &stream.recommendation {
         Some(r) => {
             let s = r.recommended_sinks.map_or("none needed".to_string(), |s| format!("S = {s}"));
-            v.push(Line::from(vec![Span::raw("Pin "), Span::styled(s, Style::new().fg(Color::LightGreen).add_modifier(Modifier::BOLD)), Span::raw(format!(" sink tokens at W = {}", r.cache))]));
-            v.push(kv("sweep", format!("{} tokens · δ = {}% · first eviction at step {}", r.tokens, r.delta * 100.0, r.first_eviction_step.map_or("-".into(), |s| s.to_string()))));
+            v.push(Line::from(vec![
+                Span::raw("Pin "),
+                Span::styled(s, Style::new().fg(Color::LightGreen).add_modifier(Modifier::BOLD)),
+                Span::raw(format!(" sink tokens at W = {}", r.cache)),
+            ]));
+            v.push(kv(
+                "sweep",
+                format!(
+                    "{} tokens · δ = {}% · first eviction at step {}",
+                    r.tokens,
+                    r.delta * 100.0,
+                    r.first_eviction_step.map_or("-".into(), |s| s.to_string())
+                ),
+            ));
             v.push(Line::from(""));
             v.push(Line::from(r.verdict.clone()));
         }
@@ -47,7 +59,10 @@ pub fn render(f: &mut Frame, area: Rect, app: &App) {
                     v.push(kv(&format!("{:>3.0}%", 100.0 * r.share), format!("{:.3} · {:.3} ({mib:.2} MiB)", r.ppl_from_w, r.uniform_ppl_from_w)));
                 }
             }
-            None => v.push(Line::from(Span::styled("stream.json from `sinkscope stream`: one policy, no sweep (run `recommend` for the sink-count table).", Style::new().fg(DIM)))),
+            None => v.push(Line::from(Span::styled(
+                "stream.json from `sinkscope stream`: one policy, no sweep (run `recommend` for the sink-count table).",
+                Style::new().fg(DIM),
+            ))),
         },
     }
     v.push(Line::from(""));
@@ -75,15 +90,25 @@ fn chart(f: &mut Frame, area: Rect, app: &App) {
     let cliff = app.curves.get(app.policy).and_then(|c| c.cliff).map(|s| [(s as f64, lo), (s as f64, hi)]);
     let mut datasets = Vec::new();
     if let Some(line) = &ev_line {
-        datasets.push(Dataset::default().name("first eviction").marker(Marker::Braille).graph_type(GraphType::Line).style(Style::new().fg(DIM)).data(line));
+        datasets.push(
+            Dataset::default().name("first eviction").marker(Marker::Braille).graph_type(GraphType::Line).style(Style::new().fg(DIM)).data(line),
+        );
     }
     if let Some(line) = &cliff {
-        datasets.push(Dataset::default().name("cliff").marker(Marker::Braille).graph_type(GraphType::Line).style(Style::new().fg(Color::Red)).data(line));
+        datasets
+            .push(Dataset::default().name("cliff").marker(Marker::Braille).graph_type(GraphType::Line).style(Style::new().fg(Color::Red)).data(line));
     }
     // The selected policy is drawn last, on top of the others.
     let order = (0..curves.len()).filter(|&i| i != app.policy).chain((app.policy < curves.len()).then_some(app.policy));
     for i in order {
-        datasets.push(Dataset::default().name(curves[i].label.clone()).marker(Marker::Braille).graph_type(GraphType::Line).style(Style::new().fg(series(i))).data(&curves[i].log_points));
+        datasets.push(
+            Dataset::default()
+                .name(curves[i].label.clone())
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .style(Style::new().fg(series(i)))
+                .data(&curves[i].log_points),
+        );
     }
     let mid = (lo + hi) / 2.0;
     let title = format!(
@@ -93,8 +118,20 @@ fn chart(f: &mut Frame, area: Rect, app: &App) {
     );
     let c = Chart::new(datasets)
         .block(block(title))
-        .x_axis(Axis::default().title("token").bounds([0.0, x_max]).labels(vec![Span::raw("0"), Span::raw(format!("{:.0}", x_max / 2.0)), Span::raw(format!("{x_max:.0}"))]).style(Style::new().fg(DIM)))
-        .y_axis(Axis::default().title("PPL").bounds([lo, hi]).labels(vec![Span::raw(short(lo.exp())), Span::raw(short(mid.exp())), Span::raw(short(hi.exp()))]).style(Style::new().fg(DIM)))
+        .x_axis(
+            Axis::default()
+                .title("token")
+                .bounds([0.0, x_max])
+                .labels(vec![Span::raw("0"), Span::raw(format!("{:.0}", x_max / 2.0)), Span::raw(format!("{x_max:.0}"))])
+                .style(Style::new().fg(DIM)),
+        )
+        .y_axis(
+            Axis::default()
+                .title("PPL")
+                .bounds([lo, hi])
+                .labels(vec![Span::raw(short(lo.exp())), Span::raw(short(mid.exp())), Span::raw(short(hi.exp()))])
+                .style(Style::new().fg(DIM)),
+        )
         .legend_position(None);
     f.render_widget(c, area);
 }

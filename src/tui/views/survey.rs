@@ -19,7 +19,13 @@ use crate::tui::widgets::put;
 
 pub fn render(f: &mut Frame, area: Rect, app: &App) {
     let Some(survey) = &app.run.survey else {
-        missing(f, area, "Survey", "This run was not opened through a survey: no comparison across models to show.", "sinkscope survey -m MODEL -m MODEL … -o DIR   then   sinkscope dash DIR");
+        missing(
+            f,
+            area,
+            "Survey",
+            "This run was not opened through a survey: no comparison across models to show.",
+            "sinkscope survey -m MODEL -m MODEL … -o DIR   then   sinkscope dash DIR",
+        );
         return;
     };
     let g = layout::survey(area, survey.rows.len());
@@ -36,7 +42,11 @@ fn ratio(r: &SurveyRow) -> String {
 
 fn streaming(r: &SurveyRow) -> String {
     let cells: Vec<String> = r.sweeps.iter().filter_map(|w| Some(format!("{:.0}%@{}", w.streaming_heads?, w.cache))).collect();
-    if cells.is_empty() { "-".into() } else { cells.join(" ") }
+    if cells.is_empty() {
+        "-".into()
+    } else {
+        cells.join(" ")
+    }
 }
 
 fn table(f: &mut Frame, area: Rect, app: &App, survey: &Survey) {
@@ -49,7 +59,10 @@ fn table(f: &mut Frame, area: Rect, app: &App, survey: &Survey) {
     let w = inner.width as usize;
     let rest = 10 + 10 + 9 + 8 + 12 + 4 + 16 + 16;
     let name_w = w.saturating_sub(3 + rest).clamp(8, 40);
-    let header = format!("   {:<name_w$} {:>9} {:>9} {:>8} {:>7} {:>11} {:>3} {:>15} {:>15}", "model", "family", "params", "Sink_0", "F-Attn", "window/best", "S", "streaming heads", "max |h| (×med)");
+    let header = format!(
+        "   {:<name_w$} {:>9} {:>9} {:>8} {:>7} {:>11} {:>3} {:>15} {:>15}",
+        "model", "family", "params", "Sink_0", "F-Attn", "window/best", "S", "streaming heads", "max |h| (×med)"
+    );
     put(buf, inner.x, inner.y, header, w, Style::new().fg(DIM).add_modifier(Modifier::BOLD));
     let open = survey.rows.iter().position(|r| app.run.dir.ends_with(&r.run_dir));
     let visible = inner.height.saturating_sub(1) as usize;
@@ -86,12 +99,26 @@ fn depth_chart(f: &mut Frame, area: Rect, survey: &Survey) {
         .iter()
         .zip(&lines)
         .enumerate()
-        .map(|(i, (r, pts))| Dataset::default().name(r.model.clone()).marker(Marker::Braille).graph_type(GraphType::Line).style(Style::new().fg(series(i))).data(pts))
+        .map(|(i, (r, pts))| {
+            Dataset::default().name(r.model.clone()).marker(Marker::Braille).graph_type(GraphType::Line).style(Style::new().fg(series(i))).data(pts)
+        })
         .collect();
     let chart = Chart::new(datasets)
         .block(block("mean α_0 (attention on the first token) by relative depth"))
-        .x_axis(Axis::default().title("depth").bounds([0.0, 1.0]).labels(vec![Span::raw("0"), Span::raw("0.5"), Span::raw("1")]).style(Style::new().fg(DIM)))
-        .y_axis(Axis::default().title("α_0").bounds([0.0, top]).labels(vec![Span::raw("0"), Span::raw(format!("{:.2}", top / 2.0)), Span::raw(format!("{top:.2}"))]).style(Style::new().fg(DIM)))
+        .x_axis(
+            Axis::default()
+                .title("depth")
+                .bounds([0.0, 1.0])
+                .labels(vec![Span::raw("0"), Span::raw("0.5"), Span::raw("1")])
+                .style(Style::new().fg(DIM)),
+        )
+        .y_axis(
+            Axis::default()
+                .title("α_0")
+                .bounds([0.0, top])
+                .labels(vec![Span::raw("0"), Span::raw(format!("{:.2}", top / 2.0)), Span::raw(format!("{top:.2}"))])
+                .style(Style::new().fg(DIM)),
+        )
         .legend_position(Some(LegendPosition::TopLeft))
         .hidden_legend_constraints((ratatui::layout::Constraint::Percentage(60), ratatui::layout::Constraint::Percentage(60)));
     f.render_widget(chart, area);
@@ -105,12 +132,26 @@ fn collapse_chart(f: &mut Frame, area: Rect, survey: &Survey) {
         .iter()
         .zip(&points)
         .enumerate()
-        .map(|(i, (r, pts))| Dataset::default().name(r.model.clone()).marker(Marker::Block).graph_type(GraphType::Scatter).style(Style::new().fg(series(i))).data(pts))
+        .map(|(i, (r, pts))| {
+            Dataset::default().name(r.model.clone()).marker(Marker::Block).graph_type(GraphType::Scatter).style(Style::new().fg(series(i))).data(pts)
+        })
         .collect();
     let chart = Chart::new(datasets)
         .block(block("Sink_0^ε against the window's cost (one point per model)"))
-        .x_axis(Axis::default().title("Sink_0 %").bounds([0.0, 100.0]).labels(vec![Span::raw("0"), Span::raw("50"), Span::raw("100")]).style(Style::new().fg(DIM)))
-        .y_axis(Axis::default().title("window/best").bounds([0.9, top]).labels(vec![Span::raw("0.9"), Span::raw(format!("{:.1}", (0.9 + top) / 2.0)), Span::raw(format!("{top:.1}"))]).style(Style::new().fg(DIM)))
+        .x_axis(
+            Axis::default()
+                .title("Sink_0 %")
+                .bounds([0.0, 100.0])
+                .labels(vec![Span::raw("0"), Span::raw("50"), Span::raw("100")])
+                .style(Style::new().fg(DIM)),
+        )
+        .y_axis(
+            Axis::default()
+                .title("window/best")
+                .bounds([0.9, top])
+                .labels(vec![Span::raw("0.9"), Span::raw(format!("{:.1}", (0.9 + top) / 2.0)), Span::raw(format!("{top:.1}"))])
+                .style(Style::new().fg(DIM)),
+        )
         .legend_position(Some(LegendPosition::TopLeft))
         .hidden_legend_constraints((ratatui::layout::Constraint::Percentage(60), ratatui::layout::Constraint::Percentage(60)));
     f.render_widget(chart, area);
@@ -118,7 +159,10 @@ fn collapse_chart(f: &mut Frame, area: Rect, survey: &Survey) {
 
 fn details(f: &mut Frame, area: Rect, row: Option<&SurveyRow>) {
     let Some(r) = row else { return };
-    let mut v = vec![Line::from(vec![Span::styled(format!("{} ", r.model), Style::new().fg(Color::White).add_modifier(Modifier::BOLD)), Span::raw(r.verdict())])];
+    let mut v = vec![Line::from(vec![
+        Span::styled(format!("{} ", r.model), Style::new().fg(Color::White).add_modifier(Modifier::BOLD)),
+        Span::raw(r.verdict()),
+    ])];
     for w in &r.sweeps {
         let p = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.3}"));
         let text = std::path::Path::new(&w.text).file_name().map_or(w.text.clone(), |n| n.to_string_lossy().into_owned());
@@ -133,8 +177,15 @@ fn details(f: &mut Frame, area: Rect, row: Option<&SurveyRow>) {
             ),
         ));
     }
-    let windowed = if r.windowed_layers.is_empty() { "all layers global".to_string() } else { format!("{} of {} layers windowed (W = {})", r.windowed_layers.len(), r.n_layers, r.window.unwrap_or(0)) };
+    let windowed = if r.windowed_layers.is_empty() {
+        "all layers global".to_string()
+    } else {
+        format!("{} of {} layers windowed (W = {})", r.windowed_layers.len(), r.n_layers, r.window.unwrap_or(0))
+    };
     let massive = r.first_massive_layer.map_or("no massive activations".into(), |l| format!("massive from layer {l}"));
-    v.push(Line::from(Span::styled(format!("  {windowed} · learned sinks: {} · {massive} · run: {}", if r.learned_sinks { "yes" } else { "no" }, r.run_dir), Style::new().fg(DIM))));
+    v.push(Line::from(Span::styled(
+        format!("  {windowed} · learned sinks: {} · {massive} · run: {}", if r.learned_sinks { "yes" } else { "no" }, r.run_dir),
+        Style::new().fg(DIM),
+    )));
     f.render_widget(Paragraph::new(v).wrap(Wrap { trim: false }).block(block("Selected model")), area);
 }

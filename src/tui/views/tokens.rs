@@ -9,8 +9,8 @@ use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::{block, fit, heading, kv, missing, DIM, WARN};
-use crate::tui::state::{App, TokenMeasure, TokenScope};
 use crate::tui::layout;
+use crate::tui::state::{App, TokenMeasure, TokenScope};
 use crate::tui::widgets::colour::{sequential, short, text_on};
 use crate::tui::widgets::put;
 
@@ -66,7 +66,9 @@ pub fn render(f: &mut Frame, area: Rect, app: &App) {
             Span::styled("███", Style::new().fg(sequential(1.0))),
             Span::styled(format!(" {} ", short(max as f64)), Style::new().fg(DIM)),
         ]),
-        None => Line::from(Span::styled(" colouring needs reductions.safetensors: sinkscope capture -m MODEL -f TEXT -o RUN_DIR ", Style::new().fg(WARN))),
+        None => {
+            Line::from(Span::styled(" colouring needs reductions.safetensors: sinkscope capture -m MODEL -f TEXT -o RUN_DIR ", Style::new().fg(WARN)))
+        }
     };
     f.render_widget(block(title).title_bottom(bottom), text_area);
     let inner = layout::inner(text_area);
@@ -133,7 +135,11 @@ fn side(f: &mut Frame, area: Rect, app: &App, weights: Option<&[f32]>) {
         for &p in order.iter().take(10) {
             let token = fit(&format!("'{}'", d.display.get(p).map_or("", String::as_str)), width);
             let style = if p == i { Style::new().fg(Color::White).add_modifier(Modifier::BOLD) } else { Style::new() };
-            v.push(Line::from(vec![Span::styled(format!("{p:>5} "), Style::new().fg(DIM)), Span::styled(format!("{token:<width$}"), style), Span::raw(format!(" {}", short(w[p] as f64)))]));
+            v.push(Line::from(vec![
+                Span::styled(format!("{p:>5} "), Style::new().fg(DIM)),
+                Span::styled(format!("{token:<width$}"), style),
+                Span::raw(format!(" {}", short(w[p] as f64))),
+            ]));
         }
     }
     f.render_widget(Paragraph::new(v).wrap(Wrap { trim: false }).block(block("Cursor")), area);

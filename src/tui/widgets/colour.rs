@@ -50,7 +50,8 @@ pub fn class_letter(c: HeadClass) -> &'static str {
 
 /// Distinct line colours for plotted series.
 pub fn series(i: usize) -> Color {
-    const COLOURS: [Color; 8] = [Color::Cyan, Color::Yellow, Color::Magenta, Color::Green, Color::LightRed, Color::LightBlue, Color::White, Color::LightGreen];
+    const COLOURS: [Color; 8] =
+        [Color::Cyan, Color::Yellow, Color::Magenta, Color::Green, Color::LightRed, Color::LightBlue, Color::White, Color::LightGreen];
     COLOURS[i % COLOURS.len()]
 }
 

@@ -124,8 +124,8 @@ pub fn colour_bar(buf: &mut Buffer, area: Rect, scale: &Scale) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tui::state::HeatmapView;
     use crate::tui::layout;
+    use crate::tui::state::HeatmapView;
 
     /// A 4×4 causal pattern.
     fn pattern() -> Vec<f32> {
