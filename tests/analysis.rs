@@ -34,16 +34,16 @@ fn check_sink_parity(model_key: &str, file: &str) {
         let theirs: Alphas = serde_json::from_value(probe["alpha"].clone()).unwrap();
         let col: Vec<Vec<Vec<f64>>> = serde_json::from_value(probe["col_mass"].clone()).unwrap();
         let mut worst = 0f64;
+        assert_eq!(ours.len(), theirs.len(), "{model_key}/{name}: layers");
         for l in 0..ours.len() {
+            assert_eq!(ours[l].len(), theirs[l].len(), "{model_key}/{name}: heads of layer {l}");
             for h in 0..ours[l].len() {
-                for k in 0..16 {
-                    worst = worst.max((ours[l][h][k] - theirs[l][h][k]).abs());
-                }
+                worst = worst.max(common::max_abs_diff(&format!("{model_key}/{name}: α L{l}H{h}"), &ours[l][h], &theirs[l][h]));
                 // α at every key position (column mass / queries at or after it).
                 assert_eq!(col[l][h].len(), t, "the reference has a column mass for every key");
-                for (k, &mass) in col[l][h].iter().enumerate() {
-                    worst = worst.max((alpha(&heads[l][h].col_mass, t, k, None) - mass / (t - k) as f64).abs());
-                }
+                let got: Vec<f64> = (0..t).map(|k| alpha(&heads[l][h].col_mass, t, k, None)).collect();
+                let want: Vec<f64> = col[l][h].iter().enumerate().map(|(k, &mass)| mass / (t - k) as f64).collect();
+                worst = worst.max(common::max_abs_diff(&format!("{model_key}/{name}: α at every key L{l}H{h}"), &got, &want));
             }
         }
         assert!(worst <= TOL, "{model_key}/{name}: α differs by {worst}");

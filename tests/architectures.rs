@@ -29,13 +29,13 @@ fn matches_transformers(family: &str, model_path: &str) {
     let logits: Vec<f32> = lm.model.logits(&hidden).unwrap().flatten_all().unwrap().to_vec1().unwrap();
     let (shape, reference) = fx.f32("logits");
     assert_eq!(shape, [t, cfg.vocab_size], "{family}");
-    let worst_logit = logits.iter().zip(&reference).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let worst_logit = common::max_abs_diff("logits", &logits, &reference) as f32;
     let mut worst_pattern = 0f32;
     for l in 0..cfg.n_layers {
         let (shape, reference) = fx.f32(&format!("pattern.{l}"));
         let (ours_shape, ours) = sink.get(&HookPoint::Pattern(l)).unwrap();
         assert_eq!(ours_shape[..], shape[..], "{family} layer {l}");
-        worst_pattern = ours.iter().zip(&reference).map(|(a, b)| (a - b).abs()).fold(worst_pattern, f32::max);
+        worst_pattern = worst_pattern.max(common::max_abs_diff(&format!("{family} pattern {l}"), &ours, &reference) as f32);
     }
     // The mass each head's learned sink logit took, [head, query] (HF: 1 − the row's sum).
     let mut worst_sink = 0f32;
@@ -43,7 +43,7 @@ fn matches_transformers(family: &str, model_path: &str) {
         let (shape, reference) = fx.f32(&format!("sink_prob.{l}"));
         let (ours_shape, ours) = sink.get(&HookPoint::SinkProb(l)).unwrap();
         assert_eq!(ours_shape[..], shape[..], "{family} layer {l}");
-        worst_sink = ours.iter().zip(&reference).map(|(a, b)| (a - b).abs()).fold(worst_sink, f32::max);
+        worst_sink = worst_sink.max(common::max_abs_diff(&format!("{family} learned-sink mass {l}"), &ours, &reference) as f32);
     }
     assert!(worst_sink <= SINK_TOL, "{family}: learned-sink mass differs from transformers by {worst_sink} > {SINK_TOL}");
     eprintln!("{family} ({model_path}): T={t} max |Δlogit| {worst_logit:.2e}, max |Δpattern| {worst_pattern:.2e}, max |Δsink mass| {worst_sink:.2e}");
@@ -190,7 +190,7 @@ fn every_family_streams_like_token_by_token_decoding() {
         let decoded =
             simulate_with(&lm.model, &ids, &policies, SimOptions { token_by_token: true, ..SimOptions::default() }, &mut |_, _| {}).unwrap();
         for (a, b) in blocks.iter().zip(&decoded) {
-            let worst = a.nll.iter().zip(&b.nll).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+            let worst = common::max_abs_diff("a.nll", &a.nll, &b.nll);
             assert_eq!(a.cache_len, b.cache_len, "{family} {}", a.label);
             assert!(worst < 1e-4, "{family} {}: block replay vs token by token {worst}", a.label);
         }
@@ -198,7 +198,7 @@ fn every_family_streams_like_token_by_token_decoding() {
         let delta = Policy { kind: PolicyKind::Sink, sinks: 4, cache: 40, positions: PositionMode::Delta, recent: 0 };
         let d = simulate(&lm.model, &ids, &[delta], &mut |_, _| {}).unwrap().remove(0);
         let slot = &blocks[2];
-        let drift = d.nll.iter().zip(&slot.nll).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+        let drift = common::max_abs_diff("d.nll", &d.nll, &slot.nll);
         assert!(drift < 1e-3, "{family}: delta vs slot {drift}");
     }
 }
@@ -223,7 +223,7 @@ fn windowed_models_stream_like_their_forward() {
         let want = lm.model.next_token_nll(&hidden.narrow(0, 0, ids.len() - 1).unwrap(), &ids[1..]).unwrap();
         let dense = Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot, recent: 0 };
         let got = simulate(&lm.model, &ids, &[dense], &mut |_, _| {}).unwrap().remove(0);
-        let worst = got.nll.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        let worst = common::max_abs_diff("got.nll", &got.nll, &want);
         assert!(worst < 1e-4, "{family}: dense replay vs forward {worst}");
         let mut all = vec![dense];
         for positions in [PositionMode::Slot, PositionMode::Original] {
@@ -249,11 +249,11 @@ fn windowed_models_stream_like_their_forward() {
         // each layer's keys with its own RoPE and stays close; `original` cannot be decoded so.
         let by_token = SimOptions { token_by_token: true, ..SimOptions::default() };
         let decoded = simulate_with(&lm.model, &ids, &[sink], by_token, &mut |_, _| {}).unwrap().remove(0);
-        let worst = decoded.nll.iter().zip(&o.nll).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        let worst = common::max_abs_diff("decoded.nll", &decoded.nll, &o.nll);
         assert!(worst < 1e-4, "{family}: token by token vs block replay under a window {worst}");
         let delta = Policy { positions: PositionMode::Delta, ..sink };
         let d = simulate(&lm.model, &ids, &[delta], &mut |_, _| {}).unwrap().remove(0);
-        let drift = d.nll.iter().zip(&o.nll).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        let drift = common::max_abs_diff("d.nll", &d.nll, &o.nll);
         assert!(drift < 1e-3, "{family}: delta vs slot under a window {drift}");
         let original = Policy { positions: PositionMode::Original, ..sink };
         let refused = simulate_with(&lm.model, &ids, &[original], by_token, &mut |_, _| {});
@@ -292,12 +292,11 @@ fn gemma3_270m_matches_transformers() {
         let logits: Vec<f32> = lm.model.logits(&hidden.narrow(0, r0, rows).unwrap()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
         for r in 0..rows {
             let (p, row) = (r0 + r, &logits[r * v..(r + 1) * v]);
-            for (j, &id) in ids.iter().enumerate() {
-                worst_logit = worst_logit.max((row[id as usize] - sel[p * ids.len() + j]).abs());
-            }
+            let picked: Vec<f32> = ids.iter().map(|&id| row[id as usize]).collect();
+            worst_logit = worst_logit.max(common::max_abs_diff("sampled logits", &picked, &sel[p * ids.len()..][..ids.len()]) as f32);
             let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
             let ours_lse = max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
-            worst_logit = worst_logit.max((ours_lse as f32 - lse[p]).abs());
+            worst_logit = worst_logit.max(common::max_abs_diff("logsumexp", &[ours_lse as f32], &lse[p..p + 1]) as f32);
             if p + 1 < t {
                 nll += ours_lse - row[tokens[p + 1] as usize] as f64;
             }
@@ -314,7 +313,7 @@ fn gemma3_270m_matches_transformers() {
             for (qi, &q) in qpos.iter().enumerate() {
                 let r = &reference[(h * qpos.len() + qi) * t..][..t];
                 let o = &ours[(h * t + q as usize) * t..][..t];
-                worst_pattern = o.iter().zip(r).map(|(a, b)| (a - b).abs()).fold(worst_pattern, f32::max);
+                worst_pattern = worst_pattern.max(common::max_abs_diff("pattern", o, r) as f32);
             }
         }
     }
@@ -393,7 +392,7 @@ fn final_logit_softcapping_squashes_the_logits() {
     let ours: Vec<f32> = lm.model.logits(&hidden).unwrap().flatten_all().unwrap().to_vec1().unwrap();
     let (_, plain) = fx.f32("logits");
     let capped: Vec<f32> = plain.iter().map(|&x| 2.0 * (x / 2.0).tanh()).collect();
-    let worst = ours.iter().zip(&capped).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let worst = common::max_abs_diff("soft-capped logits", &ours, &capped) as f32;
     assert!(worst <= LOGIT_TOL, "capped logits differ by {worst}");
     assert!(plain.iter().zip(&capped).any(|(a, b)| (a - b).abs() > 0.1), "the cap does not bite on this fixture");
     let nll = lm.model.next_token_nll(&hidden.narrow(0, 0, t - 1).unwrap(), &tokens[1..]).unwrap();
@@ -437,7 +436,7 @@ fn windowed_streams_match_a_pytorch_loop() {
             }
             for (how, o) in outs {
                 assert_eq!(o.nll.len(), want.len(), "{family} {}", o.label);
-                let worst = o.nll.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+                let worst = common::max_abs_diff("o.nll", &o.nll, &want);
                 eprintln!("{family} {} ({how}): max |ΔNLL| {worst:.2e} vs the PyTorch loop", o.label);
                 assert!(worst < 1e-4, "{family} {} ({how}): {worst} nats from the PyTorch loop", o.label);
             }
@@ -460,7 +459,7 @@ fn score_policies_on_windowed_models_replay_like_decoding() {
             let block = simulate(&lm.model, &ids, &[p], &mut |_, _| {}).unwrap().remove(0);
             let by_token = SimOptions { token_by_token: true, ..SimOptions::default() };
             let decoded = simulate_with(&lm.model, &ids, &[p], by_token, &mut |_, _| {}).unwrap().remove(0);
-            let worst = block.nll.iter().zip(&decoded.nll).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            let worst = common::max_abs_diff("block.nll", &block.nll, &decoded.nll);
             assert!(worst < 1e-4, "{family} {}: block replay vs token by token {worst}", block.label);
             assert_eq!(block.kept, decoded.kept, "{family} {}: different keys kept", block.label);
         }

@@ -52,8 +52,21 @@ fn compare_arrays(name: &str, committed: &Path, today: &Path, diffs: &mut Vec<St
     }
     for (key, (shape, data)) in &a.arrays {
         let (shape2, data2) = &b.arrays[key];
-        let worst = data.iter().zip(data2).map(|(&x, &y)| ((x - y).abs() as f64) / (x.abs().max(y.abs()) as f64).max(1e-12)).fold(0f64, f64::max);
-        if shape != shape2 || worst > REL_TOL {
+        // Relative to each pair's larger magnitude; a NaN or a length mismatch is a difference.
+        let worst = data
+            .iter()
+            .zip(data2)
+            .map(
+                |(&x, &y)| {
+                    if x.is_finite() && y.is_finite() {
+                        ((x - y).abs() as f64) / (x.abs().max(y.abs()) as f64).max(1e-12)
+                    } else {
+                        f64::INFINITY
+                    }
+                },
+            )
+            .fold(0f64, f64::max);
+        if shape != shape2 || data.len() != data2.len() || worst > REL_TOL {
             diffs.push(format!("{name}/{key}: shape {shape:?} vs {shape2:?}, largest relative difference {worst:e}"));
         }
     }

@@ -15,6 +15,12 @@ const PATTERN_TOL: f32 = 1e-4;
 const RESID_REL_TOL: f32 = 1e-4;
 
 fn check(lm: &LoadedModel, fixture: &str, text_file: &str) {
+    check_with(lm, fixture, text_file, &|_| {});
+}
+
+/// [`check`], with `corrupt` applied to the logits before they are compared (to show a broken
+/// result fails).
+fn check_with(lm: &LoadedModel, fixture: &str, text_file: &str, corrupt: &dyn Fn(&mut Vec<f32>)) {
     let fx = Fixture::open(&common::fixture(fixture));
     let tokens: Vec<u32> = fx.i64("tokens").iter().map(|&t| t as u32).collect();
     let t = tokens.len();
@@ -27,7 +33,8 @@ fn check(lm: &LoadedModel, fixture: &str, text_file: &str) {
     let filter = HookFilter::parse("hook_pattern,hook_resid_post,hook_embed,ln_final.hook_normalized", cfg.n_layers).unwrap();
     let mut sink = TensorCollector::new(filter, t);
     let hidden = lm.model.forward(&tokens, None, &mut sink).unwrap();
-    let logits: Vec<f32> = lm.model.logits(&hidden).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    let mut logits: Vec<f32> = lm.model.logits(&hidden).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    corrupt(&mut logits);
     let v = cfg.vocab_size;
 
     // Logits: 64 sampled vocabulary columns at every position, logsumexp at every position, full rows at two.
@@ -37,20 +44,17 @@ fn check(lm: &LoadedModel, fixture: &str, text_file: &str) {
     let mut worst = 0f32;
     for p in 0..t {
         let row = &logits[p * v..(p + 1) * v];
-        for (j, &id) in ids.iter().enumerate() {
-            worst = worst.max((row[id as usize] - sel[p * ids.len() + j]).abs());
-        }
+        let picked: Vec<f32> = ids.iter().map(|&id| row[id as usize]).collect();
+        worst = worst.max(common::max_abs_diff(&format!("{fixture}: sampled logits at {p}"), &picked, &sel[p * ids.len()..][..ids.len()]) as f32);
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
         let ours_lse = (max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln()) as f32;
-        worst = worst.max((ours_lse - lse[p]).abs());
+        worst = worst.max(common::max_abs_diff(&format!("{fixture}: logsumexp at {p}"), &[ours_lse], &lse[p..p + 1]) as f32);
     }
     let full_pos = fx.i64("logits_full_pos");
     let (_, full) = fx.f32("logits_full");
     for (i, &p) in full_pos.iter().enumerate() {
         let ours = &logits[p as usize * v..(p as usize + 1) * v];
-        for (a, b) in ours.iter().zip(&full[i * v..(i + 1) * v]) {
-            worst = worst.max((a - b).abs());
-        }
+        worst = worst.max(common::max_abs_diff(&format!("{fixture}: logits at {p}"), ours, &full[i * v..(i + 1) * v]) as f32);
     }
     assert!(worst <= LOGIT_TOL, "{fixture}: logits differ by {worst} > {LOGIT_TOL}");
 
@@ -65,9 +69,7 @@ fn check(lm: &LoadedModel, fixture: &str, text_file: &str) {
             for (qi, &q) in qpos.iter().enumerate() {
                 let r = &reference[(h * qpos.len() + qi) * t..(h * qpos.len() + qi + 1) * t];
                 let o = &ours[(h * t + q as usize) * t..(h * t + q as usize + 1) * t];
-                for (a, b) in o.iter().zip(r) {
-                    worst_pattern = worst_pattern.max((a - b).abs());
-                }
+                worst_pattern = worst_pattern.max(common::max_abs_diff(&format!("{fixture}: pattern {l}"), o, r) as f32);
             }
         }
     }
@@ -84,7 +86,7 @@ fn check(lm: &LoadedModel, fixture: &str, text_file: &str) {
             let r = &reference[i * d..(i + 1) * d];
             let o = &ours[p as usize * d..(p as usize + 1) * d];
             let scale = r.iter().fold(0f32, |m, x| m.max(x.abs()));
-            let diff = o.iter().zip(r).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            let diff = common::max_abs_diff(&format!("{fixture}: {name}"), o, r) as f32;
             worst_rel = worst_rel.max(diff / scale);
         }
     };
@@ -95,6 +97,22 @@ fn check(lm: &LoadedModel, fixture: &str, text_file: &str) {
     compare(HookPoint::LnFinal, "ln_final");
     assert!(worst_rel <= RESID_REL_TOL, "{fixture}: residual stream differs by {worst_rel} (relative) > {RESID_REL_TOL}");
     eprintln!("{fixture}: T={t} max |Δlogit| {worst:.2e}, max |Δpattern| {worst_pattern:.2e}, max residual rel Δ {worst_rel:.2e}");
+}
+
+/// The comparison cannot pass a broken result: the same check with one logit made NaN fails,
+/// naming it, where a fold with `f32::max` would have dropped the NaN and passed.
+#[test]
+fn a_nan_logit_fails_the_parity_check() {
+    let model = model_or_skip!("stories260K.gguf");
+    let lm = load(model.to_str().unwrap(), &LoadOptions::default()).unwrap();
+    let failure = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        check_with(&lm, "ref_stories260k_tinystories.safetensors", "texts/tinystories.txt", &|logits| logits[7] = f32::NAN)
+    }));
+    let message = failure.expect_err("a NaN logit passed the parity check");
+    let text = message.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(text.contains("not finite"), "the failure does not say what is wrong: {text}");
+    // Without the corruption the same check passes.
+    check(&lm, "ref_stories260k_tinystories.safetensors", "texts/tinystories.txt");
 }
 
 #[test]

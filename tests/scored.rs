@@ -47,7 +47,7 @@ fn score_policies_match_a_pytorch_loop() {
                 simulate_with(&lm.model, &ids, &[p], by_token, &mut |_, _| {}).unwrap().remove(0),
                 simulate(&lm.model, &ids, &[p], &mut |_, _| {}).unwrap().remove(0),
             ] {
-                let worst = o.nll.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+                let worst = common::max_abs_diff("o.nll", &o.nll, &want);
                 let kept = o.kept.expect("a score-based policy reports what it kept");
                 let shares: Vec<f64> = run["kept_first_share"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
                 eprintln!("{name} {}: max |ΔNLL| {worst:.2e}; kept_first_share {:?} vs {shares:?}", o.label, kept.kept_first_share);
@@ -71,7 +71,7 @@ fn per_head_run_matches(lm: &LoadedModel, ids: &[u32], w: usize, run: &serde_jso
         run["gates"].as_array().unwrap().iter().map(|l| l.as_array().unwrap().iter().map(|g| g.as_bool().unwrap()).collect()).collect();
     let o = sinkscope::kv::per_head::simulate_mixed(&lm.model, ids, &gates, run["sinks"].as_u64().unwrap() as usize, w).unwrap().outcome;
     let want: Vec<f64> = run["nll"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-    let worst = o.nll.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    let worst = common::max_abs_diff("o.nll", &o.nll, &want);
     eprintln!("{}: max |ΔNLL| {worst:.2e} vs the PyTorch loop", o.label);
     assert!(o.nll.len() == want.len() && worst < NLL_TOL, "{}: {worst} nats from the PyTorch loop", o.label);
     let kept = o.kept.unwrap();
@@ -137,7 +137,7 @@ fn per_head_policies_span_sink_to_dense() {
     assert!(evidence.alpha0.iter().flatten().all(|a| (0.0..=1.0 + 1e-6).contains(a)));
     assert!(evidence.alpha0.iter().flatten().any(|&a| a > 0.5));
     assert_eq!((score.len(), score[0].len()), (cfg.n_layers, cfg.n_kv_heads));
-    let close = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+    let close = |a: &[f64], b: &[f64]| common::max_abs_diff("NLL", a, b);
     let none = simulate_mixed(&lm.model, &ids, &gates_by_share(&score, 0.0), 4, 64).unwrap();
     let sink = simulate(&lm.model, &ids, &[policy(PolicyKind::Sink, 4, 64, 0)], &mut |_, _| {}).unwrap().remove(0);
     assert!(close(&none.outcome.nll, &sink.nll) < 1e-4, "no retrieval heads vs sink: {}", close(&none.outcome.nll, &sink.nll));

@@ -56,12 +56,13 @@ fn dense_token_by_token_equals_one_batched_forward() {
         nll.push(token_nll(&row, ids[t + 1] as usize));
     }
     let out = simulate(&lm.model, &ids, &[dense], &mut |_, _| {}).unwrap().remove(0);
-    let gap = nll.iter().zip(&out.nll).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    let gap = common::max_abs_diff("nll", &nll, &out.nll);
     assert!(gap < 1e-4, "token-by-token decoding differs from the simulator by {gap}");
     let hidden = lm.model.forward(&ids, None, &mut NoCapture).unwrap();
     let logits: Vec<f32> = lm.model.logits(&hidden).unwrap().flatten_all().unwrap().to_vec1().unwrap();
     let v = lm.model.cfg.vocab_size;
-    let worst = (0..ids.len() - 1).map(|t| (token_nll(&logits[t * v..(t + 1) * v], ids[t + 1] as usize) - out.nll[t]).abs()).fold(0.0, f64::max);
+    let plain: Vec<f64> = (0..ids.len() - 1).map(|t| token_nll(&logits[t * v..(t + 1) * v], ids[t + 1] as usize)).collect();
+    let worst = common::max_abs_diff("NLL from the plain forward", &plain, &out.nll);
     assert!(worst < 1e-4, "dense streaming differs from the batched forward by {worst}");
     assert_eq!(out.cache_len, (1..ids.len()).collect::<Vec<_>>());
 }
@@ -83,7 +84,7 @@ fn evicting_policies_hold_their_budget_and_slot_delta_agree_closely() {
     for kind in [PolicyKind::Window, PolicyKind::Sink, PolicyKind::Keep] {
         let slot = find(kind, PositionMode::Slot);
         let delta = find(kind, PositionMode::Delta);
-        let drift = slot.nll.iter().zip(&delta.nll).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        let drift = common::max_abs_diff("slot.nll", &slot.nll, &delta.nll);
         eprintln!("{:?}: slot vs delta max |ΔNLL| = {drift:.2e}, ppl {:.5} vs {:.5}", kind, slot.ppl, delta.ppl);
         assert!(drift < 1e-2, "delta rotation drifted {drift} from slot");
         assert!(((slot.ppl - delta.ppl) / slot.ppl).abs() < 1e-3);
@@ -108,7 +109,7 @@ fn replay_matches_token_by_token(lm: &LoadedModel, ids: &[u32], w: usize, sinks:
     }
     let blocks = simulate(&lm.model, ids, &policies, &mut |_, _| {}).unwrap();
     let decoded = simulate_with(&lm.model, ids, &policies, SimOptions { token_by_token: true, ..SimOptions::default() }, &mut |_, _| {}).unwrap();
-    let gap = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+    let gap = |a: &[f64], b: &[f64]| common::max_abs_diff("NLL", a, b);
     for (a, b) in blocks.iter().zip(&decoded) {
         let worst = gap(&a.nll, &b.nll);
         // Window's slot and original positions are the same arithmetic in exact numbers.
@@ -332,7 +333,7 @@ fn policies_match_an_independent_pytorch_loop() {
         for ((name, _), o) in runs.iter().zip(&out) {
             let want: Vec<f64> = reference["runs"][name]["nll"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
             assert_eq!(want.len(), o.nll.len(), "{key}/{name}");
-            let worst = o.nll.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            let worst = common::max_abs_diff("o.nll", &o.nll, &want);
             eprintln!("{key}/{name}: max |ΔNLL| vs PyTorch {worst:.2e}, ppl {:.4} vs {:.4}", o.ppl, reference["runs"][name]["ppl"].as_f64().unwrap());
             assert!(worst < 1e-4, "{key}/{name}: per-token NLL differs from the PyTorch loop by {worst}");
             assert_eq!(o.first_eviction_step.map(|v| v as u64), reference["runs"][name]["first_eviction_step"].as_u64(), "{key}/{name}");

@@ -33,7 +33,7 @@ fn outputs(lm: &LoadedModel, tokens: &[u32]) -> (Vec<f32>, Vec<Vec<f32>>) {
 
 fn worst(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max)
+    common::max_abs_diff("values", a, b) as f32
 }
 
 /// `lm` against the reference of the checkpoint stored as `reference`.

@@ -139,3 +139,46 @@ pub fn without_clock(v: &mut serde_json::Value) {
         _ => {}
     }
 }
+
+/// A float the comparison helpers take.
+pub trait Real: Copy {
+    fn to_f64(self) -> f64;
+}
+
+impl Real for f32 {
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+}
+
+impl Real for f64 {
+    fn to_f64(self) -> f64 {
+        self
+    }
+}
+
+/// The largest |got − want| over two lists of equal length. Fails, naming `what` and the first bad
+/// index, when the lengths differ or either side holds NaN or ±∞ — a fold with `f32::max` drops
+/// NaN, so an all-NaN result would otherwise compare as "no difference" and pass any tolerance.
+#[track_caller]
+pub fn max_abs_diff<T: Real>(what: &str, got: &[T], want: &[T]) -> f64 {
+    assert_eq!(got.len(), want.len(), "{what}: {} values against {} in the reference", got.len(), want.len());
+    let mut worst = (0.0f64, None);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let (g, w) = (g.to_f64(), w.to_f64());
+        assert!(g.is_finite() && w.is_finite(), "{what}: value {i} is not finite ({g} against {w} in the reference)");
+        let d = (g - w).abs();
+        if d > worst.0 {
+            worst = (d, Some(i));
+        }
+    }
+    worst.0
+}
+
+/// Asserts the largest |got − want| (see [`max_abs_diff`]) is at most `tol`; returns it.
+#[track_caller]
+pub fn assert_close<T: Real>(what: &str, got: &[T], want: &[T], tol: f64) -> f64 {
+    let worst = max_abs_diff(what, got, want);
+    assert!(worst <= tol, "{what}: differs by {worst:e} > {tol:e}");
+    worst
+}
