@@ -1,7 +1,9 @@
 #!/bin/bash
 # Regenerates notebooks-data/ from sinkscope's own outputs: the demo run (SmolLM2-135M) and the
 # committed stories260K run. Copies tables/*.parquet, figures/*.png and index.md (without the SVG
-# links; SVGs are not committed). Run from the repository root after `cargo build --release`.
+# links; SVGs are not committed) and the run files `dash` opens (capture.json, report.json,
+# stream.json, reductions; heatmaps where they are small). Run from the repository root after
+# `cargo build --release`.
 set -euo pipefail
 S=./target/release/sinkscope
 copy() { # run-dir destination
@@ -9,6 +11,12 @@ copy() { # run-dir destination
   cp -r "$1/tables" "$2/"
   cp "$1"/figures/*.png "$2/figures/"
   grep -v '^\[SVG\](figures/' "$1/index.md" > "$2/index.md"
+  for f in capture.json report.json stream.json stream-text.txt reductions.safetensors; do
+    [ -e "$1/$f" ] && cp "$1/$f" "$2/"
+  done
+  # Heatmaps only where they are small (SmolLM2's are 20 MB).
+  if [ -e "$1/heatmaps.safetensors" ] && [ "$(stat -c %s "$1/heatmaps.safetensors")" -lt 2000000 ]; then cp "$1/heatmaps.safetensors" "$2/"; fi
+  return 0
 }
 $S demo -o /tmp/sinkscope-notebooks-demo
 copy /tmp/sinkscope-notebooks-demo notebooks-data/smollm2-135m
@@ -49,3 +57,5 @@ D=notebooks-data/survey
 rm -rf "$D" && mkdir -p "$D/figures"
 cp -r /tmp/sinkscope-notebooks-survey/tables "$D/" && cp /tmp/sinkscope-notebooks-survey/figures/*.png "$D/figures/"
 cp /tmp/sinkscope-notebooks-survey/survey.md "$D/"
+# What `dash notebooks-data/survey` opens: the survey record, each model's run files, the text.
+cp -r /tmp/sinkscope-notebooks-survey/survey.json /tmp/sinkscope-notebooks-survey/models /tmp/sinkscope-notebooks-survey/stream-text.txt "$D/"
