@@ -565,3 +565,22 @@ fn a_survey_directory_opens_with_its_table() {
     let err = Run::open(&dir).unwrap_err().to_string();
     assert!(err.contains("survey.json") && err.contains("re-run `sinkscope survey`"), "{err}");
 }
+
+/// The committed examples in notebooks-data/ are runs the dashboard opens without a model: every
+/// view draws, and the survey's table lists its three models.
+#[test]
+fn the_committed_examples_open_in_the_dashboard() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("notebooks-data");
+    for (dir, expect) in
+        [("smollm2-135m", "smollm2-135m (llama, gguf)"), ("stories260k", "stories260k (llama, gguf)"), ("survey", "Survey of 3 models")]
+    {
+        let run = Run::open(&root.join(dir)).unwrap_or_else(|e| panic!("notebooks-data/{dir}: {e}"));
+        let mut app = App::new(run);
+        let s = text(&draw(&mut app, 200, 60));
+        assert!(s.contains(expect), "notebooks-data/{dir}: {s}");
+        for tab in Tab::ALL {
+            update(&mut app, Action::GoTab(tab));
+            draw(&mut app, 160, 48);
+        }
+    }
+}
