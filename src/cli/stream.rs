@@ -209,7 +209,7 @@ pub fn run_recommend(args: RecommendArgs) -> Result<()> {
         source: args.text.source(),
         cache: args.cache,
         sinks: args.sinks.clone(),
-        family: args.policy,
+        policy: args.policy,
         recent: scored_window(args.policy, args.recent, args.observe)?,
         delta: args.delta,
         positions: args.positions,

@@ -41,6 +41,18 @@ pub enum PositionMode {
     Delta,
 }
 
+/// How a score-based policy scores the keys it may evict (every match on it is exhaustive, so a
+/// new scorer cannot fall into another's arm).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scorer {
+    /// All the attention a key has received (H2O).
+    H2o,
+    /// The attention of the current query (TOVA).
+    Tova,
+    /// The attention of the last `observe` queries, max-pooled over neighbours (SnapKV).
+    SnapKv,
+}
+
 /// One policy at one budget.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Policy {
@@ -84,7 +96,17 @@ impl Policy {
 
     /// Whether the kept keys are chosen from attention scores, per KV head (h2o, tova, snapkv).
     pub fn is_scored(&self) -> bool {
-        matches!(self.kind, PolicyKind::H2o | PolicyKind::Tova | PolicyKind::Snapkv)
+        self.scorer().is_some()
+    }
+
+    /// How a score-based policy scores keys; `None` for the positional kinds.
+    pub fn scorer(&self) -> Option<Scorer> {
+        match self.kind {
+            PolicyKind::H2o => Some(Scorer::H2o),
+            PolicyKind::Tova => Some(Scorer::Tova),
+            PolicyKind::Snapkv => Some(Scorer::SnapKv),
+            PolicyKind::Dense | PolicyKind::Window | PolicyKind::Sink | PolicyKind::Recompute | PolicyKind::Keep => None,
+        }
     }
 
     /// R for `h2o` and the observation window for `snapkv`, defaults applied.

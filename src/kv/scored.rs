@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::policy::{Policy, PolicyKind, PositionMode};
+use super::policy::{Policy, PositionMode, Scorer};
 use crate::error::{Error, Result};
 use crate::model::decoder::KvStore;
 use crate::model::hook::HookPoint;
@@ -97,14 +97,14 @@ impl HeadSet {
 
     /// Scores the keys with the weights `w` the step's query gave them (summed over the KV
     /// head's query heads).
-    pub(super) fn observe(&mut self, policy: &Policy, w: &[f32]) {
-        match policy.kind {
-            PolicyKind::H2o => self.total.iter_mut().zip(w).for_each(|(s, &x)| *s += x as f64),
-            PolicyKind::Tova => {
+    pub(super) fn observe(&mut self, policy: &Policy, scorer: Scorer, w: &[f32]) {
+        match scorer {
+            Scorer::H2o => self.total.iter_mut().zip(w).for_each(|(s, &x)| *s += x as f64),
+            Scorer::Tova => {
                 self.last.clear();
                 self.last.extend_from_slice(w);
             }
-            _ => {
+            Scorer::SnapKv => {
                 let observe = policy.recent_window();
                 for (ring, &x) in self.recent.iter_mut().zip(w) {
                     ring.push_back(x);
@@ -117,9 +117,9 @@ impl HeadSet {
     }
 
     /// Drops one key, as the policy chooses, when the set holds the budget.
-    pub(super) fn evict_if_full(&mut self, policy: &Policy, dh: usize) {
+    pub(super) fn evict_if_full(&mut self, policy: &Policy, scorer: Scorer, dh: usize) {
         if !self.full && self.pos.len() >= policy.cache {
-            let i = victim(policy, self);
+            let i = victim(policy, scorer, self);
             self.remove(i, dh);
         }
     }
@@ -137,6 +137,7 @@ impl HeadSet {
 /// The cache of one stream under a score-based policy.
 pub struct ScoredCache {
     pub(super) policy: Policy,
+    pub(super) scorer: Scorer,
     n_kv: usize,
     pub(super) d_head: usize,
     pub(super) group: usize,
@@ -149,11 +150,13 @@ pub struct ScoredCache {
 
 impl ScoredCache {
     pub fn new(policy: Policy, n_layers: usize, n_heads: usize, n_kv: usize, d_head: usize) -> Result<Self> {
-        if !policy.is_scored() || policy.positions == PositionMode::Delta {
-            return Err(Error::Internal(format!("ScoredCache cannot run {}", policy.label())));
-        }
+        let scorer = match policy.scorer() {
+            Some(scorer) if policy.positions != PositionMode::Delta => scorer,
+            _ => return Err(Error::Internal(format!("ScoredCache cannot run {}", policy.label()))),
+        };
         Ok(ScoredCache {
             policy,
+            scorer,
             n_kv,
             d_head,
             group: n_heads / n_kv.max(1),
@@ -208,7 +211,7 @@ impl ScoredCache {
     /// budget is full. Keys are scored after the step's attention, so the step's own weights count.
     pub fn observe_and_evict(&mut self, attention: &[Vec<f32>]) -> Result<()> {
         let n = self.len();
-        let (group, dh, policy) = (self.group, self.d_head, self.policy);
+        let (group, dh, policy, scorer) = (self.group, self.d_head, self.policy, self.scorer);
         let step = self.next_stream.saturating_sub(1);
         for (l, layer) in self.sets.iter_mut().enumerate() {
             let a = attention
@@ -221,9 +224,9 @@ impl ScoredCache {
                 for g in 0..group {
                     w.iter_mut().zip(&a[(kv * group + g) * n..][..n]).for_each(|(s, &x)| *s += x);
                 }
-                set.observe(&policy, &w);
+                set.observe(&policy, scorer, &w);
                 self.tally.count(set, step, policy.cache);
-                set.evict_if_full(&policy, dh);
+                set.evict_if_full(&policy, scorer, dh);
             }
         }
         Ok(())
@@ -232,18 +235,18 @@ impl ScoredCache {
 
 /// The key to evict from a full set: the lowest score among the keys the policy may drop (not
 /// pinned, not protected as recent), ties to the older key.
-pub(super) fn victim(policy: &Policy, set: &HeadSet) -> usize {
+pub(super) fn victim(policy: &Policy, scorer: Scorer, set: &HeadSet) -> usize {
     let n = set.pos.len();
-    let protected_tail = match policy.kind {
+    let protected_tail = match scorer {
         // The next query's recent window holds R positions, its own included: R − 1 kept ones.
-        PolicyKind::H2o => policy.recent_window().saturating_sub(1),
-        PolicyKind::Snapkv => policy.recent_window(),
-        _ => 0,
+        Scorer::H2o => policy.recent_window().saturating_sub(1),
+        Scorer::SnapKv => policy.recent_window(),
+        Scorer::Tova => 0,
     };
-    let score: Vec<f64> = match policy.kind {
-        PolicyKind::H2o => set.total.clone(),
-        PolicyKind::Tova => set.last.iter().map(|&x| x as f64).collect(),
-        _ => {
+    let score: Vec<f64> = match scorer {
+        Scorer::H2o => set.total.clone(),
+        Scorer::Tova => set.last.iter().map(|&x| x as f64).collect(),
+        Scorer::SnapKv => {
             let sums: Vec<f64> = set.recent.iter().map(|r| r.iter().map(|&x| x as f64).sum()).collect();
             let half = SNAPKV_KERNEL / 2;
             (0..n).map(|i| sums[i.saturating_sub(half)..(i + half + 1).min(n)].iter().copied().fold(f64::NEG_INFINITY, f64::max)).collect()
@@ -340,6 +343,7 @@ impl HookReceiver for StepAttention {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kv::policy::PolicyKind;
 
     fn set(pos: &[usize], total: &[f64], last: &[f32]) -> HeadSet {
         HeadSet { pos: pos.to_vec(), total: total.to_vec(), last: last.to_vec(), recent: vec![VecDeque::new(); pos.len()], ..HeadSet::default() }
@@ -354,14 +358,14 @@ mod tests {
     fn victims_follow_the_rules() {
         let s = set(&[0, 1, 5, 7, 8, 9], &[0.1, 0.5, 0.5, 0.2, 0.0, 0.0], &[0.3, 0.2, 0.2, 0.9, 0.2, 0.1]);
         // h2o, R = 3: the 2 newest kept keys (8, 9) are protected; lowest score 0.1 at position 0.
-        assert_eq!(victim(&policy(PolicyKind::H2o, 0, 3), &s), 0);
+        assert_eq!(victim(&policy(PolicyKind::H2o, 0, 3), Scorer::H2o, &s), 0);
         // Pin position 0: then 0.2 at position 7 is the lowest left.
-        assert_eq!(victim(&policy(PolicyKind::H2o, 1, 3), &s), 3);
+        assert_eq!(victim(&policy(PolicyKind::H2o, 1, 3), Scorer::H2o, &s), 3);
         // tova: lowest weight 0.1 (position 9, nothing protected); with ties 0.2 at 1, 5, 8 → the oldest.
-        assert_eq!(victim(&policy(PolicyKind::Tova, 0, 0), &s), 5);
+        assert_eq!(victim(&policy(PolicyKind::Tova, 0, 0), Scorer::Tova, &s), 5);
         let tied = set(&[0, 1, 5, 7], &[0.0; 4], &[0.4, 0.2, 0.2, 0.2]);
-        assert_eq!(victim(&policy(PolicyKind::Tova, 0, 0), &tied), 1);
+        assert_eq!(victim(&policy(PolicyKind::Tova, 0, 0), Scorer::Tova, &tied), 1);
         // R = W − S leaves nothing to score: the oldest key not pinned, as `sink` evicts.
-        assert_eq!(victim(&policy(PolicyKind::H2o, 1, 6), &s), 1);
+        assert_eq!(victim(&policy(PolicyKind::H2o, 1, 6), Scorer::H2o, &s), 1);
     }
 }

@@ -66,7 +66,7 @@ impl Attend for BlockAttention<'_> {
     fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _sink: &mut dyn HookReceiver) -> Result<Tensor> {
         let (b, h, dh) = q.dims3()?;
         let kvh = k.dim(1)?;
-        let (l, policy, group) = (at.index, self.cache.policy, self.cache.group);
+        let (l, policy, scorer, group) = (at.index, self.cache.policy, self.cache.scorer, self.cache.group);
         let rope = at.rope;
         let half = rope.rot_dims / 2;
         let Some((cos, sin)) = self.tables.get(at.rope_index) else { return Err(Error::Internal("a layer's RoPE has no tables".into())) };
@@ -123,9 +123,9 @@ impl Attend for BlockAttention<'_> {
                                 summed.iter_mut().zip(&p).for_each(|(s, &x)| *s += x);
                             }
                             let set = &mut self.cache.sets[l][kv];
-                            set.observe(&policy, &summed);
+                            set.observe(&policy, scorer, &summed);
                             self.cache.tally.count(set, step, policy.cache);
-                            set.evict_if_full(&policy, dh);
+                            set.evict_if_full(&policy, scorer, dh);
                         }
                     }
                     Ok(())

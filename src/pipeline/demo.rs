@@ -69,7 +69,7 @@ pub fn run_demo(lm: &mut LoadedModel, opts: &DemoOptions, out: &Path, progress: 
             source: StreamSource { file: text, start_char: 0, tokens: opts.stream_tokens, token_by_token: false },
             cache: opts.cache,
             sinks: vec![0, 1, 2, 4, 8],
-            family: PolicyKind::Sink,
+            policy: PolicyKind::Sink,
             recent: 0,
             delta: 0.02,
             positions: PositionMode::Slot,

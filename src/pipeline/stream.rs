@@ -39,7 +39,7 @@ pub struct SweepOptions {
     /// Sink counts to sweep (0 = a plain window, or the score-based policy unpinned).
     pub sinks: Vec<usize>,
     /// The policy whose S is swept: `sink` (S = 0 is `window`), `h2o`, `tova` or `snapkv`.
-    pub family: PolicyKind,
+    pub policy: PolicyKind,
     /// R for `h2o`, the observation window for `snapkv` (0: their defaults).
     pub recent: usize,
     /// Recommend the smallest S within this fraction of the best post-eviction perplexity.
@@ -68,11 +68,11 @@ impl SweepOptions {
         if self.sinks.is_empty() {
             return Err(Error::input("--sinks needs at least one value"));
         }
-        if !matches!(self.family, PolicyKind::Sink | PolicyKind::Window | PolicyKind::H2o | PolicyKind::Tova | PolicyKind::Snapkv) {
-            let kind = format!("{:?}", self.family).to_lowercase();
+        if !matches!(self.policy, PolicyKind::Sink | PolicyKind::Window | PolicyKind::H2o | PolicyKind::Tova | PolicyKind::Snapkv) {
+            let kind = format!("{:?}", self.policy).to_lowercase();
             return Err(Error::input(format!("recommend sweeps the S of sink, h2o, tova or snapkv; --policy {kind} has none")));
         }
-        if self.recent != 0 && !matches!(self.family, PolicyKind::H2o | PolicyKind::Snapkv) {
+        if self.recent != 0 && !matches!(self.policy, PolicyKind::H2o | PolicyKind::Snapkv) {
             return Err(Error::input("--recent is for --policy h2o, --observe for --policy snapkv"));
         }
         if self.recompute_every == Some(0) {
@@ -142,7 +142,7 @@ pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>,
     sinks.dedup();
     let mut policies: Vec<Policy> = sinks
         .iter()
-        .map(|&s| match opts.family {
+        .map(|&s| match opts.policy {
             PolicyKind::Sink | PolicyKind::Window => Policy {
                 kind: if s == 0 { PolicyKind::Window } else { PolicyKind::Sink },
                 sinks: s,

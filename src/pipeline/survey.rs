@@ -234,7 +234,7 @@ fn sweep_options(opts: &SurveyOptions, file: PathBuf, cache: usize) -> SweepOpti
         source: StreamSource { file, start_char: 0, tokens: opts.tokens, token_by_token: false },
         cache,
         sinks: opts.sinks.clone(),
-        family: PolicyKind::Sink,
+        policy: PolicyKind::Sink,
         recent: 0,
         delta: 0.02,
         positions: PositionMode::Slot,
