@@ -35,166 +35,189 @@ fn opt<T: ToString>(v: Option<T>) -> String {
 
 /// The current view's export, or why there is none.
 pub fn build(app: &App) -> std::result::Result<Export, String> {
-    let mut s = String::new();
-    let d = &app.data;
-    let run = &app.run;
     match app.tab {
-        Tab::Overview => {
-            let a = run.analysis.as_ref();
-            let rec = run.stream.as_ref().and_then(|s| s.recommendation.as_ref());
-            let value = serde_json::json!({
-                "run": run.dir.display().to_string(),
-                "model": run.model(),
-                "text": run.text_name(),
-                "n_tokens": run.tokens().map_or(0, <[_]>::len),
-                "sink_positions": a.map(|a| &a.sink_positions),
-                "text_sink_positions": d.text_sinks.iter().map(|s| serde_json::json!({"pos": s.pos, "token": s.token, "heads": s.heads.len(), "mean_alpha": s.mean_alpha})).collect::<Vec<_>>(),
-                "sink_score_percent": a.map(|a| &a.sink_score),
-                "epsilon": d.epsilon,
-                "f_attn": a.map(|a| a.f_attn),
-                "top_ablation_heads": a.and_then(|a| a.ablation.as_ref()).map(|ab| &ab.top_heads),
-                "massive": a.map(|a| &a.massive),
-                "recommended_sinks": rec.and_then(|r| r.recommended_sinks),
-                "cache": rec.map(|r| r.cache),
-                "verdict": rec.map(|r| &r.verdict),
-            });
-            let mut bytes = serde_json::to_vec_pretty(&value).map_err(|e| e.to_string())?;
-            bytes.push(b'\n');
-            Ok(Export { name: "overview.json".into(), bytes, what: "overview".into() })
-        }
-        Tab::Grid => {
-            s.push_str("layer,head,class");
-            for k in 0..d.alpha_k {
-                let _ = write!(s, ",alpha_{k}");
-            }
-            s.push('\n');
-            for l in 0..d.n_layers {
-                for h in 0..d.n_heads {
-                    let _ = write!(s, "{l},{h},{}", opt(d.class(l, h)));
-                    for k in 0..d.alpha_k {
-                        let _ = write!(s, ",{}", opt(d.alpha(l, h, k)));
-                    }
-                    s.push('\n');
-                }
-            }
-            Ok(Export { name: "grid-alpha.csv".into(), bytes: s.into_bytes(), what: format!("α_k per head ({})", d.alpha_source) })
-        }
-        Tab::Heatmap => {
-            let maps = run.heatmaps.as_ref().ok_or("no heatmaps in this run")?;
-            app.heat_dims().ok_or("the heatmaps do not cover the selected head")?;
-            let src = source(app, maps);
-            s.push_str("layer,head,query_from,query_to,key_from,key_to,attention\n");
-            for r in 0..src.rows {
-                for c in 0..src.cols {
-                    if src.masked(r, c) {
-                        continue;
-                    }
-                    let (k0, k1) = if app.heat.focus { (c, c + 1) } else { (maps.edges[c], maps.edges[c + 1]) };
-                    let _ = writeln!(s, "{},{},{},{},{k0},{k1},{}", app.layer, app.head, maps.edges[r], maps.edges[r + 1], src.get(r, c));
-                }
-            }
-            let kind = if app.heat.focus { "early" } else { "map" };
-            Ok(Export {
-                name: format!("heatmap-L{}H{}-{kind}.csv", app.layer, app.head),
-                bytes: s.into_bytes(),
-                what: format!("attention of L{}H{} ([from, to) ranges)", app.layer, app.head),
-            })
-        }
-        Tab::Tokens => {
-            let weights = app.token_weights.as_ref().ok_or("no per-position attention in this run")?;
-            let tokens = run.tokens().unwrap_or(&[]);
-            let (scope, measure) = (format!("{:?}", app.scope).to_lowercase(), format!("{:?}", app.measure).to_lowercase());
-            s.push_str("pos,id,token,scope,layer,head,measure,value,sink\n");
-            for (i, t) in tokens.iter().enumerate() {
-                let _ = writeln!(
-                    s,
-                    "{i},{},{},{scope},{},{},{measure},{},{}",
-                    t.id,
-                    field(&t.piece),
-                    app.layer,
-                    app.head,
-                    opt(weights.get(i)),
-                    d.is_sink.get(i).copied().unwrap_or(false)
-                );
-            }
-            Ok(Export { name: format!("tokens-{scope}-{measure}.csv"), bytes: s.into_bytes(), what: "attention received per token".into() })
-        }
-        Tab::Activations => {
-            if d.layers.is_empty() {
-                return Err("no per-layer magnitudes in this run".into());
-            }
-            s.push_str("layer,max_abs,max_pos,max_dim,median_abs,ratio_to_median,massive_dims\n");
-            for l in &d.layers {
-                let dims: Vec<String> = l.massive_dims.iter().map(|d| d.to_string()).collect();
-                let ratio = if l.median_abs > 0.0 { (l.max_abs / l.median_abs).to_string() } else { String::new() };
-                let _ = writeln!(
-                    s,
-                    "{},{},{},{},{},{ratio},{}",
-                    l.layer,
-                    l.max_abs,
-                    opt(l.max_pos),
-                    opt(l.max_dim),
-                    l.median_abs,
-                    field(&dims.join(" "))
-                );
-            }
-            Ok(Export { name: "activations.csv".into(), bytes: s.into_bytes(), what: "per-layer max and median |h|".into() })
-        }
-        Tab::Streaming => {
-            let stream = run.stream.as_ref().ok_or("no stream.json in this run")?;
-            let rec = stream.recommendation.as_ref();
-            s.push_str("policy,sinks,cache,ppl,ppl_after_eviction,ratio_to_best,first_eviction_step,cliff_step,tokens_per_s,recommended\n");
-            for o in &stream.outcomes {
-                let row = rec.and_then(|r| r.table.iter().find(|t| t.label == o.label));
-                let recommended = rec.is_some_and(|r| r.recommended_sinks.is_some() && row.is_some_and(|t| t.sinks == r.recommended_sinks));
-                let _ = writeln!(
-                    s,
-                    "{},{},{},{},{},{},{},{},{},{recommended}",
-                    field(&o.label),
-                    o.policy.sinks,
-                    o.policy.cache,
-                    o.ppl,
-                    opt(o.ppl_after_eviction),
-                    opt(row.and_then(|t| t.ratio_to_best)),
-                    opt(o.first_eviction_step),
-                    opt(o.cliff_step),
-                    o.tokens_per_s
-                );
-            }
-            Ok(Export { name: "streaming-sweep.csv".into(), bytes: s.into_bytes(), what: "the sweep table".into() })
-        }
-        Tab::Survey => {
-            let survey = run.survey.as_ref().ok_or("this run was not opened through a survey")?;
-            s.push_str("model,family,n_params,sink_0,f_attn,max_activation,max_to_median,first_massive_layer,text,cache,tokens,window_ppl,best_ppl,window_ratio,recommended_sinks,streaming_heads\n");
-            for r in &survey.rows {
-                for w in &r.sweeps {
-                    let _ = writeln!(
-                        s,
-                        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-                        field(&r.model),
-                        field(&r.family),
-                        r.n_params,
-                        r.sink_0,
-                        r.f_attn,
-                        r.max_activation,
-                        r.max_to_median,
-                        opt(r.first_massive_layer),
-                        field(&w.text),
-                        w.cache,
-                        w.tokens,
-                        opt(w.window_ppl),
-                        opt(w.best_ppl),
-                        opt(w.window_ratio),
-                        opt(w.recommended_sinks),
-                        opt(w.streaming_heads)
-                    );
-                }
-            }
-            Ok(Export { name: "survey.csv".into(), bytes: s.into_bytes(), what: "the survey table".into() })
-        }
+        Tab::Overview => overview(app),
+        Tab::Grid => grid(app),
+        Tab::Heatmap => heatmap(app),
+        Tab::Tokens => tokens(app),
+        Tab::Activations => activations(app),
+        Tab::Streaming => streaming(app),
+        Tab::Survey => survey(app),
     }
 }
 
+/// The Overview's facts as JSON.
+fn overview(app: &App) -> std::result::Result<Export, String> {
+    let d = &app.data;
+    let run = &app.run;
+    let a = run.analysis.as_ref();
+    let rec = run.stream.as_ref().and_then(|s| s.recommendation.as_ref());
+    let value = serde_json::json!({
+        "run": run.dir.display().to_string(),
+        "model": run.model(),
+        "text": run.text_name(),
+        "n_tokens": run.tokens().map_or(0, <[_]>::len),
+        "sink_positions": a.map(|a| &a.sink_positions),
+        "text_sink_positions": d.text_sinks.iter().map(|s| serde_json::json!({"pos": s.pos, "token": s.token, "heads": s.heads.len(), "mean_alpha": s.mean_alpha})).collect::<Vec<_>>(),
+        "sink_score_percent": a.map(|a| &a.sink_score),
+        "epsilon": d.epsilon,
+        "f_attn": a.map(|a| a.f_attn),
+        "top_ablation_heads": a.and_then(|a| a.ablation.as_ref()).map(|ab| &ab.top_heads),
+        "massive": a.map(|a| &a.massive),
+        "recommended_sinks": rec.and_then(|r| r.recommended_sinks),
+        "cache": rec.map(|r| r.cache),
+        "verdict": rec.map(|r| &r.verdict),
+    });
+    let mut bytes = serde_json::to_vec_pretty(&value).map_err(|e| e.to_string())?;
+    bytes.push(b'\n');
+    Ok(Export { name: "overview.json".into(), bytes, what: "overview".into() })
+}
+
+/// α_k per head as CSV.
+fn grid(app: &App) -> std::result::Result<Export, String> {
+    let mut s = String::new();
+    let d = &app.data;
+    s.push_str("layer,head,class");
+    for k in 0..d.alpha_k {
+        let _ = write!(s, ",alpha_{k}");
+    }
+    s.push('\n');
+    for l in 0..d.n_layers {
+        for h in 0..d.n_heads {
+            let _ = write!(s, "{l},{h},{}", opt(d.class(l, h)));
+            for k in 0..d.alpha_k {
+                let _ = write!(s, ",{}", opt(d.alpha(l, h, k)));
+            }
+            s.push('\n');
+        }
+    }
+    Ok(Export { name: "grid-alpha.csv".into(), bytes: s.into_bytes(), what: format!("α_k per head ({})", d.alpha_source) })
+}
+
+/// The selected head's heatmap cells as CSV.
+fn heatmap(app: &App) -> std::result::Result<Export, String> {
+    let mut s = String::new();
+    let run = &app.run;
+    let maps = run.heatmaps.as_ref().ok_or("no heatmaps in this run")?;
+    app.heat_dims().ok_or("the heatmaps do not cover the selected head")?;
+    let src = source(app, maps);
+    s.push_str("layer,head,query_from,query_to,key_from,key_to,attention\n");
+    for r in 0..src.rows {
+        for c in 0..src.cols {
+            if src.masked(r, c) {
+                continue;
+            }
+            let (k0, k1) = if app.heat.focus { (c, c + 1) } else { (maps.edges[c], maps.edges[c + 1]) };
+            let _ = writeln!(s, "{},{},{},{},{k0},{k1},{}", app.layer, app.head, maps.edges[r], maps.edges[r + 1], src.get(r, c));
+        }
+    }
+    let kind = if app.heat.focus { "early" } else { "map" };
+    Ok(Export {
+        name: format!("heatmap-L{}H{}-{kind}.csv", app.layer, app.head),
+        bytes: s.into_bytes(),
+        what: format!("attention of L{}H{} ([from, to) ranges)", app.layer, app.head),
+    })
+}
+
+/// Attention received per token as CSV.
+fn tokens(app: &App) -> std::result::Result<Export, String> {
+    let mut s = String::new();
+    let d = &app.data;
+    let run = &app.run;
+    let weights = app.token_weights.as_ref().ok_or("no per-position attention in this run")?;
+    let tokens = run.tokens().unwrap_or(&[]);
+    let (scope, measure) = (format!("{:?}", app.scope).to_lowercase(), format!("{:?}", app.measure).to_lowercase());
+    s.push_str("pos,id,token,scope,layer,head,measure,value,sink\n");
+    for (i, t) in tokens.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "{i},{},{},{scope},{},{},{measure},{},{}",
+            t.id,
+            field(&t.piece),
+            app.layer,
+            app.head,
+            opt(weights.get(i)),
+            d.is_sink.get(i).copied().unwrap_or(false)
+        );
+    }
+    Ok(Export { name: format!("tokens-{scope}-{measure}.csv"), bytes: s.into_bytes(), what: "attention received per token".into() })
+}
+
+/// Per-layer magnitudes as CSV.
+fn activations(app: &App) -> std::result::Result<Export, String> {
+    let mut s = String::new();
+    let d = &app.data;
+    if d.layers.is_empty() {
+        return Err("no per-layer magnitudes in this run".into());
+    }
+    s.push_str("layer,max_abs,max_pos,max_dim,median_abs,ratio_to_median,massive_dims\n");
+    for l in &d.layers {
+        let dims: Vec<String> = l.massive_dims.iter().map(|d| d.to_string()).collect();
+        let ratio = if l.median_abs > 0.0 { (l.max_abs / l.median_abs).to_string() } else { String::new() };
+        let _ = writeln!(s, "{},{},{},{},{},{ratio},{}", l.layer, l.max_abs, opt(l.max_pos), opt(l.max_dim), l.median_abs, field(&dims.join(" ")));
+    }
+    Ok(Export { name: "activations.csv".into(), bytes: s.into_bytes(), what: "per-layer max and median |h|".into() })
+}
+
+/// The sweep table as CSV.
+fn streaming(app: &App) -> std::result::Result<Export, String> {
+    let mut s = String::new();
+    let run = &app.run;
+    let stream = run.stream.as_ref().ok_or("no stream.json in this run")?;
+    let rec = stream.recommendation.as_ref();
+    s.push_str("policy,sinks,cache,ppl,ppl_after_eviction,ratio_to_best,first_eviction_step,cliff_step,tokens_per_s,recommended\n");
+    for o in &stream.outcomes {
+        let row = rec.and_then(|r| r.table.iter().find(|t| t.label == o.label));
+        let recommended = rec.is_some_and(|r| r.recommended_sinks.is_some() && row.is_some_and(|t| t.sinks == r.recommended_sinks));
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{},{},{},{},{recommended}",
+            field(&o.label),
+            o.policy.sinks,
+            o.policy.cache,
+            o.ppl,
+            opt(o.ppl_after_eviction),
+            opt(row.and_then(|t| t.ratio_to_best)),
+            opt(o.first_eviction_step),
+            opt(o.cliff_step),
+            o.tokens_per_s
+        );
+    }
+    Ok(Export { name: "streaming-sweep.csv".into(), bytes: s.into_bytes(), what: "the sweep table".into() })
+}
+
+/// The survey table as CSV.
+fn survey(app: &App) -> std::result::Result<Export, String> {
+    let mut s = String::new();
+    let run = &app.run;
+    let survey = run.survey.as_ref().ok_or("this run was not opened through a survey")?;
+    s.push_str("model,family,n_params,sink_0,f_attn,max_activation,max_to_median,first_massive_layer,text,cache,tokens,window_ppl,best_ppl,window_ratio,recommended_sinks,streaming_heads\n");
+    for r in &survey.rows {
+        for w in &r.sweeps {
+            let _ = writeln!(
+                s,
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                field(&r.model),
+                field(&r.family),
+                r.n_params,
+                r.sink_0,
+                r.f_attn,
+                r.max_activation,
+                r.max_to_median,
+                opt(r.first_massive_layer),
+                field(&w.text),
+                w.cache,
+                w.tokens,
+                opt(w.window_ppl),
+                opt(w.best_ppl),
+                opt(w.window_ratio),
+                opt(w.recommended_sinks),
+                opt(w.streaming_heads)
+            );
+        }
+    }
+    Ok(Export { name: "survey.csv".into(), bytes: s.into_bytes(), what: "the survey table".into() })
+}
 /// Writes the current view's export (and its figure, when it has one) into RUN_DIR/exports/;
 /// returns the paths written.
 pub fn write(app: &App) -> Result<Vec<PathBuf>> {
