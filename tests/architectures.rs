@@ -35,7 +35,7 @@ fn matches_transformers(family: &str, model_path: &str) {
         let (shape, reference) = fx.f32(&format!("pattern.{l}"));
         let (ours_shape, ours) = sink.get(&HookPoint::Pattern(l)).unwrap();
         assert_eq!(ours_shape[..], shape[..], "{family} layer {l}");
-        worst_pattern = worst_pattern.max(common::max_abs_diff(&format!("{family} pattern {l}"), &ours, &reference) as f32);
+        worst_pattern = worst_pattern.max(common::max_abs_diff(&format!("{family} pattern {l}"), ours, &reference) as f32);
     }
     // The mass each head's learned sink logit took, [head, query] (HF: 1 − the row's sum).
     let mut worst_sink = 0f32;
@@ -43,7 +43,7 @@ fn matches_transformers(family: &str, model_path: &str) {
         let (shape, reference) = fx.f32(&format!("sink_prob.{l}"));
         let (ours_shape, ours) = sink.get(&HookPoint::SinkProb(l)).unwrap();
         assert_eq!(ours_shape[..], shape[..], "{family} layer {l}");
-        worst_sink = worst_sink.max(common::max_abs_diff(&format!("{family} learned-sink mass {l}"), &ours, &reference) as f32);
+        worst_sink = worst_sink.max(common::max_abs_diff(&format!("{family} learned-sink mass {l}"), ours, &reference) as f32);
     }
     assert!(worst_sink <= SINK_TOL, "{family}: learned-sink mass differs from transformers by {worst_sink} > {SINK_TOL}");
     eprintln!("{family} ({model_path}): T={t} max |Δlogit| {worst_logit:.2e}, max |Δpattern| {worst_pattern:.2e}, max |Δsink mass| {worst_sink:.2e}");

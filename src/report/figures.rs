@@ -4,6 +4,7 @@
 
 #[cfg(feature = "plots")]
 use super::charts::{BarChart, IntervalChart, LineChart};
+#[cfg(feature = "plots")]
 use super::plot::{HeadGrid, HeadHeatmap, Scale, MAX_LABELLED_TOKENS};
 use super::run::Run;
 #[cfg(feature = "plots")]
