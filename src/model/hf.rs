@@ -9,6 +9,7 @@ use candle_core::{Device, Tensor};
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value as Json;
 
+use super::decoder::config::MAX_SIZE;
 use super::decoder::{DecoderConfig, LayerAttn, MlpKind, Moe, Param};
 use super::family::{Family, TensorContext};
 use super::rope::{RopeLayout, Yarn};
@@ -51,6 +52,9 @@ pub fn read_config(dir: &Path) -> Result<(DecoderConfig, bool, Family, String)> 
     let d_model = req("hidden_size")?;
     let n_heads = req("num_attention_heads")?;
     let n_layers = req("num_hidden_layers")?;
+    if n_layers == 0 || n_layers > MAX_SIZE {
+        return Err(Error::file(&path, format!("model configuration is impossible: layers = {n_layers}")));
+    }
     let rope_theta = json
         .get("rope_theta")
         .or_else(|| json.pointer("/rope_parameters/rope_theta"))
@@ -289,7 +293,10 @@ mod tests {
     use super::*;
 
     fn config(json: &str) -> Result<DecoderConfig> {
-        let dir = std::env::temp_dir().join(format!("sinkscope-hf-config-{}-{}", std::process::id(), json.len()));
+        // One directory per call: tests run in parallel threads of one process.
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("sinkscope-hf-config-{}-{call}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("config.json"), json).unwrap();
         let cfg = read_config(&dir).map(|(cfg, ..)| cfg);
@@ -324,5 +331,13 @@ mod tests {
             r#"{{"model_type": "llama", {SHAPE}, "num_hidden_layers": 2, "sliding_window": 8, "layer_types": ["chunked_attention", "full_attention"]}}"#
         ));
         assert!(chunked.is_err_and(|e| e.to_string().contains("chunked_attention")));
+    }
+
+    #[test]
+    fn an_impossible_layer_count_is_refused_before_anything_is_allocated() {
+        for family in ["llama", "gemma3_text", "gpt_oss"] {
+            let huge = config(&format!(r#"{{"model_type": "{family}", {SHAPE}, "num_hidden_layers": 1000000000000, "sliding_window": 16}}"#));
+            assert!(huge.is_err_and(|e| e.to_string().contains("impossible")), "{family}");
+        }
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use candle_core::quantized::GgmlDType;
 use candle_core::DType;
 
+use super::decoder::config::MAX_SIZE;
 use super::decoder::{Decoder, DecoderConfig, LayerAttn, Param, WeightDtype};
 use super::family::Family;
 use super::gguf;
@@ -175,6 +176,9 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
         switches.parallel_residual = parallel;
     }
     let n_layers = file.req_u64(&key("block_count"))? as usize;
+    if n_layers == 0 || n_layers > MAX_SIZE {
+        return Err(Error::file(path, format!("model configuration is impossible: layers = {n_layers}")));
+    }
     let rope_theta = file.opt_f64(&key("rope.freq_base")).unwrap_or(10000.0);
     let layers = match windows {
         Some((w, layout)) => LayerAttn::every_nth_global(n_layers, layout.global_every, w, rope_theta, layout.local_rope_theta),

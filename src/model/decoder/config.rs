@@ -164,6 +164,10 @@ pub struct ArchSwitches {
     pub final_logit_softcap: Option<f64>,
 }
 
+/// The largest count (layers, heads, widths, vocabulary) a configuration may give: larger ones are
+/// refused before anything is allocated for them.
+pub const MAX_SIZE: usize = 1 << 24;
+
 /// Llama's switches: every other family's starting point.
 pub const LLAMA: ArchSwitches = ArchSwitches {
     qk_norm: QkNorm::None,
@@ -214,7 +218,7 @@ impl DecoderConfig {
             ("d_ff", self.d_ff),
             ("vocab", self.vocab_size),
         ] {
-            if v == 0 || v > 1 << 24 {
+            if v == 0 || v > MAX_SIZE {
                 return Err(bad(format!("{name} = {v}")));
             }
         }

@@ -9,7 +9,7 @@ use serde_json::{Map, Value as Json};
 
 use super::spec::{FamilySpec, GgufWindows, HfNames, TensorContext, LLAMA_FIXED, LLAMA_MODULES};
 use crate::error::Result;
-use crate::model::decoder::config::{ArchSwitches, MlpKind, NormPlacement, QkNorm, LLAMA};
+use crate::model::decoder::config::{ArchSwitches, MlpKind, NormPlacement, QkNorm, LLAMA, MAX_SIZE};
 use crate::model::rope::RopeLayout;
 
 pub const SPEC: FamilySpec = FamilySpec {
@@ -37,7 +37,8 @@ pub const SPEC: FamilySpec = FamilySpec {
 fn layer_types_from_pattern(json: &mut Map<String, Json>, _: &Path) -> Result<()> {
     if json.get("layer_types").is_none_or(Json::is_null) {
         let every = json.get("sliding_window_pattern").or_else(|| json.get("_sliding_window_pattern")).and_then(Json::as_u64).unwrap_or(6).max(1);
-        let layers = json.get("num_hidden_layers").and_then(Json::as_u64).unwrap_or(0);
+        // An impossible count is refused by the reader; nothing is spelled out for it here.
+        let layers = json.get("num_hidden_layers").and_then(Json::as_u64).filter(|&n| n <= MAX_SIZE as u64).unwrap_or(0);
         let types = (0..layers).map(|l| Json::from(if (l + 1) % every == 0 { "full_attention" } else { "sliding_attention" })).collect();
         json.insert("layer_types".into(), Json::Array(types));
     }

@@ -8,7 +8,7 @@ use serde_json::{Map, Value as Json};
 
 use super::spec::{keep, FamilySpec, HfNames, LLAMA_FIXED, LLAMA_MODULES};
 use crate::error::Result;
-use crate::model::decoder::config::{ArchSwitches, MlpKind, Moe, LLAMA};
+use crate::model::decoder::config::{ArchSwitches, MlpKind, Moe, LLAMA, MAX_SIZE};
 use crate::model::rope::RopeLayout;
 
 pub const SPEC: FamilySpec = FamilySpec {
@@ -44,7 +44,8 @@ pub const SPEC: FamilySpec = FamilySpec {
 /// first.
 fn alternating_layer_types(json: &mut Map<String, Json>, _: &Path) -> Result<()> {
     if json.get("layer_types").is_none_or(Json::is_null) {
-        let layers = json.get("num_hidden_layers").and_then(Json::as_u64).unwrap_or(0);
+        // An impossible count is refused by the reader; nothing is spelled out for it here.
+        let layers = json.get("num_hidden_layers").and_then(Json::as_u64).filter(|&n| n <= MAX_SIZE as u64).unwrap_or(0);
         let types = (0..layers).map(|l| Json::from(if l % 2 == 1 { "full_attention" } else { "sliding_attention" })).collect();
         json.insert("layer_types".into(), Json::Array(types));
     }
