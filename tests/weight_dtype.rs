@@ -31,6 +31,13 @@ fn outputs(lm: &LoadedModel, tokens: &[u32]) -> (Vec<f32>, Vec<Vec<f32>>) {
     (logits, patterns)
 }
 
+/// The largest difference over every layer's pattern, layer by layer (each layer the same size on
+/// both sides).
+fn worst_pattern(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    assert_eq!(a.iter().map(Vec::len).collect::<Vec<_>>(), b.iter().map(Vec::len).collect::<Vec<_>>(), "pattern shapes differ");
+    worst(&a.concat(), &b.concat())
+}
+
 fn worst(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     common::max_abs_diff("values", a, b) as f32
@@ -42,7 +49,8 @@ fn check(what: &str, lm: &LoadedModel, reference: &str) {
     let tokens: Vec<u32> = fx.i64("tokens").iter().map(|&t| t as u32).collect();
     let (logits, patterns) = outputs(lm, &tokens);
     let d_logit = worst(&logits, &fx.f32("logits").1);
-    let d_pattern = patterns.iter().enumerate().map(|(l, p)| worst(p, &fx.f32(&format!("pattern.{l}")).1)).fold(0f32, f32::max);
+    let reference_patterns: Vec<Vec<f32>> = (0..patterns.len()).map(|l| fx.f32(&format!("pattern.{l}")).1).collect();
+    let d_pattern = worst_pattern(&patterns, &reference_patterns);
     eprintln!("{what} vs transformers on the {reference} checkpoint: max |Δlogit| {d_logit:.2e}, max |Δpattern| {d_pattern:.2e}");
     assert!(d_logit <= LOGIT_TOL, "{what}: logits differ by {d_logit} > {LOGIT_TOL}");
     assert!(d_pattern <= PATTERN_TOL, "{what}: patterns differ by {d_pattern} > {PATTERN_TOL}");
@@ -83,7 +91,7 @@ fn half_storage_halves_the_matrices_and_computes_the_same_numbers() {
     let (a, pa) = outputs(&half, &tokens);
     let (b, pb) = outputs(&full, &tokens);
     let d_logit = worst(&a, &b);
-    let d_pattern = pa.iter().zip(&pb).map(|(x, y)| worst(x, y)).fold(0f32, f32::max);
+    let d_pattern = worst_pattern(&pa, &pb);
     eprintln!("bf16-kept vs widened at load: max |Δlogit| {d_logit:.2e}, max |Δpattern| {d_pattern:.2e}");
     assert!(d_logit <= 1e-5 && d_pattern <= 1e-6, "{d_logit} / {d_pattern}");
 }
@@ -116,7 +124,7 @@ fn an_f16_gguf_is_kept_half_and_equals_rounding_on_load() {
     let fx = Fixture::open(&common::fixture("arch/qwen3/reference.safetensors"));
     let tokens: Vec<u32> = fx.i64("tokens").iter().map(|&t| t as u32).collect();
     let ((a, pa), (b, pb)) = (outputs(&gguf, &tokens), outputs(&rounded, &tokens));
-    let (d_logit, d_pattern) = (worst(&a, &b), pa.iter().zip(&pb).map(|(x, y)| worst(x, y)).fold(0f32, f32::max));
+    let (d_logit, d_pattern) = (worst(&a, &b), worst_pattern(&pa, &pb));
     // Against the f32 weights' reference: only the rounding of the weights to f16 differs.
     let d_f32 = worst(&a, &fx.f32("logits").1);
     eprintln!(

@@ -162,23 +162,30 @@ impl Real for f64 {
 /// NaN, so an all-NaN result would otherwise compare as "no difference" and pass any tolerance.
 #[track_caller]
 pub fn max_abs_diff<T: Real>(what: &str, got: &[T], want: &[T]) -> f64 {
+    worst_abs_diff(what, got, want).0
+}
+
+/// [`max_abs_diff`] and the index where it is reached (0 for empty lists).
+#[track_caller]
+pub fn worst_abs_diff<T: Real>(what: &str, got: &[T], want: &[T]) -> (f64, usize) {
     assert_eq!(got.len(), want.len(), "{what}: {} values against {} in the reference", got.len(), want.len());
-    let mut worst = (0.0f64, None);
+    let mut worst = (0.0f64, 0);
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let (g, w) = (g.to_f64(), w.to_f64());
         assert!(g.is_finite() && w.is_finite(), "{what}: value {i} is not finite ({g} against {w} in the reference)");
         let d = (g - w).abs();
         if d > worst.0 {
-            worst = (d, Some(i));
+            worst = (d, i);
         }
     }
-    worst.0
+    worst
 }
 
-/// Asserts the largest |got − want| (see [`max_abs_diff`]) is at most `tol`; returns it.
+/// Asserts the largest |got − want| (see [`max_abs_diff`]) is at most `tol`, naming where it is
+/// reached; returns it.
 #[track_caller]
 pub fn assert_close<T: Real>(what: &str, got: &[T], want: &[T], tol: f64) -> f64 {
-    let worst = max_abs_diff(what, got, want);
-    assert!(worst <= tol, "{what}: differs by {worst:e} > {tol:e}");
+    let (worst, at) = worst_abs_diff(what, got, want);
+    assert!(worst <= tol, "{what}: differs by {worst:e} > {tol:e} at index {at}");
     worst
 }

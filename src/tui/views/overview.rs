@@ -10,7 +10,7 @@ use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::{block, heading, kv, quoted, DIM, WARN};
-use crate::analysis::findings::Diagnosis;
+use crate::analysis::findings::ClassCounts;
 use crate::metrics::massive;
 use crate::tui::state::App;
 use crate::tui::widgets::colour::short;
@@ -173,8 +173,8 @@ fn findings_lines(app: &App) -> Vec<Line<'static>> {
     heads.sort_by(|a, b| b.0.total_cmp(&a.0));
     let top: Vec<String> = heads.iter().take(5).map(|(a, l, h)| format!("L{l}H{h} {a:.2}")).collect();
     v.push(Line::from(format!("  {}", top.join(" · "))));
-    if let Some(a) = &run.analysis {
-        v.push(kv("head classes", Diagnosis::of(a).classes.describe(" · ")));
+    if let Some(classes) = &data.classes {
+        v.push(kv("head classes", ClassCounts::of(classes.iter().flatten().copied()).describe(" · ")));
     }
     v.push(Line::from(""));
     v.push(heading("Causal dependency (key masked → ΔNLL)"));
