@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use sinkscope::kv::{simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
+use sinkscope::kv::{simulate_with, Eviction, Policy, PositionMode, SimOptions};
 use sinkscope::model::receiver::NoCapture;
 use sinkscope::model::{load, LoadOptions};
 
@@ -32,7 +32,7 @@ fn main() {
     let start = text.char_indices().nth(text.chars().count() / 3).map_or(0, |(i, _)| i);
     // W tokens fill the budget (the shared prefix), then `steps` scored steps.
     let ids: Vec<u32> = lm.tokenizer.encode(&text[start..]).unwrap().into_iter().take(w + steps + 1).collect();
-    let recompute = Policy { kind: PolicyKind::Recompute, sinks: 0, cache: w, positions: PositionMode::Slot, recent: 0 };
+    let recompute = Policy::new(Eviction::Recompute, w, PositionMode::Slot);
     let (mut single, mut batched) = (Vec::new(), Vec::new());
     let mut worst = 0f64;
     for _ in 0..repeat.max(1) {

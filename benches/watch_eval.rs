@@ -12,7 +12,7 @@
 
 use sinkscope::analysis::sink_loss::{watch, WatchOptions};
 use sinkscope::io::trace::{evictions_from_lengths, Trace, TraceFormat, TraceRequest};
-use sinkscope::kv::{simulate, Policy, PolicyKind, PositionMode};
+use sinkscope::kv::{simulate, Eviction, Policy, PolicyKind, PositionMode};
 use sinkscope::metrics::changepoint::StepOptions;
 use sinkscope::model::{load, LoadOptions};
 
@@ -22,7 +22,7 @@ fn arg(name: &str) -> Option<String> {
 }
 
 fn policy(kind: PolicyKind, sinks: usize, cache: usize) -> Policy {
-    Policy { kind, sinks, cache, positions: PositionMode::Slot, recent: 0 }
+    Policy::new(Eviction::of_kind(kind, sinks, None), cache, PositionMode::Slot)
 }
 
 struct Row {
@@ -98,9 +98,9 @@ fn main() {
                         let traces: Vec<_> = outcomes
                             .iter()
                             .map(|o| {
-                                let positive = o.policy.kind == PolicyKind::Window && {
+                                let positive = o.policy.kind() == PolicyKind::Window && {
                                     let w = o.policy.cache;
-                                    let sink = outcomes.iter().find(|s| s.policy.kind == PolicyKind::Sink && s.policy.cache == w).unwrap();
+                                    let sink = outcomes.iter().find(|s| s.policy.kind() == PolicyKind::Sink && s.policy.cache == w).unwrap();
                                     let end = (w + 200).min(o.nll.len());
                                     mean(&o.nll[w..end]) - mean(&sink.nll[w..end]) >= 0.3
                                 };

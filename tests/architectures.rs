@@ -119,7 +119,7 @@ fn gpt_oss_matches_transformers() {
 /// a cache that reuses slots streams past it.
 #[test]
 fn gpt2_refuses_positions_past_its_table_and_streams_by_slot() {
-    use sinkscope::kv::{simulate, Policy, PolicyKind, PositionMode};
+    use sinkscope::kv::{simulate, Eviction, Policy, PositionMode};
     use sinkscope::model::receiver::NoCapture;
     let lm = load(common::fixture("arch/gpt2").to_str().unwrap(), &LoadOptions::default()).unwrap();
     let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap().repeat(4);
@@ -129,7 +129,7 @@ fn gpt2_refuses_positions_past_its_table_and_streams_by_slot() {
     let ids = &ids[..n + 10];
     let err = lm.model.forward(ids, None, &mut NoCapture).expect_err("ran past the learned positions");
     assert!(err.to_string().contains("positions this model learned"), "{err}");
-    let sink = Policy { kind: PolicyKind::Sink, sinks: 4, cache: 64, positions: PositionMode::Slot, recent: 0 };
+    let sink = Policy::new(Eviction::Sink { sinks: 4 }, 64, PositionMode::Slot);
     let out = simulate(&lm.model, ids, &[sink], &mut |_, _| {}).unwrap().remove(0);
     assert!(out.ppl.is_finite() && out.nll.len() == ids.len() - 1);
     let original = Policy { positions: PositionMode::Original, ..sink };
@@ -175,16 +175,16 @@ fn a_qwen3_without_its_qk_norms_is_refused() {
 /// (GPT-2's learned positions: `original` is replayed, `slot` is decoded in both runs.)
 #[test]
 fn every_family_streams_like_token_by_token_decoding() {
-    use sinkscope::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
+    use sinkscope::kv::{simulate, simulate_with, Eviction, Policy, PositionMode, SimOptions};
     // Gemma 3 and Mistral attend through their own windows: see the next test.
     for family in ["qwen3", "olmo2", "gpt_neox", "phi", "gpt2"] {
         let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
         let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
         let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(160).collect();
-        let mut policies = vec![Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot, recent: 0 }];
+        let mut policies = vec![Policy::new(Eviction::Dense, 0, PositionMode::Slot)];
         for positions in [PositionMode::Slot, PositionMode::Original] {
-            policies.push(Policy { kind: PolicyKind::Window, sinks: 0, cache: 40, positions, recent: 0 });
-            policies.push(Policy { kind: PolicyKind::Sink, sinks: 4, cache: 40, positions, recent: 0 });
+            policies.push(Policy::new(Eviction::Window, 40, positions));
+            policies.push(Policy::new(Eviction::Sink { sinks: 4 }, 40, positions));
         }
         let blocks = simulate(&lm.model, &ids, &policies, &mut |_, _| {}).unwrap();
         let decoded =
@@ -195,7 +195,7 @@ fn every_family_streams_like_token_by_token_decoding() {
             assert!(worst < 1e-4, "{family} {}: block replay vs token by token {worst}", a.label);
         }
         // Delta rotation re-rotates kept keys (partial rotary included); it matches slot closely.
-        let delta = Policy { kind: PolicyKind::Sink, sinks: 4, cache: 40, positions: PositionMode::Delta, recent: 0 };
+        let delta = Policy::new(Eviction::Sink { sinks: 4 }, 40, PositionMode::Delta);
         let d = simulate(&lm.model, &ids, &[delta], &mut |_, _| {}).unwrap().remove(0);
         let slot = &blocks[2];
         let drift = common::max_abs_diff("d.nll", &d.nll, &slot.nll);
@@ -213,7 +213,7 @@ const GEMMA_PROMPT: &str = "The capital of France is";
 /// policy cache equals the replay under `slot`.
 #[test]
 fn windowed_models_stream_like_their_forward() {
-    use sinkscope::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
+    use sinkscope::kv::{simulate, simulate_with, Eviction, Policy, PositionMode, SimOptions};
     use sinkscope::model::receiver::NoCapture;
     for family in ["gemma3", "mistral", "gpt_oss"] {
         let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
@@ -221,21 +221,21 @@ fn windowed_models_stream_like_their_forward() {
         let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(150).collect();
         let hidden = lm.model.forward(&ids, None, &mut NoCapture).unwrap();
         let want = lm.model.next_token_nll(&hidden.narrow(0, 0, ids.len() - 1).unwrap(), &ids[1..]).unwrap();
-        let dense = Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot, recent: 0 };
+        let dense = Policy::new(Eviction::Dense, 0, PositionMode::Slot);
         let got = simulate(&lm.model, &ids, &[dense], &mut |_, _| {}).unwrap().remove(0);
         let worst = common::max_abs_diff("got.nll", &got.nll, &want);
         assert!(worst < 1e-4, "{family}: dense replay vs forward {worst}");
         let mut all = vec![dense];
         for positions in [PositionMode::Slot, PositionMode::Original] {
-            all.push(Policy { kind: PolicyKind::Window, sinks: 0, cache: 200, positions, recent: 0 });
-            all.push(Policy { kind: PolicyKind::Sink, sinks: 4, cache: 200, positions, recent: 0 });
+            all.push(Policy::new(Eviction::Window, 200, positions));
+            all.push(Policy::new(Eviction::Sink { sinks: 4 }, 200, positions));
         }
         let out = simulate(&lm.model, &ids, &all, &mut |_, _| {}).unwrap();
         for o in &out[1..] {
             assert_eq!(o.nll, out[0].nll, "{family} {}: no eviction, yet not dense", o.label);
         }
         // Evicting policies run (budget 24 > the fixtures' 16-key windows).
-        let sink = Policy { kind: PolicyKind::Sink, sinks: 2, cache: 24, positions: PositionMode::Slot, recent: 0 };
+        let sink = Policy::new(Eviction::Sink { sinks: 2 }, 24, PositionMode::Slot);
         let o = simulate(&lm.model, &ids, &[sink], &mut |_, _| {}).unwrap().remove(0);
         assert!(o.ppl.is_finite() && o.first_eviction_step == Some(24), "{family}");
         // Its memory: windowed layers hold 16 of the 24 entries, global layers (if any) all 24.
@@ -413,7 +413,7 @@ fn final_logit_softcapping_squashes_the_logits() {
 /// under `slot`.
 #[test]
 fn windowed_streams_match_a_pytorch_loop() {
-    use sinkscope::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
+    use sinkscope::kv::{simulate, simulate_with, Eviction, Policy, PolicyKind, PositionMode, SimOptions};
     let reference: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(common::fixture("window_stream_reference.json")).unwrap()).unwrap();
     for (family, data) in reference["families"].as_object().unwrap() {
@@ -426,8 +426,11 @@ fn windowed_streams_match_a_pytorch_loop() {
                 _ => PolicyKind::Sink,
             };
             let positions = if run["positions"] == "slot" { PositionMode::Slot } else { PositionMode::Original };
-            let policy =
-                Policy { kind, sinks: run["sinks"].as_u64().unwrap() as usize, cache: run["cache"].as_u64().unwrap() as usize, positions, recent: 0 };
+            let policy = Policy::new(
+                Eviction::of_kind(kind, run["sinks"].as_u64().unwrap() as usize, None),
+                run["cache"].as_u64().unwrap() as usize,
+                positions,
+            );
             let want: Vec<f64> = run["nll"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
             let mut outs = vec![("replay", simulate(&lm.model, &ids, &[policy], &mut |_, _| {}).unwrap().remove(0))];
             if positions == PositionMode::Slot {
@@ -449,13 +452,13 @@ fn windowed_streams_match_a_pytorch_loop() {
 /// the softmax) equals decoding token by token through the same cache.
 #[test]
 fn score_policies_on_windowed_models_replay_like_decoding() {
-    use sinkscope::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
+    use sinkscope::kv::{simulate, simulate_with, Eviction, Policy, PolicyKind, PositionMode, SimOptions};
     for family in ["gemma3", "mistral", "gpt_oss"] {
         let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
         let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
         let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(120).collect();
         for kind in [PolicyKind::H2o, PolicyKind::Tova, PolicyKind::Snapkv] {
-            let p = Policy { kind, sinks: 2, cache: 24, positions: PositionMode::Slot, recent: 8 };
+            let p = Policy::new(Eviction::of_kind(kind, 2, Some(8)), 24, PositionMode::Slot);
             let block = simulate(&lm.model, &ids, &[p], &mut |_, _| {}).unwrap().remove(0);
             let by_token = SimOptions { token_by_token: true, ..SimOptions::default() };
             let decoded = simulate_with(&lm.model, &ids, &[p], by_token, &mut |_, _| {}).unwrap().remove(0);

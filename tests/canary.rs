@@ -8,12 +8,12 @@ mod common;
 use sinkscope::capture::collector::TensorCollector;
 use sinkscope::io::trace::read_trace;
 use sinkscope::kv::canary::{run_canary, CanaryOptions, FIRST_SLOTS};
-use sinkscope::kv::policy::{Policy, PolicyKind, PositionMode};
+use sinkscope::kv::policy::{Eviction, Policy, PolicyKind, PositionMode};
 use sinkscope::model::hook::{HookFilter, HookPoint};
 use sinkscope::model::{load, LoadOptions};
 
 fn policy(kind: PolicyKind, sinks: usize, cache: usize) -> Policy {
-    Policy { kind, sinks, cache, positions: PositionMode::Slot, recent: 0 }
+    Policy::new(Eviction::of_kind(kind, sinks, None), cache, PositionMode::Slot)
 }
 
 /// Under a dense cache, step i's first-slot mass per layer is the full forward's pattern row i

@@ -289,3 +289,26 @@ fn unknown_hooks_and_oversized_captures_are_refused_before_running() {
     assert!(e.contains("needs about") && e.contains("MiB"), "{e}");
     assert!(!out.exists() && !tensors.exists(), "a refused capture writes nothing");
 }
+
+/// A policy's parameters are checked once, before the model is read: a flag the rule does not
+/// take is one line naming it (the model path does not even exist).
+#[test]
+fn policy_flags_the_rule_does_not_take_are_refused_before_loading() {
+    let dir = common::temp_dir("policyflags");
+    let text = write(&dir, "t.txt", b"Once upon a time there was a little cat.");
+    let base = ["stream", "-m", "/no/such/model.gguf", "-f", s(&text)];
+    for (extra, says) in [
+        (&["--policy", "window", "--sinks", "4"][..], "--policy window pins no tokens"),
+        (&["--policy", "dense", "--sinks", "1"][..], "--policy dense pins no tokens"),
+        (&["--policy", "sink", "--recent", "8"][..], "--recent is for --policy h2o"),
+        (&["--policy", "h2o", "--observe", "8"][..], "--observe for --policy snapkv"),
+        (&["--policy", "h2o", "--recent", "0"][..], "--recent 0"),
+        (&["--policy", "sink", "--sinks", "256"][..], "must be smaller than --cache 256"),
+    ] {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        let err = fails(&args);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let canary = fails(&["canary", "-m", "/no/such/model.gguf", "--policy", "window", "--sinks", "2"]);
+    assert!(canary.contains("pins no tokens"), "{canary}");
+}

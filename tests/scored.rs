@@ -6,13 +6,13 @@
 
 mod common;
 
-use sinkscope::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
+use sinkscope::kv::{simulate, simulate_with, Eviction, Policy, PolicyKind, PositionMode, SimOptions};
 use sinkscope::model::{load, LoadOptions, LoadedModel};
 
 const NLL_TOL: f64 = 1e-4;
 
 fn policy(kind: PolicyKind, sinks: usize, cache: usize, recent: usize) -> Policy {
-    Policy { kind, sinks, cache, positions: PositionMode::Slot, recent }
+    Policy::new(Eviction::of_kind(kind, sinks, (recent != 0).then_some(recent)), cache, PositionMode::Slot)
 }
 
 fn load_model(file: &str) -> Option<LoadedModel> {

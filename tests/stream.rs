@@ -4,7 +4,7 @@
 
 mod common;
 
-use sinkscope::kv::{simulate, simulate_with, Policy, PolicyKind, PositionMode, SimOptions};
+use sinkscope::kv::{simulate, simulate_with, Eviction, Policy, PolicyKind, PositionMode, SimOptions};
 use sinkscope::model::receiver::NoCapture;
 use sinkscope::model::scoring::token_nll;
 use sinkscope::model::{load, LoadOptions, LoadedModel};
@@ -20,13 +20,13 @@ fn story_ids(lm: &LoadedModel, n: usize) -> Vec<u32> {
 }
 
 fn all_policies(w: usize) -> Vec<Policy> {
-    let mut v = vec![Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot, recent: 0 }];
+    let mut v = vec![Policy::new(Eviction::Dense, 0, PositionMode::Slot)];
     for positions in [PositionMode::Slot, PositionMode::Original, PositionMode::Delta] {
-        v.push(Policy { kind: PolicyKind::Window, sinks: 0, cache: w, positions, recent: 0 });
-        v.push(Policy { kind: PolicyKind::Sink, sinks: 4, cache: w, positions, recent: 0 });
-        v.push(Policy { kind: PolicyKind::Keep, sinks: 4, cache: w, positions, recent: 0 });
+        v.push(Policy::new(Eviction::Window, w, positions));
+        v.push(Policy::new(Eviction::Sink { sinks: 4 }, w, positions));
+        v.push(Policy::new(Eviction::Keep { n_keep: 4 }, w, positions));
     }
-    v.push(Policy { kind: PolicyKind::Recompute, sinks: 0, cache: w, positions: PositionMode::Slot, recent: 0 });
+    v.push(Policy::new(Eviction::Recompute, w, PositionMode::Slot));
     v
 }
 
@@ -45,7 +45,7 @@ fn without_eviction_every_policy_equals_dense_exactly() {
 fn dense_token_by_token_equals_one_batched_forward() {
     let Some(lm) = stories() else { return };
     let ids = story_ids(&lm, 300);
-    let dense = Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot, recent: 0 };
+    let dense = Policy::new(Eviction::Dense, 0, PositionMode::Slot);
     // Feed the tokens one decode step at a time through a policy cache (the simulator prefills
     // its shared prefix in one pass; this checks that shortcut against true token-by-token decoding).
     let mut cache = sinkscope::kv::cache::PolicyCache::new(dense, lm.model.cfg.d_head).unwrap();
@@ -79,7 +79,7 @@ fn evicting_policies_hold_their_budget_and_slot_delta_agree_closely() {
         assert!(o.ppl_after_eviction.is_some());
     }
     let find = |kind, positions| {
-        out.iter().find(|o| o.policy.kind == kind && o.policy.positions == positions && o.policy.kind != PolicyKind::Recompute).unwrap()
+        out.iter().find(|o| o.policy.kind() == kind && o.policy.positions == positions && o.policy.kind() != PolicyKind::Recompute).unwrap()
     };
     for kind in [PolicyKind::Window, PolicyKind::Sink, PolicyKind::Keep] {
         let slot = find(kind, PositionMode::Slot);
@@ -101,11 +101,11 @@ fn evicting_policies_hold_their_budget_and_slot_delta_agree_closely() {
 /// SmolLM2 case, and the replay by 2.5e-4 (while matching the PyTorch loop's collapsed window
 /// within 3e-5 on its fixture).
 fn replay_matches_token_by_token(lm: &LoadedModel, ids: &[u32], w: usize, sinks: usize) {
-    let mut policies = vec![Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot, recent: 0 }];
+    let mut policies = vec![Policy::new(Eviction::Dense, 0, PositionMode::Slot)];
     for positions in [PositionMode::Slot, PositionMode::Original] {
-        policies.push(Policy { kind: PolicyKind::Window, sinks: 0, cache: w, positions, recent: 0 });
-        policies.push(Policy { kind: PolicyKind::Sink, sinks, cache: w, positions, recent: 0 });
-        policies.push(Policy { kind: PolicyKind::Keep, sinks, cache: w, positions, recent: 0 });
+        policies.push(Policy::new(Eviction::Window, w, positions));
+        policies.push(Policy::new(Eviction::Sink { sinks }, w, positions));
+        policies.push(Policy::new(Eviction::Keep { n_keep: sinks }, w, positions));
     }
     let blocks = simulate(&lm.model, ids, &policies, &mut |_, _| {}).unwrap();
     let decoded = simulate_with(&lm.model, ids, &policies, SimOptions { token_by_token: true, ..SimOptions::default() }, &mut |_, _| {}).unwrap();
@@ -113,9 +113,9 @@ fn replay_matches_token_by_token(lm: &LoadedModel, ids: &[u32], w: usize, sinks:
     for (a, b) in blocks.iter().zip(&decoded) {
         let worst = gap(&a.nll, &b.nll);
         // Window's slot and original positions are the same arithmetic in exact numbers.
-        let spread = match a.policy.kind {
+        let spread = match a.policy.kind() {
             PolicyKind::Window => {
-                let mode = |m| decoded.iter().find(|o| o.policy.kind == PolicyKind::Window && o.policy.positions == m).unwrap();
+                let mode = |m| decoded.iter().find(|o| o.policy.kind() == PolicyKind::Window && o.policy.positions == m).unwrap();
                 gap(&mode(PositionMode::Slot).nll, &mode(PositionMode::Original).nll)
             }
             _ => 0.0,
@@ -153,9 +153,9 @@ fn batched_recompute_equals_one_forward_per_window() {
     let Some(lm) = stories() else { return };
     let ids = story_ids(&lm, 260);
     let w = 48;
-    let recompute = Policy { kind: PolicyKind::Recompute, sinks: 0, cache: w, positions: PositionMode::Slot, recent: 0 };
+    let recompute = Policy::new(Eviction::Recompute, w, PositionMode::Slot);
     // A larger sink budget makes the shared prefix shorter than W, so early windows are shorter.
-    let sink = Policy { kind: PolicyKind::Sink, sinks: 2, cache: 20, positions: PositionMode::Slot, recent: 0 };
+    let sink = Policy::new(Eviction::Sink { sinks: 2 }, 20, PositionMode::Slot);
     for every in [1, 3] {
         let opts = SimOptions { recompute_every: every, ..SimOptions::default() };
         let out = simulate_with(&lm.model, &ids, &[sink, recompute], opts, &mut |_, _| {}).unwrap().remove(1);
@@ -321,12 +321,12 @@ fn policies_match_an_independent_pytorch_loop() {
         let reference = &json["models"][key];
         let ids: Vec<u32> = reference["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
         let runs = [
-            ("dense", Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot, recent: 0 }),
-            ("window_slot", Policy { kind: PolicyKind::Window, sinks: 0, cache: w, positions: PositionMode::Slot, recent: 0 }),
-            ("sink4_slot", Policy { kind: PolicyKind::Sink, sinks: s, cache: w, positions: PositionMode::Slot, recent: 0 }),
-            ("sink4_original", Policy { kind: PolicyKind::Sink, sinks: s, cache: w, positions: PositionMode::Original, recent: 0 }),
-            ("sink4_delta", Policy { kind: PolicyKind::Sink, sinks: s, cache: w, positions: PositionMode::Delta, recent: 0 }),
-            ("recompute", Policy { kind: PolicyKind::Recompute, sinks: 0, cache: w, positions: PositionMode::Slot, recent: 0 }),
+            ("dense", Policy::new(Eviction::Dense, 0, PositionMode::Slot)),
+            ("window_slot", Policy::new(Eviction::Window, w, PositionMode::Slot)),
+            ("sink4_slot", Policy::new(Eviction::Sink { sinks: s }, w, PositionMode::Slot)),
+            ("sink4_original", Policy::new(Eviction::Sink { sinks: s }, w, PositionMode::Original)),
+            ("sink4_delta", Policy::new(Eviction::Sink { sinks: s }, w, PositionMode::Delta)),
+            ("recompute", Policy::new(Eviction::Recompute, w, PositionMode::Slot)),
         ];
         let policies: Vec<Policy> = runs.iter().map(|(_, p)| *p).collect();
         let out = simulate(&lm.model, &ids, &policies, &mut |_, _| {}).unwrap();

@@ -190,7 +190,7 @@ fn analysis_only_run_renders_every_view_with_content() {
         assert!(body.iter().filter(|l| !l.trim().is_empty()).count() >= 3, "{} draws an empty body:\n{s}", tab.title());
     }
     // Exact heatmaps still give per-token attention without reductions.safetensors.
-    assert!(app.token_weights.is_some());
+    assert!(app.tokens.weights.is_some());
     let heat = screen(&mut app, &[Action::GoTab(Tab::Heatmap)]);
     assert!(heat.contains("64 tokens, exact"), "{heat}");
 }
@@ -252,7 +252,7 @@ fn colours_follow_the_data() {
     let (x, y) = g.cell_origin(app.layer, app.head).unwrap();
     let alpha = app.data.alpha(app.layer, app.head, 0).unwrap() as f32;
     assert_eq!(buf[(x + 1, y)].bg, sinkscope::tui::widgets::colour::sequential(alpha), "the selected cell is coloured by its α_0");
-    assert_eq!(app.grid_colour, GridColour::Alpha);
+    assert_eq!(app.grid.colour, GridColour::Alpha);
     // The heatmap: on the strongest sink head, the last query's pixel on key 0 is the brightest of its row.
     update(&mut app, Action::Enter);
     let buf = draw(&mut app, 120, 40);
@@ -547,7 +547,7 @@ fn a_survey_directory_opens_with_its_table() {
     };
     assert_eq!(open, dir.join("models/stories260K.bin"));
     sinkscope::tui::open_survey_run(&mut app, &open);
-    assert!(app.run.dir.ends_with("models/stories260K.bin") && app.run.survey.is_some() && app.tab == Tab::Survey && app.survey_row == 1);
+    assert!(app.run.dir.ends_with("models/stories260K.bin") && app.run.survey.is_some() && app.tab == Tab::Survey && app.survey.row == 1);
     let s = text(&draw(&mut app, 200, 60));
     assert!(s.contains(" ● stories260K.bin") && s.contains("opened stories260K.bin"), "{s}");
     // The survey's table exports as CSV, one row per model × sweep.

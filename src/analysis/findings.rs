@@ -43,9 +43,9 @@ pub struct ByLayerKind {
 impl ByLayerKind {
     /// The split of (layer, value) per head, for a model with windowed layers.
     pub fn of(model: &ModelInfo, values: impl Iterator<Item = (usize, f64)>) -> Option<ByLayerKind> {
-        let window = model.window.filter(|_| !model.windowed_layers.is_empty())?;
+        let window = model.config.window().filter(|_| !model.config.windowed_layers().is_empty())?;
         let [global, windowed] = model.mean_by_layer_kind(values);
-        Some(ByLayerKind { window, windowed_layers: model.windowed_layers.len(), n_layers: model.n_layers, global, windowed })
+        Some(ByLayerKind { window, windowed_layers: model.config.windowed_layers().len(), n_layers: model.config.n_layers, global, windowed })
     }
 }
 

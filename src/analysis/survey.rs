@@ -145,7 +145,7 @@ impl SurveyRow {
                 max_to_median = if r.median_abs > 0.0 { r.max_abs as f64 / r.median_abs as f64 } else { f64::INFINITY };
             }
         }
-        let mut alpha0_by_layer = vec![(0.0, 0usize); m.n_layers];
+        let mut alpha0_by_layer = vec![(0.0, 0usize); m.config.n_layers];
         for h in &a.heads {
             if let (Some(slot), Some(&a0)) = (alpha0_by_layer.get_mut(h.layer), h.alpha.first()) {
                 slot.0 += a0;
@@ -159,11 +159,11 @@ impl SurveyRow {
             sha256: m.sha256.clone(),
             family: m.architecture.clone(),
             n_params: m.n_params,
-            n_layers: m.n_layers,
-            n_heads: m.n_heads,
-            windowed_layers: m.windowed_layers.clone(),
-            window: m.window,
-            learned_sinks: m.learned_sinks,
+            n_layers: m.config.n_layers,
+            n_heads: m.config.n_heads,
+            windowed_layers: m.config.windowed_layers(),
+            window: m.config.window(),
+            learned_sinks: m.config.arch.learned_sinks,
             sink_0,
             f_attn: a.f_attn,
             sink_positions_beyond_0: a.sink_positions.iter().copied().filter(|&p| p > 0).collect(),

@@ -10,7 +10,7 @@ use super::model_args::ModelArgs;
 use super::progress::TerminalProgress;
 use crate::error::Result;
 use crate::kv::canary::FIRST_SLOTS;
-use crate::kv::policy::{Policy, PolicyKind, PositionMode};
+use crate::kv::policy::{Policy, PolicyKind, PolicyRequest, PositionMode};
 use crate::pipeline::canary::{canary_into, CanaryJob, CANARY_TRACE};
 
 #[derive(Args, Debug)]
@@ -36,9 +36,9 @@ pub struct CanaryArgs {
     /// The cache budget W.
     #[arg(long, default_value_t = 256)]
     pub cache: usize,
-    /// S for sink, N for keep.
-    #[arg(long, default_value_t = 4)]
-    pub sinks: usize,
+    /// S for sink, N for keep [default: 4].
+    #[arg(long)]
+    pub sinks: Option<usize>,
     #[arg(long, value_enum, default_value_t = PositionMode::Slot)]
     pub positions: PositionMode,
     /// Sampling temperature; 0 is greedy.
@@ -62,8 +62,14 @@ pub struct CanaryArgs {
 }
 
 pub fn run(args: CanaryArgs) -> Result<()> {
-    let sinks = if matches!(args.policy, PolicyKind::Sink | PolicyKind::Keep) { args.sinks } else { 0 };
-    let policy = Policy { kind: args.policy, sinks, cache: args.cache, positions: args.positions, recent: 0 };
+    let policy = Policy::try_from(PolicyRequest {
+        kind: args.policy,
+        sinks: args.sinks,
+        recent: None,
+        observe: None,
+        cache: args.cache,
+        positions: args.positions,
+    })?;
     let job = CanaryJob {
         prompt: args.prompt,
         force: args.force,
@@ -83,7 +89,14 @@ pub fn run(args: CanaryArgs) -> Result<()> {
     }
     let run = &r.run;
     let at = |i: Option<usize>| i.and_then(|i| run.steps.get(i)).map_or("never".to_string(), |s| format!("token {}", s.index));
-    println!("{} under {}: {} steps, watched layer {} of {}", r.model.display_name(), policy.label(), run.steps.len(), run.layer, r.model.n_layers);
+    println!(
+        "{} under {}: {} steps, watched layer {} of {}",
+        r.model.display_name(),
+        policy.label(),
+        run.steps.len(),
+        run.layer,
+        r.model.config.n_layers
+    );
     println!(
         "attention on the first {FIRST_SLOTS} cache slots, watched layer: baseline {} before the first eviction; flagged below {:.0}% of it",
         run.baseline_mass.map_or("-".into(), |b| format!("{b:.3}")),

@@ -15,6 +15,7 @@ mod heads;
 mod info;
 mod interrupt;
 mod model_args;
+mod policy_values;
 mod progress;
 mod quant;
 mod stream;

@@ -10,7 +10,7 @@ use super::model_args::ModelArgs;
 use super::progress::TerminalProgress;
 use crate::error::Result;
 use crate::io::staging::check_out_dir;
-use crate::kv::policy::{Policy, PolicyKind, PositionMode};
+use crate::kv::policy::{Policy, PolicyKind, PolicyRequest, PositionMode};
 use crate::pipeline::heads::{per_head_sweep, PerHeadSweep, CAUSAL_TOKENS, GATE_TOKENS};
 use crate::pipeline::stream::{stream_into, sweep_into, StreamSource, SweepOptions, RECOMPUTE_BUDGET};
 
@@ -145,11 +145,15 @@ pub fn run_stream(args: StreamArgs) -> Result<()> {
     if let Some(out) = &args.out {
         check_out_dir(out)?;
     }
+    let policy = Policy::try_from(PolicyRequest {
+        kind: args.policy,
+        sinks: args.sinks,
+        recent: args.recent,
+        observe: args.observe,
+        cache: args.cache,
+        positions: args.positions,
+    })?;
     let mut lm = args.model.load()?;
-    let scored = matches!(args.policy, PolicyKind::H2o | PolicyKind::Tova | PolicyKind::Snapkv);
-    let sinks = args.sinks.unwrap_or(if scored { 0 } else { 4 });
-    let recent = scored_window(args.policy, args.recent, args.observe)?;
-    let policy = Policy { kind: args.policy, sinks, cache: args.cache, positions: args.positions, recent };
     let outcome = stream_into(&mut lm, &args.text.source(), policy, args.out.as_deref(), &mut TerminalProgress::new())?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&outcome)?);
@@ -162,18 +166,6 @@ pub fn run_stream(args: StreamArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The policy's `recent` field: R for h2o, the observation window for snapkv (0: its default).
-fn scored_window(policy: PolicyKind, recent: Option<usize>, observe: Option<usize>) -> Result<usize> {
-    if (recent.is_some() && policy != PolicyKind::H2o) || (observe.is_some() && policy != PolicyKind::Snapkv) {
-        return Err(crate::error::Error::input("--recent is for --policy h2o, --observe for --policy snapkv"));
-    }
-    Ok(match policy {
-        PolicyKind::H2o => recent.unwrap_or(0),
-        PolicyKind::Snapkv => observe.unwrap_or(0),
-        _ => 0,
-    })
 }
 
 pub fn run_recommend(args: RecommendArgs) -> Result<()> {
@@ -210,7 +202,8 @@ pub fn run_recommend(args: RecommendArgs) -> Result<()> {
         cache: args.cache,
         sinks: args.sinks.clone(),
         policy: args.policy,
-        recent: scored_window(args.policy, args.recent, args.observe)?,
+        recent: args.recent,
+        observe: args.observe,
         delta: args.delta,
         positions: args.positions,
         recompute: !args.no_recompute,

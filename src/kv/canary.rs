@@ -9,7 +9,7 @@ use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 use super::cache::PolicyCache;
-use super::policy::{Policy, PolicyKind};
+use super::policy::{Eviction, Policy};
 use crate::error::{Error, Result};
 use crate::model::decoder::Decoder;
 use crate::model::hook::HookPoint;
@@ -109,7 +109,7 @@ impl HookReceiver for SlotMass {
 /// policy evicting before each query as a serving loop does. `progress(done, total)`.
 pub fn run_canary(model: &Decoder, opts: &CanaryOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<CanaryRun> {
     let policy = opts.policy;
-    if policy.is_scored() || policy.kind == PolicyKind::Recompute {
+    if policy.is_scored() || policy.eviction == Eviction::Recompute {
         return Err(Error::input("canary runs dense, window, sink and keep caches (a score-based policy's per-head sets have no common first slots); use `stream` for the others"));
     }
     if opts.prompt.is_empty() {
@@ -119,7 +119,7 @@ pub fn run_canary(model: &Decoder, opts: &CanaryOptions, progress: &mut dyn FnMu
         return Err(Error::input(format!("--layer {} is past the model's {} layers", opts.layer, model.cfg.n_layers)));
     }
     let total = opts.prompt.len() + opts.forced.as_ref().map_or(opts.steps, Vec::len);
-    if policy.kind == PolicyKind::Dense && total > model.cfg.context_len {
+    if policy.eviction == Eviction::Dense && total > model.cfg.context_len {
         return Err(Error::input(format!(
             "{total} tokens exceed the model's context of {}; use a cache policy or fewer steps",
             model.cfg.context_len
@@ -212,7 +212,7 @@ mod tests {
             flagged: false,
         };
         let steps = vec![step(1, 0, 2, 1.0, 0), step(2, 0, 20, 0.6, 0), step(3, 0, 21, 0.4, 0), step(4, 1, 21, 0.3, 1), step(5, 1, 21, 0.05, 2)];
-        let policy = Policy { kind: PolicyKind::Window, sinks: 0, cache: 21, positions: PositionMode::Slot, recent: 0 };
+        let policy = Policy::new(Eviction::Window, 21, PositionMode::Slot);
         let run = flag(CanaryRun {
             policy,
             layer: 1,

@@ -12,5 +12,5 @@ mod scored_replay;
 pub mod simulate;
 pub mod trace;
 
-pub use policy::{Policy, PolicyKind, PositionMode, Scorer};
+pub use policy::{Eviction, Policy, PolicyKind, PolicyRequest, PositionMode, Scorer};
 pub use simulate::{recompute_stride, simulate, simulate_with, SimOptions, StreamOutcome};

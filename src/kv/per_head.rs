@@ -10,7 +10,7 @@ use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 use super::memory::{KvMemory, CACHE_ELEMENT_BYTES};
-use super::policy::{Policy, PolicyKind, PositionMode};
+use super::policy::{Eviction, Policy, PositionMode};
 use super::scored::ScoredCache;
 use super::simulate::{ppl, replay_scored, StreamOutcome, Track};
 use crate::error::{Error, Result};
@@ -197,7 +197,7 @@ pub fn simulate_mixed(model: &Decoder, ids: &[u32], full: &[Vec<bool>], sinks: u
         return Err(Error::input(format!("a per-head policy needs at least 2 tokens and --sinks {sinks} below the streaming heads' budget {cache}")));
     }
     // h2o whose recent window is all of W − S keeps exactly what `sink` keeps.
-    let policy = Policy { kind: PolicyKind::H2o, sinks, cache, positions: PositionMode::Slot, recent: cache - sinks };
+    let policy = Policy::new(Eviction::H2o { sinks, recent: Some(cache - sinks) }, cache, PositionMode::Slot);
     let mut store = ScoredCache::new(policy, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head)?.with_full_heads(full)?;
     let steps = ids.len() - 1;
     let Track { nll, lens, wall } = replay_scored(model, ids, &mut store, &mut |_, _| {})?;

@@ -1,44 +1,107 @@
 //! KV-cache eviction policies and RoPE position modes (DESIGN §7). The budget W counts every key a
 //! query can see, its own included; sink tokens sit *inside* the budget (S sinks + W−S recent).
+//! A policy is built and checked once, from a [`PolicyRequest`] (what the command line asked for);
+//! run files keep the flat record they always had.
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+/// The name of an eviction rule, as the command line and run files spell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicyKind {
-    /// Keep everything (positions are stream indices; degrades past the trained context).
     Dense,
-    /// Keep the last W.
     Window,
-    /// Keep the first S forever plus the last W−S (StreamingLLM).
     Sink,
-    /// No cache: re-run the last W tokens from scratch at every step (the strong baseline).
     Recompute,
-    /// llama.cpp's `--keep N`: when full, discard half of the entries after the first N.
     Keep,
-    /// H2O (Zhang et al. 2023): per KV head, the S pinned keys, the R most recent and the
-    /// best-scoring rest, a key's score being all the attention it has received.
     H2o,
-    /// TOVA (Oren et al. 2024): per KV head, evict the key the current query attends to least.
     Tova,
-    /// SnapKV (Li et al. 2024), streaming: per KV head, keep the last `observe` keys and the rest
-    /// that the last `observe` queries attended to most (max-pooled over 7 neighbours).
     Snapkv,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+impl PolicyKind {
+    pub const ALL: [PolicyKind; 8] = [Self::Dense, Self::Window, Self::Sink, Self::Recompute, Self::Keep, Self::H2o, Self::Tova, Self::Snapkv];
+
+    /// The name on the command line and in run files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Dense => "dense",
+            Self::Window => "window",
+            Self::Sink => "sink",
+            Self::Recompute => "recompute",
+            Self::Keep => "keep",
+            Self::H2o => "h2o",
+            Self::Tova => "tova",
+            Self::Snapkv => "snapkv",
+        }
+    }
+
+    /// What the rule keeps, in one line (the command line's help).
+    pub fn summary(self) -> &'static str {
+        match self {
+            Self::Dense => "Keep everything (positions are stream indices; degrades past the trained context)",
+            Self::Window => "Keep the last W",
+            Self::Sink => "Keep the first S forever plus the last W−S (StreamingLLM)",
+            Self::Recompute => "No cache: re-run the last W tokens from scratch at every step (the strong baseline)",
+            Self::Keep => "llama.cpp's `--keep N`: when full, discard half of the entries after the first N",
+            Self::H2o => {
+                "H2O (Zhang et al. 2023): per KV head, the S pinned keys, the R most recent and the best-scoring rest, a key's score being all the attention it has received"
+            }
+            Self::Tova => "TOVA (Oren et al. 2024): per KV head, evict the key the current query attends to least",
+            Self::Snapkv => {
+                "SnapKV (Li et al. 2024), streaming: per KV head, keep the last `observe` keys and the rest that the last `observe` queries attended to most (max-pooled over 7 neighbours)"
+            }
+        }
+    }
+
+    /// Whether the rule pins first tokens (S for sink and the score-based rules, N for keep).
+    pub fn pins(self) -> bool {
+        match self {
+            Self::Sink | Self::Keep | Self::H2o | Self::Tova | Self::Snapkv => true,
+            Self::Dense | Self::Window | Self::Recompute => false,
+        }
+    }
+
+    /// Pinned first tokens when none are asked for: 4 for sink and keep, none for the score-based rules.
+    fn default_pinned(self) -> usize {
+        match self {
+            Self::Sink | Self::Keep => 4,
+            Self::Dense | Self::Window | Self::Recompute | Self::H2o | Self::Tova | Self::Snapkv => 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PositionMode {
-    /// Keys cached before RoPE and rotated by cache slot 0..n−1; the query at its own slot
-    /// (StreamingLLM).
     Slot,
-    /// Keys rotated by their absolute stream positions — the wrong way once tokens are evicted.
     Original,
-    /// Keys cached after RoPE; survivors re-rotated by −Δ on each eviction (llama.cpp's K-shift,
-    /// HF SinkCache): the same angles as `slot`, but rounding accumulates.
     Delta,
+}
+
+impl PositionMode {
+    pub const ALL: [PositionMode; 3] = [Self::Slot, Self::Original, Self::Delta];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Slot => "slot",
+            Self::Original => "original",
+            Self::Delta => "delta",
+        }
+    }
+
+    /// How keys get their RoPE angles, in one line (the command line's help).
+    pub fn summary(self) -> &'static str {
+        match self {
+            Self::Slot => "Keys cached before RoPE and rotated by cache slot 0..n−1; the query at its own slot (StreamingLLM)",
+            Self::Original => "Keys rotated by their absolute stream positions — the wrong way once tokens are evicted",
+            Self::Delta => {
+                "Keys cached after RoPE; survivors re-rotated by −Δ on each eviction (llama.cpp's K-shift, HF SinkCache): the same angles as `slot`, but rounding accumulates"
+            }
+        }
+    }
 }
 
 /// How a score-based policy scores the keys it may evict (every match on it is exhaustive, so a
@@ -53,44 +116,184 @@ pub enum Scorer {
     SnapKv,
 }
 
+/// Which keys a policy keeps, each rule with the parameters it takes and no others
+/// ([`PolicyKind::summary`] says what each keeps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Eviction {
+    Dense,
+    Window,
+    /// S pinned first tokens.
+    Sink {
+        sinks: usize,
+    },
+    Recompute,
+    /// N first entries never discarded.
+    Keep {
+        n_keep: usize,
+    },
+    /// S pinned keys; R recent keys every query sees (`None`: W/2).
+    H2o {
+        sinks: usize,
+        recent: Option<usize>,
+    },
+    Tova {
+        sinks: usize,
+    },
+    /// S pinned keys; the observation window (`None`: [`SNAPKV_OBSERVE`]).
+    SnapKv {
+        sinks: usize,
+        observe: Option<usize>,
+    },
+}
+
+/// SnapKV's observation window when none is given.
+pub const SNAPKV_OBSERVE: usize = 32;
+
+impl Eviction {
+    pub fn kind(&self) -> PolicyKind {
+        match self {
+            Self::Dense => PolicyKind::Dense,
+            Self::Window => PolicyKind::Window,
+            Self::Sink { .. } => PolicyKind::Sink,
+            Self::Recompute => PolicyKind::Recompute,
+            Self::Keep { .. } => PolicyKind::Keep,
+            Self::H2o { .. } => PolicyKind::H2o,
+            Self::Tova { .. } => PolicyKind::Tova,
+            Self::SnapKv { .. } => PolicyKind::Snapkv,
+        }
+    }
+
+    /// The first tokens kept forever: S, or keep's N; 0 for the rules that pin nothing.
+    pub fn pinned(&self) -> usize {
+        match *self {
+            Self::Sink { sinks } | Self::H2o { sinks, .. } | Self::Tova { sinks } | Self::SnapKv { sinks, .. } => sinks,
+            Self::Keep { n_keep } => n_keep,
+            Self::Dense | Self::Window | Self::Recompute => 0,
+        }
+    }
+
+    /// The rule `kind` with `pinned` first tokens (ignored by the rules that pin nothing) and the
+    /// score window `window` (R for h2o, the observation window for snapkv; ignored by the rest).
+    pub fn of_kind(kind: PolicyKind, pinned: usize, window: Option<usize>) -> Self {
+        match kind {
+            PolicyKind::Dense => Self::Dense,
+            PolicyKind::Window => Self::Window,
+            PolicyKind::Sink => Self::Sink { sinks: pinned },
+            PolicyKind::Recompute => Self::Recompute,
+            PolicyKind::Keep => Self::Keep { n_keep: pinned },
+            PolicyKind::H2o => Self::H2o { sinks: pinned, recent: window },
+            PolicyKind::Tova => Self::Tova { sinks: pinned },
+            PolicyKind::Snapkv => Self::SnapKv { sinks: pinned, observe: window },
+        }
+    }
+}
+
 /// One policy at one budget.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(into = "PolicyRecord", from = "PolicyRecord")]
 pub struct Policy {
-    pub kind: PolicyKind,
-    /// S for `sink`, N for `keep`; 0 otherwise.
-    pub sinks: usize,
+    pub eviction: Eviction,
     /// The budget W (ignored by `dense`).
     pub cache: usize,
     pub positions: PositionMode,
-    /// R for `h2o` (its recent window; 0: W/2) and the observation window for `snapkv` (0: 32);
-    /// unused by the other kinds.
+}
+
+/// A policy as a command asks for it, every parameter optional; `Policy::try_from` fills in the
+/// defaults and refuses parameters the rule does not take and budgets it cannot keep.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PolicyRequest {
+    pub kind: PolicyKind,
+    /// `--sinks`: S, or keep's N.
+    pub sinks: Option<usize>,
+    /// `--recent`: h2o's R.
+    pub recent: Option<usize>,
+    /// `--observe`: snapkv's observation window.
+    pub observe: Option<usize>,
+    pub cache: usize,
+    pub positions: PositionMode,
+}
+
+impl TryFrom<PolicyRequest> for Policy {
+    type Error = Error;
+
+    fn try_from(r: PolicyRequest) -> Result<Policy> {
+        let name = r.kind.name();
+        if r.sinks.is_some() && !r.kind.pins() {
+            return Err(Error::input(format!("--policy {name} pins no tokens; --sinks is for sink, keep, h2o, tova and snapkv")));
+        }
+        if (r.recent.is_some() && r.kind != PolicyKind::H2o) || (r.observe.is_some() && r.kind != PolicyKind::Snapkv) {
+            return Err(Error::input("--recent is for --policy h2o, --observe for --policy snapkv"));
+        }
+        let window = if r.kind == PolicyKind::H2o { r.recent } else { r.observe };
+        let policy = Policy {
+            eviction: Eviction::of_kind(r.kind, r.sinks.unwrap_or(r.kind.default_pinned()), window),
+            cache: r.cache,
+            positions: r.positions,
+        };
+        policy.check()?;
+        Ok(policy)
+    }
+}
+
+/// The flat record run files have always held: `sinks` is S or N, `recent` h2o's R or snapkv's
+/// observation window (0 or absent: the default).
+#[derive(Serialize, Deserialize)]
+struct PolicyRecord {
+    kind: PolicyKind,
+    sinks: usize,
+    cache: usize,
+    positions: PositionMode,
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub recent: usize,
+    recent: usize,
 }
 
 fn is_zero(v: &usize) -> bool {
     *v == 0
 }
 
-/// SnapKV's observation window when none is given.
-pub const SNAPKV_OBSERVE: usize = 32;
+impl From<Policy> for PolicyRecord {
+    fn from(p: Policy) -> Self {
+        let recent = match p.eviction {
+            Eviction::H2o { recent, .. } => recent.unwrap_or(0),
+            Eviction::SnapKv { observe, .. } => observe.unwrap_or(0),
+            Eviction::Dense | Eviction::Window | Eviction::Sink { .. } | Eviction::Recompute | Eviction::Keep { .. } | Eviction::Tova { .. } => 0,
+        };
+        PolicyRecord { kind: p.kind(), sinks: p.pinned(), cache: p.cache, positions: p.positions, recent }
+    }
+}
+
+impl From<PolicyRecord> for Policy {
+    fn from(r: PolicyRecord) -> Self {
+        let window = (r.recent != 0).then_some(r.recent);
+        Policy { eviction: Eviction::of_kind(r.kind, r.sinks, window), cache: r.cache, positions: r.positions }
+    }
+}
 
 impl Policy {
+    pub fn new(eviction: Eviction, cache: usize, positions: PositionMode) -> Self {
+        Policy { eviction, cache, positions }
+    }
+
+    pub fn kind(&self) -> PolicyKind {
+        self.eviction.kind()
+    }
+
+    /// See [`Eviction::pinned`].
+    pub fn pinned(&self) -> usize {
+        self.eviction.pinned()
+    }
+
     pub fn label(&self) -> String {
-        let pos = match self.positions {
-            PositionMode::Slot => "slot",
-            PositionMode::Original => "original",
-            PositionMode::Delta => "delta",
-        };
-        match self.kind {
-            PolicyKind::Dense => "dense".into(),
-            PolicyKind::Window => format!("window W={} ({pos})", self.cache),
-            PolicyKind::Sink => format!("sink S={} + {} recent, W={} ({pos})", self.sinks, self.cache - self.sinks.min(self.cache), self.cache),
-            PolicyKind::Recompute => format!("recompute W={}", self.cache),
-            PolicyKind::Keep => format!("keep N={} half-discard, W={} ({pos})", self.sinks, self.cache),
-            PolicyKind::H2o => format!("h2o S={} R={}, W={} ({pos})", self.sinks, self.recent_window(), self.cache),
-            PolicyKind::Tova => format!("tova S={}, W={} ({pos})", self.sinks, self.cache),
-            PolicyKind::Snapkv => format!("snapkv S={} observe {}, W={} ({pos})", self.sinks, self.recent_window(), self.cache),
+        let (pos, w) = (self.positions.name(), self.cache);
+        match self.eviction {
+            Eviction::Dense => "dense".into(),
+            Eviction::Window => format!("window W={w} ({pos})"),
+            Eviction::Sink { sinks } => format!("sink S={sinks} + {} recent, W={w} ({pos})", w - sinks.min(w)),
+            Eviction::Recompute => format!("recompute W={w}"),
+            Eviction::Keep { n_keep } => format!("keep N={n_keep} half-discard, W={w} ({pos})"),
+            Eviction::H2o { sinks, .. } => format!("h2o S={sinks} R={}, W={w} ({pos})", self.recent_window()),
+            Eviction::Tova { sinks } => format!("tova S={sinks}, W={w} ({pos})"),
+            Eviction::SnapKv { sinks, .. } => format!("snapkv S={sinks} observe {}, W={w} ({pos})", self.recent_window()),
         }
     }
 
@@ -101,59 +304,68 @@ impl Policy {
 
     /// How a score-based policy scores keys; `None` for the positional kinds.
     pub fn scorer(&self) -> Option<Scorer> {
-        match self.kind {
-            PolicyKind::H2o => Some(Scorer::H2o),
-            PolicyKind::Tova => Some(Scorer::Tova),
-            PolicyKind::Snapkv => Some(Scorer::SnapKv),
-            PolicyKind::Dense | PolicyKind::Window | PolicyKind::Sink | PolicyKind::Recompute | PolicyKind::Keep => None,
+        match self.eviction {
+            Eviction::H2o { .. } => Some(Scorer::H2o),
+            Eviction::Tova { .. } => Some(Scorer::Tova),
+            Eviction::SnapKv { .. } => Some(Scorer::SnapKv),
+            Eviction::Dense | Eviction::Window | Eviction::Sink { .. } | Eviction::Recompute | Eviction::Keep { .. } => None,
         }
     }
 
-    /// R for `h2o` and the observation window for `snapkv`, defaults applied.
+    /// R for `h2o` and the observation window for `snapkv`, defaults applied; 0 for the rest.
     pub fn recent_window(&self) -> usize {
-        match (self.kind, self.recent) {
-            (PolicyKind::H2o, 0) => self.cache / 2,
-            (PolicyKind::Snapkv, 0) => SNAPKV_OBSERVE,
-            (_, r) => r,
+        match self.eviction {
+            Eviction::H2o { recent, .. } => recent.unwrap_or(self.cache / 2),
+            Eviction::SnapKv { observe, .. } => observe.unwrap_or(SNAPKV_OBSERVE),
+            Eviction::Dense | Eviction::Window | Eviction::Sink { .. } | Eviction::Recompute | Eviction::Keep { .. } | Eviction::Tova { .. } => 0,
         }
     }
 
     /// Whether this policy keeps a KV cache (everything but `recompute`).
     pub fn is_cached(&self) -> bool {
-        self.kind != PolicyKind::Recompute
+        self.eviction != Eviction::Recompute
+    }
+
+    /// Refuses a budget the rule cannot keep, whatever the model and stream.
+    pub fn check(&self) -> Result<()> {
+        let (w, s) = (self.cache, self.pinned());
+        if self.eviction == Eviction::Dense {
+            return Ok(());
+        }
+        if w < 2 {
+            return Err(Error::input(format!("--cache {w} is too small: the budget must hold at least 2 entries")));
+        }
+        if self.is_scored() && self.positions == PositionMode::Delta {
+            return Err(Error::input(
+                "score-based policies (h2o, tova, snapkv) keep a different set of keys per KV head; use --positions slot or original",
+            ));
+        }
+        let r = self.recent_window();
+        // h2o may spend all of W − S on its recent window (that is the sink policy); snapkv
+        // must leave room to choose.
+        let bad = match self.eviction {
+            Eviction::H2o { .. } => (r == 0 || r + s > w).then_some(("recent window", "--recent", "at most")),
+            Eviction::SnapKv { .. } => (r == 0 || r + s >= w).then_some(("observation window", "--observe", "less than")),
+            Eviction::Dense | Eviction::Window | Eviction::Sink { .. } | Eviction::Recompute | Eviction::Keep { .. } | Eviction::Tova { .. } => None,
+        };
+        if let Some((what, flag, bound)) = bad {
+            return Err(Error::input(format!("the {what} ({flag} {r}) must be at least 1 and, with --sinks {s}, add up to {bound} --cache {w}")));
+        }
+        if self.kind().pins() && s >= w {
+            return Err(Error::input(format!(
+                "--sinks {s} must be smaller than --cache {w}: sink tokens are part of the budget (S sinks + W−S recent)"
+            )));
+        }
+        Ok(())
     }
 
     /// Checks the settings make sense for a stream of `n_tokens` on a model trained for
     /// `context` positions; returns warnings for runs that are legal but say little.
     pub fn validate(&self, n_tokens: usize, context: usize) -> Result<Vec<String>> {
+        self.check()?;
         let w = self.cache;
         let mut warnings = Vec::new();
-        if self.kind != PolicyKind::Dense {
-            if w < 2 {
-                return Err(Error::input(format!("--cache {w} is too small: the budget must hold at least 2 entries")));
-            }
-            if self.is_scored() && self.positions == PositionMode::Delta {
-                return Err(Error::input(
-                    "score-based policies (h2o, tova, snapkv) keep a different set of keys per KV head; use --positions slot or original",
-                ));
-            }
-            let (r, s) = (self.recent_window(), self.sinks);
-            // h2o may spend all of W − S on its recent window (that is the sink policy); snapkv
-            // must leave room to choose.
-            let bad = match self.kind {
-                PolicyKind::H2o => (r == 0 || r + s > w).then_some(("recent window", "--recent", "at most")),
-                PolicyKind::Snapkv => (r == 0 || r + s >= w).then_some(("observation window", "--observe", "less than")),
-                _ => None,
-            };
-            if let Some((what, flag, bound)) = bad {
-                return Err(Error::input(format!("the {what} ({flag} {r}) must be at least 1 and, with --sinks {s}, add up to {bound} --cache {w}")));
-            }
-            if matches!(self.kind, PolicyKind::Sink | PolicyKind::Keep | PolicyKind::H2o | PolicyKind::Tova | PolicyKind::Snapkv) && self.sinks >= w {
-                return Err(Error::input(format!(
-                    "--sinks {} must be smaller than --cache {w}: sink tokens are part of the budget (S sinks + W−S recent)",
-                    self.sinks
-                )));
-            }
+        if self.eviction != Eviction::Dense {
             if w > context {
                 warnings.push(format!("--cache {w} exceeds the model's trained context of {context}: positions past it are untrained"));
             }
@@ -161,10 +373,10 @@ impl Policy {
                 warnings.push(format!("--cache {w} holds the whole {n_tokens}-token stream: nothing is ever evicted, so every policy equals dense"));
             }
         }
-        if self.sinks > context {
-            return Err(Error::input(format!("--sinks {} exceeds the model's trained context of {context}", self.sinks)));
+        if self.pinned() > context {
+            return Err(Error::input(format!("--sinks {} exceeds the model's trained context of {context}", self.pinned())));
         }
-        if self.kind == PolicyKind::Dense && n_tokens > context {
+        if self.eviction == Eviction::Dense && n_tokens > context {
             warnings.push(format!("dense attention over {n_tokens} tokens goes past the trained context of {context}: expect it to degrade"));
         }
         Ok(warnings)
@@ -176,14 +388,14 @@ impl Policy {
         if len < self.cache || !self.is_cached() {
             return 0..0;
         }
-        match self.kind {
+        match self.eviction {
             // Score-based kinds choose per KV head (`kv::scored`).
-            PolicyKind::Dense | PolicyKind::Recompute | PolicyKind::H2o | PolicyKind::Tova | PolicyKind::Snapkv => 0..0,
-            PolicyKind::Window => 0..len + 1 - self.cache,
-            PolicyKind::Sink => self.sinks..self.sinks + len + 1 - self.cache,
-            PolicyKind::Keep => {
-                let n_discard = ((len - self.sinks) / 2).max(len + 1 - self.cache);
-                self.sinks..self.sinks + n_discard
+            Eviction::Dense | Eviction::Recompute | Eviction::H2o { .. } | Eviction::Tova { .. } | Eviction::SnapKv { .. } => 0..0,
+            Eviction::Window => 0..len + 1 - self.cache,
+            Eviction::Sink { sinks } => sinks..sinks + len + 1 - self.cache,
+            Eviction::Keep { n_keep } => {
+                let n_discard = ((len - n_keep) / 2).max(len + 1 - self.cache);
+                n_keep..n_keep + n_discard
             }
         }
     }
@@ -194,7 +406,11 @@ mod tests {
     use super::*;
 
     fn p(kind: PolicyKind, sinks: usize, cache: usize) -> Policy {
-        Policy { kind, sinks, cache, positions: PositionMode::Slot, recent: 0 }
+        Policy::new(Eviction::of_kind(kind, sinks, None), cache, PositionMode::Slot)
+    }
+
+    fn request(kind: PolicyKind) -> PolicyRequest {
+        PolicyRequest { kind, sinks: None, recent: None, observe: None, cache: 64, positions: PositionMode::Slot }
     }
 
     #[test]
@@ -214,5 +430,38 @@ mod tests {
         assert!(p(PolicyKind::Sink, 600, 1000).validate(2000, 512).is_err());
         assert_eq!(p(PolicyKind::Sink, 4, 256).validate(100, 512).unwrap().len(), 1);
         assert!(p(PolicyKind::Dense, 0, 0).validate(1000, 512).unwrap()[0].contains("past the trained context"));
+    }
+
+    #[test]
+    fn a_request_gets_its_defaults_and_loses_parameters_it_does_not_take() {
+        let sink = Policy::try_from(request(PolicyKind::Sink)).unwrap();
+        assert_eq!(sink.eviction, Eviction::Sink { sinks: 4 });
+        assert_eq!(Policy::try_from(request(PolicyKind::Tova)).unwrap().eviction, Eviction::Tova { sinks: 0 });
+        let h2o = Policy::try_from(PolicyRequest { recent: Some(10), ..request(PolicyKind::H2o) }).unwrap();
+        assert_eq!((h2o.eviction, h2o.recent_window()), (Eviction::H2o { sinks: 0, recent: Some(10) }, 10));
+        let window_with_sinks = Policy::try_from(PolicyRequest { sinks: Some(4), ..request(PolicyKind::Window) }).unwrap_err();
+        assert!(window_with_sinks.to_string().contains("--policy window pins no tokens"), "{window_with_sinks}");
+        for bad in [PolicyRequest { recent: Some(8), ..request(PolicyKind::Snapkv) }, PolicyRequest { observe: Some(8), ..request(PolicyKind::H2o) }]
+        {
+            assert!(Policy::try_from(bad).unwrap_err().to_string().contains("--recent is for --policy h2o"));
+        }
+        assert!(Policy::try_from(PolicyRequest { recent: Some(0), ..request(PolicyKind::H2o) }).is_err(), "R = 0 is no recent window");
+        assert!(Policy::try_from(PolicyRequest { positions: PositionMode::Delta, ..request(PolicyKind::H2o) }).is_err());
+    }
+
+    /// Run files keep the flat record: `sinks` is S or N, `recent` R or the observation window
+    /// (omitted at its default), and every rule reads back as itself.
+    #[test]
+    fn the_record_in_run_files_is_unchanged_and_reads_back() {
+        let json = |p: &Policy| serde_json::to_string(p).unwrap();
+        assert_eq!(json(&p(PolicyKind::Sink, 4, 256)), r#"{"kind":"sink","sinks":4,"cache":256,"positions":"slot"}"#);
+        assert_eq!(json(&p(PolicyKind::Keep, 2, 64)), r#"{"kind":"keep","sinks":2,"cache":64,"positions":"slot"}"#);
+        let snap = Policy::new(Eviction::SnapKv { sinks: 1, observe: Some(8) }, 64, PositionMode::Original);
+        assert_eq!(json(&snap), r#"{"kind":"snapkv","sinks":1,"cache":64,"positions":"original","recent":8}"#);
+        for kind in PolicyKind::ALL {
+            let policy = Policy::new(Eviction::of_kind(kind, usize::from(kind.pins()) * 3, kind.pins().then_some(5)), 64, PositionMode::Slot);
+            let back: Policy = serde_json::from_str(&json(&policy)).unwrap();
+            assert_eq!(back, policy, "{}", kind.name());
+        }
     }
 }

@@ -120,13 +120,13 @@ pub fn recommend(sweep: &[StreamOutcome], recompute: Option<&StreamOutcome>, cac
             ppl_after_eviction_ci: if sampled { bootstrap_ppl_interval(&scored, BOOTSTRAP_RESAMPLES) } else { None },
         }
     };
-    let mut table: Vec<SweepRow> = sweep.iter().map(|o| row(o, Some(o.policy.sinks))).collect();
+    let mut table: Vec<SweepRow> = sweep.iter().map(|o| row(o, Some(o.policy.pinned()))).collect();
     if let Some(r) = recompute {
         table.push(row(r, None));
     }
     let tokens = sweep.first().map_or(0, |o| o.tokens);
     let first_eviction_step = sweep.iter().filter_map(|o| o.first_eviction_step).min();
-    let recommended = sweep.iter().find(|o| post(o).is_some_and(|p| p <= best * (1.0 + delta))).map(|o| o.policy.sinks);
+    let recommended = sweep.iter().find(|o| post(o).is_some_and(|p| p <= best * (1.0 + delta))).map(|o| o.policy.pinned());
     let recompute_row = recompute.and(table.last());
     let verdict = verdict(sweep, recompute.zip(recompute_row), recommended, best, delta, cache, tokens);
     // Every sink row holds W entries at its peak.
@@ -159,10 +159,10 @@ fn verdict(
         return format!("No eviction happened: the {tokens}-token stream fits the {cache}-entry cache, so the sweep says nothing. Use a longer text or a smaller --cache.");
     };
     let pct = |x: f64| format!("{:.1}%", 100.0 * x);
-    let at = |s: usize| sweep.iter().find(|o| o.policy.sinks == s).and_then(|o| o.ppl_after_eviction);
+    let at = |s: usize| sweep.iter().find(|o| o.policy.pinned() == s).and_then(|o| o.ppl_after_eviction);
     let mut v = String::new();
     // What S = 0 is: a plain window, or the score-based policy with nothing pinned.
-    let unpinned = match sweep.first().map(|o| o.policy.kind) {
+    let unpinned = match sweep.first().map(|o| o.policy.kind()) {
         Some(PolicyKind::H2o) => "h2o with nothing pinned (S=0)",
         Some(PolicyKind::Tova) => "tova with nothing pinned (S=0)",
         Some(PolicyKind::Snapkv) => "snapkv with nothing pinned (S=0)",
@@ -186,7 +186,7 @@ fn verdict(
         None => v.push_str(&format!("Recommended S={s} (smallest within {} of the best post-eviction perplexity {best:.2}).", pct(delta))),
     }
     // Confidence: how much the recommendation differs from the next larger S that was measured.
-    if let Some(next) = sweep.iter().filter(|o| o.policy.sinks > s).find_map(|o| o.ppl_after_eviction.map(|p| (o.policy.sinks, p))) {
+    if let Some(next) = sweep.iter().filter(|o| o.policy.pinned() > s).find_map(|o| o.ppl_after_eviction.map(|p| (o.policy.pinned(), p))) {
         if let Some(ps) = at(s) {
             v.push_str(&format!(" S={s} and S={} differ by {}.", next.0, pct((ps - next.1).abs() / next.1)));
         }
@@ -204,7 +204,7 @@ fn verdict(
         } else {
             // A recompute scored on a sample of the steps: its own interval is wide (token NLLs
             // are heavy-tailed), but S was scored on those same steps, so compare them pairwise.
-            match paired_ratio(o, sweep.iter().find(|x| x.policy.sinks == s)) {
+            match paired_ratio(o, sweep.iter().find(|x| x.policy.pinned() == s)) {
                 Some((ratio, [lo, hi], n)) if lo > 1.0 || hi < 1.0 => v.push_str(&format!(
                     " Recomputing the window from scratch (scored on {scored} of {steps} steps) gives a perplexity {} {} than S={s} on those same steps (95% interval of the ratio {lo:.3}–{hi:.3}, {n} steps).",
                     pct((ratio - 1.0).abs()),
@@ -223,13 +223,13 @@ fn verdict(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::policy::{Policy, PolicyKind, PositionMode};
+    use crate::kv::policy::{Eviction, Policy, PolicyKind, PositionMode};
     use crate::kv::simulate::ppl;
 
     fn outcome(kind: PolicyKind, sinks: usize, nll: Vec<f64>) -> StreamOutcome {
         let first = 10;
         StreamOutcome {
-            policy: Policy { kind, sinks, cache: 10, positions: PositionMode::Slot, recent: 0 },
+            policy: Policy::new(Eviction::of_kind(kind, sinks, None), 10, PositionMode::Slot),
             label: format!("{kind:?} {sinks}"),
             ppl: ppl(&nll),
             ppl_after_eviction: Some(ppl(&nll[first..])),

@@ -252,7 +252,7 @@ pub(super) fn victim(policy: &Policy, scorer: Scorer, set: &HeadSet) -> usize {
             (0..n).map(|i| sums[i.saturating_sub(half)..(i + half + 1).min(n)].iter().copied().fold(f64::NEG_INFINITY, f64::max)).collect()
         }
     };
-    let candidates = (0..n.saturating_sub(protected_tail)).filter(|&i| set.pos[i] >= policy.sinks);
+    let candidates = (0..n.saturating_sub(protected_tail)).filter(|&i| set.pos[i] >= policy.pinned());
     let mut best: Option<usize> = None;
     for i in candidates {
         if best.is_none_or(|b| score[i] < score[b]) {
@@ -260,7 +260,7 @@ pub(super) fn victim(policy: &Policy, scorer: Scorer, set: &HeadSet) -> usize {
         }
     }
     // Nothing choosable (R = W − S): the oldest key that is not pinned, as `sink` would.
-    best.unwrap_or_else(|| set.pos.iter().position(|&p| p >= policy.sinks).unwrap_or(0))
+    best.unwrap_or_else(|| set.pos.iter().position(|&p| p >= policy.pinned()).unwrap_or(0))
 }
 
 impl KvStore for ScoredCache {
@@ -343,14 +343,14 @@ impl HookReceiver for StepAttention {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::policy::PolicyKind;
+    use crate::kv::policy::{Eviction, PolicyKind};
 
     fn set(pos: &[usize], total: &[f64], last: &[f32]) -> HeadSet {
         HeadSet { pos: pos.to_vec(), total: total.to_vec(), last: last.to_vec(), recent: vec![VecDeque::new(); pos.len()], ..HeadSet::default() }
     }
 
     fn policy(kind: PolicyKind, sinks: usize, recent: usize) -> Policy {
-        Policy { kind, sinks, cache: 6, positions: PositionMode::Slot, recent }
+        Policy::new(Eviction::of_kind(kind, sinks, (recent != 0).then_some(recent)), 6, PositionMode::Slot)
     }
 
     /// Ties go to the older key; pinned keys and the protected recent ones are never chosen.

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cache::PolicyCache;
 use super::memory::{kv_memory, KvMemory};
-use super::policy::{Policy, PolicyKind, PositionMode};
+use super::policy::{Eviction, Policy, PositionMode};
 use super::scored::{KeptStats, ScoredCache, StepAttention};
 use super::trace::PolicyTrace;
 use crate::error::{Error, Result};
@@ -88,7 +88,23 @@ pub(super) struct Track {
     pub(super) wall: f64,
 }
 
-/// As [`simulate`], with options.
+/// Counts policy-steps done for a progress callback.
+struct Steps<'p> {
+    done: usize,
+    total: usize,
+    progress: &'p mut dyn FnMut(usize, usize),
+}
+
+impl Steps<'_> {
+    fn add(&mut self, n: usize) {
+        self.done += n;
+        (self.progress)(self.done, self.total);
+    }
+}
+
+/// As [`simulate`], with options: the positional policies share one prefix (every policy sees the
+/// same cache until the smallest budget fills), then each is replayed block by block or decoded
+/// token by token; score-based policies run on their own.
 pub fn simulate_with(
     model: &Decoder,
     ids: &[u32],
@@ -100,115 +116,171 @@ pub fn simulate_with(
     if n < 2 {
         return Err(Error::input("the stream needs at least 2 tokens"));
     }
-    // Score-based policies decode on their own: a key's fate depends on every step's attention.
     if policies.iter().any(Policy::is_scored) {
-        let rest: Vec<Policy> = policies.iter().filter(|p| !p.is_scored()).copied().collect();
-        let mut others = if rest.is_empty() { Vec::new() } else { simulate_with(model, ids, &rest, opts, progress)? }.into_iter();
-        return policies
-            .iter()
-            .map(|p| {
-                if p.is_scored() {
-                    scored(model, ids, *p, opts, progress)
-                } else {
-                    others.next().ok_or_else(|| Error::Internal("a policy went missing".into()))
-                }
-            })
-            .collect();
+        return with_scored_apart(model, ids, policies, opts, progress);
     }
-    // Decoding through a policy cache measures a layer's own window in cache slots: the policy's
-    // positions under `slot` and `delta`, not under `original` (the block replay composes both).
+    refuse_unmodelled_windows(model, policies, opts)?;
+    let steps = n - 1;
+    let every = opts.recompute_every.max(1);
+    let shared = policies.iter().filter(|p| p.eviction != Eviction::Dense).map(|p| p.cache).min().unwrap_or(steps).min(steps);
+    let decoded: Vec<bool> = policies.iter().map(|p| decodes_token_by_token(model, p, opts)).collect();
+    let mut counter = Steps { done: 0, total: shared + (steps - shared) * policies.len(), progress };
+    let prefix = Prefix::run(model, &ids[..shared + 1], opts.token_by_token, decoded.contains(&true), &mut counter)?;
+    let mut tracks: Vec<Track> = policies.iter().map(|_| prefix.track(steps)).collect();
+    for (i, p) in policies.iter().enumerate().filter(|&(i, p)| p.is_cached() && !decoded[i]) {
+        replay_blocks(model, ids, *p, &prefix, &mut tracks[i], &mut counter)?;
+    }
+    if let Some(cache) = &prefix.cache {
+        let chosen: Vec<(usize, Policy)> = policies.iter().copied().enumerate().filter(|&(i, _)| decoded[i]).collect();
+        decode_batched(model, ids, &chosen, cache, shared, &mut tracks, &mut counter)?;
+    }
+    for (i, p) in policies.iter().enumerate().filter(|(_, p)| !p.is_cached()) {
+        recompute(model, ids, p.cache.max(1), shared, every, &mut tracks[i], &mut |k| counter.add(k))?;
+    }
+    Ok(outcomes(&model.cfg, policies, tracks, n, shared, every))
+}
+
+/// Score-based policies decode on their own (a key's fate depends on every step's attention); the
+/// others run together; outcomes come back in the order of `policies`.
+fn with_scored_apart(
+    model: &Decoder,
+    ids: &[u32],
+    policies: &[Policy],
+    opts: SimOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<StreamOutcome>> {
+    let rest: Vec<Policy> = policies.iter().filter(|p| !p.is_scored()).copied().collect();
+    let mut others = if rest.is_empty() { Vec::new() } else { simulate_with(model, ids, &rest, opts, progress)? }.into_iter();
+    policies
+        .iter()
+        .map(|p| {
+            if p.is_scored() {
+                scored(model, ids, *p, opts, progress)
+            } else {
+                others.next().ok_or_else(|| Error::Internal("a policy went missing".into()))
+            }
+        })
+        .collect()
+}
+
+/// Decoding through a policy cache measures a layer's own window in cache slots: the policy's
+/// positions under `slot` and `delta`, not under `original` (the block replay composes both).
+fn refuse_unmodelled_windows(model: &Decoder, policies: &[Policy], opts: SimOptions) -> Result<()> {
     if model.has_sliding_window() && opts.token_by_token && policies.iter().any(|p| p.is_cached() && p.positions == PositionMode::Original) {
         return Err(Error::input(format!(
             "this model attends through a sliding window of {} keys on some layers, which token-by-token decoding with --positions original does not model (it measures the window in cache slots); drop --token-by-token, or use --positions slot",
             model.cfg.window().unwrap_or(0)
         )));
     }
-    let steps = n - 1;
-    let every = opts.recompute_every.max(1);
-    // The shared prefix: every policy sees the same cache until the smallest budget fills.
-    let shared = policies.iter().filter(|p| p.kind != PolicyKind::Dense).map(|p| p.cache).min().unwrap_or(steps).min(steps);
-    // Learned absolute positions enter a token's embedding, so under `slot` a key carries the
-    // slot it entered at, which the block replay (stream positions) cannot give it: those
-    // policies decode token by token. Under `original` the replay is exact.
+    Ok(())
+}
+
+/// Whether `p` is decoded one token per step rather than replayed in blocks: when asked, under
+/// `delta` (rounding accumulates per eviction), and with learned absolute positions under `slot`
+/// (a key then carries the slot it entered at, which the replay's stream positions cannot give
+/// it; under `original` the replay is exact).
+fn decodes_token_by_token(model: &Decoder, p: &Policy, opts: SimOptions) -> bool {
     let learned = model.cfg.arch.learned_positions;
-    let decoded = |p: &Policy| {
-        p.is_cached() && (opts.token_by_token || p.positions == PositionMode::Delta || (learned && p.positions != PositionMode::Original))
-    };
-    let total = shared + (steps - shared) * policies.len();
-    let mut done = 0;
-    let mut tracks: Vec<Track> =
-        policies.iter().map(|_| Track { nll: Vec::with_capacity(steps), lens: Vec::with_capacity(steps), wall: 0.0 }).collect();
+    p.is_cached() && (opts.token_by_token || p.positions == PositionMode::Delta || (learned && p.positions != PositionMode::Original))
+}
 
-    // The prefix, once: replayed in blocks, or decoded token by token into a policy cache.
-    let start = Instant::now();
-    let mut prefix_kv = StreamKv::new(0);
-    let mut prefix_cache: Option<PolicyCache> = None;
-    let mut prefix_nll = Vec::with_capacity(shared);
-    if opts.token_by_token {
-        let mut cache = PolicyCache::new(dense(), model.cfg.d_head)?.keeping_rotated();
-        for t in 0..shared {
-            let h = model.decode_step(&ids[t..t + 1], &mut [&mut cache])?;
-            prefix_nll.extend(model.next_token_nll(&h, &ids[t + 1..t + 2])?);
-            progress(t + 1, total);
-        }
-        prefix_cache = Some(cache);
-    } else {
-        for b0 in (0..shared).step_by(STREAM_BLOCK) {
-            let b = STREAM_BLOCK.min(shared - b0);
-            let views: Vec<QueryView> = (b0..b0 + b).map(QueryView::dense).collect();
-            let h = model.forward_windowed(&ids[b0..b0 + b], &views, &mut prefix_kv)?;
-            prefix_nll.extend(model.next_token_nll(&h, &ids[b0 + 1..b0 + b + 1])?);
-            progress(b0 + b, total);
-        }
-        if policies.iter().any(decoded) {
+/// The shared prefix, run once: its per-token NLL and the keys every policy starts from.
+struct Prefix {
+    nll: Vec<f64>,
+    /// Keys in stream positions, for the block replay.
+    kv: StreamKv,
+    /// The prefix in a policy cache, for the policies decoded token by token.
+    cache: Option<PolicyCache>,
+    wall: f64,
+}
+
+impl Prefix {
+    /// Runs `ids[..shared]` (scoring each next token, `ids` holds one more): in blocks, or token by
+    /// token into a dense policy cache; `need_cache` keeps a policy cache after a block run too.
+    fn run(model: &Decoder, ids: &[u32], token_by_token: bool, need_cache: bool, counter: &mut Steps) -> Result<Prefix> {
+        let start = Instant::now();
+        let shared = ids.len() - 1;
+        let mut prefix = Prefix { nll: Vec::with_capacity(shared), kv: StreamKv::new(0), cache: None, wall: 0.0 };
+        if token_by_token {
             let mut cache = PolicyCache::new(dense(), model.cfg.d_head)?.keeping_rotated();
-            model.forward_with(&ids[..shared], Some(&mut cache), &mut NoCapture)?;
-            prefix_cache = Some(cache);
-        }
-    }
-    let prefix_wall = start.elapsed().as_secs_f64();
-    done += shared;
-    for tr in tracks.iter_mut() {
-        tr.nll.extend_from_slice(&prefix_nll);
-        tr.lens.extend(1..=shared);
-        tr.wall = prefix_wall;
-    }
-
-    // Cached policies replayed block by block, one policy after another.
-    for (i, p) in policies.iter().enumerate().filter(|(_, p)| p.is_cached() && !decoded(p)) {
-        let t0 = Instant::now();
-        let mut trace = PolicyTrace::after_prefix(*p, shared);
-        let mut kv = prefix_kv.pinning(if p.kind == PolicyKind::Dense { 0 } else { p.sinks })?;
-        for b0 in (shared..steps).step_by(STREAM_BLOCK) {
-            let b = STREAM_BLOCK.min(steps - b0);
-            let mut views = Vec::with_capacity(b);
-            for t in b0..b0 + b {
-                let (view, held) = trace.step(t)?;
-                views.push(view);
-                tracks[i].lens.push(held);
+            for t in 0..shared {
+                let h = model.decode_step(&ids[t..t + 1], &mut [&mut cache])?;
+                prefix.nll.extend(model.next_token_nll(&h, &ids[t + 1..t + 2])?);
+                counter.add(1);
             }
-            let h = model.forward_windowed(&ids[b0..b0 + b], &views, &mut kv)?;
-            tracks[i].nll.extend(model.next_token_nll(&h, &ids[b0 + 1..b0 + b + 1])?);
-            done += b;
-            progress(done, total);
+            prefix.cache = Some(cache);
+        } else {
+            for b0 in (0..shared).step_by(STREAM_BLOCK) {
+                let b = STREAM_BLOCK.min(shared - b0);
+                let views: Vec<QueryView> = (b0..b0 + b).map(QueryView::dense).collect();
+                let h = model.forward_windowed(&ids[b0..b0 + b], &views, &mut prefix.kv)?;
+                prefix.nll.extend(model.next_token_nll(&h, &ids[b0 + 1..b0 + b + 1])?);
+                counter.add(b);
+            }
+            if need_cache {
+                let mut cache = PolicyCache::new(dense(), model.cfg.d_head)?.keeping_rotated();
+                model.forward_with(&ids[..shared], Some(&mut cache), &mut NoCapture)?;
+                prefix.cache = Some(cache);
+            }
         }
-        tracks[i].wall += t0.elapsed().as_secs_f64();
+        prefix.wall = start.elapsed().as_secs_f64();
+        Ok(prefix)
     }
 
-    // Policies decoded one token per step (all of them as one batch), then `recompute`.
-    let rope_of = |l: usize| model.layer_rope(l);
-    let mut caches: Vec<(usize, PolicyCache)> = Vec::new();
-    if let Some(prefix) = &prefix_cache {
-        for (i, p) in policies.iter().enumerate().filter(|(_, p)| decoded(p)) {
-            let mut c = prefix.with_policy(*p);
-            c.evict(&rope_of)?;
-            caches.push((i, c));
-        }
+    /// A policy's track of a `steps`-step stream, holding the prefix.
+    fn track(&self, steps: usize) -> Track {
+        let mut lens = Vec::with_capacity(steps);
+        lens.extend(1..=self.nll.len());
+        let mut nll = Vec::with_capacity(steps);
+        nll.extend_from_slice(&self.nll);
+        Track { nll, lens, wall: self.wall }
     }
-    for t in shared..steps {
-        if caches.is_empty() {
-            break;
+}
+
+/// One cached policy after the prefix, replayed block by block.
+fn replay_blocks(model: &Decoder, ids: &[u32], p: Policy, prefix: &Prefix, track: &mut Track, counter: &mut Steps) -> Result<()> {
+    let (shared, steps) = (prefix.nll.len(), ids.len() - 1);
+    let t0 = Instant::now();
+    let mut trace = PolicyTrace::after_prefix(p, shared);
+    let mut kv = prefix.kv.pinning(p.pinned())?;
+    for b0 in (shared..steps).step_by(STREAM_BLOCK) {
+        let b = STREAM_BLOCK.min(steps - b0);
+        let mut views = Vec::with_capacity(b);
+        for t in b0..b0 + b {
+            let (view, held) = trace.step(t)?;
+            views.push(view);
+            track.lens.push(held);
         }
+        let h = model.forward_windowed(&ids[b0..b0 + b], &views, &mut kv)?;
+        track.nll.extend(model.next_token_nll(&h, &ids[b0 + 1..b0 + b + 1])?);
+        counter.add(b);
+    }
+    track.wall += t0.elapsed().as_secs_f64();
+    Ok(())
+}
+
+/// The policies `chosen` (index into `tracks`, policy) decoded one token per step from the
+/// prefix `cache`, all of them as one batch.
+fn decode_batched(
+    model: &Decoder,
+    ids: &[u32],
+    chosen: &[(usize, Policy)],
+    prefix: &PolicyCache,
+    shared: usize,
+    tracks: &mut [Track],
+    counter: &mut Steps,
+) -> Result<()> {
+    let rope_of = |l: usize| model.layer_rope(l);
+    let mut caches: Vec<(usize, PolicyCache)> = Vec::with_capacity(chosen.len());
+    for &(i, p) in chosen {
+        let mut c = prefix.with_policy(p);
+        c.evict(&rope_of)?;
+        caches.push((i, c));
+    }
+    if caches.is_empty() {
+        return Ok(());
+    }
+    for t in shared..ids.len() - 1 {
         let target = ids[t + 1];
         let t0 = Instant::now();
         let tokens = vec![ids[t]; caches.len()];
@@ -224,16 +296,9 @@ pub fn simulate_with(
             tracks[*i].wall += share;
             c.evict(&rope_of)?;
         }
-        done += caches.len();
-        progress(done, total);
+        counter.add(caches.len());
     }
-    for (i, p) in policies.iter().enumerate().filter(|(_, p)| !p.is_cached()) {
-        recompute(model, ids, p.cache.max(1), shared, every, &mut tracks[i], &mut |n| {
-            done += n;
-            progress(done, total);
-        })?;
-    }
-    Ok(outcomes(&model.cfg, policies, tracks, n, shared, every))
+    Ok(())
 }
 
 /// One score-based policy through its [`ScoredCache`], each step's attention weights scoring the
@@ -338,7 +403,7 @@ pub fn recompute_stride(tokens: usize, cache: usize, budget: usize) -> usize {
 }
 
 fn dense() -> Policy {
-    Policy { kind: PolicyKind::Dense, sinks: 0, cache: 0, positions: PositionMode::Slot, recent: 0 }
+    Policy::new(Eviction::Dense, 0, PositionMode::Slot)
 }
 
 /// Perplexities, first eviction, cliff and speed of each policy's gathered stream.

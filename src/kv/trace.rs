@@ -63,7 +63,7 @@ mod tests {
     use crate::kv::policy::PolicyKind;
 
     fn policy(kind: PolicyKind, sinks: usize, cache: usize, positions: PositionMode) -> Policy {
-        Policy { kind, sinks, cache, positions, recent: 0 }
+        Policy::new(crate::kv::policy::Eviction::of_kind(kind, sinks, None), cache, positions)
     }
 
     #[test]

@@ -107,34 +107,7 @@ pub fn load_source(source: &ModelSource, opts: &LoadOptions) -> Result<LoadedMod
 }
 
 fn base_info(source: &ModelSource, cfg: &DecoderConfig, architecture: String) -> ModelInfo {
-    ModelInfo {
-        source: source.path().display().to_string(),
-        format: source.format().to_string(),
-        architecture,
-        name: None,
-        n_layers: cfg.n_layers,
-        n_heads: cfg.n_heads,
-        n_kv_heads: cfg.n_kv_heads,
-        d_model: cfg.d_model,
-        d_head: cfg.d_head,
-        d_ff: cfg.d_ff,
-        context_len: cfg.context_len,
-        vocab_size: cfg.vocab_size,
-        tokenizer: String::new(),
-        adds_bos: false,
-        quantization: String::new(),
-        compute: "f32 (dequantized)".into(),
-        weight_bytes: 0,
-        rope_layout: cfg.rope_layout,
-        rope_theta: cfg.rope_theta,
-        rms_eps: cfg.rms_eps,
-        tied_embeddings: false,
-        n_params: 0,
-        window: cfg.window(),
-        windowed_layers: cfg.windowed_layers(),
-        learned_sinks: cfg.arch.learned_sinks,
-        sha256: None,
-    }
+    ModelInfo::new(source.path().display().to_string(), source.format().to_string(), architecture, cfg.clone())
 }
 
 fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Option<Tokenizer>, ModelInfo)> {

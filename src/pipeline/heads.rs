@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::io::atomic::write_atomic;
 use crate::io::write_json_atomic;
 use crate::kv::per_head::{gates_by_share, gates_tsv, measure, simulate_mixed, uniform_bytes_at, Frontier, FrontierRow, GateEvidence, HeadGates};
-use crate::kv::policy::{Policy, PolicyKind, PositionMode};
+use crate::kv::policy::{Eviction, Policy, PositionMode};
 use crate::kv::simulate::{ppl, simulate};
 use crate::model::load::LoadedModel;
 use crate::report::run::PER_HEAD_FILE;
@@ -147,7 +147,7 @@ pub fn per_head_sweep(
         let full = gates_by_share(gates.ranking(), share);
         let mixed = simulate_mixed(&lm.model, &ids, &full, sinks, cache)?;
         let uniform_cache = (mixed.entries as f64 / kv_heads as f64).round() as usize + 1;
-        let uniform = Policy { kind: PolicyKind::Sink, sinks, cache: uniform_cache.max(sinks + 2), positions: PositionMode::Slot, recent: 0 };
+        let uniform = Policy::new(Eviction::Sink { sinks }, uniform_cache.max(sinks + 2), PositionMode::Slot);
         let u = simulate(&lm.model, &ids, &[uniform], &mut |_, _| {})?.remove(0);
         let mut uniform_outcome = u.clone();
         uniform_outcome.label = format!("{} (memory of {:.0}% retrieval)", u.label, 100.0 * share);

@@ -9,7 +9,7 @@ use super::progress::Progress;
 use crate::error::{Error, Result};
 use crate::io::staging::Staging;
 use crate::io::write_json_atomic;
-use crate::kv::policy::{Policy, PolicyKind, PositionMode};
+use crate::kv::policy::{Eviction, Policy, PolicyKind, PolicyRequest, PositionMode};
 use crate::kv::recommend::{cliffs_against_best, recommend, Recommendation};
 use crate::kv::simulate::{recompute_stride, simulate_with, SimOptions, StreamOutcome};
 use crate::model::info::TokenInfo;
@@ -40,8 +40,10 @@ pub struct SweepOptions {
     pub sinks: Vec<usize>,
     /// The policy whose S is swept: `sink` (S = 0 is `window`), `h2o`, `tova` or `snapkv`.
     pub policy: PolicyKind,
-    /// R for `h2o`, the observation window for `snapkv` (0: their defaults).
-    pub recent: usize,
+    /// R for `h2o` (`None`: W/2).
+    pub recent: Option<usize>,
+    /// The observation window of `snapkv` (`None`: its default).
+    pub observe: Option<usize>,
     /// Recommend the smallest S within this fraction of the best post-eviction perplexity.
     pub delta: f64,
     pub positions: PositionMode,
@@ -60,8 +62,13 @@ pub struct SweepOptions {
 pub const RECOMPUTE_BUDGET: usize = 1 << 16;
 
 impl SweepOptions {
-    /// Refuses settings no sweep can use.
+    /// Refuses settings no sweep can use; the swept policies are checked as a command's policy is.
     pub fn validate(&self) -> Result<()> {
+        self.policies().map(|_| ())
+    }
+
+    /// The swept policies (S = 0 of `sink` is `window`), then `recompute` when asked for.
+    pub fn policies(&self) -> Result<Vec<Policy>> {
         if !(self.delta >= 0.0 && self.delta.is_finite()) {
             return Err(Error::input("--delta must be a finite number ≥ 0"));
         }
@@ -69,11 +76,7 @@ impl SweepOptions {
             return Err(Error::input("--sinks needs at least one value"));
         }
         if !matches!(self.policy, PolicyKind::Sink | PolicyKind::Window | PolicyKind::H2o | PolicyKind::Tova | PolicyKind::Snapkv) {
-            let kind = format!("{:?}", self.policy).to_lowercase();
-            return Err(Error::input(format!("recommend sweeps the S of sink, h2o, tova or snapkv; --policy {kind} has none")));
-        }
-        if self.recent != 0 && !matches!(self.policy, PolicyKind::H2o | PolicyKind::Snapkv) {
-            return Err(Error::input("--recent is for --policy h2o, --observe for --policy snapkv"));
+            return Err(Error::input(format!("recommend sweeps the S of sink, h2o, tova or snapkv; --policy {} has none", self.policy.name())));
         }
         if self.recompute_every == Some(0) {
             return Err(Error::input("--recompute-every must be at least 1"));
@@ -81,7 +84,31 @@ impl SweepOptions {
         if self.recompute_budget == 0 {
             return Err(Error::input("--recompute-budget must be at least 1 token"));
         }
-        Ok(())
+        let mut sinks = self.sinks.clone();
+        sinks.sort_unstable();
+        sinks.dedup();
+        let request = |kind: PolicyKind, sinks: Option<usize>| PolicyRequest {
+            kind,
+            sinks,
+            recent: self.recent,
+            observe: self.observe,
+            cache: self.cache,
+            positions: self.positions,
+        };
+        let mut policies = sinks
+            .into_iter()
+            .map(|s| {
+                Policy::try_from(match self.policy {
+                    PolicyKind::Sink | PolicyKind::Window if s == 0 => request(PolicyKind::Window, None),
+                    PolicyKind::Sink | PolicyKind::Window => request(PolicyKind::Sink, Some(s)),
+                    kind => request(kind, Some(s)),
+                })
+            })
+            .collect::<Result<Vec<Policy>>>()?;
+        if self.recompute {
+            policies.push(Policy::new(Eviction::Recompute, self.cache, self.positions));
+        }
+        Ok(policies)
     }
 }
 
@@ -104,7 +131,7 @@ pub fn stream_tokens(lm: &LoadedModel, t: &StreamSource, progress: &mut dyn Prog
     Ok(ids)
 }
 
-/// Streams `source` under one policy (S applies to `sink` and `keep` only); writes stream.json
+/// Streams `source` under one policy; writes stream.json
 /// into `out` when given.
 pub fn stream_into(
     lm: &mut LoadedModel,
@@ -115,15 +142,13 @@ pub fn stream_into(
 ) -> Result<StreamOutcome> {
     let start = Instant::now();
     let ids = stream_tokens(lm, source, progress)?;
-    let sinks = if matches!(policy.kind, PolicyKind::Sink | PolicyKind::Keep) || policy.is_scored() { policy.sinks } else { 0 };
-    let policy = Policy { sinks, ..policy };
     for w in policy.validate(ids.len(), lm.model.cfg.context_len)? {
         progress.warning(&w);
     }
     let opts = SimOptions { token_by_token: source.token_by_token, ..SimOptions::default() };
     let label = policy.label();
     let outcome = simulate_with(&lm.model, &ids, &[policy], opts, &mut |done, total| progress.steps(&label, done, total))?.remove(0);
-    if outcome.first_eviction_step.is_none() && policy.kind != PolicyKind::Dense {
+    if outcome.first_eviction_step.is_none() && policy.eviction != Eviction::Dense {
         progress.warning("the stream ended before the first eviction; ppl_after_eviction is undefined");
     }
     if let Some(dir) = out {
@@ -134,28 +159,9 @@ pub fn stream_into(
 
 /// Runs the sink-count sweep (of `sink`, or of a score-based policy's pinned keys) on a loaded model (writing stream.json into `out` when given).
 pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>, progress: &mut dyn Progress) -> Result<Recommendation> {
-    opts.validate()?;
+    let policies = opts.policies()?;
     let start = Instant::now();
     let ids = stream_tokens(lm, &opts.source, progress)?;
-    let mut sinks = opts.sinks.clone();
-    sinks.sort_unstable();
-    sinks.dedup();
-    let mut policies: Vec<Policy> = sinks
-        .iter()
-        .map(|&s| match opts.policy {
-            PolicyKind::Sink | PolicyKind::Window => Policy {
-                kind: if s == 0 { PolicyKind::Window } else { PolicyKind::Sink },
-                sinks: s,
-                cache: opts.cache,
-                positions: opts.positions,
-                recent: 0,
-            },
-            kind => Policy { kind, sinks: s, cache: opts.cache, positions: opts.positions, recent: opts.recent },
-        })
-        .collect();
-    if opts.recompute {
-        policies.push(Policy { kind: PolicyKind::Recompute, sinks: 0, cache: opts.cache, positions: opts.positions, recent: 0 });
-    }
     let mut warnings = Vec::new();
     for p in &policies {
         for w in p.validate(ids.len(), lm.model.cfg.context_len)? {

@@ -18,7 +18,7 @@ use crate::io::{write_atomic, write_json_atomic};
 use crate::kv::per_head::measure;
 use crate::kv::policy::{PolicyKind, PositionMode};
 use crate::model::load::{load_source, weights_sha256, LoadOptions, LoadedModel};
-use crate::model::source::resolve;
+use crate::model::source::{resolve, ModelSource};
 use crate::probe::ProbeSet;
 use crate::report::records::StreamReport;
 use crate::report::run::{ANALYSIS_FILE, STREAM_FILE, SURVEY_FILE};
@@ -72,6 +72,37 @@ fn read<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
 
 /// Runs the survey into `out`, reusing each model's finished stages.
 pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress) -> Result<Survey> {
+    let (sources, slugs) = check_inputs(opts)?;
+    std::fs::create_dir_all(out).map_err(|e| Error::file(out, format!("cannot create the output directory ({e})")))?;
+    let texts: Vec<PathBuf> = if opts.texts.is_empty() {
+        let t = out.join(DEFAULT_TEXT_FILE);
+        write_atomic(&t, STREAM_TEXT.as_bytes())?;
+        vec![t]
+    } else {
+        opts.texts.clone()
+    };
+    let n = opts.models.len();
+    let mut rows = Vec::with_capacity(n);
+    for (i, (source, slug)) in sources.into_iter().zip(slugs).enumerate() {
+        let mut job = ModelJob::new(opts, source, &slug, out, format!("[{}/{n}] {slug}", i + 1))?;
+        let analysis = job.analysis(progress)?;
+        let mut sweeps = Vec::new();
+        for (t, text) in texts.iter().enumerate() {
+            for &cache in &opts.caches {
+                sweeps.push(job.sweep(t, text, cache, progress)?);
+            }
+        }
+        write_json_atomic(&job.dir.join(LOAD_FILE), &job.load)?;
+        rows.push(SurveyRow::new(&analysis.model.display_name(), &format!("models/{slug}"), &analysis, sweeps));
+    }
+    let survey = Survey { sinkscope_version: env!("CARGO_PKG_VERSION").to_string(), epsilon: AnalyzeOptions::default().epsilon, rows };
+    write_survey(&survey, out)?;
+    Ok(survey)
+}
+
+/// Every model found, every text readable, the sweep settings checked — before anything is
+/// written. Returns each model's source and run-directory name.
+fn check_inputs(opts: &SurveyOptions) -> Result<(Vec<ModelSource>, Vec<String>)> {
     if opts.models.is_empty() {
         return Err(Error::input("survey needs at least one -m MODEL"));
     }
@@ -86,118 +117,112 @@ pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress
         }
         slugs.push(s);
     }
-    // Every model and text is found, and the sweep settings checked, before anything is written.
     let sources = opts.models.iter().map(|m| resolve(m)).collect::<Result<Vec<_>>>()?;
-    if let Some(t) = opts.texts.iter().find(|t| !t.is_file()) {
-        return Err(Error::file(t, "no such text file"));
+    for text in &opts.texts {
+        if !text.is_file() {
+            return Err(Error::file(text, "no such text file"));
+        }
+        crate::io::text::read_text_file(text)?;
     }
     sweep_options(opts, PathBuf::new(), opts.caches[0]).validate()?;
-    std::fs::create_dir_all(out).map_err(|e| Error::file(out, format!("cannot create the output directory ({e})")))?;
-    let texts: Vec<PathBuf> = if opts.texts.is_empty() {
-        let t = out.join(DEFAULT_TEXT_FILE);
-        write_atomic(&t, STREAM_TEXT.as_bytes())?;
-        vec![t]
-    } else {
-        opts.texts.clone()
-    };
-    let n = opts.models.len();
-    let mut rows = Vec::with_capacity(n);
-    for (i, (source, slug)) in sources.iter().zip(&slugs).enumerate() {
+    Ok((sources, slugs))
+}
+
+/// One model's stages, each reused when its run files were made from the same weights and
+/// settings; the model is loaded the first time a stage has to run.
+struct ModelJob<'o> {
+    opts: &'o SurveyOptions,
+    source: ModelSource,
+    /// "[i/n] slug", heading the progress lines.
+    tag: String,
+    sha: String,
+    dir: PathBuf,
+    load: LoadRecord,
+    /// Whether the directory's results were made under the same load options (`--dtype`,
+    /// `--quantized`: other numbers otherwise).
+    same_load: bool,
+    model: Option<LoadedModel>,
+}
+
+impl<'o> ModelJob<'o> {
+    fn new(opts: &'o SurveyOptions, source: ModelSource, slug: &str, out: &Path, tag: String) -> Result<Self> {
         let sha = weights_sha256(source.path())?;
         let dir = out.join("models").join(slug);
-        // Results made under other load options (`--dtype`, `--quantized`) are other numbers.
         let load = LoadRecord { dtype: format!("{:?}", opts.load.dtype).to_lowercase(), quantized: opts.load.quantized };
         let same_load = read::<LoadRecord>(&dir.join(LOAD_FILE)).unwrap_or_default() == load;
-        let mut model: Option<LoadedModel> = None;
-        let loaded = |progress: &mut dyn Progress| -> Result<LoadedModel> {
-            progress.stage(&format!("[{}/{n}] {slug}: loading", i + 1));
-            let mut lm = load_source(source, &opts.load)?;
+        Ok(ModelJob { opts, source, tag, sha, dir, load, same_load, model: None })
+    }
+
+    fn model(&mut self, progress: &mut dyn Progress) -> Result<&mut LoadedModel> {
+        if self.model.is_none() {
+            progress.stage(&format!("{}: loading", self.tag));
+            let mut lm = load_source(&self.source, &self.opts.load)?;
             lm.fingerprint()?;
-            Ok(lm)
-        };
-        let analysis: AnalysisReport = match read::<AnalysisReport>(&dir.join(ANALYSIS_FILE))
-            .filter(|a| same_load && a.model.sha256.as_deref() == Some(sha.as_str()) && (a.ablation.is_some() || !opts.ablation))
-        {
-            Some(a) => {
-                progress.stage(&format!("[{}/{n}] {slug}: probe diagnosis already done", i + 1));
-                a
+            self.model = Some(lm);
+        }
+        self.model.as_mut().ok_or_else(|| Error::Internal("the survey's model went missing".into()))
+    }
+
+    /// The probe-set diagnosis (with the causal sweep when asked for).
+    fn analysis(&mut self, progress: &mut dyn Progress) -> Result<AnalysisReport> {
+        let (sha, ablation) = (self.sha.as_str(), self.opts.ablation);
+        let done = read::<AnalysisReport>(&self.dir.join(ANALYSIS_FILE))
+            .filter(|a| self.same_load && a.model.sha256.as_deref() == Some(sha) && (a.ablation.is_some() || !ablation));
+        if let Some(a) = done {
+            progress.stage(&format!("{}: probe diagnosis already done", self.tag));
+            return Ok(a);
+        }
+        let (tag, dir) = (self.tag.clone(), self.dir.clone());
+        let lm = self.model(progress)?;
+        progress.stage(&format!("{tag}: probe diagnosis (default probes, T = 64, ε = 0.3)"));
+        let analyze = AnalyzeOptions { ablation, ablate_keys: Some(vec![0]), ablation_tokens: 96, heatmap_bins: 0, ..AnalyzeOptions::default() };
+        analyze_into(lm, &analyze, Some(&ProbeSet::load("default")?), &dir, progress)
+    }
+
+    /// The sink-count sweep and the streaming heads of text `t` at budget `cache`.
+    fn sweep(&mut self, t: usize, text: &Path, cache: usize, progress: &mut dyn Progress) -> Result<SurveySweep> {
+        let (opts, tag) = (self.opts, self.tag.clone());
+        let sweep_dir = self.dir.join(format!("text{t}-w{cache}"));
+        let label = text.display().to_string();
+        // Reused only when made from the same weights, text, length, budget and sink counts
+        // (a text shorter than --tokens is therefore swept again each time).
+        let done = read::<StreamReport>(&sweep_dir.join(STREAM_FILE)).filter(|s| {
+            let same_sweep = s
+                .recommendation
+                .as_ref()
+                .is_some_and(|r| r.cache == cache && r.table.iter().filter_map(|row| row.sinks).eq(opts.sinks.iter().copied()));
+            self.same_load
+                && s.model.sha256.as_deref() == Some(self.sha.as_str())
+                && s.text_source == label
+                && s.tokens.len() == opts.tokens
+                && same_sweep
+        });
+        let rec = match done.and_then(|s| s.recommendation) {
+            Some(r) => {
+                progress.stage(&format!("{tag}: sweep of {} at W = {cache} already done", text.display()));
+                r
             }
             None => {
-                let lm = model.insert(loaded(progress)?);
-                progress.stage(&format!("[{}/{n}] {slug}: probe diagnosis (default probes, T = 64, ε = 0.3)", i + 1));
-                let analyze = AnalyzeOptions {
-                    ablation: opts.ablation,
-                    ablate_keys: Some(vec![0]),
-                    ablation_tokens: 96,
-                    heatmap_bins: 0,
-                    ..AnalyzeOptions::default()
-                };
-                analyze_into(lm, &analyze, Some(&ProbeSet::load("default")?), &dir, progress)?
+                let lm = self.model(progress)?;
+                progress.stage(&format!("{tag}: sink-count sweep, {} tokens of {} at W = {cache}", opts.tokens, text.display()));
+                sweep_into(lm, &sweep_options(opts, text.to_path_buf(), cache), Some(&sweep_dir), progress)?
             }
         };
-        let mut sweeps = Vec::new();
-        for (t, text) in texts.iter().enumerate() {
-            for &cache in &opts.caches {
-                let sweep_dir = dir.join(format!("text{t}-w{cache}"));
-                let label = text.display().to_string();
-                // Reused only when made from the same weights, text, length, budget and sink counts
-                // (a text shorter than --tokens is therefore swept again each time).
-                let done = read::<StreamReport>(&sweep_dir.join(STREAM_FILE)).filter(|s| {
-                    let same_sweep = s
-                        .recommendation
-                        .as_ref()
-                        .is_some_and(|r| r.cache == cache && r.table.iter().filter_map(|row| row.sinks).eq(opts.sinks.iter().copied()));
-                    same_load
-                        && s.model.sha256.as_deref() == Some(sha.as_str())
-                        && s.text_source == label
-                        && s.tokens.len() == opts.tokens
-                        && same_sweep
-                });
-                let rec = match done.and_then(|s| s.recommendation) {
-                    Some(r) => {
-                        progress.stage(&format!("[{}/{n}] {slug}: sweep of {} at W = {cache} already done", i + 1, text.display()));
-                        r
-                    }
-                    None => {
-                        let lm = match model.as_mut() {
-                            Some(lm) => lm,
-                            None => model.insert(loaded(progress)?),
-                        };
-                        progress.stage(&format!(
-                            "[{}/{n}] {slug}: sink-count sweep, {} tokens of {} at W = {cache}",
-                            i + 1,
-                            opts.tokens,
-                            text.display()
-                        ));
-                        let sweep = sweep_options(opts, text.clone(), cache);
-                        sweep_into(lm, &sweep, Some(&sweep_dir), progress)?
-                    }
-                };
-                let (sinks, recent) = StreamingHeads::keys_for(cache);
-                let same = |h: &StreamingHeads| {
-                    same_load && h.sha256 == sha && h.text == label && h.requested_tokens == opts.tokens && (h.sinks, h.recent) == (sinks, recent)
-                };
-                let streaming = match read::<StreamingHeads>(&sweep_dir.join(STREAMING_HEADS_FILE)).filter(same) {
-                    Some(h) => Some(h),
-                    None => {
-                        let lm = match model.as_mut() {
-                            Some(lm) => lm,
-                            None => model.insert(loaded(progress)?),
-                        };
-                        progress.stage(&format!("[{}/{n}] {slug}: streaming heads (S = {sinks} + {recent} recent) on {}", i + 1, text.display()));
-                        streaming_heads(lm, &sha, text, &label, cache, opts.tokens, &sweep_dir, progress)?
-                    }
-                };
-                sweeps.push(SurveySweep::of(&label, &rec, streaming.as_ref()));
+        let (sinks, recent) = StreamingHeads::keys_for(cache);
+        let same = |h: &StreamingHeads| {
+            self.same_load && h.sha256 == self.sha && h.text == label && h.requested_tokens == opts.tokens && (h.sinks, h.recent) == (sinks, recent)
+        };
+        let streaming = match read::<StreamingHeads>(&sweep_dir.join(STREAMING_HEADS_FILE)).filter(same) {
+            Some(h) => Some(h),
+            None => {
+                let sha = self.sha.clone();
+                let lm = self.model(progress)?;
+                progress.stage(&format!("{tag}: streaming heads (S = {sinks} + {recent} recent) on {}", text.display()));
+                streaming_heads(lm, &sha, text, &label, cache, opts.tokens, &sweep_dir, progress)?
             }
-        }
-        let name = analysis.model.display_name();
-        write_json_atomic(&dir.join(LOAD_FILE), &load)?;
-        rows.push(SurveyRow::new(&name, &format!("models/{slug}"), &analysis, sweeps));
+        };
+        Ok(SurveySweep::of(&label, &rec, streaming.as_ref()))
     }
-    let survey = Survey { sinkscope_version: env!("CARGO_PKG_VERSION").to_string(), epsilon: AnalyzeOptions::default().epsilon, rows };
-    write_survey(&survey, out)?;
-    Ok(survey)
 }
 
 /// Which KV heads keep S sinks + W − S recent keys at almost no loss, on the first `tokens` of
@@ -235,7 +260,8 @@ fn sweep_options(opts: &SurveyOptions, file: PathBuf, cache: usize) -> SweepOpti
         cache,
         sinks: opts.sinks.clone(),
         policy: PolicyKind::Sink,
-        recent: 0,
+        recent: None,
+        observe: None,
         delta: 0.02,
         positions: PositionMode::Slot,
         recompute: false,

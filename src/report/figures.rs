@@ -416,7 +416,7 @@ pub fn quant_sqnr(run: &Run, bits: u32) -> Option<LineChart> {
 /// with nothing pinned, and what they kept.
 pub fn unpinned_kept(run: &Run) -> Vec<(&str, KeptStats)> {
     run.stream.as_ref().map_or(Vec::new(), |s| {
-        s.outcomes.iter().filter(|o| o.policy.is_scored() && o.policy.sinks == 0).filter_map(|o| Some((o.label.as_str(), o.kept?))).collect()
+        s.outcomes.iter().filter(|o| o.policy.is_scored() && o.policy.pinned() == 0).filter_map(|o| Some((o.label.as_str(), o.kept?))).collect()
     })
 }
 

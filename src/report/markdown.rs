@@ -32,9 +32,12 @@ pub fn index(run: &Run, figures: &[FigureSpec], tables: &[Table], exists: &dyn F
         ("source", format!("`{}` ({})", m.source, m.format)),
         (
             "architecture",
-            format!("{}: {} layers × {} heads ({} kv heads), d_model {}", m.architecture, m.n_layers, m.n_heads, m.n_kv_heads, m.d_model),
+            format!(
+                "{}: {} layers × {} heads ({} kv heads), d_model {}",
+                m.architecture, m.config.n_layers, m.config.n_heads, m.config.n_kv_heads, m.config.d_model
+            ),
         ),
-        ("context · vocab", format!("{} · {}", m.context_len, m.vocab_size)),
+        ("context · vocab", format!("{} · {}", m.config.context_len, m.config.vocab_size)),
         ("weights", format!("{} → {}", m.quantization, m.compute)),
         ("tokenizer", format!("{} (adds BOS: {})", m.tokenizer, m.adds_bos)),
         ("attention", attention_kind(m)),
@@ -267,15 +270,15 @@ pub fn equal_ppl_memory(r: &FrontierRow) -> String {
 /// How the layers attend: all globally, or some through a sliding window (which), and whether
 /// heads carry learned sink logits.
 fn attention_kind(m: &ModelInfo) -> String {
-    let mut out = match m.window {
-        Some(w) if !m.windowed_layers.is_empty() => {
-            let global: Vec<usize> = (0..m.n_layers).filter(|l| !m.windowed_layers.contains(l)).collect();
+    let (windowed, global): (Vec<usize>, Vec<usize>) = (0..m.config.n_layers).partition(|&l| m.config.layer_window(l).is_some());
+    let mut out = match m.config.window() {
+        Some(w) if !windowed.is_empty() => {
             let global = if global.is_empty() { "none".into() } else { layer_ranges(&global) };
-            format!("sliding window of {w} keys on layers {}; global layers: {global}", layer_ranges(&m.windowed_layers))
+            format!("sliding window of {w} keys on layers {}; global layers: {global}", layer_ranges(&windowed))
         }
         _ => "global (causal) on every layer".to_string(),
     };
-    if m.learned_sinks {
+    if m.config.arch.learned_sinks {
         out.push_str("; a learned sink logit per head");
     }
     out

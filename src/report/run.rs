@@ -92,12 +92,15 @@ impl Run {
             (QUANT_FILE, run.quant.as_ref().map(|q| &q.model)),
         ] {
             if let Some(m) = m {
-                if m.n_layers > MAX_LAYERS_OR_HEADS || m.n_heads > MAX_LAYERS_OR_HEADS || m.n_layers * m.n_heads > MAX_LAYER_HEADS {
+                if m.config.n_layers > MAX_LAYERS_OR_HEADS
+                    || m.config.n_heads > MAX_LAYERS_OR_HEADS
+                    || m.config.n_layers * m.config.n_heads > MAX_LAYER_HEADS
+                {
                     return Err(Error::file(
                         &dir.join(file),
                         format!(
                             "describes {} layers × {} heads, which no model has; the file is corrupt — re-run the command that made it",
-                            m.n_layers, m.n_heads
+                            m.config.n_layers, m.config.n_heads
                         ),
                     ));
                 }
@@ -166,7 +169,7 @@ impl Run {
     /// A [layer][head] table sized by the model; heads outside it are ignored.
     fn by_head<'a>(&self, heads: impl Iterator<Item = (usize, usize, &'a Vec<f64>)>) -> Alphas {
         let m = self.model();
-        let mut table = vec![vec![Vec::new(); m.n_heads]; m.n_layers];
+        let mut table = vec![vec![Vec::new(); m.config.n_heads]; m.config.n_layers];
         for (layer, head, alpha) in heads {
             if let Some(slot) = table.get_mut(layer).and_then(|row| row.get_mut(head)) {
                 *slot = alpha.clone();

@@ -251,7 +251,7 @@ fn alpha_sources(run: &Run) -> Vec<AlphaSource<'_>> {
     let mut sources = Vec::new();
     if let (Some(c), Some(alpha)) = (&run.capture, run.capture_alphas()) {
         let value_norm = run.reductions.as_ref().and_then(|r| r.get("value_norm", 3));
-        let n_heads = run.model().n_heads;
+        let n_heads = run.model().config.n_heads;
         let mass: Vec<Vec<f64>> = c
             .summary
             .heads
@@ -293,8 +293,8 @@ fn head_sinks(run: &Run, m: &Meta) -> Table {
     let epsilon = run.analysis.as_ref().map_or(0.3, |a| a.settings.epsilon);
     let classes: std::collections::HashMap<(usize, usize), String> =
         run.analysis.iter().flat_map(|a| a.heads.iter().map(|h| ((h.layer, h.head), h.class.to_string()))).collect();
-    let n_heads = run.model().n_heads.max(1);
-    let group = (n_heads / run.model().n_kv_heads.max(1)).max(1);
+    let n_heads = run.model().config.n_heads.max(1);
+    let group = (n_heads / run.model().config.n_kv_heads.max(1)).max(1);
     let mut rows = Vec::new();
     for s in &sources {
         for (layer, heads) in s.alpha.iter().enumerate() {
@@ -315,7 +315,7 @@ fn head_sinks(run: &Run, m: &Meta) -> Table {
                         alpha,
                         value_norm,
                         class: classes.get(&(layer, head)).cloned(),
-                        window: run.model().layer_window(layer),
+                        window: run.model().config.layer_window(layer),
                         sink_mass: s.sink_mass.as_ref().and_then(|m| m.get(layer)?.get(head).copied()),
                     });
                 }
@@ -481,8 +481,8 @@ fn stream_nll(s: &StreamReport, m: &Meta) -> Table {
     Builder::new(&rows, m)
         .str("text", |_| s.text_source.clone())
         .str("policy", |r| o(r).label.clone())
-        .str("kind", |r| format!("{:?}", o(r).policy.kind).to_lowercase())
-        .u32("sinks", |r| o(r).policy.sinks)
+        .str("kind", |r| o(r).policy.kind().name().to_owned())
+        .u32("sinks", |r| o(r).policy.pinned())
         .u32("cache", |r| o(r).policy.cache)
         .str("positions", |r| format!("{:?}", o(r).policy.positions).to_lowercase())
         .u32("step", |r| r.1)

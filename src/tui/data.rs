@@ -94,7 +94,7 @@ pub fn ends_line(display: &str) -> bool {
 impl Data {
     pub fn new(run: &Run) -> Data {
         let model = run.model();
-        let (n_layers, n_heads) = (model.n_layers, model.n_heads);
+        let (n_layers, n_heads) = (model.config.n_layers, model.config.n_heads);
         let (alpha, alpha_source) = alpha_table(run, n_layers, n_heads);
         let alpha_k = alpha.iter().flatten().map(Vec::len).max().unwrap_or(0);
         let mut classes = None;
@@ -137,7 +137,7 @@ impl Data {
                 let t = cm.n_tokens;
                 let min_queries = ((t as f64 * MIN_QUERY_SHARE).ceil() as usize).max(2);
                 let pieces: Vec<String> = tokens.iter().map(|t| t.piece.clone()).collect();
-                discover_sink_positions(&nested, t, &run.model().layer_windows(), epsilon, min_queries, &pieces)
+                discover_sink_positions(&nested, t, &run.model().config.layer_windows(), epsilon, min_queries, &pieces)
             }
             // Without per-position mass, the analysis of the same text (its first probe) still knows.
             None => run

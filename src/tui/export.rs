@@ -124,9 +124,9 @@ fn tokens(app: &App) -> std::result::Result<Export, String> {
     let mut s = String::new();
     let d = &app.data;
     let run = &app.run;
-    let weights = app.token_weights.as_ref().ok_or("no per-position attention in this run")?;
+    let weights = app.tokens.weights.as_ref().ok_or("no per-position attention in this run")?;
     let tokens = run.tokens().unwrap_or(&[]);
-    let (scope, measure) = (format!("{:?}", app.scope).to_lowercase(), format!("{:?}", app.measure).to_lowercase());
+    let (scope, measure) = (format!("{:?}", app.tokens.scope).to_lowercase(), format!("{:?}", app.tokens.measure).to_lowercase());
     s.push_str("pos,id,token,scope,layer,head,measure,value,sink\n");
     for (i, t) in tokens.iter().enumerate() {
         let _ = writeln!(
@@ -173,7 +173,7 @@ fn streaming(app: &App) -> std::result::Result<Export, String> {
             s,
             "{},{},{},{},{},{},{},{},{},{recommended}",
             field(&o.label),
-            o.policy.sinks,
+            o.policy.pinned(),
             o.policy.cache,
             o.ppl,
             opt(o.ppl_after_eviction),
@@ -244,7 +244,7 @@ fn figure(app: &App, dir: &std::path::Path) -> Result<Option<PathBuf>> {
     }
     let (run, l, h) = (&app.run, app.layer, app.head);
     match app.tab {
-        Tab::Grid => drawn(figures::alpha_grid(run, app.k), dir.join(format!("alpha-grid-k{}.png", app.k))),
+        Tab::Grid => drawn(figures::alpha_grid(run, app.grid.k), dir.join(format!("alpha-grid-k{}.png", app.grid.k))),
         Tab::Heatmap if app.heat.focus => drawn(figures::head_early(run, l, h), dir.join(format!("heatmap-L{l}-H{h}-first.png"))),
         Tab::Heatmap if app.heat.log => drawn(figures::head_heatmap(run, l, h, Scale::Log), dir.join(format!("heatmap-L{l}-H{h}-log.png"))),
         Tab::Heatmap => drawn(figures::head_heatmap(run, l, h, Scale::Linear), dir.join(format!("heatmap-L{l}-H{h}-linear.png"))),

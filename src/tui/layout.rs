@@ -4,7 +4,8 @@
 use ratatui::layout::Rect;
 use ratatui::text::Span;
 
-use super::state::{HeatmapView, Tab};
+use super::state::heatmap::HeatmapView;
+use super::tab::Tab;
 
 /// The three horizontal bands of every screen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

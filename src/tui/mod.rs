@@ -9,6 +9,7 @@ pub mod event;
 pub mod export;
 pub mod layout;
 pub mod state;
+pub mod tab;
 pub mod ui;
 pub mod update;
 pub mod views;

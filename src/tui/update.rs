@@ -4,14 +4,7 @@
 
 use super::action::{Action, Effect};
 use super::layout;
-use super::state::{App, GridColour, Tab, TokenMeasure, TokenScope, MAX_ZOOM, WINDOWS};
-
-fn step(value: usize, by: isize, len: usize) -> usize {
-    if len == 0 {
-        return 0;
-    }
-    (value as isize + by).clamp(0, len as isize - 1) as usize
-}
+use super::state::{step, App, Tab};
 
 /// Applies one action. The only place the state changes.
 pub fn update(app: &mut App, action: Action) -> Effect {
@@ -42,7 +35,7 @@ pub fn update(app: &mut App, action: Action) -> Effect {
             }
             if app.tab == Tab::Survey {
                 if let (Some(s), Some(dir)) = (&app.run.survey, &app.run.survey_dir) {
-                    if let Some(row) = s.rows.get(app.survey_row) {
+                    if let Some(row) = s.rows.get(app.survey.row) {
                         return Effect::OpenSurveyRun(dir.join(&row.run_dir));
                     }
                 }
@@ -53,38 +46,16 @@ pub fn update(app: &mut App, action: Action) -> Effect {
         Action::ZoomReset => app.heat.zoom = 0,
         Action::ToggleLog => app.heat.log = !app.heat.log,
         Action::ToggleFocus => toggle_focus(app),
-        Action::NextK => app.k = step(app.k, 1, app.data.alpha_k),
-        Action::PrevK => app.k = step(app.k, -1, app.data.alpha_k),
-        Action::ToggleGridColour => {
-            app.grid_colour = match app.grid_colour {
-                GridColour::Alpha => GridColour::Class,
-                GridColour::Class => GridColour::Alpha,
-            }
-        }
+        Action::NextK => app.grid.k = step(app.grid.k, 1, app.data.alpha_k),
+        Action::PrevK => app.grid.k = step(app.grid.k, -1, app.data.alpha_k),
+        Action::ToggleGridColour => app.grid.colour = app.grid.colour.toggled(),
         Action::NextHead => app.select_head(app.layer, app.head + 1),
         Action::PrevHead => app.select_head(app.layer, app.head.saturating_sub(1)),
         Action::NextLayer => app.select_head(app.layer + 1, app.head),
         Action::PrevLayer => app.select_head(app.layer.saturating_sub(1), app.head),
-        Action::CycleScope => {
-            app.scope = match app.scope {
-                TokenScope::Head => TokenScope::Layer,
-                TokenScope::Layer => TokenScope::All,
-                TokenScope::All => TokenScope::Head,
-            };
-            app.refresh_tokens();
-        }
-        Action::ToggleMeasure => {
-            app.measure = match app.measure {
-                TokenMeasure::Alpha => TokenMeasure::Mass,
-                TokenMeasure::Mass => TokenMeasure::Alpha,
-            };
-            app.refresh_tokens();
-        }
-        Action::CycleWindow => {
-            let i = WINDOWS.iter().position(|&w| w == app.window).unwrap_or(0);
-            app.window = WINDOWS[(i + 1) % WINDOWS.len()];
-            app.refresh_curves();
-        }
+        Action::CycleScope => app.tokens.next_scope(&app.data, (app.layer, app.head)),
+        Action::ToggleMeasure => app.tokens.toggle_measure(&app.data, (app.layer, app.head)),
+        Action::CycleWindow => app.streaming.next_window(app.run.stream.as_ref()),
         Action::Export => return Effect::Export,
         Action::Click { x, y } => click(app, x, y),
         Action::Scroll(by) => {
@@ -105,7 +76,7 @@ pub fn update(app: &mut App, action: Action) -> Effect {
 
 fn move_in_view(app: &mut App, dx: isize, dy: isize) {
     match app.tab {
-        Tab::Overview => app.overview_scroll = (app.overview_scroll as isize + dy).max(0) as usize,
+        Tab::Overview => app.overview.move_by(dy),
         Tab::Grid => {
             let (l, h) = (step(app.layer, dy, app.data.n_layers), step(app.head, dx, app.data.n_heads));
             app.select_head(l, h);
@@ -117,24 +88,19 @@ fn move_in_view(app: &mut App, dx: isize, dy: isize) {
             }
         }
         Tab::Tokens => {
-            let n = app.n_tokens();
-            if dy != 0 {
-                let width = layout::token_text_width(layout::areas(app.width, app.height).body);
-                app.token = layout::token_line_move(&app.data.flow, width, app.token, dy);
-            }
-            app.token = step(app.token, dx, n);
+            let width = layout::token_text_width(layout::areas(app.width, app.height).body);
+            app.tokens.move_by(&app.data, width, dx, dy);
         }
-        Tab::Activations => app.act_layer = step(app.act_layer, dy, app.data.layers.len()),
-        Tab::Streaming => app.policy = step(app.policy, dy, app.curves.len()),
-        Tab::Survey => app.survey_row = step(app.survey_row, dy, app.run.survey.as_ref().map_or(0, |s| s.rows.len())),
+        Tab::Activations => app.activations.move_by(dy, app.data.layers.len()),
+        Tab::Streaming => app.streaming.move_by(dy),
+        Tab::Survey => app.survey.move_by(dy, app.run.survey.as_ref().map_or(0, |s| s.rows.len())),
     }
 }
 
 fn zoom(app: &mut App, by: i8) {
-    if app.tab != Tab::Heatmap {
-        return;
+    if app.tab == Tab::Heatmap {
+        app.heat.zoom_by(by);
     }
-    app.heat.zoom = (app.heat.zoom as i8 + by).clamp(0, MAX_ZOOM as i8) as u8;
 }
 
 /// Switches between the full map and the first-K-keys map, keeping the cursor on the same keys.
@@ -182,14 +148,14 @@ fn click(app: &mut App, x: u16, y: u16) {
         Tab::Tokens => {
             let inner = layout::token_text_area(areas.body);
             let places = layout::token_layout(&app.data.flow, inner.width);
-            let first = layout::first_token_line(&places, app.token, inner.height);
+            let first = layout::first_token_line(&places, app.tokens.cursor, inner.height);
             if let Some(pos) = layout::token_at(&places, inner, first, x, y) {
-                app.token = pos;
+                app.tokens.cursor = pos;
             }
         }
         Tab::Streaming => {
-            if let Some(row) = layout::streaming(areas.body).row_at(y).filter(|&r| r < app.curves.len()) {
-                app.policy = row;
+            if let Some(row) = layout::streaming(areas.body).row_at(y).filter(|&r| r < app.streaming.curves.len()) {
+                app.streaming.policy = row;
             }
         }
         _ => {}
@@ -267,19 +233,19 @@ mod tests {
     #[test]
     fn k_changes_within_the_alpha_table() {
         let mut a = app();
-        assert_eq!(a.k, 0);
+        assert_eq!(a.grid.k, 0);
         update(&mut a, Action::PrevK);
-        assert_eq!(a.k, 0);
+        assert_eq!(a.grid.k, 0);
         apply(&mut a, &[Action::NextK, Action::NextK]);
-        assert_eq!(a.k, 2);
+        assert_eq!(a.grid.k, 2);
         for _ in 0..40 {
             update(&mut a, Action::NextK);
         }
-        assert_eq!(a.k, 15, "α_k is reported for k < 16");
+        assert_eq!(a.grid.k, 15, "α_k is reported for k < 16");
         update(&mut a, Action::ToggleGridColour);
-        assert_eq!(a.grid_colour, GridColour::Class);
+        assert_eq!(a.grid.colour, GridColour::Class);
         update(&mut a, Action::ToggleGridColour);
-        assert_eq!(a.grid_colour, GridColour::Alpha);
+        assert_eq!(a.grid.colour, GridColour::Alpha);
     }
 
     #[test]
@@ -326,7 +292,7 @@ mod tests {
         update(&mut a, Action::Scroll(1));
         assert_eq!(a.heat.zoom, 1);
         apply(&mut a, &[Action::GoTab(Tab::Activations), Action::Scroll(1), Action::Scroll(1)]);
-        assert_eq!(a.act_layer, 2);
+        assert_eq!(a.activations.layer, 2);
     }
 
     #[test]
@@ -373,21 +339,21 @@ mod tests {
     fn token_scope_and_measure_recompute_the_weights() {
         let mut a = app();
         update(&mut a, Action::GoTab(Tab::Tokens));
-        let head = a.token_weights.clone().unwrap();
+        let head = a.tokens.weights.clone().unwrap();
         let cm = a.data.col_mass.as_ref().unwrap();
         let t = cm.n_tokens;
         let expect0 = cm.head(a.layer, a.head)[0] as f64 / t as f64;
         assert!((head[0] as f64 - expect0).abs() < 1e-6, "α_0 = column mass / T");
         update(&mut a, Action::CycleScope);
-        assert_eq!(a.scope, TokenScope::Layer);
-        assert_ne!(a.token_weights.as_ref().unwrap(), &head);
+        assert_eq!(a.tokens.scope, TokenScope::Layer);
+        assert_ne!(a.tokens.weights.as_ref().unwrap(), &head);
         update(&mut a, Action::CycleScope);
-        assert_eq!(a.scope, TokenScope::All);
-        let all = a.token_weights.clone().unwrap();
+        assert_eq!(a.tokens.scope, TokenScope::All);
+        let all = a.tokens.weights.clone().unwrap();
         update(&mut a, Action::NextHead);
-        assert_eq!(a.token_weights.as_ref().unwrap(), &all, "the all-heads mean does not follow the head");
+        assert_eq!(a.tokens.weights.as_ref().unwrap(), &all, "the all-heads mean does not follow the head");
         update(&mut a, Action::ToggleMeasure);
-        let mass = a.token_weights.clone().unwrap();
+        let mass = a.tokens.weights.clone().unwrap();
         assert!((mass[t - 1] as f64 - all[t - 1] as f64 / t as f64).abs() < 1e-6, "the last key: mass/T = α/T");
     }
 
@@ -395,29 +361,29 @@ mod tests {
     fn token_cursor_moves_by_token_and_by_line() {
         let mut a = app();
         apply(&mut a, &[Action::GoTab(Tab::Tokens), Action::Move { dx: 3, dy: 0 }]);
-        assert_eq!(a.token, 3);
+        assert_eq!(a.tokens.cursor, 3);
         update(&mut a, Action::Move { dx: -10, dy: 0 });
-        assert_eq!(a.token, 0);
+        assert_eq!(a.tokens.cursor, 0);
         update(&mut a, Action::Move { dx: 0, dy: 1 });
-        assert!(a.token > 3, "down moves to the next line of the text");
+        assert!(a.tokens.cursor > 3, "down moves to the next line of the text");
         update(&mut a, Action::Move { dx: 0, dy: -1 });
-        assert_eq!(a.token, 0);
+        assert_eq!(a.tokens.cursor, 0);
         update(&mut a, Action::Move { dx: 1000, dy: 0 });
-        assert_eq!(a.token, 63);
+        assert_eq!(a.tokens.cursor, 63);
     }
 
     #[test]
     fn streaming_selection_and_window() {
         let mut a = app();
-        assert_eq!(a.curves.len(), 5);
+        assert_eq!(a.streaming.curves.len(), 5);
         apply(&mut a, &[Action::GoTab(Tab::Streaming), Action::Move { dx: 0, dy: 2 }]);
-        assert_eq!(a.policy, 2);
+        assert_eq!(a.streaming.policy, 2);
         update(&mut a, Action::Move { dx: 0, dy: 10 });
-        assert_eq!(a.policy, 4);
-        let before = a.curves[0].points.clone();
+        assert_eq!(a.streaming.policy, 4);
+        let before = a.streaming.curves[0].points.clone();
         update(&mut a, Action::CycleWindow);
-        assert_eq!(a.window, WINDOWS[1]);
-        assert_ne!(a.curves[0].points, before);
+        assert_eq!(a.streaming.window, WINDOWS[1]);
+        assert_ne!(a.streaming.curves[0].points, before);
     }
 
     #[test]
@@ -451,11 +417,11 @@ mod tests {
         update(&mut a, Action::GoTab(Tab::Tokens));
         let inner = layout::token_text_area(body);
         update(&mut a, Action::Click { x: inner.x + 5, y: inner.y });
-        assert_eq!(a.token, 1, "'<s>' takes 3 cells, ' Once' the next 5");
+        assert_eq!(a.tokens.cursor, 1, "'<s>' takes 3 cells, ' Once' the next 5");
         update(&mut a, Action::GoTab(Tab::Streaming));
         let table = layout::streaming(body).table;
         update(&mut a, Action::Click { x: table.x + 4, y: table.y + 2 + 3 });
-        assert_eq!(a.policy, 3);
+        assert_eq!(a.streaming.policy, 3);
     }
 
     #[test]

@@ -196,6 +196,11 @@ impl DecoderConfig {
         self.layers.get(l).and_then(|a| a.window)
     }
 
+    /// Every layer's own sliding window.
+    pub fn layer_windows(&self) -> Vec<Option<usize>> {
+        (0..self.n_layers).map(|l| self.layer_window(l)).collect()
+    }
+
     /// The layers that attend through a sliding window.
     pub fn windowed_layers(&self) -> Vec<usize> {
         (0..self.n_layers).filter(|&l| self.layer_window(l).is_some()).collect()

@@ -68,7 +68,7 @@ fn chart(f: &mut Frame, area: Rect, app: &App) {
     let (lo, hi) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| (a.min(y), b.max(y)));
     let (lo, hi) = ((lo.min(log(MASSIVE_ABS)) - 0.2).floor(), (hi.max(log(MASSIVE_ABS)) + 0.2).ceil());
     let bar = [(0.0, log(MASSIVE_ABS)), (last, log(MASSIVE_ABS))];
-    let sel = app.data.layers.get(app.act_layer).map_or(0.0, |l| l.layer as f64);
+    let sel = app.data.layers.get(app.activations.layer).map_or(0.0, |l| l.layer as f64);
     let cursor = [(sel, lo), (sel, hi)];
     let datasets = vec![
         Dataset::default().name("|h| = 100").marker(Marker::Braille).graph_type(GraphType::Line).style(Style::new().fg(DIM)).data(&bar),
@@ -99,12 +99,12 @@ fn table_view(f: &mut Frame, area: Rect, app: &App) {
     put(buf, inner.x, inner.y, header, inner.width as usize, Style::new().fg(DIM).add_modifier(Modifier::BOLD));
     let rows = inner.height as usize - 1;
     let layers = &app.data.layers;
-    let first = scroll(app.act_layer, layers.len(), rows);
+    let first = scroll(app.activations.layer, layers.len(), rows);
     for (r, l) in layers.iter().enumerate().skip(first).take(rows) {
         let token = l.max_pos.map_or(String::new(), |p| quoted(app.data.display.get(p)));
         let ratio = if l.median_abs > 0.0 { short((l.max_abs / l.median_abs) as f64) } else { "-".into() };
         let dims: Vec<String> = l.massive_dims.iter().take(6).map(|d| d.to_string()).collect();
-        let mark = if r == app.act_layer { "▶ " } else { "  " };
+        let mark = if r == app.activations.layer { "▶ " } else { "  " };
         let line = format!(
             "{mark}{:>5} {:>9} {:>6} {:>5} {:<10} {:>9} {:>9}  {}",
             l.layer,
@@ -120,7 +120,7 @@ fn table_view(f: &mut Frame, area: Rect, app: &App) {
         if !l.massive_dims.is_empty() || l.massive().next().is_some() {
             style = style.fg(Color::LightRed);
         }
-        if r == app.act_layer {
+        if r == app.activations.layer {
             style = style.add_modifier(Modifier::REVERSED);
         }
         put(buf, inner.x, inner.y + 1 + (r - first) as u16, line, inner.width as usize, style);
@@ -140,7 +140,7 @@ fn side(f: &mut Frame, area: Rect, app: &App) {
             v.push(kv("recurring", rec.join(", ")));
         }
     }
-    if let Some(l) = app.data.layers.get(app.act_layer) {
+    if let Some(l) = app.data.layers.get(app.activations.layer) {
         v.push(Line::from(""));
         v.push(heading(&format!("Layer {}: largest elements", l.layer)));
         for &(pos, dim, value) in l.top.iter().take(8) {

@@ -23,8 +23,8 @@ pub fn render(f: &mut Frame, area: Rect, app: &App) {
         return;
     }
     let g = layout::grid(area, d.n_layers, d.n_heads, app.layer);
-    let title = match app.grid_colour {
-        GridColour::Alpha => format!("α_{} per head", app.k),
+    let title = match app.grid.colour {
+        GridColour::Alpha => format!("α_{} per head", app.grid.k),
         GridColour::Class => "head class (report.json)".to_string(),
     };
     f.render_widget(block(title), g.block);
@@ -60,8 +60,8 @@ fn draw_cells(buf: &mut Buffer, g: &GridGeom, app: &App) {
 /// One grid cell's text and style.
 fn cell(app: &App, l: usize, h: usize, cw: usize, selected: bool) -> (String, Style) {
     let d = &app.data;
-    let (inner, bg, fg) = match app.grid_colour {
-        GridColour::Alpha => match d.alpha(l, h, app.k) {
+    let (inner, bg, fg) = match app.grid.colour {
+        GridColour::Alpha => match d.alpha(l, h, app.grid.k) {
             Some(a) => {
                 let t = a as f32;
                 let label = if cw >= 6 {
@@ -96,7 +96,7 @@ fn legend(buf: &mut Buffer, g: &GridGeom, app: &App) {
     }
     let y = inner.bottom() - 2;
     let w = inner.width as usize;
-    match app.grid_colour {
+    match app.grid.colour {
         GridColour::Alpha => {
             let mut x = inner.x;
             put(buf, x, y, "0 ", w, Style::new().fg(DIM));
@@ -107,7 +107,7 @@ fn legend(buf: &mut Buffer, g: &GridGeom, app: &App) {
                 put(buf, x + i, y, "█", 1, Style::new().fg(sequential(t)));
             }
             put(buf, x + n, y, " 1", 2, Style::new().fg(DIM));
-            put(buf, inner.x, y + 1, format!("k={} (, .)  c: by class", app.k), w, Style::new().fg(DIM));
+            put(buf, inner.x, y + 1, format!("k={} (, .)  c: by class", app.grid.k), w, Style::new().fg(DIM));
         }
         GridColour::Class => {
             if app.data.classes.is_none() {
@@ -161,7 +161,7 @@ fn side_panel(f: &mut Frame, area: Rect, app: &App) {
     for k in 0..d.alpha_k {
         let Some(a) = d.alpha(l, h, k) else { break };
         let token = if same_text { super::fit(&quoted(d.display.get(k)), 7) } else { String::new() };
-        let style = if k == app.k { Style::new().fg(Color::White).add_modifier(Modifier::BOLD) } else { Style::new() };
+        let style = if k == app.grid.k { Style::new().fg(Color::White).add_modifier(Modifier::BOLD) } else { Style::new() };
         v.push(Line::from(vec![
             Span::styled(format!("{k:>3} "), Style::new().fg(DIM)),
             Span::styled(format!("{:<w$}", bar(a, bar_w), w = bar_w), style.fg(sequential(a as f32))),

@@ -21,13 +21,13 @@ pub fn render(f: &mut Frame, area: Rect, app: &App) {
         let lw = area.width * 45 / 100;
         let l = Rect { width: lw, ..area };
         let r = Rect { x: area.x + lw, width: area.width - lw, ..area };
-        column(f, l, "Model · text · run", left, app.overview_scroll);
-        column(f, r, "Findings", right, app.overview_scroll);
+        column(f, l, "Model · text · run", left, app.overview.scroll);
+        column(f, r, "Findings", right, app.overview.scroll);
     } else {
         let mut all = left;
         all.push(Line::from(""));
         all.extend(right);
-        column(f, area, "Overview", all, app.overview_scroll);
+        column(f, area, "Overview", all, app.overview.scroll);
     }
 }
 
@@ -62,12 +62,12 @@ fn model_lines(app: &App) -> Vec<Line<'static>> {
             "shape",
             format!(
                 "{} layers × {} heads ({} kv) · d_model {} · d_head {} · d_ff {}",
-                m.n_layers, m.n_heads, m.n_kv_heads, m.d_model, m.d_head, m.d_ff
+                m.config.n_layers, m.config.n_heads, m.config.n_kv_heads, m.config.d_model, m.config.d_head, m.config.d_ff
             ),
         ),
-        kv("size", format!("{} params · context {} · vocab {}", human_count(m.n_params), m.context_len, m.vocab_size)),
+        kv("size", format!("{} params · context {} · vocab {}", human_count(m.n_params), m.config.context_len, m.config.vocab_size)),
         kv("weights", format!("{} · compute {}", m.quantization, m.compute)),
-        kv("rope", format!("{:?} θ={}", m.rope_layout, m.rope_theta).to_lowercase()),
+        kv("rope", format!("{:?} θ={}", m.config.rope_layout, m.config.rope_theta).to_lowercase()),
         kv("source", m.source.clone()),
     ];
     if let Some(sha) = &m.sha256 {

@@ -68,7 +68,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App) {
     v.push(Line::from(""));
     v.push(kv("text", format!("{} from char {}", stream.text_source, stream.start_char)));
     // What the selected score-based policy kept: do its heavy hitters rediscover the sinks?
-    if let Some(k) = stream.outcomes.get(app.policy).and_then(|o| o.kept) {
+    if let Some(k) = stream.outcomes.get(app.streaming.policy).and_then(|o| o.kept) {
         let shares: Vec<String> = k.kept_first_share.iter().map(|s| format!("{:.0}%", 100.0 * s)).collect();
         v.push(kv("kept 0–3", format!("{} of (layer, KV head, step)", shares.join(" / "))));
         v.push(kv("mean age", format!("{:.1} tokens", k.mean_age)));
@@ -77,7 +77,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App) {
 }
 
 fn chart(f: &mut Frame, area: Rect, app: &App) {
-    let curves = &app.curves;
+    let curves = &app.streaming.curves;
     let x_max = curves.iter().filter_map(|c| c.points.last()).map(|p| p.0).fold(1.0, f64::max);
     // The y axis is ln(PPL), labelled in PPL.
     let ys = curves.iter().flat_map(|c| c.log_points.iter().map(|p| p.1)).filter(|y| y.is_finite());
@@ -87,7 +87,7 @@ fn chart(f: &mut Frame, area: Rect, app: &App) {
     let (lo, hi) = (lo - pad, hi + pad);
     let eviction = curves.iter().filter_map(|c| c.first_eviction).min();
     let ev_line = eviction.map(|e| [(e as f64, lo), (e as f64, hi)]);
-    let cliff = app.curves.get(app.policy).and_then(|c| c.cliff).map(|s| [(s as f64, lo), (s as f64, hi)]);
+    let cliff = app.streaming.curves.get(app.streaming.policy).and_then(|c| c.cliff).map(|s| [(s as f64, lo), (s as f64, hi)]);
     let mut datasets = Vec::new();
     if let Some(line) = &ev_line {
         datasets.push(
@@ -99,7 +99,7 @@ fn chart(f: &mut Frame, area: Rect, app: &App) {
             .push(Dataset::default().name("cliff").marker(Marker::Braille).graph_type(GraphType::Line).style(Style::new().fg(Color::Red)).data(line));
     }
     // The selected policy is drawn last, on top of the others.
-    let order = (0..curves.len()).filter(|&i| i != app.policy).chain((app.policy < curves.len()).then_some(app.policy));
+    let order = (0..curves.len()).filter(|&i| i != app.streaming.policy).chain((app.streaming.policy < curves.len()).then_some(app.streaming.policy));
     for i in order {
         datasets.push(
             Dataset::default()
@@ -113,7 +113,7 @@ fn chart(f: &mut Frame, area: Rect, app: &App) {
     let mid = (lo + hi) / 2.0;
     let title = format!(
         "perplexity (log scale), rolling {} tokens, per policy · grey line: first eviction{}",
-        app.window,
+        app.streaming.window,
         eviction.map_or(String::new(), |e| format!(" (step {e})"))
     );
     let c = Chart::new(datasets)
@@ -155,7 +155,7 @@ fn table(f: &mut Frame, area: Rect, app: &App) {
         let recommended = rec.is_some_and(|r| r.recommended_sinks.is_some() && row.is_some_and(|t| t.sinks == r.recommended_sinks));
         let ratio = row.and_then(|t| t.ratio_to_best).map_or("-".into(), |x| format!("{x:.3}"));
         let y = inner.y + 1 + i as u16;
-        put(buf, inner.x, y, if i == app.policy { "▶" } else { " " }, 1, Style::new());
+        put(buf, inner.x, y, if i == app.streaming.policy { "▶" } else { " " }, 1, Style::new());
         put(buf, inner.x + 1, y, "━━", 2, Style::new().fg(series(i)));
         let line = format!(
             " {} {:<label_w$} {:>9} {:>10} {:>6} {:>6} {:>7}",
@@ -176,7 +176,7 @@ fn table(f: &mut Frame, area: Rect, app: &App) {
         if recommended {
             style = style.fg(Color::LightGreen);
         }
-        if i == app.policy {
+        if i == app.streaming.policy {
             style = style.add_modifier(Modifier::REVERSED);
         }
         put(buf, inner.x + 3, y, line, w.saturating_sub(3), style);

@@ -32,7 +32,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App) {
     table(f, g.table, app, survey);
     depth_chart(f, g.depth, survey);
     collapse_chart(f, g.scatter, survey);
-    details(f, g.details, survey.rows.get(app.survey_row));
+    details(f, g.details, survey.rows.get(app.survey.row));
 }
 
 /// The ratio a model's worst sweep shows, for the table and the scatter.
@@ -66,7 +66,7 @@ fn table(f: &mut Frame, area: Rect, app: &App, survey: &Survey) {
     put(buf, inner.x, inner.y, header, w, Style::new().fg(DIM).add_modifier(Modifier::BOLD));
     let open = survey.rows.iter().position(|r| app.run.dir.ends_with(&r.run_dir));
     let visible = inner.height.saturating_sub(1) as usize;
-    let first = layout::scroll(app.survey_row, survey.rows.len(), visible);
+    let first = layout::scroll(app.survey.row, survey.rows.len(), visible);
     for (i, r) in survey.rows.iter().enumerate().skip(first).take(visible) {
         let y = inner.y + 1 + (i - first) as u16;
         put(buf, inner.x, y, if Some(i) == open { " ●" } else { "  " }, 2, Style::new().fg(series(i)));
@@ -82,7 +82,7 @@ fn table(f: &mut Frame, area: Rect, app: &App, survey: &Survey) {
             fit(&streaming(r), 15),
             fit(&format!("{:.0} (×{:.0})", r.max_activation, r.max_to_median), 15),
         );
-        let style = if i == app.survey_row { Style::new().add_modifier(Modifier::REVERSED) } else { Style::new() };
+        let style = if i == app.survey.row { Style::new().add_modifier(Modifier::REVERSED) } else { Style::new() };
         put(buf, inner.x + 2, y, line, w.saturating_sub(2), style);
     }
 }

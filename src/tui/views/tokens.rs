@@ -15,7 +15,7 @@ use crate::tui::widgets::colour::{sequential, short, text_on};
 use crate::tui::widgets::put;
 
 fn scope_text(app: &App) -> String {
-    match app.scope {
+    match app.tokens.scope {
         TokenScope::Head => format!("head L{}H{}", app.layer, app.head),
         TokenScope::Layer => format!("mean of layer {}", app.layer),
         TokenScope::All => "mean of all heads".into(),
@@ -50,10 +50,10 @@ pub fn render(f: &mut Frame, area: Rect, app: &App) {
         return;
     }
     let (text_area, side_area) = layout::tokens(area);
-    let weights = app.token_weights.as_deref();
-    let max = weights.map_or(1.0, |w| colour_max(w, app.measure)).max(f32::MIN_POSITIVE);
+    let weights = app.tokens.weights.as_deref();
+    let max = weights.map_or(1.0, |w| colour_max(w, app.tokens.measure)).max(f32::MIN_POSITIVE);
     let title = match weights {
-        Some(_) => format!("{} · {}", measure_text(app.measure), scope_text(app)),
+        Some(_) => format!("{} · {}", measure_text(app.tokens.measure), scope_text(app)),
         None => "text (no per-position attention in this run)".into(),
     };
     let bottom = match weights {
@@ -73,7 +73,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App) {
     f.render_widget(block(title).title_bottom(bottom), text_area);
     let inner = layout::inner(text_area);
     let places = layout::token_layout(&d.flow, inner.width);
-    let first = layout::first_token_line(&places, app.token, inner.height);
+    let first = layout::first_token_line(&places, app.tokens.cursor, inner.height);
     let buf = f.buffer_mut();
     for (i, p) in places.iter().enumerate() {
         if p.line < first {
@@ -93,7 +93,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App) {
         if d.is_sink.get(i).copied().unwrap_or(false) {
             style = style.add_modifier(Modifier::BOLD);
         }
-        if i == app.token {
+        if i == app.tokens.cursor {
             style = style.add_modifier(Modifier::REVERSED | Modifier::UNDERLINED);
         }
         put(buf, inner.x + p.x, inner.y + row as u16, &d.flow[i], p.w as usize, style);
@@ -105,7 +105,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App) {
 
 fn side(f: &mut Frame, area: Rect, app: &App, weights: Option<&[f32]>) {
     let d = &app.data;
-    let i = app.token;
+    let i = app.tokens.cursor;
     let mut v = vec![heading(&format!("Token {i}"))];
     v.push(kv("text", format!("'{}'", d.display.get(i).map_or("", String::as_str))));
     if let Some(t) = app.run.tokens().and_then(|t| t.get(i)) {
@@ -121,11 +121,11 @@ fn side(f: &mut Frame, area: Rect, app: &App, weights: Option<&[f32]>) {
     }
     v.push(Line::from(""));
     v.push(kv("scope", format!("{} (a)", scope_text(app))));
-    v.push(kv("measure", format!("{} (m)", if app.measure == TokenMeasure::Alpha { "α" } else { "mass" })));
+    v.push(kv("measure", format!("{} (m)", if app.tokens.measure == TokenMeasure::Alpha { "α" } else { "mass" })));
     if let Some(w) = weights {
         v.push(Line::from(""));
         v.push(heading("Receives most"));
-        let n = comparable(w.len(), app.measure);
+        let n = comparable(w.len(), app.tokens.measure);
         if n < w.len() {
             v.push(Line::from(Span::styled(format!("(positions < {n}: seen by ≥ ¼ of the queries)"), Style::new().fg(DIM))));
         }

@@ -125,7 +125,7 @@ pub fn colour_bar(buf: &mut Buffer, area: Rect, scale: &Scale) {
 mod tests {
     use super::*;
     use crate::tui::layout;
-    use crate::tui::state::HeatmapView;
+    use crate::tui::state::heatmap::HeatmapView;
 
     /// A 4×4 causal pattern.
     fn pattern() -> Vec<f32> {
