@@ -6,7 +6,19 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = sinkscope::cli::Cli::parse();
+    quiet_on_closed_pipe();
+    let cli = match sinkscope::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version: their text, exit 0.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("error: {}", one_line_usage_error(&e.render().to_string()));
+            return ExitCode::from(2);
+        }
+    };
     match sinkscope::cli::run(cli) {
         Ok(status) => ExitCode::from(status),
         Err(_) if sinkscope::io::staging::abandoning() => {
@@ -20,5 +32,27 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::from(e.exit_code())
         }
+    }
+}
+
+/// clap's usage error (message, usage block, a hint) as the one line every other error is.
+fn one_line_usage_error(rendered: &str) -> String {
+    let (message, rest) = rendered.split_once("\n\nUsage:").unwrap_or((rendered, ""));
+    let message: Vec<&str> = message.trim_start_matches("error:").lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let usage = rest.lines().next().map(str::trim).filter(|u| !u.is_empty());
+    match usage {
+        Some(u) => format!("{}; usage: {u} (see --help)", message.join(" ")),
+        None => message.join(" "),
+    }
+}
+
+/// `sinkscope info --json | head -c1`: when the reader goes away, stop as other command-line tools
+/// do (killed by SIGPIPE, no message) instead of panicking on the failed write.
+fn quiet_on_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts; no handler
+    // of this program is replaced (Rust's runtime sets it to "ignore").
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

@@ -312,3 +312,89 @@ fn policy_flags_the_rule_does_not_take_are_refused_before_loading() {
     let canary = fails(&["canary", "-m", "/no/such/model.gguf", "--policy", "window", "--sinks", "2"]);
     assert!(canary.contains("pins no tokens"), "{canary}");
 }
+
+/// Writes `value` over element `index` of tensor `name` in an HF copy's model.safetensors (f32).
+fn poke_f32(dir: &Path, name: &str, index: usize, value: f32) {
+    let path = dir.join("model.safetensors");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
+    assert_eq!(header[name]["dtype"], "F32", "{name}");
+    let at = 8 + header_len + header[name]["data_offsets"][0].as_u64().unwrap() as usize + 4 * index;
+    bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+}
+
+/// A NaN weight stops every command at the first hook, layer and position it reaches — no
+/// perplexity, verdict or file is made from it.
+#[test]
+fn a_non_finite_weight_is_refused_where_it_first_shows() {
+    let Some(norm) = hf_copy("nan-norm") else { return };
+    poke_f32(&norm, "model.layers.2.input_layernorm.weight", 5, f32::NAN);
+    let out = common::temp_dir("nan-out").join("run");
+    let e = fails(&["capture", "-m", s(&norm), "-p", "Once upon a time there was a cat.", "-o", s(&out)]);
+    assert!(e.contains("non-finite (NaN) first at blocks.2.ln1.hook_normalized, position 0"), "{e}");
+    assert!(!out.exists(), "nothing is written for a broken model");
+    let e = fails(&["analyze", "-m", s(&norm), "-o", s(&out)]);
+    assert!(e.contains("blocks.2.ln1.hook_normalized"), "{e}");
+    assert!(!out.exists());
+
+    let Some(mlp) = hf_copy("inf-mlp") else { return };
+    poke_f32(&mlp, "model.layers.3.mlp.down_proj.weight", 0, f32::INFINITY);
+    let dir = common::temp_dir("nan-stream");
+    let text = write(&dir, "t.txt", "Once upon a time there was a little cat. It liked to play in the sun. ".repeat(8).as_bytes());
+    let e = fails(&["stream", "-m", s(&mlp), "-f", s(&text), "--policy", "sink", "--cache", "16", "--tokens", "60", "-o", s(&out)]);
+    assert!(e.contains("first at blocks.3.hook_resid_post, position 0"), "{e}");
+    assert!(!out.exists());
+}
+
+/// clap's usage errors follow the same contract as every other: one line, exit 2.
+#[test]
+fn usage_errors_are_one_line() {
+    let e = fails(&["stream", "--bogus"]);
+    assert!(e.contains("unexpected argument '--bogus'") && e.contains("usage: sinkscope stream"), "{e}");
+    let e = fails(&["stream", "-m", "x"]);
+    assert!(e.contains("--file <FILE>") && e.contains("--policy <POLICY>"), "{e}");
+    fails(&["nosuch"]);
+    // Numbers too large for their type are usage errors too.
+    fails(&["canary", "-m", "x", "-n", "999999999999999999999999"]);
+    fails(&["stream", "-m", "x", "-f", "t.txt", "--policy", "lru"]);
+    let help = common::sinkscope(&["stream", "--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&help.stdout).contains("--policy"));
+}
+
+/// A reader that stops early (`sinkscope stream --json … | head -c1`) ends the command quietly: no
+/// panic, no backtrace. The JSON (per-token NLL of 20,000 tokens, ~600 KB) is far larger than a
+/// pipe's buffer, so the writer meets the closed pipe.
+#[cfg(unix)]
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let model = model_or_skip!("stories260K.gguf");
+    let dir = common::temp_dir("pipe");
+    let text = write(&dir, "long.txt", "Once upon a time there was a little cat. It liked to play in the sun. ".repeat(2000).as_bytes());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sinkscope"))
+        .args(["stream", "-m", s(&model), "-f", s(&text), "--policy", "window", "--cache", "32", "--tokens", "20000", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 1];
+    stdout.read_exact(&mut first).unwrap();
+    drop(stdout);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked") && !stderr.contains("error"), "a closed pipe printed: {stderr}");
+    assert!(out.status.code().is_none_or(|c| c == 0), "exit {:?}", out.status);
+}
+
+/// A size that cannot fit in memory is refused before anything is allocated for it.
+#[test]
+fn impossible_sizes_are_refused_before_allocating() {
+    let model = model_or_skip!("stories260K.gguf");
+    let e = fails(&["canary", "-m", s(&model), "-p", "Once", "-n", "99999999999"]);
+    assert!(e.contains("-n 99999999999 is more steps than a canary takes"), "{e}");
+}

@@ -80,13 +80,15 @@ fn sinkscope_stream_json_is_a_trace() {
 #[test]
 fn malformed_traces_are_refused_with_the_reason() {
     let dir = common::temp_dir("watch-bad");
-    let cases: [(&str, &[u8], &str); 8] = [
+    let cases: [(&str, &[u8], &str); 10] = [
         ("empty.jsonl", b"", "is empty"),
         ("binary.bin", b"\x00\xff\xfe\x01", "not UTF-8"),
         ("notjson.json", b"{\"logprob\": -1.0}\n{oops", "line 2: not JSON"),
         ("nologprobs.json", br#"{"id":"x","choices":[{"index":0,"message":{"content":"hi"},"logprobs":null}]}"#, "has no `logprobs`"),
         ("nan.csv", b"logprob\n-1.0\nNaN\n", "finite number"),
         ("positive.jsonl", b"{\"logprob\": 0.5}\n", "finite number"),
+        ("absurd.jsonl", b"{\"logprob\": -1.0}\n{\"logprob\": -1e308}\n", "token 1 has logprob -1e308"),
+        ("sentinel.csv", b"logprob\n-2.5\n-9999\n-1.0\n", "some APIs write −9999"),
         ("nocolumn.csv", b"token,prob\na,0.5\n", "no `logprob` column"),
         ("other.json", br#"{"hello": "world"}"#, "neither an OpenAI-compatible response"),
     ];

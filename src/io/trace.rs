@@ -79,6 +79,13 @@ pub fn parse_trace(text: &str) -> std::result::Result<Trace, String> {
         if let Some(i) = r.logprobs.iter().position(|l| !l.is_finite() || *l > 1e-6) {
             return Err(format!("request {}: token {i} has logprob {} — a log-probability is a finite number ≤ 0", r.id, r.logprobs[i]));
         }
+        if let Some(i) = r.logprobs.iter().position(|&l| l < MIN_LOGPROB) {
+            return Err(format!(
+                "request {}: token {i} has logprob {:?} — below {MIN_LOGPROB} nats, which no softmax over finite f32 or f64 logits reaches: a placeholder (some APIs write −9999 for a token they did not score) or a corrupt trace; drop those tokens",
+                r.id,
+                r.logprobs[i]
+            ));
+        }
     }
     Ok(trace)
 }
@@ -152,6 +159,10 @@ fn openai_choice(c: &Value, id: &str) -> std::result::Result<TraceRequest, Strin
     }
     Ok(r)
 }
+
+/// The lowest log-probability a real trace can hold: a softmax over finite f64 logits bottoms out
+/// near ln(f64::MIN_POSITIVE) ≈ −745 (f32: ≈ −104); anything lower is a placeholder or corruption.
+pub const MIN_LOGPROB: f64 = -1000.0;
 
 /// llama.cpp's `/completion` with `n_probs`: newer servers give each token's `logprob`, older
 /// ones `probs` (top candidates with `tok_str`/`prob`) beside the token's `content`.

@@ -105,6 +105,9 @@ impl HookReceiver for SlotMass {
     }
 }
 
+/// The most steps one canary runs (each is a decode step whose record stays in memory).
+pub const MAX_CANARY_STEPS: usize = 1 << 20;
+
 /// Runs the canary: the prompt token by token, then `steps` generated (or forced) tokens, the
 /// policy evicting before each query as a serving loop does. `progress(done, total)`.
 pub fn run_canary(model: &Decoder, opts: &CanaryOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<CanaryRun> {
@@ -119,6 +122,9 @@ pub fn run_canary(model: &Decoder, opts: &CanaryOptions, progress: &mut dyn FnMu
         return Err(Error::input(format!("--layer {} is past the model's {} layers", opts.layer, model.cfg.n_layers)));
     }
     let total = opts.prompt.len() + opts.forced.as_ref().map_or(opts.steps, Vec::len);
+    if opts.steps > MAX_CANARY_STEPS || total > MAX_CANARY_STEPS + opts.prompt.len() {
+        return Err(Error::input(format!("{total} canary steps are more than the {MAX_CANARY_STEPS} one canary takes")));
+    }
     if policy.eviction == Eviction::Dense && total > model.cfg.context_len {
         return Err(Error::input(format!(
             "{total} tokens exceed the model's context of {}; use a cache policy or fewer steps",

@@ -9,6 +9,7 @@
 pub mod attention;
 mod block;
 pub mod config;
+mod finite;
 pub mod kv;
 pub mod linear;
 mod moe;
@@ -26,6 +27,7 @@ use attention::{Attend, LayerAttention, Seq, SeqAttention, ATTENTION_BLOCK_BYTES
 use block::{Block, Norm};
 use config::{take_opt, take_req};
 pub use config::{ArchSwitches, DecoderConfig, LayerAttn, MlpKind, Moe, NormKind, NormPlacement, Param, ParamSource, QkNorm, WeightDtype, LLAMA};
+use finite::{refuse_non_finite, refuse_non_finite_nll};
 pub use kv::{KeyMask, KvCache, KvStore};
 use linear::{Linear, LinearWeight};
 
@@ -220,6 +222,7 @@ impl Decoder {
         let rows = attend.rows();
         let eps = self.cfg.rms_eps as f32;
         let (h, kvh, dh) = (self.cfg.n_heads, self.cfg.n_kv_heads, self.cfg.d_head);
+        refuse_non_finite(if first_layer == 0 { HookPoint::Embed } else { HookPoint::ResidPre(first_layer) }, &x, &[], &rows)?;
         for (l, block) in self.blocks.iter().enumerate().skip(first_layer) {
             emit(sink, HookPoint::ResidPre(l), &rows, &x)?;
             let norm = |n: &Option<Norm>, x: &Tensor| -> Result<Tensor> { n.as_ref().map_or_else(|| Ok(x.clone()), |n| n.forward(x, eps)) };
@@ -252,7 +255,16 @@ impl Decoder {
             let z = intervene(sink, HookPoint::Z(l), &rows, z)?;
             let attn_out = norm(&block.attn_out, &block.o_proj.forward(&z)?)?;
             emit(sink, HookPoint::AttnOut(l), &rows, &attn_out)?;
-            x = (x + attn_out)?;
+            x = (&x + &attn_out)?;
+            let attention_steps = [
+                (HookPoint::AttnIn(l), &attn_in),
+                (HookPoint::Q(l), &q),
+                (HookPoint::K(l), &k),
+                (HookPoint::V(l), &v),
+                (HookPoint::Z(l), &z),
+                (HookPoint::AttnOut(l), &attn_out),
+            ];
+            refuse_non_finite(HookPoint::ResidMid(l), &x, &attention_steps, &rows)?;
             emit(sink, HookPoint::ResidMid(l), &rows, &x)?;
             // Under a parallel residual the MLP reads the block's input, not x + attn — through
             // the attention's own norm where the family shares one (before that hook's rewrite:
@@ -264,10 +276,12 @@ impl Decoder {
             let xn = intervene(sink, HookPoint::MlpIn(l), &rows, xn)?;
             let mlp_out = block.mlp.forward(&xn, &mut |act| intervene(sink, HookPoint::MlpPost(l), &rows, act))?;
             x = (x + norm(&block.mlp_out, &mlp_out)?)?;
+            refuse_non_finite(HookPoint::ResidPost(l), &x, &[(HookPoint::MlpIn(l), &xn)], &rows)?;
             emit(sink, HookPoint::ResidPost(l), &rows, &x)?;
         }
         attend.finish();
         let out = self.final_norm.forward(&x, eps)?;
+        refuse_non_finite(HookPoint::LnFinal, &out, &[], &rows)?;
         emit(sink, HookPoint::LnFinal, &rows, &out)?;
         Ok(out)
     }
@@ -382,9 +396,10 @@ impl Decoder {
         };
         if let Some((w, out_in)) = dense {
             let w = w.contiguous()?;
-            return with_f32(&w, |w| {
+            let nll = with_f32(&w, |w| {
                 with_f32(&normed, |x| streamed_nll(x, d, if out_in { HeadWeight::OutIn(w) } else { HeadWeight::InOut(w) }, vocab, targets))
-            })?;
+            })??;
+            return refuse_non_finite_nll(nll);
         }
         // Row chunks: a full rows × vocab matrix can be gigabytes.
         let mut out = Vec::with_capacity(rows);
@@ -396,7 +411,7 @@ impl Decoder {
                 x.par_chunks(vocab).zip(ts.par_iter()).map(|(row, &t)| token_nll(row, t as usize)).collect::<Vec<_>>()
             })?);
         }
-        Ok(out)
+        refuse_non_finite_nll(out)
     }
 }
 

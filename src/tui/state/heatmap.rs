@@ -2,7 +2,7 @@
 
 /// Heatmap view state. The cursor is in source cells: (query bin, key column), where a key column
 /// is a key bin of the full map or, in focus mode, one of the first K key positions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HeatmapView {
     /// Magnification 2^zoom; 0 shows the whole map.
     pub zoom: u8,
@@ -15,12 +15,6 @@ pub struct HeatmapView {
 pub const MAX_ZOOM: u8 = 6;
 /// Cells a Shift+arrow / PageUp / PageDown move the heatmap cursor (panning when zoomed).
 pub const PAN_STEP: isize = 8;
-
-impl Default for HeatmapView {
-    fn default() -> Self {
-        HeatmapView { zoom: 0, row: 0, col: 0, log: false, focus: false }
-    }
-}
 
 impl HeatmapView {
     pub(crate) fn zoom_by(&mut self, by: i8) {
