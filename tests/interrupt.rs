@@ -159,3 +159,56 @@ fn interrupted_exports_leave_the_directory_as_it_was() {
     check("export", &["export", "OUT"], Some(&run), &[80, 120, 160, 220, 300]);
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// A run killed outright (SIGKILL: no handler runs) leaves its staging directory and temp files,
+/// named by its process id. The next run into the same directory removes those of dead processes
+/// and leaves alone those of a live one (another run writing there now). The killed process here
+/// is a `sleep` given a sinkscope run's leftover names (what a killed sinkscope leaves is exactly
+/// those names; the window in which a real run holds them open is milliseconds long).
+#[cfg(unix)]
+#[test]
+fn a_later_run_removes_what_a_killed_run_left() {
+    let _ = model_or_skip!("stories260K.gguf");
+    let out = common::temp_dir("sigkill").join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let mut victim = Command::new("sleep").arg("60").spawn().unwrap();
+    let dead = victim.id();
+    let staging = format!(".sinkscope-staging-{dead}-0");
+    std::fs::create_dir_all(out.join(&staging).join("tables")).unwrap();
+    std::fs::write(out.join(&staging).join("tables/t.parquet"), vec![0u8; 1 << 20]).unwrap();
+    std::fs::write(out.join(format!(".stream.json.tmp-{dead}")), b"{").unwrap();
+    let _ = Command::new("kill").args(["-KILL", &dead.to_string()]).status();
+    assert!(victim.wait().unwrap().code().is_none(), "the victim was killed by the signal");
+    let alive = format!(".sinkscope-staging-{}-0", std::process::id());
+    std::fs::create_dir_all(out.join(&alive)).unwrap();
+
+    let text = common::fixture("texts/tinystories.txt");
+    let args = ["recommend", "-m", "stories260k", "-f", text.to_str().unwrap(), "--tokens", "100", "--cache", "32", "--sinks", "0,4", "-o", "OUT"];
+    run_to_end(&args, &out);
+    let mut names: Vec<String> = std::fs::read_dir(&out).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, vec![alive, "stream.json".to_string()], "the dead run's leftovers go, the live one's stay");
+    let _ = std::fs::remove_dir_all(out.parent().unwrap());
+}
+
+/// A commit whose last move fails (here: a directory stands where the run writes a file) puts
+/// back every file it had already replaced: the run directory is exactly as before, and the
+/// error is one line.
+#[test]
+fn a_failed_final_move_leaves_the_directory_as_it_was() {
+    let _ = model_or_skip!("stories260K.gguf");
+    let root = common::temp_dir("failed-move");
+    let out = root.join("out");
+    copy_dir(&common::fixture("run-stories260k"), &out);
+    std::fs::remove_file(out.join("reductions.safetensors")).unwrap();
+    std::fs::create_dir_all(out.join("reductions.safetensors")).unwrap();
+    std::fs::write(out.join("reductions.safetensors/in-the-way"), b"x").unwrap();
+    let before = tree(&out);
+    let text = common::fixture("texts/tinystories.txt");
+    let done = common::sinkscope(&["capture", "-m", "stories260k", "-f", text.to_str().unwrap(), "--max-tokens", "48", "-o", out.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(2), "{err}");
+    assert!(err.contains("is a directory where the run writes a file") && err.trim_end().lines().count() == 1, "{err}");
+    assert!(tree(&out) == before, "the run directory changed: {:?}", tree(&out).keys().collect::<Vec<_>>());
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -85,6 +85,52 @@ fn remove_tree(dir: &Path) {
     }
 }
 
+/// Removes what runs killed outright (SIGKILL, a crash: no handler ran) left in `dir`: staging
+/// directories and temp files whose process is gone. A live process's (another run writing here
+/// now) are left alone; so is everything where liveness cannot be asked (non-Unix).
+pub fn remove_leftovers(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let me = std::process::id();
+    for entry in entries.flatten() {
+        let Some(pid) = leftover_pid(&entry.file_name().to_string_lossy()) else { continue };
+        if pid == me || process_alive(pid) {
+            continue;
+        }
+        let path = entry.path();
+        if path.is_dir() {
+            remove_tree(&path);
+        } else {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// The process id in the name of something a run leaves while it works:
+/// `.sinkscope-staging-PID-N` (a [`Staging`] directory) or `.NAME.tmp-PID` (a `write_atomic` temp).
+fn leftover_pid(name: &str) -> Option<u32> {
+    if let Some(rest) = name.strip_prefix(".sinkscope-staging-") {
+        return rest.split('-').next()?.parse().ok();
+    }
+    name.strip_prefix('.')?.rsplit_once(".tmp-")?.1.parse().ok()
+}
+
+#[cfg(unix)]
+fn process_alive(pid: u32) -> bool {
+    // 0 and ids beyond pid_t would address process groups: never "dead".
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return true };
+    if pid <= 0 {
+        return true;
+    }
+    // SAFETY: signal 0 sends nothing; it only asks whether the process exists.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+#[cfg(not(unix))]
+fn process_alive(_pid: u32) -> bool {
+    true
+}
+
 /// Checks `-o` can be a directory (before minutes of work, and again when writing); it is
 /// created only once there is something to write.
 pub fn check_out_dir(out: &Path) -> Result<()> {
@@ -113,6 +159,7 @@ impl Staging {
             missing.push(d.to_path_buf());
             at = d.parent();
         }
+        remove_leftovers(out);
         let dir = out.join(format!(".sinkscope-staging-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst)));
         {
             let mut p = pending();
@@ -149,18 +196,21 @@ impl Staging {
     }
 
     /// Moves every staged file into the output directory, replacing what was there, then
-    /// removes the staging directory.
+    /// removes the staging directory. All or nothing: the files being replaced are first set aside
+    /// in the staging directory, and if any move fails every file is put back as it was.
     pub fn commit(mut self) -> Result<()> {
         let mut p = pending();
         let mut files = Vec::new();
         collect_files(&self.dir, &mut files)?;
-        for file in &files {
-            let rel = file.strip_prefix(&self.dir).map_err(|e| Error::Internal(e.to_string()))?;
-            let dest = self.out.join(rel);
-            if let Some(parent) = dest.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| Error::file(parent, format!("cannot create ({e})")))?;
+        let rels = files.iter().map(|f| f.strip_prefix(&self.dir).map(Path::to_path_buf)).collect::<std::result::Result<Vec<_>, _>>();
+        let rels = rels.map_err(|e| Error::Internal(e.to_string()))?;
+        let aside = self.dir.join(".replaced");
+        let mut done: Vec<Move> = Vec::new();
+        if let Err(e) = self.move_all(&rels, &aside, &mut done) {
+            for step in done.iter().rev() {
+                step.undo();
             }
-            std::fs::rename(file, &dest).map_err(|e| Error::file(&dest, format!("cannot move into place ({e})")))?;
+            return Err(e);
         }
         for rel in &self.removals {
             let _ = std::fs::remove_file(self.out.join(rel));
@@ -173,6 +223,46 @@ impl Staging {
         COMMITTED.store(true, Ordering::SeqCst);
         Ok(())
     }
+
+    /// Sets each file being replaced aside, then moves the staged one in, recording every step.
+    fn move_all(&self, rels: &[PathBuf], aside: &Path, done: &mut Vec<Move>) -> Result<()> {
+        for rel in rels {
+            let (staged, dest) = (self.dir.join(rel), self.out.join(rel));
+            if let Some(parent) = dest.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| Error::file(parent, format!("cannot create ({e})")))?;
+            }
+            if dest.is_dir() {
+                return Err(Error::file(&dest, "is a directory where the run writes a file; move it away and run again"));
+            }
+            if dest.exists() {
+                let old = aside.join(rel);
+                if let Some(parent) = old.parent() {
+                    std::fs::create_dir_all(parent).map_err(|e| Error::file(parent, format!("cannot create ({e})")))?;
+                }
+                rename(&dest, &old)?;
+                done.push(Move { from: dest.clone(), to: old });
+            }
+            rename(&staged, &dest)?;
+            done.push(Move { from: staged, to: dest });
+        }
+        Ok(())
+    }
+}
+
+/// One rename a commit made, to be reversed if a later one fails.
+struct Move {
+    from: PathBuf,
+    to: PathBuf,
+}
+
+impl Move {
+    fn undo(&self) {
+        let _ = std::fs::rename(&self.to, &self.from);
+    }
+}
+
+fn rename(from: &Path, to: &Path) -> Result<()> {
+    std::fs::rename(from, to).map_err(|e| Error::file(to, format!("cannot move into place ({e}); the output directory is unchanged")))
 }
 
 impl Drop for Staging {
@@ -209,6 +299,36 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_commit_that_fails_half_way_puts_every_file_back() {
+        let out = std::env::temp_dir().join(format!("sinkscope-staging-undo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        std::fs::create_dir_all(out.join("tables/t.parquet")).unwrap();
+        std::fs::write(out.join("tables/t.parquet/keep"), b"a directory where a file goes").unwrap();
+        std::fs::write(out.join("capture.json"), b"old").unwrap();
+        let s = Staging::begin(&out).unwrap();
+        std::fs::write(s.path("capture.json").unwrap(), b"new").unwrap();
+        std::fs::write(s.path("tables/t.parquet").unwrap(), b"new table").unwrap();
+        let err = s.commit().unwrap_err().to_string();
+        assert!(err.contains("is a directory where the run writes a file"), "{err}");
+        assert_eq!(std::fs::read(out.join("capture.json")).unwrap(), b"old", "the file moved in first is put back");
+        let mut names: Vec<_> = std::fs::read_dir(&out).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        assert_eq!(names, ["capture.json", "tables"], "no staging directory or set-aside file is left");
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    #[test]
+    fn leftovers_are_named_by_their_process() {
+        assert_eq!(leftover_pid(".sinkscope-staging-4242-0"), Some(4242));
+        assert_eq!(leftover_pid(".capture.json.tmp-77"), Some(77));
+        assert_eq!(leftover_pid("capture.json"), None);
+        assert_eq!(leftover_pid(".hidden"), None);
+        assert_eq!(leftover_pid("notes.tmp-12"), None, "only the hidden temp names write_atomic makes");
+        assert!(process_alive(std::process::id()));
+        assert!(process_alive(0), "0 is never taken for a dead process");
+    }
 
     #[test]
     fn files_land_together_and_an_unfinished_run_leaves_nothing() {
