@@ -121,10 +121,13 @@ pub fn run_canary(model: &Decoder, opts: &CanaryOptions, progress: &mut dyn FnMu
     if opts.layer >= model.cfg.n_layers {
         return Err(Error::input(format!("--layer {} is past the model's {} layers", opts.layer, model.cfg.n_layers)));
     }
-    let total = opts.prompt.len() + opts.forced.as_ref().map_or(opts.steps, Vec::len);
-    if opts.steps > MAX_CANARY_STEPS || total > MAX_CANARY_STEPS + opts.prompt.len() {
-        return Err(Error::input(format!("{total} canary steps are more than the {MAX_CANARY_STEPS} one canary takes")));
+    let steps = opts.forced.as_ref().map_or(opts.steps, Vec::len).max(opts.steps);
+    if steps > MAX_CANARY_STEPS {
+        return Err(Error::input(format!(
+            "-n {steps} is more steps than a canary takes (at most {MAX_CANARY_STEPS}: each is one decode step, logged in memory)"
+        )));
     }
+    let total = opts.prompt.len() + opts.forced.as_ref().map_or(opts.steps, Vec::len);
     if policy.eviction == Eviction::Dense && total > model.cfg.context_len {
         return Err(Error::input(format!(
             "{total} tokens exceed the model's context of {}; use a cache policy or fewer steps",

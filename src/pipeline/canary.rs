@@ -11,7 +11,7 @@ use super::progress::Progress;
 use crate::error::{Error, Result};
 use crate::io::staging::Staging;
 use crate::io::{write_atomic, write_json_atomic};
-use crate::kv::canary::{run_canary, CanaryOptions, CanaryRun, MAX_CANARY_STEPS};
+use crate::kv::canary::{run_canary, CanaryOptions, CanaryRun};
 use crate::kv::policy::Policy;
 use crate::model::info::ModelInfo;
 use crate::model::load::LoadedModel;
@@ -56,12 +56,6 @@ pub struct CanaryReport {
 
 /// Runs the canary and writes its files into `out` when given.
 pub fn canary_into(lm: &mut LoadedModel, job: &CanaryJob, out: Option<&Path>, progress: &mut dyn Progress) -> Result<CanaryReport> {
-    if job.steps > MAX_CANARY_STEPS {
-        return Err(Error::input(format!(
-            "-n {} is more steps than a canary takes (at most {MAX_CANARY_STEPS}: each is one decode step, logged in memory)",
-            job.steps
-        )));
-    }
     if !(job.collapse > 0.0 && job.collapse < 1.0) {
         return Err(Error::input("--collapse is a fraction of the baseline mass, between 0 and 1 (e.g. 0.25)"));
     }

@@ -26,7 +26,7 @@ pub(super) fn refuse_non_finite(at: HookPoint, result: &Tensor, steps: &[(HookPo
     if first_non_finite(result)?.is_none() {
         return Ok(());
     }
-    for (hook, t) in steps.iter().map(|&(h, t)| (h, t)).chain([(at, result)]) {
+    for (hook, t) in steps.iter().copied().chain([(at, result)]) {
         if let Some((row, value)) = first_non_finite(t)? {
             let position = rows.start + row % rows.len().max(1);
             return Err(non_finite(hook, position, value));
