@@ -53,7 +53,7 @@ fn scheme(name: &str) -> QuantScheme {
 /// Every case of the fixture on both committed models: the perplexity within 0.1% relative
 /// (|Δ log ppl| ≤ 1e-3), widened only where neither implementation is reproducible to that:
 /// each side's own NLL is re-measured with its quantizer inputs perturbed in the last bit (the
-/// script twice, here twice), and a case gets 1e-3 + 3 × the larger of those movements. Such
+/// script twice, here six times, only where the script's own does not already cover the difference), and a case gets 1e-3 + 3 × the larger of those movements. Such
 /// cases are where a scale is set by a massive activation: a one-ulp difference anywhere flips
 /// values across a rounding boundary by one step of that (large) scale. A setting that leaves the
 /// model worse than guessing uniformly (perplexity above the vocabulary size, both sides) has no
@@ -102,34 +102,41 @@ fn quant_matches_pytorch_with_the_same_fake_quantization() {
                 }
                 sites_checked += sites.len();
             }
-            let perturbed: Vec<f64> = [1u64, 2, 3, 4, 5, 6]
-                .iter()
-                .map(|&seed| {
-                    let mut perturb = LastBit { state: 0x9E37_79B9_7F4A_7C15 ^ seed, kv: setting.kv };
-                    // Static scales move with the calibration pass's own last bits.
-                    let cal = setting
-                        .scheme
-                        .is_static()
-                        .then(|| Calibration::measure_after(&lm.model, &calib, setting.calib_skip, setting.kv, &mut perturb).unwrap());
-                    let nll = score_after(&lm.model, &tokens, Some(setting), cal.as_ref(), &mut perturb).unwrap().nll;
-                    NllSplit::of(&nll, 4).nll_mean
-                })
-                .collect();
-            let jitter_ours = common::max_abs_diff("NLL under last-bit perturbations", &perturbed, &vec![ours.nll_mean; perturbed.len()]);
-            let jitter = c["jitter"]["nll_mean"].as_f64().unwrap().max(jitter_ours);
-            let tol = 1e-3 + 3.0 * jitter;
             let diff = (ours.nll_mean - theirs).abs();
-            let mark = if ours.ppl > lm.model.cfg.vocab_size as f64 { "*" } else { " " };
+            let jitter_theirs = c["jitter"]["nll_mean"].as_f64().unwrap();
+            // The tolerance only grows with our own jitter, so it is measured (six perturbed runs,
+            // most of this test's time) only for a case the script's jitter alone does not cover
+            // (a NaN difference included: it fails below whatever the jitter).
+            let vocab = lm.model.cfg.vocab_size as f64;
+            let destroyed = ours.ppl > vocab && theirs.exp() > vocab;
+            let jitter_ours = if !destroyed && (diff.is_nan() || diff > 1e-3 + 3.0 * jitter_theirs) {
+                let perturbed: Vec<f64> = [1u64, 2, 3, 4, 5, 6]
+                    .iter()
+                    .map(|&seed| {
+                        let mut perturb = LastBit { state: 0x9E37_79B9_7F4A_7C15 ^ seed, kv: setting.kv };
+                        // Static scales move with the calibration pass's own last bits.
+                        let cal = setting
+                            .scheme
+                            .is_static()
+                            .then(|| Calibration::measure_after(&lm.model, &calib, setting.calib_skip, setting.kv, &mut perturb).unwrap());
+                        let nll = score_after(&lm.model, &tokens, Some(setting), cal.as_ref(), &mut perturb).unwrap().nll;
+                        NllSplit::of(&nll, 4).nll_mean
+                    })
+                    .collect();
+                Some(common::max_abs_diff("NLL under last-bit perturbations", &perturbed, &vec![ours.nll_mean; perturbed.len()]))
+            } else {
+                None
+            };
+            let tol = 1e-3 + 3.0 * jitter_theirs.max(jitter_ours.unwrap_or(0.0));
+            let mark = if ours.ppl > vocab { "*" } else { " " };
             report.push(format!(
-                "{key}{mark}{:<28} ppl {:>14.4} vs {:>14.4}  |Δ nll| {diff:.2e}  last-bit jitter ours {jitter_ours:.1e} theirs {:.1e}",
+                "{key}{mark}{:<28} ppl {:>14.4} vs {:>14.4}  |Δ nll| {diff:.2e}  last-bit jitter ours {} theirs {jitter_theirs:.1e}",
                 setting.label(),
                 ours.ppl,
                 theirs.exp(),
-                c["jitter"]["nll_mean"].as_f64().unwrap()
+                jitter_ours.map_or("(not needed)".to_string(), |j| format!("{j:.1e}")),
             ));
-            let vocab = lm.model.cfg.vocab_size as f64;
-            let destroyed = ours.ppl > vocab && theirs.exp() > vocab;
-            if diff > tol && !destroyed {
+            if (diff.is_nan() || diff > tol) && !destroyed {
                 failures.push(report.last().unwrap().clone());
             }
         }
