@@ -13,7 +13,7 @@ fn run(dir: &Path, threads: usize, args: &[&str]) {
     let out = Command::new(env!("CARGO_BIN_EXE_sinkscope"))
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("SINKSCOPE_MODELS", common::models_dir().unwrap_or_default())
+        .env("SINKSCOPE_MODELS", common::model_path())
         .env("RAYON_NUM_THREADS", threads.to_string())
         .output()
         .expect("run sinkscope");

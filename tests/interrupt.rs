@@ -64,7 +64,7 @@ fn interrupt(args: &[&str], out: &Path, delay: Duration) -> bool {
     let child = Command::new(env!("CARGO_BIN_EXE_sinkscope"))
         .args(&args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("SINKSCOPE_MODELS", common::models_dir().unwrap_or_default())
+        .env("SINKSCOPE_MODELS", common::model_path())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -95,6 +95,56 @@ fn aliases_follow_the_search_path() {
     assert!(info["source"].as_str().unwrap().starts_with(dir.to_str().unwrap()));
 }
 
+/// An alias's file is used only with its pinned SHA-256: a file of the right size with one byte
+/// changed is refused with its path named; a good one is hashed once and then remembered by size
+/// and modification time (a memo whose hash is wrong for an unchanged file is believed, and
+/// forgotten once the file is touched).
+#[test]
+fn an_alias_file_is_verified_once_and_remembered_by_size_and_time() {
+    let models = model_or_skip!("stories260K.gguf");
+    let (dir, cache) = (common::temp_dir("alias-verify"), common::temp_dir("alias-verify-cache"));
+    let file = dir.join("stories260K.gguf");
+    // A working directory with no models/ or ../shared/models of its own on the search path.
+    let cwd = dir.join("cwd");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let info = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_sinkscope"))
+            .args(["info", "stories260k", "--json"])
+            .env("SINKSCOPE_MODELS", &dir)
+            .env("XDG_CACHE_HOME", &cache)
+            .current_dir(&cwd)
+            .output()
+            .unwrap()
+    };
+    let mut bytes = std::fs::read(&models).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 1;
+    std::fs::write(&file, &bytes).unwrap();
+    let out = info();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(file.to_str().unwrap()) && err.contains("SHA-256") && err.lines().count() == 1, "{err}");
+
+    std::fs::copy(&models, &file).unwrap();
+    let out = info();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let memo_path = cache.join("sinkscope/verified.json");
+    let memo: serde_json::Value = serde_json::from_slice(&std::fs::read(&memo_path).unwrap()).unwrap();
+    let key = std::fs::canonicalize(&file).unwrap().display().to_string();
+    assert_eq!(memo[&key]["sha256"], "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d");
+
+    // The memo is what is read while the file is unchanged...
+    let mut lying = memo.clone();
+    lying[&key]["sha256"] = "0".repeat(64).into();
+    std::fs::write(&memo_path, lying.to_string()).unwrap();
+    assert_eq!(info().status.code(), Some(2));
+    // ...and a new modification time makes it hash the file again.
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+    std::fs::File::options().write(true).open(&file).unwrap().set_modified(later).unwrap();
+    let out = info();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[test]
 fn tokenizer_override_replaces_the_embedded_one() {
     let gguf = model_or_skip!("stories260K.gguf");

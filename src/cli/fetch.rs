@@ -64,7 +64,7 @@ pub fn run_models(args: ModelsArgs) -> Result<()> {
                 serde_json::json!({
                     "alias": e.alias, "file": e.file, "bytes": e.bytes, "sha256": e.sha256,
                     "architecture": e.architecture, "about": e.about,
-                    "found": find_alias(e).map(|p| p.display().to_string()),
+                    "found": find_alias(e).found.map(|p| p.display().to_string()),
                     "sources": sources(e), "note": e.note,
                 })
             })
@@ -74,9 +74,13 @@ pub fn run_models(args: ModelsArgs) -> Result<()> {
     }
     println!("{:<14} {:>9}  {:<10} where", "alias", "size", "arch");
     for e in &CATALOG {
-        let place = match (find_alias(e), sources(e)) {
+        let lookup = find_alias(e);
+        let place = match (lookup.found, sources(e)) {
             (Some(p), _) => format!("found: {}", p.display()),
-            (None, s) if s.is_empty() => "not found; a test asset with no pinned download".into(),
+            (None, _) if !lookup.rejected.is_empty() => {
+                format!("{} has its size but not its SHA-256 (damaged or another model)", lookup.rejected[0].0.display())
+            }
+            (None, s) if s.is_empty() => format!("not found; no pinned download: {}", e.note),
             (None, s) => format!("not found; `sinkscope fetch {}` downloads it from {}", e.alias, s.join(", else ")),
         };
         println!("{:<14} {:>9}  {:<10} {place}", e.alias, human_bytes(e.bytes), e.architecture);

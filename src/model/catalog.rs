@@ -83,7 +83,7 @@ pub const CATALOG: [CatalogEntry; 3] = [
         about: "Karpathy's tinyllamas stories260K (TinyStories), all tensors F32; a test asset",
         hub: None,
         registry: &[],
-        note: "no pinned download: neither the hub nor the package registry is known to hold these exact bytes; it ships as a test asset beside the project",
+        note: "neither the hub nor the package registry is known to hold these exact bytes; sinkscope's repository carries them as tests/data/models/stories260K.gguf (MIT)",
     },
 ];
 

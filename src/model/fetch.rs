@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use super::catalog::{human_bytes, lookup, CatalogEntry, HubFile, RegistryPart};
-use super::load::weights_sha256;
 use super::source::{find_alias, user_cache_dir};
+use super::verified::weights_sha256;
 use crate::error::{Error, Result};
 
 /// How a fetch reports what it does; every method does nothing unless overridden.
@@ -53,18 +53,27 @@ pub fn ensure(spec: &str, offline: bool, progress: &mut dyn FetchProgress) -> Re
         return Ok(());
     }
     match lookup(spec) {
-        Some(entry) if find_alias(entry).is_none() && entry.downloadable() => fetch(entry, offline, progress).map(|_| ()),
+        Some(entry) if find_alias(entry).found.is_none() && entry.downloadable() => fetch(entry, offline, progress).map(|_| ()),
         _ => Ok(()),
     }
 }
 
-/// Fetches `entry` into [`download_dir`] (or finds it verified there) and returns its path.
+/// Fetches `entry` into [`download_dir`] (or finds it verified on the model path) and returns its path.
 pub fn fetch(entry: &CatalogEntry, offline: bool, progress: &mut dyn FetchProgress) -> Result<PathBuf> {
+    if let Some(found) = find_alias(entry).found {
+        return Ok(found);
+    }
+    if !entry.downloadable() {
+        return Err(Error::input(format!(
+            "{} ({}) has no pinned download: {}. Put the file into one of {}, or set SINKSCOPE_MODELS to its directory",
+            entry.alias,
+            entry.file,
+            entry.note,
+            super::source::search_path().iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+        )));
+    }
     let dir = download_dir()?;
     let dest = dir.join(entry.file);
-    if dest.is_file() && verify(entry, &dest).is_ok() {
-        return Ok(dest);
-    }
     if offline {
         return Err(Error::input(format!(
             "{} ({}, {}) is not on the model path and downloads are off (--offline, HF_HUB_OFFLINE or SINKSCOPE_OFFLINE); \

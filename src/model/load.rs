@@ -17,6 +17,7 @@ use super::info::ModelInfo;
 use super::llama2c;
 use super::source::{resolve, ModelSource};
 use super::tokenizer::Tokenizer;
+use super::verified::weights_sha256;
 use crate::error::{Error, Result};
 
 /// How to load a model.
@@ -46,29 +47,6 @@ impl LoadedModel {
         }
         Ok(())
     }
-}
-
-/// SHA-256 over the weight files of a model path: the file itself, or every `*.safetensors` of an
-/// HF directory in name order.
-pub fn weights_sha256(path: &Path) -> Result<String> {
-    use sha2::{Digest, Sha256};
-    let files: Vec<PathBuf> = if path.is_dir() {
-        let mut v: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(|e| Error::file(path, format!("cannot list ({e})")))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
-            .collect();
-        v.sort();
-        v
-    } else {
-        vec![path.to_path_buf()]
-    };
-    let mut hasher = Sha256::new();
-    for f in &files {
-        let mut file = std::fs::File::open(f).map_err(|e| Error::file(f, format!("cannot open ({e})")))?;
-        std::io::copy(&mut file, &mut hasher).map_err(|e| Error::file(f, format!("cannot read ({e})")))?;
-    }
-    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
 pub fn load(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {

@@ -19,11 +19,13 @@ pub mod rope;
 pub mod scoring;
 pub mod source;
 pub mod tokenizer;
+pub mod verified;
 pub mod windowed;
 
 pub use decoder::{Decoder, DecoderConfig, KeyMask, KvCache, Param};
 pub use info::{ModelInfo, NllSummary, TokenInfo};
-pub use load::{load, load_source, weights_sha256, LoadOptions, LoadedModel};
+pub use load::{load, load_source, LoadOptions, LoadedModel};
 pub use rope::RopeLayout;
 pub use source::{resolve, ModelSource};
 pub use tokenizer::Tokenizer;
+pub use verified::weights_sha256;

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::catalog::{human_bytes, lookup, CatalogEntry, CATALOG};
+use super::verified::{check, Check};
 use crate::error::{Error, Result};
 
 /// Where a model's files are.
@@ -52,9 +53,50 @@ pub fn user_cache_dir() -> Option<PathBuf> {
     dirs::cache_dir().map(|d| d.join("sinkscope").join("models"))
 }
 
-/// Where the catalog model `entry` is on the search path (a file of the right size), if anywhere.
-pub fn find_alias(entry: &CatalogEntry) -> Option<PathBuf> {
-    search_path().into_iter().map(|d| d.join(entry.file)).find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.len() == entry.bytes))
+/// Where an alias's file is on the search path.
+#[derive(Debug, Default)]
+pub struct AliasLookup {
+    /// The first file of the catalog's size whose SHA-256 is the pinned one.
+    pub found: Option<PathBuf>,
+    /// Files of the catalog's size but other bytes (damaged, or another model), with their SHA-256.
+    pub rejected: Vec<(PathBuf, String)>,
+}
+
+/// Where the catalog model `entry` is on the search path: the first file of the right size whose
+/// SHA-256 matches the pin (hashed the first time, then remembered by size and modification time:
+/// `model::verified`). A file that cannot be read counts as absent.
+pub fn find_alias(entry: &CatalogEntry) -> AliasLookup {
+    let mut lookup = AliasLookup::default();
+    for path in search_path().into_iter().map(|d| d.join(entry.file)) {
+        if !std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() == entry.bytes) {
+            continue;
+        }
+        match check(entry, &path) {
+            Ok(Check::Pinned) => {
+                lookup.found = Some(path);
+                break;
+            }
+            Ok(Check::Other { sha256 }) => lookup.rejected.push((path, sha256)),
+            Err(_) => {}
+        }
+    }
+    lookup
+}
+
+/// The error for an alias whose only files of the right size hold other bytes.
+fn rejected_error(entry: &CatalogEntry, rejected: &[(PathBuf, String)]) -> Error {
+    let files = rejected.iter().map(|(p, sha)| format!("{} (SHA-256 {}…)", p.display(), &sha[..12.min(sha.len())])).collect::<Vec<_>>().join(", ");
+    let fix = if entry.downloadable() {
+        format!("delete it and run `sinkscope fetch {}`", entry.alias)
+    } else {
+        "replace it with the pinned file".to_string()
+    };
+    Error::input(format!(
+        "model alias '{}' means {} with SHA-256 {}…, but {files} has its size and other bytes (damaged, or another model under that name): {fix}, or pass the file's path with -m to use it as it is",
+        entry.alias,
+        entry.file,
+        &entry.sha256[..12]
+    ))
 }
 
 pub fn resolve(spec: &str) -> Result<ModelSource> {
@@ -68,20 +110,25 @@ pub fn resolve(spec: &str) -> Result<ModelSource> {
         return from_path(path);
     }
     if let Some(entry) = lookup(spec) {
-        return find_alias(entry).map(ModelSource::Gguf).ok_or_else(|| {
-            let dirs = search_path().iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
-            let how = if entry.downloadable() {
-                format!("Run `sinkscope fetch {}` to download and verify it, or put it", entry.alias)
-            } else {
-                "It has no pinned download (a test asset of the project's shared/models); put it".to_string()
-            };
-            Error::input(format!(
-                "model alias '{spec}' means {} ({}, SHA-256 {}…), which is in none of: {dirs}. {how} into one of them or set SINKSCOPE_MODELS to its directory.",
-                entry.file,
-                human_bytes(entry.bytes),
-                &entry.sha256[..12]
-            ))
-        });
+        let lookup = find_alias(entry);
+        if let Some(path) = lookup.found {
+            return Ok(ModelSource::Gguf(path));
+        }
+        if !lookup.rejected.is_empty() {
+            return Err(rejected_error(entry, &lookup.rejected));
+        }
+        let dirs = search_path().iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
+        let how = if entry.downloadable() {
+            format!("Run `sinkscope fetch {}` to download and verify it, or put it", entry.alias)
+        } else {
+            format!("It has no pinned download ({}); put it", entry.note)
+        };
+        return Err(Error::input(format!(
+            "model alias '{spec}' means {} ({}, SHA-256 {}…), which is in none of: {dirs}. {how} into one of them or set SINKSCOPE_MODELS to its directory.",
+            entry.file,
+            human_bytes(entry.bytes),
+            &entry.sha256[..12]
+        )));
     }
     if looks_like_hub_id(spec) {
         return from_hub(spec);

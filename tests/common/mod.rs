@@ -27,31 +27,92 @@ pub fn skip(why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
 }
 
-/// `$SINKSCOPE_SHARED/models` or `../shared/models` next to the repository.
+/// Where the real data is: `$SINKSCOPE_SHARED`, else `../shared` beside the repository when it
+/// holds the models (the developers' and CI's folder), else the repository's own `tests/data`
+/// (stories260K in its three layouts, SmolLM2's reference tokenizer and the texts the tests read;
+/// see tests/data/SOURCES.md). SmolLM2 and Gemma 3 are not committed: [`model`] fetches them.
+pub fn data_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("SINKSCOPE_SHARED") {
+        return PathBuf::from(dir);
+    }
+    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared");
+    if shared.join("models/stories260K.gguf").is_file() {
+        shared
+    } else {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data")
+    }
+}
+
+/// [`data_dir`]`/models`, or `None` after skipping (failing where skips are failures) when it
+/// does not hold stories260K. A test that gets it is counted as a test on real weights
+/// (`tests/zz_real_weights.rs` prints the count).
 pub fn models_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("SINKSCOPE_SHARED").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
-    let dir = base.join("models");
+    let dir = data_dir().join("models");
     if dir.join("stories260K.gguf").is_file() {
+        count_real_weights();
         Some(dir)
     } else {
-        skip(&format!(
-            "needs {} (the project's shared/ folder of real weights and texts beside the repository, or SINKSCOPE_SHARED=DIR holding models/ and corpora/)",
-            dir.join("stories260K.gguf").display()
-        ));
+        skip(&format!("needs {} (SINKSCOPE_SHARED=DIR must hold models/ and corpora/)", dir.join("stories260K.gguf").display()));
         None
     }
 }
 
-/// The model file or directory `name` under [`models_dir`], or `None` after skipping (failing
-/// where skips are failures) when it is absent.
+/// The model file or directory `name`: under [`models_dir`], else (a catalog model such as
+/// SmolLM2) where the product finds it — the model path and the user cache, SHA-256 verified —
+/// fetched there on first use. `None` after skipping (failing where skips are failures) when it
+/// can be neither found nor downloaded.
 pub fn model(name: &str) -> Option<PathBuf> {
     let path = models_dir()?.join(name);
     if path.exists() {
         Some(path)
+    } else if let Some(entry) = sinkscope::model::catalog::CATALOG.iter().find(|e| e.file == name) {
+        fetched(entry)
     } else {
         skip(&format!("{} is missing; this test needs it", path.display()));
         None
     }
+}
+
+/// The catalog model `entry` from the model path or the user cache, else downloaded (once per
+/// test process; later test binaries find it in the cache).
+fn fetched(entry: &sinkscope::model::catalog::CatalogEntry) -> Option<PathBuf> {
+    static FETCHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = FETCHING.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(path) = sinkscope::model::source::find_alias(entry).found {
+        return Some(path);
+    }
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "fetching {} ({} bytes) for the tests, once: `sinkscope fetch {}`", entry.file, entry.bytes, entry.alias);
+    let start = std::time::Instant::now();
+    match sinkscope::model::fetch::fetch(entry, false, &mut Quiet) {
+        Ok(path) => {
+            let _ = writeln!(std::io::stderr(), "fetched {} in {:.1} s", path.display(), start.elapsed().as_secs_f64());
+            Some(path)
+        }
+        Err(e) => {
+            skip(&format!("{} is not on the model path and could not be downloaded: {e}", entry.file));
+            None
+        }
+    }
+}
+
+struct Quiet;
+impl sinkscope::model::fetch::FetchProgress for Quiet {}
+
+/// Notes that the calling test runs on real weights: one empty file per test under
+/// `$CARGO_TARGET_TMPDIR/real-weights/` (`tests/aa_real_weights.rs` clears it when a run begins).
+fn count_real_weights() {
+    let exe = std::env::current_exe().ok().and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned())).unwrap_or_default();
+    let binary = exe.rsplit_once('-').map_or(exe.as_str(), |(name, _hash)| name).to_string();
+    let test = std::thread::current().name().unwrap_or("main").to_string();
+    let dir = real_weights_dir().join(binary);
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::write(dir.join(test), "");
+}
+
+/// Where [`model`] marks the tests that ran on real weights.
+pub fn real_weights_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("real-weights")
 }
 
 /// The shared model file `name`, or skip the calling test (loudly) when the models are absent.
@@ -65,8 +126,9 @@ macro_rules! model_or_skip {
     };
 }
 
+/// [`data_dir`]`/corpora`: the long texts.
 pub fn corpora_dir() -> PathBuf {
-    std::env::var_os("SINKSCOPE_SHARED").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared")).join("corpora")
+    data_dir().join("corpora")
 }
 
 pub fn fixture(rel: &str) -> PathBuf {
@@ -81,12 +143,19 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// `SINKSCOPE_MODELS` for the binary: the test models, then the user cache where [`model`]
+/// fetches (the product leaves the cache out of its search path when this variable is set).
+pub fn model_path() -> std::ffi::OsString {
+    let dirs = models_dir().into_iter().chain(sinkscope::model::source::user_cache_dir());
+    std::env::join_paths(dirs).unwrap_or_default()
+}
+
 /// Runs the sinkscope binary with `args` (cwd = repository root).
 pub fn sinkscope(args: &[&str]) -> Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_sinkscope"))
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("SINKSCOPE_MODELS", models_dir().unwrap_or_default())
+        .env("SINKSCOPE_MODELS", model_path())
         .output()
         .expect("run sinkscope binary")
 }

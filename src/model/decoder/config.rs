@@ -222,6 +222,7 @@ impl DecoderConfig {
             ("d_head", self.d_head),
             ("d_ff", self.d_ff),
             ("vocab", self.vocab_size),
+            ("context length", self.context_len),
         ] {
             if v == 0 || v > MAX_SIZE {
                 return Err(bad(format!("{name} = {v}")));
