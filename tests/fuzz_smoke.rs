@@ -11,7 +11,7 @@ static ALLOC: fuzzing::Capped = fuzzing::Capped;
 #[test]
 fn every_parser_survives_two_thousand_mutated_inputs() {
     let Some(targets) = fuzzing::targets() else {
-        common::skip("the fuzz seeds come from the shared models");
+        common::skip("the fuzz seeds are missing from tests/data and tests/fixtures");
         return;
     };
     let root = common::temp_dir("fuzz-smoke");

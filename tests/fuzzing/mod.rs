@@ -184,8 +184,9 @@ pub fn fuzz(target: &Target, executions: u64, seed: u64, work: &Path, crashes: &
     report
 }
 
-fn shared() -> PathBuf {
-    std::env::var_os("SINKSCOPE_SHARED").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"))
+/// The repository's own copies of the real files the seeds start from (tests/data/SOURCES.md).
+fn data() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data")
 }
 
 fn fixture(rel: &str) -> PathBuf {
@@ -244,7 +245,7 @@ fn tiny_llama2c() -> Vec<u8> {
 
 /// Every target with its seeds; `None` when the shared models are missing.
 pub fn targets() -> Option<Vec<Target>> {
-    let models = shared().join("models");
+    let models = data().join("models");
     let gguf = std::fs::read(models.join("stories260K.gguf")).ok()?;
     let tok = std::fs::read(models.join("tok512.bin")).ok()?;
     let tokenizer_json = std::fs::read(models.join("stories260K-hf/tokenizer.json")).ok()?;
