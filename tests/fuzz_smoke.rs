@@ -1,6 +1,7 @@
-//! A short fuzz of every parser of untrusted input (see `tests/fuzzing`): 2,000 mutated inputs per
-//! target, no panic, no hang, no allocation over 1 GiB. The long runs (millions per target) are
-//! `cargo run --release --example fuzz`.
+//! A short fuzz of every parser of untrusted input (see `tests/fuzzing`): per target its seeds and
+//! committed corpus (`fuzz/corpus/`, the inputs long coverage-guided runs kept) replayed, then
+//! mutated inputs up to 2,000; no panic, no hang, no allocation over 1 GiB. The long runs
+//! (millions per target, coverage-guided) are `scripts/fuzz.sh`.
 
 mod common;
 mod fuzzing;
@@ -17,7 +18,9 @@ fn every_parser_survives_two_thousand_mutated_inputs() {
     let root = common::temp_dir("fuzz-smoke");
     let mut failures = Vec::new();
     for t in &targets {
-        let r = fuzzing::fuzz(t, 2_000, 0x5EED ^ t.name.len() as u64, &root.join(t.name), &root.join("crashes"));
+        // The committed corpus is only read here: without coverage instrumentation nothing is new.
+        let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(t.name);
+        let r = fuzzing::fuzz(t, 2_000, 0x5EED ^ t.name.len() as u64, &root.join(t.name), &root.join("crashes"), Some(&corpus));
         assert_eq!(r.executions, 2_000, "{}: stopped early: {:?}", t.name, r.failures);
         failures.extend(r.failures.iter().map(|f| format!("{}: {f}", t.name)));
     }

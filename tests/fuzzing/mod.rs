@@ -1,13 +1,18 @@
-//! A mutation fuzzer for every parser of untrusted input, on stable Rust (cargo-fuzz needs a
-//! nightly toolchain this project does not have): each target starts from small valid seeds,
-//! mutates them (bit flips, byte sets, inserts, deletes, truncation, chunk copies, and "lying"
-//! lengths: 0, 1, −1, 2³¹, 2⁶³ written over 4- and 8-byte fields), writes the input where the
-//! parser reads it, and calls the real entry point. A panic, an allocation over [`MAX_ALLOC`] or
-//! an input slower than [`HANG`] is a failure, saved with its input.
+//! A fuzzer for every parser of untrusted input, on stable Rust (cargo-fuzz needs a nightly
+//! toolchain this project does not have): each target starts from small valid seeds and its
+//! committed corpus (`fuzz/corpus/<target>/`), mutates them (bit flips, byte sets, inserts,
+//! deletes, truncation, chunk copies, and "lying" lengths: 0, 1, −1, 2³¹, 2⁶³ written over 4- and
+//! 8-byte fields), writes the input where the parser reads it, and calls the real entry point.
+//! Built with coverage instrumentation (`scripts/fuzz.sh`, see [`coverage`]) it keeps every input
+//! that reaches new code and mutates from those too. A panic, an allocation over [`MAX_ALLOC`] or
+//! an input slower than [`HANG`] is a failure, saved with its input; an execution still running
+//! after [`WATCHDOG`] is a hang the watchdog thread saves before ending the process.
 //!
 //! Used by `tests/fuzz_smoke.rs` (a few thousand inputs per target, in the test command) and by
 //! `examples/fuzz.rs` (millions).
 #![allow(dead_code)]
+
+pub mod coverage;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
@@ -137,29 +142,109 @@ pub struct Report {
     pub accepted: u64,
     pub failures: Vec<String>,
     pub slowest: Duration,
+    /// (edge, hit-count bucket) features reached (0 without coverage instrumentation).
+    pub features: usize,
+    /// Inputs kept because they reached new features (the corpus grew by these).
+    pub kept: usize,
 }
 
-/// Runs `target` on `executions` mutated inputs (the seeds themselves first) in `work`.
-pub fn fuzz(target: &Target, executions: u64, seed: u64, work: &Path, crashes: &Path) -> Report {
+/// An execution still running after this long is a hang: the watchdog saves its input and ends
+/// the process (a parser that never returns cannot be caught by a check after it returns).
+pub const WATCHDOG: Duration = Duration::from_secs(10);
+
+/// Watches the running execution from another thread.
+struct Watchdog {
+    /// Milliseconds since `epoch` when the running execution started, plus one; 0 when idle.
+    started: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    epoch: Instant,
+}
+
+impl Watchdog {
+    fn start(input: PathBuf, saved: PathBuf) -> Watchdog {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let started = std::sync::Arc::new(AtomicU64::new(0));
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let epoch = Instant::now();
+        let (s, d) = (started.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !d.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(50));
+                let at = s.load(Ordering::SeqCst);
+                if at > 0 && epoch.elapsed().as_millis() as u64 > at - 1 + WATCHDOG.as_millis() as u64 {
+                    let _ = std::fs::create_dir_all(saved.parent().unwrap_or(Path::new(".")));
+                    let _ = std::fs::copy(&input, &saved);
+                    eprintln!("hang: an execution ran past {WATCHDOG:?}; its input is saved to {}", saved.display());
+                    std::process::exit(3);
+                }
+            }
+        });
+        Watchdog { started, done, epoch }
+    }
+
+    fn running(&self) {
+        self.started.store(self.epoch.elapsed().as_millis() as u64 + 1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn idle(&self) {
+        self.started.store(0, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.done.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The inputs kept in `dir` (a target's corpus), in name order.
+pub fn read_corpus(dir: &Path) -> Vec<Vec<u8>> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.path()).filter(|p| p.is_file()).collect()).unwrap_or_default();
+    names.sort();
+    names.iter().filter_map(|p| std::fs::read(p).ok()).collect()
+}
+
+/// Runs `target` on `executions` inputs in `work`: its seeds and the inputs of `corpus` (a
+/// directory, when given) first, then mutations of them. With coverage instrumentation
+/// ([`coverage`]) a mutated input that reaches a new (edge, hit-count bucket) joins the inputs
+/// mutated from, and is written into `corpus`; without it every mutation starts from a seed.
+pub fn fuzz(target: &Target, executions: u64, seed: u64, work: &Path, crashes: &Path, corpus: Option<&Path>) -> Report {
     std::fs::create_dir_all(work).expect("fuzz work directory");
     let file = work.join(target.file);
     let mut rng = Rng(seed | 1);
     let mut report = Report::default();
+    let mut inputs: Vec<Vec<u8>> = target.seeds.clone();
+    inputs.extend(corpus.map(read_corpus).unwrap_or_default());
+    let replayed = inputs.len();
+    let mut features = coverage::Features::default();
+    let watchdog = Watchdog::start(file.clone(), crashes.join(format!("{}-hang", target.name)));
     let previous = std::panic::take_hook();
     // Panics are counted, not printed (a parser panicking is what the fuzzer looks for).
     if std::env::var_os("SINKSCOPE_FUZZ_VERBOSE").is_none() {
         std::panic::set_hook(Box::new(|_| {}));
     }
     for n in 0..executions {
-        let input = match target.seeds.get(n as usize) {
+        let input = match inputs.get(n as usize).filter(|_| (n as usize) < replayed) {
             Some(s) => s.clone(),
-            None => mutate(&target.seeds[rng.below(target.seeds.len())], &mut rng),
+            None => mutate(&inputs[rng.below(inputs.len())], &mut rng),
         };
         std::fs::write(&file, &input).expect("write fuzz input");
+        coverage::reset();
+        watchdog.running();
         let start = Instant::now();
         let outcome = std::panic::catch_unwind(|| (target.run)(work, &file));
-        report.accepted += u64::from(matches!(outcome, Ok(true)));
         let took = start.elapsed();
+        watchdog.idle();
+        let new = features.absorb();
+        if new > 0 && n as usize >= replayed {
+            if let Some(dir) = corpus {
+                let _ = std::fs::create_dir_all(dir);
+                let _ = std::fs::write(dir.join(format!("{:016x}", fingerprint(&input))), &input);
+            }
+            inputs.push(input.clone());
+            report.kept += 1;
+        }
+        report.accepted += u64::from(matches!(outcome, Ok(true)));
         report.slowest = report.slowest.max(took);
         report.executions += 1;
         let failure = match outcome {
@@ -181,7 +266,73 @@ pub fn fuzz(target: &Target, executions: u64, seed: u64, work: &Path, crashes: &
         }
     }
     std::panic::set_hook(previous);
+    report.features = features.count();
     report
+}
+
+/// Shrinks `corpus` (a target's directory) to the inputs that reach code nothing smaller reaches:
+/// the seeds run first, then the corpus smallest first, each kept only if it reaches an edge not
+/// reached before (hit counts aside), and of those the most new edges per byte within
+/// [`CORPUS_BYTES`]; the others are deleted. Returns the inputs (before, after). Needs coverage
+/// instrumentation (without it every input would be deleted, so nothing is).
+pub fn minimize(target: &Target, work: &Path, corpus: &Path) -> (usize, usize) {
+    let mut files: Vec<(u64, PathBuf)> =
+        std::fs::read_dir(corpus).map(|d| d.flatten().filter_map(|e| Some((e.metadata().ok()?.len(), e.path()))).collect()).unwrap_or_default();
+    if coverage::edges() == 0 {
+        return (files.len(), files.len());
+    }
+    files.sort();
+    std::fs::create_dir_all(work).expect("fuzz work directory");
+    let file = work.join(target.file);
+    let mut features = coverage::Features::edges_only();
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let mut run = |input: &[u8]| {
+        std::fs::write(&file, input).expect("write fuzz input");
+        coverage::reset();
+        let _ = std::panic::catch_unwind(|| (target.run)(work, &file));
+        features.absorb()
+    };
+    for s in &target.seeds {
+        run(s);
+    }
+    // (new edges, bytes, path) of each input that reached new code.
+    let mut useful: Vec<(usize, u64, &PathBuf)> = Vec::new();
+    for (bytes, path) in &files {
+        match std::fs::read(path) {
+            Ok(input) => match run(&input) {
+                0 => {
+                    let _ = std::fs::remove_file(path);
+                }
+                new => useful.push((new, *bytes, path)),
+            },
+            Err(_) => {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+    std::panic::set_hook(previous);
+    // Within CORPUS_BYTES: the inputs that bring the most new edges per byte.
+    useful.sort_by(|a, b| (b.0 as f64 / b.1.max(1) as f64).total_cmp(&(a.0 as f64 / a.1.max(1) as f64)).then(a.2.cmp(b.2)));
+    let mut total = 0;
+    let mut kept = 0;
+    for (_, bytes, path) in useful {
+        if total + bytes <= CORPUS_BYTES {
+            total += bytes;
+            kept += 1;
+        } else {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    (files.len(), kept)
+}
+
+/// The most a target's committed corpus may hold.
+pub const CORPUS_BYTES: u64 = 192 << 10;
+
+/// FNV-1a of an input: its file name in the corpus.
+fn fingerprint(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// The repository's own copies of the real files the seeds start from (tests/data/SOURCES.md).
@@ -317,6 +468,25 @@ pub fn targets() -> Option<Vec<Target>> {
         Target { name: "capture-json", file: "capture.json", seeds: vec![small_json(&run.join("capture.json"))], run: open_run },
         Target { name: "report-json", file: "report.json", seeds: vec![small_json(&run.join("report.json"))], run: open_run },
         Target { name: "stream-json", file: "stream.json", seeds: vec![small_json(&run.join("stream.json"))], run: open_run },
+        // Serving traces `watch` reads from the outside world (one seed per format it accepts),
+        // parsed and then analysed as `watch` does.
+        Target {
+            name: "trace",
+            file: "trace.txt",
+            seeds: [
+                "server_log.jsonl",
+                "server_log.csv",
+                "openai_chat.json",
+                "openai_chat_stream.sse",
+                "openai_completions.json",
+                "llamacpp_completion.json",
+                "llamacpp_completion_old.json",
+            ]
+            .iter()
+            .map(|f| std::fs::read(fixture(&format!("traces/{f}"))).ok())
+            .collect::<Option<Vec<_>>>()?,
+            run: |_, f| sinkscope::pipeline::watch::watch_file(f, &Default::default(), None).is_ok(),
+        },
         Target {
             name: "heatmaps",
             file: "heatmaps.safetensors",
