@@ -468,6 +468,20 @@ pub fn targets() -> Option<Vec<Target>> {
         Target { name: "capture-json", file: "capture.json", seeds: vec![small_json(&run.join("capture.json"))], run: open_run },
         Target { name: "report-json", file: "report.json", seeds: vec![small_json(&run.join("report.json"))], run: open_run },
         Target { name: "stream-json", file: "stream.json", seeds: vec![small_json(&run.join("stream.json"))], run: open_run },
+        Target { name: "per-head-json", file: "per_head.json", seeds: vec![std::fs::read(fixture("fuzz/per_head.json")).ok()?], run: open_run },
+        Target { name: "quant-json", file: "quant.json", seeds: vec![std::fs::read(fixture("fuzz/quant.json")).ok()?], run: open_run },
+        Target {
+            name: "survey-json",
+            file: "survey.json",
+            seeds: vec![small_json(&Path::new(env!("CARGO_MANIFEST_DIR")).join("notebooks-data/survey/survey.json"))],
+            run: open_run,
+        },
+        Target {
+            name: "reductions",
+            file: "reductions.safetensors",
+            seeds: vec![std::fs::read(run.join("reductions.safetensors")).ok()?],
+            run: open_run,
+        },
         // Serving traces `watch` reads from the outside world (one seed per format it accepts),
         // parsed and then analysed as `watch` does.
         Target {
