@@ -29,7 +29,7 @@ pub fn skip(why: &str) {
 
 /// Where the real data is: `$SINKSCOPE_SHARED`, else `../shared` beside the repository when it
 /// holds the models (the developers' and CI's folder), else the repository's own `tests/data`
-/// (stories260K in its three layouts, SmolLM2's reference tokenizer and the texts the tests read;
+/// (stories260K in its three layouts and the texts the tests read;
 /// see tests/data/SOURCES.md). SmolLM2 and Gemma 3 are not committed: [`model`] fetches them.
 pub fn data_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("SINKSCOPE_SHARED") {
@@ -73,20 +73,18 @@ pub fn model(name: &str) -> Option<PathBuf> {
     }
 }
 
-/// The catalog model `entry` from the model path or the user cache, else downloaded (once per
-/// test process; later test binaries find it in the cache).
-fn fetched(entry: &sinkscope::model::catalog::CatalogEntry) -> Option<PathBuf> {
+/// The catalog model `entry` from the model path or the user cache (`fetch` finds it there,
+/// verified), else downloaded there, once per test process (later test binaries find it).
+fn fetched(entry: &'static sinkscope::model::catalog::CatalogEntry) -> Option<PathBuf> {
     static FETCHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one_at_a_time = FETCHING.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(path) = sinkscope::model::source::find_alias(entry).found {
-        return Some(path);
-    }
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "fetching {} ({} bytes) for the tests, once: `sinkscope fetch {}`", entry.file, entry.bytes, entry.alias);
-    let start = std::time::Instant::now();
-    match sinkscope::model::fetch::fetch(entry, false, &mut Quiet) {
+    let mut announce = Announce { entry, started: None };
+    match sinkscope::model::fetch::fetch(entry, false, &mut announce) {
         Ok(path) => {
-            let _ = writeln!(std::io::stderr(), "fetched {} in {:.1} s", path.display(), start.elapsed().as_secs_f64());
+            if let Some(start) = announce.started {
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "fetched {} in {:.1} s", path.display(), start.elapsed().as_secs_f64());
+            }
             Some(path)
         }
         Err(e) => {
@@ -96,8 +94,21 @@ fn fetched(entry: &sinkscope::model::catalog::CatalogEntry) -> Option<PathBuf> {
     }
 }
 
-struct Quiet;
-impl sinkscope::model::fetch::FetchProgress for Quiet {}
+/// Says, in one line past the test harness's capture, that a download begins (fetch plans one
+/// only when the model is nowhere on the model path).
+struct Announce {
+    entry: &'static sinkscope::model::catalog::CatalogEntry,
+    started: Option<std::time::Instant>,
+}
+
+impl sinkscope::model::fetch::FetchProgress for Announce {
+    fn plan(&mut self, _message: &str) {
+        use std::io::Write;
+        let e = self.entry;
+        let _ = writeln!(std::io::stderr(), "fetching {} ({} bytes) for the tests, once: `sinkscope fetch {}`", e.file, e.bytes, e.alias);
+        self.started = Some(std::time::Instant::now());
+    }
+}
 
 /// Notes that the calling test runs on real weights: one empty file per test under
 /// `$CARGO_TARGET_TMPDIR/real-weights/` (`tests/aa_real_weights.rs` clears it when a run begins).
@@ -145,8 +156,9 @@ pub fn temp_dir(tag: &str) -> PathBuf {
 
 /// `SINKSCOPE_MODELS` for the binary: the test models, then the user cache where [`model`]
 /// fetches (the product leaves the cache out of its search path when this variable is set).
+/// Not counted as using real weights: the binary may be run on anything.
 pub fn model_path() -> std::ffi::OsString {
-    let dirs = models_dir().into_iter().chain(sinkscope::model::source::user_cache_dir());
+    let dirs = [data_dir().join("models")].into_iter().chain(sinkscope::model::source::user_cache_dir());
     std::env::join_paths(dirs).unwrap_or_default()
 }
 
