@@ -345,6 +345,19 @@ fn a_non_finite_weight_is_refused_where_it_first_shows() {
     let e = fails(&["analyze", "-m", s(&norm), "-o", s(&out)]);
     assert!(e.contains("blocks.2.ln1.hook_normalized"), "{e}");
     assert!(!out.exists());
+    // Asked to look at the model, `info` reports it broken, naming the tensor and the element.
+    let info = common::sinkscope(&["info", s(&norm)]);
+    let text = String::from_utf8_lossy(&info.stdout);
+    assert!(
+        text.contains("BROKEN: 1 tensor holds NaN")
+            && text.contains("blk.2.attn_norm.weight: 1 of 64 elements non-finite, the first (NaN) at element 5"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&common::sinkscope(&["info", s(&norm), "--json"]).stdout).unwrap();
+    assert_eq!(json["non_finite_weights"][0]["tensor"], "blk.2.attn_norm.weight");
+    assert_eq!(json["non_finite_weights"][0]["first_value"], "NaN");
+    let healthy = common::sinkscope(&["info", s(&common::models_dir().unwrap().join("stories260K-hf"))]);
+    assert!(String::from_utf8_lossy(&healthy.stdout).contains("weights       all finite"));
 
     let Some(mlp) = hf_copy("inf-mlp") else { return };
     poke_f32(&mlp, "model.layers.3.mlp.down_proj.weight", 0, f32::INFINITY);

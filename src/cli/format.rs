@@ -101,6 +101,22 @@ pub fn format_info(i: &ModelInfo, cfg: &DecoderConfig) -> String {
         ("embeddings", if i.tied_embeddings { "tied".into() } else { "untied".into() }),
         ("parameters", format!("{:.1}M", i.n_params as f64 / 1e6)),
     ];
+    let mut rows = rows;
+    if let Some(bad) = &i.non_finite_weights {
+        rows.push(("weights", if bad.is_empty() { "all finite".into() } else { format!("BROKEN: {} tensor{} NaN or ∞ — nothing this model computes can be trusted; replace the file (check it against its source's SHA-256)", bad.len(), if bad.len() == 1 { " holds" } else { "s hold" }) }));
+        for w in bad.iter().take(8) {
+            rows.push((
+                "",
+                format!(
+                    "{}: {} of {} elements non-finite, the first ({}) at element {}",
+                    w.tensor, w.count, w.elements, w.first_value, w.first_index
+                ),
+            ));
+        }
+        if bad.len() > 8 {
+            rows.push(("", format!("… and {} more (`info --json` lists them all)", bad.len() - 8)));
+        }
+    }
     rows.iter().map(|(k, v)| format!("{k:<13} {v}\n")).collect()
 }
 

@@ -50,7 +50,7 @@ pub fn run(args: SurveyArgs) -> Result<()> {
         tokens: args.tokens,
         sinks: args.sinks,
         ablation: args.ablation,
-        load: LoadOptions { quantized: args.quantized, tokenizer: None, dtype: args.dtype },
+        load: LoadOptions { quantized: args.quantized, tokenizer: None, dtype: args.dtype, scan_weights: false },
     };
     let s = survey_into(&opts, &args.out, &mut TerminalProgress::new())?;
     println!("{:<40} {:>9} {:>8} {:>14} {:>10}  verdict", "model", "Sink_0^ε", "F-Attn", "window/best", "max |h|");

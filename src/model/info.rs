@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::decoder::config::{ArchSwitches, DecoderConfig, LayerAttn, LLAMA, MAX_SIZE};
+use super::decoder::finite::NonFiniteWeight;
 use super::rope::RopeLayout;
 
 /// What `sinkscope info` reports: where the model came from and how it was loaded, around the
@@ -32,6 +33,9 @@ pub struct ModelInfo {
     pub n_params: usize,
     /// SHA-256 of the weight files (set by the commands that write runs; see [`LoadedModel::fingerprint`]).
     pub sha256: Option<String>,
+    /// The weights holding NaN or ∞, when the loader was asked to search them (`info`); not
+    /// kept in run files (a run is never made from such a model).
+    pub non_finite_weights: Option<Vec<NonFiniteWeight>>,
 }
 
 impl ModelInfo {
@@ -51,6 +55,7 @@ impl ModelInfo {
             tied_embeddings: false,
             n_params: 0,
             sha256: None,
+            non_finite_weights: None,
         }
     }
 
@@ -111,6 +116,9 @@ struct ModelInfoRecord {
     learned_sinks: bool,
     #[serde(default)]
     sha256: Option<String>,
+    /// Only `info` fills it (see [`ModelInfo::non_finite_weights`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    non_finite_weights: Option<Vec<NonFiniteWeight>>,
 }
 
 impl From<ModelInfo> for ModelInfoRecord {
@@ -143,6 +151,7 @@ impl From<ModelInfo> for ModelInfoRecord {
             tied_embeddings: m.tied_embeddings,
             n_params: m.n_params,
             sha256: m.sha256,
+            non_finite_weights: m.non_finite_weights,
         }
     }
 }
@@ -184,6 +193,7 @@ impl TryFrom<ModelInfoRecord> for ModelInfo {
             tied_embeddings: r.tied_embeddings,
             n_params: r.n_params,
             sha256: r.sha256,
+            non_finite_weights: r.non_finite_weights,
         })
     }
 }

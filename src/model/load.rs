@@ -8,7 +8,8 @@ use std::sync::Arc;
 use candle_core::quantized::GgmlDType;
 use candle_core::DType;
 
-use super::decoder::config::MAX_SIZE;
+use super::decoder::config::{ParamSource, MAX_SIZE};
+use super::decoder::finite::scan_param;
 use super::decoder::{Decoder, DecoderConfig, LayerAttn, Param, WeightDtype};
 use super::family::Family;
 use super::gguf;
@@ -30,6 +31,9 @@ pub struct LoadOptions {
     pub tokenizer: Option<PathBuf>,
     /// How dense weight matrices are kept (`--dtype`): by default as the file stores them.
     pub dtype: WeightDtype,
+    /// Search every weight for NaN and ∞ as it is read (`info`), into
+    /// [`ModelInfo::non_finite_weights`].
+    pub scan_weights: bool,
 }
 
 pub struct LoadedModel {
@@ -166,7 +170,7 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
         info.compute = "quantized matmuls (--quantized)".into();
     }
     let quantized = opts.quantized;
-    let model = Decoder::load(cfg, path, opts.dtype, &mut |name| {
+    let model = load_decoder(cfg, path, opts, &mut info, &mut |name| {
         if !file.has_tensor(name) {
             return Ok(None);
         }
@@ -184,6 +188,24 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
         })))
     })?;
     Ok((model, tokenizer, info))
+}
+
+/// Builds the decoder from a loader's tensor getter; with `opts.scan_weights`, every tensor is
+/// searched for NaN and ∞ as it is read, into `info.non_finite_weights`.
+fn load_decoder(cfg: DecoderConfig, path: &std::path::Path, opts: &LoadOptions, info: &mut ModelInfo, get: &mut ParamSource<'_>) -> Result<Decoder> {
+    if !opts.scan_weights {
+        return Decoder::load(cfg, path, opts.dtype, get);
+    }
+    let mut found = Vec::new();
+    let model = Decoder::load(cfg, path, opts.dtype, &mut |name| {
+        let p = get(name)?;
+        if let Some(p) = &p {
+            found.extend(scan_param(name, p)?);
+        }
+        Ok(p)
+    })?;
+    info.non_finite_weights = Some(found);
+    Ok(model)
 }
 
 /// Storage types and how many tensors use each, most common first: "Q4_1 ×210, F32 ×61".
@@ -210,7 +232,7 @@ fn load_llama2c(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, 
     let l = cfg.n_layers;
     let (d, ff, v, kv) = (cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_kv_heads * cfg.d_head);
     info.n_params = v * d * if file.shared_classifier { 1 } else { 2 } + d + l * (2 * d + 2 * d * d + 2 * kv * d + 3 * ff * d);
-    let model = Decoder::load(cfg, path, opts.dtype, &mut |name| Ok(file.param(name)))?;
+    let model = load_decoder(cfg, path, opts, &mut info, &mut |name| Ok(file.param(name)))?;
     Ok((model, tokenizer, info))
 }
 
@@ -226,7 +248,7 @@ fn load_hf(dir: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Option
     info.quantization = dtype_summary(weights.dtypes().into_iter());
     let tied = info.tied_embeddings;
     let mut n_params = 0usize;
-    let model = Decoder::load(cfg, dir, opts.dtype, &mut |name| {
+    let model = load_decoder(cfg, dir, opts, &mut info, &mut |name| {
         let p = weights.param(name, tied)?;
         if let Some(p) = &p {
             n_params += p.shape().iter().product::<usize>();

@@ -1,11 +1,15 @@
 //! Where a forward pass first goes non-finite: the residual stream is checked after each
 //! sublayer, and when it holds a NaN or ∞ the sublayer's own tensors are searched in the order
 //! they were computed, so the error names the first hook, layer and position that carry one — no
-//! perplexity, verdict or figure is ever built on NaN.
+//! perplexity, verdict or figure is ever built on NaN. `info` searches the weights themselves
+//! ([`scan_param`]), so a broken file is reported as such.
 
 use std::ops::Range;
 
 use candle_core::Tensor;
+use serde::{Deserialize, Serialize};
+
+use super::config::Param;
 
 use crate::error::{Error, Result};
 use crate::model::hook::HookPoint;
@@ -17,6 +21,37 @@ fn first_non_finite(t: &Tensor) -> Result<Option<(usize, f32)>> {
     let width = (t.elem_count() / rows).max(1);
     let t = if t.is_contiguous() { t.clone() } else { t.contiguous()? };
     with_f32(&t, |v| v.iter().position(|x| !x.is_finite()).map(|i| (i / width, v[i])))
+}
+
+/// A weight tensor holding NaN or ∞.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NonFiniteWeight {
+    /// The tensor's name as the decoder asks for it (llama.cpp's GGUF names).
+    pub tensor: String,
+    /// Non-finite elements.
+    pub count: usize,
+    pub elements: usize,
+    /// The first one's flat index and value ("NaN", "inf" or "-inf": JSON has no such numbers).
+    pub first_index: usize,
+    pub first_value: String,
+}
+
+/// Searches one weight (dequantized when kept quantized) for NaN and ∞.
+pub fn scan_param(name: &str, p: &Param) -> Result<Option<NonFiniteWeight>> {
+    let dense = match p {
+        Param::Dense(t) => t.flatten_all()?,
+        Param::Quant(q) => q.dequantize(&candle_core::Device::Cpu)?.flatten_all()?,
+    };
+    with_f32(&dense, |v| {
+        let first = v.iter().position(|x| !x.is_finite())?;
+        Some(NonFiniteWeight {
+            tensor: name.to_string(),
+            count: v[first..].iter().filter(|x| !x.is_finite()).count(),
+            elements: v.len(),
+            first_index: first,
+            first_value: v[first].to_string(),
+        })
+    })
 }
 
 /// Checks `result` (what joins the residual stream at `at`); when it holds a non-finite value,

@@ -9,7 +9,7 @@
 pub mod attention;
 mod block;
 pub mod config;
-mod finite;
+pub mod finite;
 pub mod kv;
 pub mod linear;
 mod moe;
