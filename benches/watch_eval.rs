@@ -119,6 +119,7 @@ fn main() {
                     tokens: vec![None; nll.len()],
                     evictions: evictions_from_lengths(&cache_len),
                     cache_len,
+                    ..TraceRequest::default()
                 };
                 if !label.starts_with("dense") {
                     // "window W=128 (slot)" / "sink S=4 + 124 recent, W=128 (slot)" → kind and W.

@@ -220,6 +220,37 @@ fn stream_cli_reports_json_and_refuses_bad_budgets() {
     // recommend refuses a stream shorter than one eviction.
     let short = common::sinkscope(&["recommend", "-m", "stories260k", "-f", t, "--tokens", "50", "--cache", "64"]);
     assert_eq!(short.status.code(), Some(2));
+
+    // The same stream given as token ids (as an engine logged them) gives the same numbers.
+    let dir = common::temp_dir("stream-ids");
+    let run = dir.join("run");
+    let args = |src: &[&str]| -> Vec<String> {
+        ["stream", "-m", "stories260k"]
+            .iter()
+            .chain(src)
+            .chain(&["--tokens", "200", "--policy", "keep", "--sinks", "2", "--cache", "64"])
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let by_text = common::sinkscope(&args(&["-f", t, "-o", run.to_str().unwrap()]).iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(by_text.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("stream.json")).unwrap()).unwrap();
+    let ids: Vec<u64> = report["tokens"].as_array().unwrap().iter().map(|t| t["id"].as_u64().unwrap()).collect();
+    let ids_file = dir.join("ids.txt");
+    std::fs::write(&ids_file, ids.iter().map(u64::to_string).collect::<Vec<_>>().join(" ")).unwrap();
+    let mut json_args = args(&["--ids", ids_file.to_str().unwrap()]);
+    json_args.push("--json".into());
+    let by_ids = common::sinkscope(&json_args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(by_ids.status.success(), "{}", String::from_utf8_lossy(&by_ids.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&by_ids.stdout).unwrap();
+    assert_eq!(r["nll"], report["outcomes"][0]["nll"], "token ids stream exactly as their text does");
+    // An id outside the vocabulary, or a --start-char with ids, is one line and exit 2.
+    std::fs::write(&ids_file, "[1, 2, 512]").unwrap();
+    let bad = common::sinkscope(&args(&["--ids", ids_file.to_str().unwrap()]).iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("token 2 is id 512, outside the model's vocabulary of 512"));
+    let both = common::sinkscope(&["stream", "-m", "stories260k", "-f", t, "--ids", ids_file.to_str().unwrap(), "--policy", "dense"]);
+    assert_eq!(both.status.code(), Some(2));
 }
 
 #[test]

@@ -18,8 +18,12 @@ use crate::pipeline::stream::{stream_into, sweep_into, StreamSource, SweepOption
 #[derive(Args, Debug)]
 pub struct StreamText {
     /// A UTF-8 text file, tokenized as a whole (BOS only if the model's tokenizer adds one).
-    #[arg(short = 'f', long)]
-    pub file: PathBuf,
+    #[arg(short = 'f', long, required_unless_present = "ids", conflicts_with = "ids")]
+    pub file: Option<PathBuf>,
+    /// The stream as token ids instead of a text (a JSON list, `{"ids": […]}`, llama.cpp's
+    /// `/tokenize` answer, or whitespace-separated integers), used as they are: no BOS is added.
+    #[arg(long, value_name = "FILE")]
+    pub ids: Option<PathBuf>,
     /// Start at this character of the file.
     #[arg(long, default_value_t = 0)]
     pub start_char: usize,
@@ -137,7 +141,13 @@ pub struct RecommendArgs {
 
 impl StreamText {
     pub(super) fn source(&self) -> StreamSource {
-        StreamSource { file: self.file.clone(), start_char: self.start_char, tokens: self.tokens, token_by_token: self.token_by_token }
+        StreamSource {
+            file: self.ids.clone().or_else(|| self.file.clone()).unwrap_or_default(),
+            start_char: self.start_char,
+            tokens: self.tokens,
+            token_by_token: self.token_by_token,
+            token_ids: self.ids.is_some(),
+        }
     }
 }
 
@@ -187,6 +197,7 @@ pub fn run_recommend(args: RecommendArgs) -> Result<()> {
                 start_char: args.calibrate_start_char,
                 tokens: GATE_TOKENS,
                 token_by_token: false,
+                token_ids: false,
             }),
         };
         let f = per_head_sweep(&mut lm, &args.text.source(), &sweep, args.out.as_deref(), &mut TerminalProgress::new())?;

@@ -1,12 +1,13 @@
 //! Files in and out, below everything else: atomic writes (a temp file, then a rename), JSON,
-//! named f32 arrays as safetensors, the user's text input, serving-log logprob traces, and
-//! NaN-tolerant serde helpers.
+//! named f32 arrays as safetensors, the user's text input and token ids, serving-log logprob
+//! traces, and NaN-tolerant serde helpers.
 
 pub mod arrays;
 pub mod atomic;
 pub mod serde_nan;
 pub mod staging;
 pub mod text;
+pub mod token_ids;
 pub mod trace;
 
 pub use atomic::{write_atomic, write_json_atomic};

@@ -19,6 +19,10 @@ pub struct TraceRequest {
     pub logprobs: Vec<f64>,
     /// The token's text where the trace gives it.
     pub tokens: Vec<Option<String>>,
+    /// Each scored token's id, where the trace gives it (`verify` needs them).
+    pub token_ids: Vec<Option<u32>>,
+    /// Unscored token ids before the first scored one (a prompt logged with null logprobs).
+    pub prompt_ids: Vec<u32>,
     /// The KV cache's length after each token, where the trace gives it.
     pub cache_len: Vec<Option<usize>>,
     /// Token indices at which the trace reports an eviction (explicit events, or the cache
@@ -141,6 +145,7 @@ fn openai_choice(c: &Value, id: &str) -> std::result::Result<TraceRequest, Strin
         for (i, t) in content.iter().enumerate() {
             r.logprobs.push(number(t.get("logprob"), || format!("choice {id}, token {i}: no numeric `logprob`"))?);
             r.tokens.push(t.get("token").and_then(Value::as_str).map(str::to_string));
+            r.token_ids.push(token_id(t));
             r.cache_len.push(None);
         }
     } else if let Some(values) = lp.get("token_logprobs").and_then(Value::as_array) {
@@ -151,7 +156,10 @@ fn openai_choice(c: &Value, id: &str) -> std::result::Result<TraceRequest, Strin
                 continue;
             }
             r.logprobs.push(number(Some(v), || format!("choice {id}: token_logprobs[{i}] is not a number"))?);
-            r.tokens.push(tokens.and_then(|t| t.get(i)).and_then(Value::as_str).map(str::to_string));
+            let token = tokens.and_then(|t| t.get(i)).and_then(Value::as_str);
+            r.tokens.push(token.map(str::to_string));
+            // vLLM's `return_tokens_as_token_ids` writes each token as "token_id:N".
+            r.token_ids.push(token.and_then(|t| t.strip_prefix("token_id:")).and_then(|n| n.parse().ok()));
             r.cache_len.push(None);
         }
     } else {
@@ -184,6 +192,7 @@ fn llama_cpp(probs: &[Value], id: &str) -> std::result::Result<TraceRequest, Str
         };
         r.logprobs.push(logprob);
         r.tokens.push(token);
+        r.token_ids.push(token_id(p));
         r.cache_len.push(None);
     }
     Ok(r)
@@ -198,12 +207,17 @@ fn sinkscope_stream(v: &Value) -> std::result::Result<Trace, String> {
         let id = o.get("label").and_then(Value::as_str).map_or(format!("policy {k}"), str::to_string);
         let nll = o.get("nll").and_then(Value::as_array).ok_or_else(|| format!("stream.json: outcome {id} has no `nll`"))?;
         let lens = o.get("cache_len").and_then(Value::as_array);
+        // nll[t] scores token t + 1 of the stream.
+        let ids = v.get("tokens").and_then(Value::as_array);
+        let id_at = |t: usize| ids.and_then(|l| l.get(t)).and_then(|x| x.get("id")).and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok());
         let mut r = TraceRequest { id, ..TraceRequest::default() };
+        r.prompt_ids.extend(id_at(0));
         for (i, x) in nll.iter().enumerate() {
             // An unscored step (a sampled recompute) is skipped, not invented.
             let Some(x) = x.as_f64() else { continue };
             r.logprobs.push(-x);
             r.tokens.push(None);
+            r.token_ids.push(id_at(i + 1));
             r.cache_len.push(lens.and_then(|l| l.get(i)).and_then(Value::as_u64).map(|n| n as usize));
         }
         r.evictions = evictions_from_lengths(&r.cache_len);
@@ -252,6 +266,7 @@ fn from_jsonl(text: &str) -> std::result::Result<Trace, String> {
                     Some(x) => {
                         x.logprobs.extend(r.logprobs);
                         x.tokens.extend(r.tokens);
+                        x.token_ids.extend(r.token_ids);
                         x.cache_len.extend(r.cache_len);
                     }
                     None => responses.push(r),
@@ -259,9 +274,10 @@ fn from_jsonl(text: &str) -> std::result::Result<Trace, String> {
             }
             continue;
         }
+        // `id` names the request when it is text, the token when it is a number.
         let id = ["request", "request_id", "id"]
             .iter()
-            .find_map(|k| v.get(*k))
+            .find_map(|k| v.get(*k).filter(|x| *k != "id" || !x.is_number()))
             .map_or(String::new(), |x| x.as_str().map_or(x.to_string(), str::to_string));
         let r = request_for(&mut by_id, id);
         let event = v.get("event").and_then(Value::as_str).is_some_and(|e| e.starts_with("evict"))
@@ -270,9 +286,15 @@ fn from_jsonl(text: &str) -> std::result::Result<Trace, String> {
             r.evictions.push(r.logprobs.len());
         }
         match v.get("logprob") {
+            // A prompt token: logged with its id, scored by nothing.
+            Some(Value::Null) if r.logprobs.is_empty() && token_id(&v).is_some() => r.prompt_ids.extend(token_id(&v)),
+            Some(Value::Null) if token_id(&v).is_some() => {
+                return Err(format!("line {}: a null `logprob` after scored tokens (only the prompt's tokens come unscored)", n + 1))
+            }
             Some(l) => {
                 r.logprobs.push(number(Some(l), || format!("line {}: `logprob` is not a number", n + 1))?);
                 r.tokens.push(v.get("token").and_then(Value::as_str).map(str::to_string));
+                r.token_ids.push(token_id(&v));
                 r.cache_len.push(v.get("cache_len").and_then(Value::as_u64).map(|n| n as usize));
             }
             None if event => {}
@@ -323,6 +345,7 @@ fn from_csv(text: &str) -> std::result::Result<Trace, String> {
     let col = |name: &str| header.iter().position(|h| h.trim().eq_ignore_ascii_case(name));
     let logprob = col("logprob").ok_or("is not JSON, and as CSV its header has no `logprob` column")?;
     let (token, cache, request, event) = (col("token"), col("cache_len"), col("request").or_else(|| col("request_id")), col("event"));
+    let token_id = col("token_id");
     let mut by_id: BTreeMap<String, (usize, TraceRequest)> = BTreeMap::new();
     for (n, line) in lines.enumerate() {
         let f = csv_fields(line);
@@ -340,6 +363,7 @@ fn from_csv(text: &str) -> std::result::Result<Trace, String> {
         r.logprobs.push(l.parse::<f64>().map_err(|_| format!("CSV row {}: `logprob` {l:?} is not a number", n + 2))?);
         // A token's own spaces are part of it.
         r.tokens.push(token.and_then(|c| f.get(c)).filter(|t| !t.is_empty()).cloned());
+        r.token_ids.push(get(token_id).and_then(|t| t.parse().ok()));
         r.cache_len.push(get(cache).and_then(|c| c.parse().ok()));
     }
     Ok(Trace { format: TraceFormat::Csv, requests: in_order(by_id) })
@@ -370,6 +394,40 @@ fn csv_fields(line: &str) -> Vec<String> {
     fields
 }
 
+/// A token's id in a record: `token_id`, or `id` when it is a number (llama.cpp's probabilities).
+fn token_id(v: &Value) -> Option<u32> {
+    let n = v.get("token_id").or_else(|| v.get("id").filter(|x| x.is_number()))?;
+    n.as_u64().and_then(|n| u32::try_from(n).ok())
+}
+
 fn number(v: Option<&Value>, why: impl Fn() -> String) -> std::result::Result<f64, String> {
     v.and_then(Value::as_f64).ok_or_else(why)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_ids_come_from_every_format_that_has_them() {
+        // JSONL: a null logprob marks a prompt token; a numeric `id` is the token, a text one the request.
+        let t = parse_trace("{\"id\": 5, \"logprob\": null}\n{\"id\": 7, \"logprob\": -1.5}\n{\"id\": \"r1\", \"token_id\": 9, \"logprob\": -0.5}\n")
+            .unwrap();
+        assert_eq!((t.requests[0].prompt_ids.clone(), t.requests[0].token_ids.clone()), (vec![5], vec![Some(7)]));
+        assert_eq!((t.requests[1].id.as_str(), t.requests[1].token_ids.clone()), ("r1", vec![Some(9)]));
+        assert!(parse_trace("{\"id\": 7, \"logprob\": -1.5}\n{\"id\": 5, \"logprob\": null}\n").unwrap_err().contains("line 2"));
+        // llama.cpp's /completion with n_probs.
+        let t = parse_trace(r#"{"completion_probabilities": [{"id": 42, "token": " a", "logprob": -0.25, "top_logprobs": []}]}"#).unwrap();
+        assert_eq!(t.requests[0].token_ids, vec![Some(42)]);
+        // vLLM completions with return_tokens_as_token_ids; chat content entries with an id.
+        let t = parse_trace(r#"{"choices": [{"logprobs": {"tokens": ["token_id:3"], "token_logprobs": [-0.1]}}]}"#).unwrap();
+        assert_eq!(t.requests[0].token_ids, vec![Some(3)]);
+        let t = parse_trace(r#"{"choices": [{"logprobs": {"content": [{"id": 11, "token": "x", "logprob": -0.2}]}}]}"#).unwrap();
+        assert_eq!(t.requests[0].token_ids, vec![Some(11)]);
+        // CSV with a token_id column; a trace without ids has None per token.
+        let t = parse_trace("token_id,logprob\n4,-0.3\n").unwrap();
+        assert_eq!(t.requests[0].token_ids, vec![Some(4)]);
+        let t = parse_trace("{\"logprob\": -0.3}\n").unwrap();
+        assert_eq!(t.requests[0].token_ids, vec![None]);
+    }
 }

@@ -66,7 +66,7 @@ pub fn run_demo(lm: &mut LoadedModel, opts: &DemoOptions, out: &Path, progress: 
         let text = out.join(STREAM_TEXT_FILE);
         write_atomic(&text, STREAM_TEXT.as_bytes())?;
         let sweep = SweepOptions {
-            source: StreamSource { file: text, start_char: 0, tokens: opts.stream_tokens, token_by_token: false },
+            source: StreamSource { file: text, start_char: 0, tokens: opts.stream_tokens, token_by_token: false, token_ids: false },
             cache: opts.cache,
             sinks: vec![0, 1, 2, 4, 8],
             policy: PolicyKind::Sink,

@@ -28,6 +28,8 @@ pub struct StreamSource {
     pub tokens: usize,
     /// Decode one token per step instead of replaying cached policies a block of queries at a time.
     pub token_by_token: bool,
+    /// `file` holds token ids (`io::token_ids`), streamed as they are, not a text.
+    pub token_ids: bool,
 }
 
 /// A sink-count sweep at one cache budget.
@@ -114,6 +116,9 @@ impl SweepOptions {
 
 /// Tokenizes the stream text from `start_char`, keeping `tokens` tokens.
 pub fn stream_tokens(lm: &LoadedModel, t: &StreamSource, progress: &mut dyn Progress) -> Result<Vec<u32>> {
+    if t.token_ids {
+        return stream_ids(lm, t, progress);
+    }
     let text = crate::io::text::read_text_file(&t.file)?;
     let from = crate::io::text::from_char(&text, t.start_char)
         .ok_or_else(|| Error::file(&t.file, format!("has only {} characters, fewer than --start-char {}", text.chars().count(), t.start_char)))?;
@@ -127,6 +132,29 @@ pub fn stream_tokens(lm: &LoadedModel, t: &StreamSource, progress: &mut dyn Prog
     }
     if ids.len() < 2 {
         return Err(Error::file(&t.file, "gives fewer than 2 tokens; nothing to stream"));
+    }
+    Ok(ids)
+}
+
+/// The first `tokens` ids of a token-id file, each checked against the model's vocabulary.
+fn stream_ids(lm: &LoadedModel, t: &StreamSource, progress: &mut dyn Progress) -> Result<Vec<u32>> {
+    if t.start_char != 0 {
+        return Err(Error::input("--start-char applies to a text (-f), not to token ids (--ids)"));
+    }
+    if t.tokens < 2 {
+        return Err(Error::input("--tokens must be at least 2"));
+    }
+    let mut ids = crate::io::token_ids::read_token_ids(&t.file)?;
+    let vocab = lm.model.cfg.vocab_size;
+    if let Some((i, id)) = ids.iter().enumerate().find(|(_, &id)| id as usize >= vocab) {
+        return Err(Error::file(&t.file, format!("token {i} is id {id}, outside the model's vocabulary of {vocab}: ids from another tokenizer?")));
+    }
+    if ids.len() < t.tokens {
+        progress.warning(&format!("{} holds only {} token ids; streaming all of them", t.file.display(), ids.len()));
+    }
+    ids.truncate(t.tokens);
+    if ids.len() < 2 {
+        return Err(Error::file(&t.file, "holds fewer than 2 token ids; nothing to stream"));
     }
     Ok(ids)
 }

@@ -241,7 +241,7 @@ fn streaming_heads(
     progress: &mut dyn Progress,
 ) -> Result<Option<StreamingHeads>> {
     let (sinks, recent) = StreamingHeads::keys_for(cache);
-    let source = StreamSource { file: text.to_path_buf(), start_char: 0, tokens, token_by_token: false };
+    let source = StreamSource { file: text.to_path_buf(), start_char: 0, tokens, token_by_token: false, token_ids: false };
     let mut ids = stream_tokens(lm, &source, progress)?;
     ids.truncate(lm.model.cfg.context_len);
     if ids.len() <= cache {
@@ -257,7 +257,7 @@ fn streaming_heads(
 /// One sink-count sweep of `sink S` over `file` at budget `cache`.
 fn sweep_options(opts: &SurveyOptions, file: PathBuf, cache: usize) -> SweepOptions {
     SweepOptions {
-        source: StreamSource { file, start_char: 0, tokens: opts.tokens, token_by_token: false },
+        source: StreamSource { file, start_char: 0, tokens: opts.tokens, token_by_token: false, token_ids: false },
         cache,
         sinks: opts.sinks.clone(),
         policy: PolicyKind::Sink,
