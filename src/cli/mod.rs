@@ -20,6 +20,7 @@ mod progress;
 mod quant;
 mod stream;
 mod survey;
+mod verify;
 mod watch;
 
 use clap::{Parser, Subcommand};
@@ -65,6 +66,11 @@ pub enum Command {
     /// stream.json, CSV) and find sink loss: steps down in the rolling logprob just after an
     /// eviction. Exit status 3 when one is found (2 stays bad input).
     Watch(watch::WatchArgs),
+    /// Hold a serving engine's trace (token ids and logprobs) against the exact simulator under
+    /// the cache policy it declares: its noise floor before the first eviction, the differences
+    /// after it, and the near misses (positions, pinned ± 1, W ± 1, discard amount, no eviction)
+    /// ranked by fit. Exit status 3 when it diverges (2 stays bad input).
+    Verify(verify::VerifyArgs),
     /// Fake-quantize activations at every linear projection's input (int8/int4; per-tensor,
     /// per-token, per-channel; dynamic or calibrated, with or without the first positions) and
     /// measure perplexity, NLL at the sink positions vs the rest, and SQNR per layer and site.
@@ -98,11 +104,13 @@ pub fn run(cli: Cli) -> Result<u8> {
     if !interactive {
         interrupt::install();
     }
-    if let Command::Watch(a) = cli.command {
-        return watch::run(a);
-    }
+    let cli = match cli.command {
+        Command::Watch(a) => return watch::run(a),
+        Command::Verify(a) => return verify::run(a),
+        _ => cli,
+    };
     match cli.command {
-        Command::Watch(_) => Ok(()),
+        Command::Watch(_) | Command::Verify(_) => Ok(()),
         Command::Demo(a) => demo::run(a),
         Command::Info(a) => info::run(a),
         Command::Generate(a) => generate::run(a),

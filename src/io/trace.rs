@@ -23,6 +23,10 @@ pub struct TraceRequest {
     pub token_ids: Vec<Option<u32>>,
     /// Unscored token ids before the first scored one (a prompt logged with null logprobs).
     pub prompt_ids: Vec<u32>,
+    /// Every generated token's id in order, where the trace lists them apart from the scored
+    /// ones (llama.cpp's `tokens` with `return_tokens`): its server gives no probability to a token
+    /// that ends inside a UTF-8 character, so the scored tokens can be a subsequence of these.
+    pub generated_ids: Vec<u32>,
     /// The KV cache's length after each token, where the trace gives it.
     pub cache_len: Vec<Option<usize>>,
     /// Token indices at which the trace reports an eviction (explicit events, or the cache
@@ -125,7 +129,11 @@ fn response(v: &Value, id: &str) -> std::result::Result<Trace, String> {
     }
     if let Some(probs) = v.get("completion_probabilities").and_then(Value::as_array) {
         let base = v.get("id_slot").map_or(id.to_string(), |s| format!("slot {s}"));
-        return Ok(Trace { format: TraceFormat::LlamaCpp, requests: vec![llama_cpp(probs, &base)?] });
+        let mut r = llama_cpp(probs, &base)?;
+        if let Some(tokens) = v.get("tokens").and_then(Value::as_array) {
+            r.generated_ids = tokens.iter().map(|t| t.as_u64().and_then(|n| u32::try_from(n).ok())).collect::<Option<_>>().unwrap_or_default();
+        }
+        return Ok(Trace { format: TraceFormat::LlamaCpp, requests: vec![r] });
     }
     Err("is neither an OpenAI-compatible response (`choices`), llama.cpp's (`completion_probabilities`), sinkscope's stream.json nor JSONL with a `logprob` per line".into())
 }
@@ -419,6 +427,8 @@ mod tests {
         // llama.cpp's /completion with n_probs.
         let t = parse_trace(r#"{"completion_probabilities": [{"id": 42, "token": " a", "logprob": -0.25, "top_logprobs": []}]}"#).unwrap();
         assert_eq!(t.requests[0].token_ids, vec![Some(42)]);
+        let t = parse_trace(r#"{"tokens": [41, 42], "completion_probabilities": [{"id": 42, "logprob": -0.25}]}"#).unwrap();
+        assert_eq!(t.requests[0].generated_ids, vec![41, 42]);
         // vLLM completions with return_tokens_as_token_ids; chat content entries with an id.
         let t = parse_trace(r#"{"choices": [{"logprobs": {"tokens": ["token_id:3"], "token_logprobs": [-0.1]}}]}"#).unwrap();
         assert_eq!(t.requests[0].token_ids, vec![Some(3)]);

@@ -1,6 +1,8 @@
-//! KV-cache eviction: policies and position modes, the policy-managed cache, its memory, the
-//! streaming simulator, the sink-count recommendation built on it, and the live canary.
+//! KV-cache eviction: policies and position modes (and a declared policy's near misses), the
+//! policy-managed cache, its memory, the streaming simulator, the sink-count recommendation built
+//! on it, and the live canary.
 
+pub mod alternatives;
 pub mod cache;
 pub mod canary;
 pub mod memory;

@@ -12,4 +12,5 @@ pub mod progress;
 pub mod quant;
 pub mod stream;
 pub mod survey;
+pub mod verify;
 pub mod watch;

@@ -17,3 +17,5 @@ pub mod run;
 pub mod survey;
 pub mod tables;
 pub mod tokens;
+#[cfg(feature = "plots")]
+pub mod verify_figure;

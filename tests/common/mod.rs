@@ -270,3 +270,15 @@ pub fn assert_close<T: Real>(what: &str, got: &[T], want: &[T], tol: f64) -> f64
     assert!(worst <= tol, "{what}: differs by {worst:e} > {tol:e} at index {at}");
     worst
 }
+
+/// The llama.cpp reference engine built by `scripts/llama-cpp/build.sh` (its cache directory:
+/// venv, libllama, llama-server), or `None` after skipping (failing where skips are failures).
+pub fn llama_cpp() -> Option<PathBuf> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/llama-cpp/build.sh");
+    let out = std::process::Command::new("bash").arg(&script).arg("--check").output().expect("bash runs");
+    if !out.status.success() {
+        skip(String::from_utf8_lossy(&out.stderr).trim());
+        return None;
+    }
+    Some(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}

@@ -1,0 +1,123 @@
+//! `sinkscope verify TRACE -m MODEL --policy P --cache W`: does a serving engine's KV cache do
+//! what it says? Its trace is replayed through the exact simulator; a verdict, the near misses
+//! ranked by fit, JSON, a figure, and an exit status (0 conforms, 3 diverges, 2 bad input).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::model_args::ModelArgs;
+use super::progress::TerminalProgress;
+use crate::analysis::conformance::Verdict;
+use crate::error::Result;
+use crate::io::staging::check_out_dir;
+use crate::kv::policy::{Policy, PolicyKind, PolicyRequest, PositionMode};
+use crate::pipeline::verify::{verify_into, VerifyOptions, VerifyReport};
+
+/// Exit status of `verify` when the engine diverges from the declared policy.
+pub const DIVERGES_EXIT: u8 = 3;
+
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// The engine's trace with token ids and logprobs: llama.cpp server `/completion` responses
+    /// (`n_probs` > 0), OpenAI-style responses whose tokens carry ids, or JSONL `{id, logprob}`
+    /// (a null logprob marks a prompt token).
+    pub trace: PathBuf,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The cache policy the engine says it runs.
+    #[arg(long, value_enum)]
+    pub policy: PolicyKind,
+    /// The cache budget W (every key a query sees, its own included): llama.cpp's n_ctx − 1.
+    #[arg(long)]
+    pub cache: usize,
+    /// S for `sink`, N for `keep` (llama.cpp: `--keep`, plus 1 when the model adds BOS).
+    #[arg(long)]
+    pub sinks: Option<usize>,
+    /// How the engine positions kept keys (llama.cpp's context shift: delta).
+    #[arg(long, value_enum, default_value_t = PositionMode::Delta)]
+    pub positions: PositionMode,
+    /// The prompt's token ids (a JSON list, llama.cpp's `/tokenize` answer, or whitespace-separated)
+    /// when the trace holds only the generated tokens.
+    #[arg(long, value_name = "FILE")]
+    pub prompt_ids: Option<PathBuf>,
+    /// The request to verify, in a trace holding several.
+    #[arg(long)]
+    pub request: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+    /// Write verify.json and verify.png/.svg into this run directory.
+    #[arg(short = 'o', long)]
+    pub out: Option<PathBuf>,
+}
+
+pub fn run(args: VerifyArgs) -> Result<u8> {
+    if let Some(out) = &args.out {
+        check_out_dir(out)?;
+    }
+    let policy = Policy::try_from(PolicyRequest {
+        kind: args.policy,
+        sinks: args.sinks,
+        recent: None,
+        observe: None,
+        cache: args.cache,
+        positions: args.positions,
+    })?;
+    let opts = VerifyOptions { trace: args.trace.clone(), prompt_ids: args.prompt_ids.clone(), request: args.request.clone(), policy };
+    let mut lm = args.model.load()?;
+    let report = verify_into(&mut lm, &opts, args.out.as_deref(), &mut TerminalProgress::new())?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", summary(&report));
+    }
+    Ok(match report.conformance.verdict {
+        Verdict::Diverges { .. } => DIVERGES_EXIT,
+        Verdict::Conforms | Verdict::NotEvicted => 0,
+    })
+}
+
+fn summary(r: &VerifyReport) -> String {
+    let c = &r.conformance;
+    let mut s = format!(
+        "sinkscope verify — {} under {}\n  {} tokens ({} prompt, {} scored); {} eviction{} under the declared policy\n",
+        r.trace,
+        r.policy_label,
+        r.tokens,
+        r.prompt_tokens,
+        r.scored_tokens,
+        r.evictions.len(),
+        if r.evictions.len() == 1 { "" } else { "s" }
+    );
+    s += &format!(
+        "  noise floor (before the first eviction, {} tokens): mean |Δ| {:.4}, max {:.4} nats; perplexity engine {:.3} vs simulator {:.3}\n",
+        c.floor.steps, c.floor.mean_abs, c.floor.max_abs, c.floor.engine_ppl, c.floor.sim_ppl
+    );
+    match c.verdict {
+        Verdict::NotEvicted => {
+            s += "  nothing was evicted under the declared policy: the trace says nothing about the cache's behaviour\n";
+            return s;
+        }
+        Verdict::Conforms | Verdict::Diverges { .. } => {}
+    }
+    s += &format!(
+        "  after it ({} tokens): mean |Δ| {:.4} (allowed {:.4}), max {:.4} nats; perplexity engine {:.3} vs simulator {:.3}\n",
+        c.after.steps, c.after.mean_abs, c.allowed_mean_abs, c.after.max_abs, c.after.engine_ppl, c.after.sim_ppl
+    );
+    s += &match c.verdict {
+        Verdict::Diverges { from } => format!("VERDICT: diverges from token {from}\n"),
+        Verdict::Conforms | Verdict::NotEvicted => "VERDICT: conforms\n".to_string(),
+    };
+    s += "  candidates, best explanation first (mean |Δ| after the first eviction; gain over the declared policy in standard errors):\n";
+    for f in &c.ranking {
+        s += &format!(
+            "  {} {:<46} {:.4}  {:+7.1}σ  {}\n",
+            if f.explains_better { "*" } else { " " },
+            f.label,
+            f.after.mean_abs,
+            f.z_vs_declared,
+            f.cause
+        );
+    }
+    s
+}

@@ -1,0 +1,201 @@
+//! Held against a real engine: llama.cpp (vendored by the registry's llama-cpp-python, built by
+//! `scripts/llama-cpp/build.sh`), driven by `scripts/llama-cpp/context_shift.py` over forced
+//! token ids the way its server shifts context. Its per-token log-probabilities must agree with
+//! sinkscope's `keep` policy under `--positions delta` to llama.cpp's own noise floor, with the
+//! same eviction steps; and `verify` must call llama.cpp's traces conforming and the broken
+//! engines' diverging, naming the cause. Each test prints its table (run with `--nocapture`).
+
+mod common;
+
+/// Tokens of each forced stream: 5 shifts at n_ctx 256, 2 at 512.
+const TOKENS: usize = 768;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// What the driver wrote: the trace (JSONL) and its summary.
+struct EngineRun {
+    trace: PathBuf,
+    summary: Value,
+}
+
+/// Runs llama.cpp over `ids` with n_ctx `ctx` and the server's `--keep keep` (or dense), broken
+/// as `brk` says ("none" for the real thing).
+fn run_engine(cache: &Path, model: &Path, ids: &Path, ctx: usize, keep: Option<usize>, brk: &str, dir: &Path) -> EngineRun {
+    let tag = match keep {
+        Some(k) => format!("ctx{ctx}-keep{k}-{brk}"),
+        None => "dense".into(),
+    };
+    let (trace, summary) = (dir.join(format!("{tag}.jsonl")), dir.join(format!("{tag}.json")));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/llama-cpp/context_shift.py");
+    let mut cmd = Command::new(cache.join("venv/bin/python"));
+    cmd.env("LLAMA_CPP_LIB_PATH", cache.join("build/bin")).arg(script).arg("--model").arg(model).arg("--ids").arg(ids);
+    cmd.args(["--ctx", &ctx.to_string(), "--break", brk, "--threads", "2"]).arg("--out").arg(&trace).arg("--summary").arg(&summary);
+    match keep {
+        Some(k) => cmd.args(["--keep", &k.to_string()]),
+        None => cmd.arg("--dense"),
+    };
+    let out = cmd.output().expect("the engine's python runs");
+    assert!(out.status.success(), "llama.cpp driver {tag}: {}", String::from_utf8_lossy(&out.stderr));
+    let summary = serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
+    EngineRun { trace, summary }
+}
+
+/// `n` token ids of a book under `model`'s tokenizer, written where the engine reads them.
+fn book_ids(model: &Path, n: usize, dir: &Path) -> PathBuf {
+    let run = dir.join("ids-run");
+    let book = common::corpora_dir().join("pg84_frankenstein.txt");
+    let out = common::sinkscope(
+        &["stream", "-m", model.to_str().unwrap(), "-f", book.to_str().unwrap(), "--start-char", "2000"]
+            .into_iter()
+            .chain(["--tokens", &n.to_string(), "--policy", "dense", "-o", run.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&std::fs::read(run.join("stream.json")).unwrap()).unwrap();
+    let ids: Vec<u64> = report["tokens"].as_array().unwrap().iter().map(|t| t["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids.len(), n);
+    let path = dir.join("ids.json");
+    std::fs::write(&path, serde_json::to_vec(&ids).unwrap()).unwrap();
+    path
+}
+
+/// `sinkscope verify` on a trace: (exit code, report).
+fn verify(trace: &Path, model: &Path, cache: usize, n_keep: usize) -> (i32, Value) {
+    let out = common::sinkscope(&[
+        "verify",
+        trace.to_str().unwrap(),
+        "-m",
+        model.to_str().unwrap(),
+        "--policy",
+        "keep",
+        "--sinks",
+        &n_keep.to_string(),
+        "--cache",
+        &cache.to_string(),
+        "--positions",
+        "delta",
+        "--json",
+    ]);
+    let code = out.status.code().unwrap_or(-1);
+    assert!(code == 0 || code == 3, "verify failed ({code}): {}", String::from_utf8_lossy(&out.stderr));
+    (code, serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// The per-token log-probabilities of a driver trace (index = sequence position).
+fn logprobs(trace: &Path) -> Vec<Option<f64>> {
+    std::fs::read_to_string(trace).unwrap().lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["logprob"].as_f64()).collect()
+}
+
+/// The sinkscope mapping of a llama.cpp server setting: W = n_ctx − 1 (the server shifts before
+/// decoding when n_past + 1 ≥ n_ctx, so a query sees at most n_ctx − 1 entries, its own
+/// included), N = --keep + 1 when the model adds BOS.
+fn mapping(summary: &Value) -> (usize, usize) {
+    (summary["n_ctx"].as_u64().unwrap() as usize - 1, summary["n_keep"].as_u64().unwrap() as usize)
+}
+
+fn agreement(model_file: &str) {
+    let Some(cache) = common::llama_cpp() else { return };
+    let Some(model) = common::model(model_file) else { return };
+    let dir = common::temp_dir(&format!("llama-cpp-{model_file}"));
+    let ids = book_ids(&model, TOKENS, &dir);
+
+    // Dense: llama.cpp's own noise against sinkscope's exact f32 forward.
+    let dense = run_engine(&cache, &model, &ids, 256, None, "none", &dir);
+    let (code, report) = verify(&dense.trace, &model, 4096, 0);
+    assert_eq!(code, 0);
+    let c = &report["conformance"];
+    assert_eq!(c["verdict"]["verdict"], "not_evicted");
+    let floor = (c["floor"]["mean_abs"].as_f64().unwrap(), c["floor"]["max_abs"].as_f64().unwrap());
+    let ppl = (c["floor"]["engine_ppl"].as_f64().unwrap(), c["floor"]["sim_ppl"].as_f64().unwrap());
+    eprintln!(
+        "{model_file} dense, {TOKENS} tokens: llama.cpp vs sinkscope per token mean |Δ| {:.4}, max {:.4} nats; perplexity {:.3} vs {:.3} (ratio {:.4})",
+        floor.0,
+        floor.1,
+        ppl.0,
+        ppl.1,
+        ppl.0 / ppl.1
+    );
+    assert!((ppl.0 / ppl.1 - 1.0).abs() < 0.02, "llama.cpp's dense perplexity is off sinkscope's by over 2%");
+
+    eprintln!("| model | llama.cpp n_ctx / --keep | sinkscope W / N | floor mean / max |Δ| | after eviction mean / max |Δ| | perplexity engine / sim | shifts | same steps | verdict |");
+    for (ctx, keep) in [(256, 0), (256, 4), (512, 0), (512, 4)] {
+        let run = run_engine(&cache, &model, &ids, ctx, Some(keep), "none", &dir);
+        let (w, n) = mapping(&run.summary);
+        let (code, report) = verify(&run.trace, &model, w, n);
+        let c = &report["conformance"];
+        let steps: Vec<u64> = run.summary["shifts"].as_array().unwrap().iter().map(|s| s["step"].as_u64().unwrap() + 1).collect();
+        let ours: Vec<u64> = report["evictions"].as_array().unwrap().iter().map(|e| e.as_u64().unwrap()).collect();
+        let f = |k: &str, s: &str| c[k][s].as_f64().unwrap();
+        eprintln!(
+            "| {model_file} | {ctx} / {keep} | {w} / {n} | {:.4} / {:.4} | {:.4} / {:.4} | {:.3} / {:.3} | {} | {} | {} |",
+            f("floor", "mean_abs"),
+            f("floor", "max_abs"),
+            f("after", "mean_abs"),
+            f("after", "max_abs"),
+            f("after", "engine_ppl"),
+            f("after", "sim_ppl"),
+            steps.len(),
+            steps == ours,
+            c["verdict"]["verdict"]
+        );
+        assert!(!steps.is_empty(), "n_ctx {ctx}: llama.cpp never shifted");
+        assert_eq!(steps, ours, "n_ctx {ctx} keep {keep}: llama.cpp shifted at {steps:?}, sinkscope's keep evicts at {ours:?}");
+        assert_eq!(code, 0, "llama.cpp's context shift (n_ctx {ctx}, keep {keep}) must conform: {}", serde_json::to_string_pretty(c).unwrap());
+        // The engine's log-probabilities are the ones the trace holds.
+        assert_eq!(logprobs(&run.trace).len(), TOKENS);
+    }
+}
+
+#[test]
+fn smollm2_keep_agrees_with_llama_cpp_context_shift() {
+    agreement("SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+
+#[test]
+fn gemma3_keep_agrees_with_llama_cpp_context_shift() {
+    agreement("gemma-3-270m-q4_k_m.gguf");
+}
+
+/// Deliberately broken engines (the same driver, one rule changed): `verify` says *diverges* and
+/// ranks the near miss that is the bug first. On SmolLM2 (no BOS): survivors never shifted back
+/// (`--keep 4`: with nothing pinned, shifting every key and the query alike changes nothing),
+/// n_keep one too large and a budget one short (`--keep 0`: then the model's sink is what each
+/// shift discards, and one step's difference shows); on Gemma 3 (adds BOS): BOS not counted.
+#[test]
+fn verify_names_what_a_broken_engine_gets_wrong() {
+    let Some(cache) = common::llama_cpp() else { return };
+    let cases = [
+        ("SmolLM2-135M-Instruct.Q4_1.gguf", 4, "no-shift", "(original)"),
+        ("SmolLM2-135M-Instruct.Q4_1.gguf", 0, "keep-plus-one", "keep N=1 "),
+        ("SmolLM2-135M-Instruct.Q4_1.gguf", 0, "budget-minus-one", "W=254 "),
+        ("gemma-3-270m-q4_k_m.gguf", 0, "evict-bos", "keep N=0 "),
+    ];
+    eprintln!("| model | engine bug | --keep | verdict | ranked first | its gain over the declared policy | declared's mean |Δ| |");
+    for (model_file, keep, brk, culprit) in cases {
+        let Some(model) = common::model(model_file) else { return };
+        let dir = common::temp_dir(&format!("llama-cpp-broken-{brk}"));
+        let ids = book_ids(&model, TOKENS, &dir);
+        let run = run_engine(&cache, &model, &ids, 256, Some(keep), brk, &dir);
+        // Declared as the server's rule: W = n_ctx − 1, N = --keep (+1 for BOS).
+        let bos = usize::from(run.summary["add_bos"].as_bool().unwrap());
+        let (code, report) = verify(&run.trace, &model, 255, keep + bos);
+        let c = &report["conformance"];
+        let best = &c["ranking"][0];
+        let declared = c["ranking"].as_array().unwrap().iter().find(|f| f["cause"] == "as declared").unwrap();
+        eprintln!(
+            "| {model_file} | {brk} | {keep} | {} from token {} | {} | {:+.4} nats over {} steps ({:+.1}σ) | {:.4} |",
+            c["verdict"]["verdict"],
+            c["verdict"]["from"],
+            best["label"].as_str().unwrap(),
+            best["gain_vs_declared"].as_f64().unwrap(),
+            best["informative_steps"],
+            best["z_vs_declared"].as_f64().unwrap(),
+            declared["after"]["mean_abs"].as_f64().unwrap(),
+        );
+        assert_eq!(code, 3, "{brk}: verify must say diverges: {}", serde_json::to_string_pretty(c).unwrap());
+        assert!(best["label"].as_str().unwrap().contains(culprit) && best["explains_better"] == true, "{brk}: ranked first {best}");
+    }
+}
