@@ -16,7 +16,7 @@ fn verify(trace: &Path, extra: &[&str]) -> (Option<i32>, String, String) {
 
 #[test]
 fn a_trace_conforms_to_its_own_policy_and_diverges_from_a_near_miss() {
-    let _ = common::models_dir();
+    let Some(_) = common::models_dir() else { return };
     let dir = common::temp_dir("verify-own");
     let run = dir.join("run");
     let text = common::corpora_dir().join("tinystories_val_subset.txt");
@@ -65,7 +65,7 @@ fn a_trace_conforms_to_its_own_policy_and_diverges_from_a_near_miss() {
 
 #[test]
 fn traces_verify_cannot_use_are_refused_in_one_line() {
-    let _ = common::models_dir();
+    let Some(_) = common::models_dir() else { return };
     let dir = common::temp_dir("verify-bad");
     let policy = ["--policy", "keep", "--sinks", "1", "--cache", "16"];
     for (name, body, says) in [
