@@ -10,12 +10,7 @@ use crate::error::{Error, Result};
 
 /// The token ids a file holds, in order.
 pub fn read_token_ids(path: &Path) -> Result<Vec<u32>> {
-    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::file(path, "no such file"),
-        _ => Error::file(path, format!("cannot read ({e})")),
-    })?;
-    let text =
-        String::from_utf8(bytes).map_err(|_| Error::file(path, "is not UTF-8 text; token ids are a JSON list or whitespace-separated integers"))?;
+    let text = crate::io::text::read_text_file(path)?;
     parse_token_ids(&text).map_err(|why| Error::file(path, why))
 }
 
