@@ -1,13 +1,14 @@
 //! The diagnosis: pure functions from captured reductions to findings — sink metrics and sink
 //! positions, massive activations, head classes, causal head dependency, quantization risk and what fake quantization did — and
 //! their aggregation over probes into an [`AnalysisReport`]; sink loss in a serving trace, and
-//! whether a trace conforms to a declared cache policy.
+//! whether a trace conforms to a declared cache policy; pass-key retrieval's accuracy per policy.
 //! Never loads a model.
 
 pub mod conformance;
 pub mod findings;
 pub mod heads;
 pub mod massive;
+pub mod needle;
 pub mod quant;
 pub mod sink_loss;
 pub mod sinks;

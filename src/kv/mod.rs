@@ -1,14 +1,16 @@
 //! KV-cache eviction: policies and position modes (and a declared policy's near misses), the
 //! policy-managed cache, its memory, the streaming simulator, the sink-count recommendation built
-//! on it, and the live canary.
+//! on it, the live canary, and retrieval (pass-key prompts) under a policy.
 
 pub mod alternatives;
 pub mod cache;
 pub mod canary;
+pub mod haystack;
 pub mod memory;
 pub mod per_head;
 pub mod policy;
 pub mod recommend;
+pub mod retrieval;
 pub mod scored;
 mod scored_replay;
 pub mod simulate;

@@ -34,7 +34,7 @@ pub struct KeptStats {
 }
 
 /// Running sums behind [`KeptStats`].
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(super) struct Tally {
     first_hits: [usize; KEPT_FIRST],
     age_sum: f64,
@@ -134,7 +134,9 @@ impl HeadSet {
     }
 }
 
-/// The cache of one stream under a score-based policy.
+/// The cache of one stream under a score-based policy (a clone is an independent copy: how
+/// candidate continuations branch off one prompt).
+#[derive(Clone)]
 pub struct ScoredCache {
     pub(super) policy: Policy,
     pub(super) scorer: Scorer,
@@ -199,6 +201,13 @@ impl ScoredCache {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The share of the stream positions in `span` held now, over every (layer, KV head) set.
+    pub fn held_share(&self, span: std::ops::Range<usize>) -> f64 {
+        let sets: Vec<&HeadSet> = self.sets.iter().flatten().collect();
+        let held: usize = sets.iter().map(|s| span.clone().filter(|p| s.pos.contains(p)).count()).sum();
+        held as f64 / (sets.len() * span.len()).max(1) as f64
     }
 
     /// What was kept so far (`None` before the first eviction).

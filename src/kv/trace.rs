@@ -32,6 +32,13 @@ impl PolicyTrace {
         Ok((view, held))
     }
 
+    /// The share of the stream positions in `span` the cache holds now.
+    pub fn held_share(&self, span: std::ops::Range<usize>) -> f64 {
+        let n = span.len();
+        let held = span.filter(|p| self.slots.binary_search(p).is_ok()).count();
+        held as f64 / n.max(1) as f64
+    }
+
     fn evict(&mut self) {
         let range = self.policy.evict(self.slots.len());
         self.slots.drain(range);

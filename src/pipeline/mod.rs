@@ -8,6 +8,7 @@ pub mod capture;
 pub mod demo;
 pub mod generate;
 pub mod heads;
+pub mod needle;
 pub mod progress;
 pub mod quant;
 pub mod stream;

@@ -8,6 +8,7 @@ pub mod charts;
 pub mod export;
 pub mod figures;
 pub mod markdown;
+pub mod needle;
 #[cfg(feature = "parquet")]
 pub mod parquet;
 #[cfg(feature = "plots")]

@@ -77,13 +77,13 @@ impl Table {
 }
 
 /// Builds a table from rows with one closure per column.
-struct Builder<'a, R> {
+pub(super) struct Builder<'a, R> {
     rows: &'a [R],
     columns: Vec<Column>,
 }
 
 impl<'a, R> Builder<'a, R> {
-    fn new(rows: &'a [R], meta: &Meta) -> Self {
+    pub(super) fn new(rows: &'a [R], meta: &Meta) -> Self {
         let n = rows.len();
         let columns = vec![
             Column { name: "model", data: ColumnData::Str(vec![meta.model.clone(); n]) },
@@ -93,43 +93,43 @@ impl<'a, R> Builder<'a, R> {
         Builder { rows, columns }
     }
     /// Without the run's metadata columns (a table whose rows come from several models).
-    fn bare(rows: &'a [R]) -> Self {
+    pub(super) fn bare(rows: &'a [R]) -> Self {
         Builder { rows, columns: Vec::new() }
     }
-    fn u32(mut self, name: &'static str, f: impl Fn(&R) -> usize) -> Self {
+    pub(super) fn u32(mut self, name: &'static str, f: impl Fn(&R) -> usize) -> Self {
         self.columns.push(Column { name, data: ColumnData::U32(self.rows.iter().map(|r| f(r) as u32).collect()) });
         self
     }
-    fn opt_u32(mut self, name: &'static str, f: impl Fn(&R) -> Option<usize>) -> Self {
+    pub(super) fn opt_u32(mut self, name: &'static str, f: impl Fn(&R) -> Option<usize>) -> Self {
         self.columns.push(Column { name, data: ColumnData::OptU32(self.rows.iter().map(|r| f(r).map(|v| v as u32)).collect()) });
         self
     }
-    fn f64(mut self, name: &'static str, f: impl Fn(&R) -> f64) -> Self {
+    pub(super) fn f64(mut self, name: &'static str, f: impl Fn(&R) -> f64) -> Self {
         self.columns.push(Column { name, data: ColumnData::F64(self.rows.iter().map(f).collect()) });
         self
     }
-    fn opt_f64(mut self, name: &'static str, f: impl Fn(&R) -> Option<f64>) -> Self {
+    pub(super) fn opt_f64(mut self, name: &'static str, f: impl Fn(&R) -> Option<f64>) -> Self {
         self.columns.push(Column { name, data: ColumnData::OptF64(self.rows.iter().map(f).collect()) });
         self
     }
-    fn str(mut self, name: &'static str, f: impl Fn(&R) -> String) -> Self {
+    pub(super) fn str(mut self, name: &'static str, f: impl Fn(&R) -> String) -> Self {
         self.columns.push(Column { name, data: ColumnData::Str(self.rows.iter().map(f).collect()) });
         self
     }
-    fn bool(mut self, name: &'static str, f: impl Fn(&R) -> bool) -> Self {
+    pub(super) fn bool(mut self, name: &'static str, f: impl Fn(&R) -> bool) -> Self {
         self.columns.push(Column { name, data: ColumnData::Bool(self.rows.iter().map(f).collect()) });
         self
     }
-    fn build(self, name: &'static str) -> Table {
+    pub(super) fn build(self, name: &'static str) -> Table {
         Table { name, columns: self.columns }
     }
 }
 
 /// The metadata columns every table starts with.
-struct Meta {
-    model: String,
-    sha256: String,
-    version: String,
+pub(super) struct Meta {
+    pub(super) model: String,
+    pub(super) sha256: String,
+    pub(super) version: String,
 }
 
 fn meta(run: &Run) -> Meta {

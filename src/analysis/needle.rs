@@ -1,0 +1,212 @@
+//! Pass-key retrieval's findings: each prompt's scores as a trial record, and per policy ×
+//! length × depth the accuracy two ways (the key ranked first among its distractors; greedy
+//! decoding reproducing it) with Wilson intervals, the mean answer NLL, and how far the needle
+//! lay from the answer and how much of it the cache still held.
+
+use serde::{Deserialize, Serialize};
+
+use crate::kv::policy::Policy;
+use crate::metrics::proportion::{wilson, Z95};
+use crate::model::info::ModelInfo;
+
+/// How the prompts were made and scored (what a resumed sweep must share with its parts).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NeedleSettings {
+    /// The filler's file, or "repeated" for the classic repeated sentences.
+    pub filler: String,
+    pub lengths: Vec<usize>,
+    pub depths: Vec<f64>,
+    pub trials: usize,
+    pub distractors: usize,
+    pub seed: u64,
+    /// When the cache is compressed relative to the question: `streamed` — the whole prompt,
+    /// question last, streams through the bounded cache, so what the policy evicted before the
+    /// question arrived is gone (query-agnostic).
+    pub mode: String,
+}
+
+/// A policy of the sweep, with the budget its `within_budget` is measured against.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NeedlePolicy {
+    pub label: String,
+    pub policy: Policy,
+    /// W; `None` for dense.
+    pub budget: Option<usize>,
+}
+
+/// `needle.json`: a whole pass-key sweep.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NeedleReport {
+    pub sinkscope_version: String,
+    pub model: ModelInfo,
+    pub settings: NeedleSettings,
+    pub policies: Vec<NeedlePolicy>,
+    pub trials: Vec<NeedleTrial>,
+    pub cells: Vec<NeedleCell>,
+    /// Tokens run through the model (prompt prefixes shared between prompts counted once).
+    pub tokens_run: usize,
+    /// Tokens the prompts and candidates hold in all (what running each separately would cost).
+    pub tokens_scored: usize,
+    pub wall_seconds: f64,
+}
+
+impl NeedleReport {
+    /// The budget of the policy labelled `label` (`None`: dense, or unknown).
+    pub fn budget(&self, label: &str) -> Option<usize> {
+        self.policies.iter().find(|p| p.label == label).and_then(|p| p.budget)
+    }
+}
+
+/// One prompt under one policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NeedleTrial {
+    /// The policy's label (`sink S=4, W=256 (slot)`).
+    pub policy: String,
+    pub length: usize,
+    /// The depth asked for and where the needle went (its filler index over the filler's length).
+    pub depth: f64,
+    pub depth_actual: f64,
+    pub trial: usize,
+    pub key: u32,
+    /// −log p(answer | prompt), nats, summed over the answer's tokens.
+    pub answer_nll: f64,
+    /// The key's rank among it and its distractors (1: first).
+    pub rank: usize,
+    pub candidates: usize,
+    /// Greedy decoding reproduces the answer; else its first wrong token and what it picked there.
+    pub exact: bool,
+    pub first_wrong: Option<usize>,
+    pub predicted: Option<String>,
+    /// Tokens from the needle's first token to the answer.
+    pub distance: usize,
+    /// The share of the needle's tokens the cache held when the answer began.
+    pub needle_kept: f64,
+}
+
+/// Every trial of one policy × length × depth, summarised.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NeedleCell {
+    pub policy: String,
+    pub length: usize,
+    pub depth: f64,
+    pub depth_actual: f64,
+    pub trials: usize,
+    /// Share of trials whose key ranked first, and its 95% Wilson interval.
+    pub rank_accuracy: f64,
+    pub rank_ci: [f64; 2],
+    /// Share of trials greedy decoding answered exactly, and its 95% Wilson interval.
+    pub exact_accuracy: f64,
+    pub exact_ci: [f64; 2],
+    pub mean_rank: f64,
+    pub answer_nll: f64,
+    pub distance: f64,
+    pub needle_kept: f64,
+    /// The needle lay less than the cache budget W from the answer (always, with no eviction).
+    pub within_budget: bool,
+}
+
+/// Cells of `trials` in their first-seen order of (policy, length, depth); `budget(policy)` is the
+/// policy's W (`None`: it keeps everything).
+pub fn cells(trials: &[NeedleTrial], budget: &dyn Fn(&str) -> Option<usize>) -> Vec<NeedleCell> {
+    let mut keys: Vec<(&str, usize, u64)> = Vec::new();
+    for t in trials {
+        let k = (t.policy.as_str(), t.length, t.depth.to_bits());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys.into_iter()
+        .map(|(policy, length, depth)| {
+            let group: Vec<&NeedleTrial> =
+                trials.iter().filter(|t| (t.policy.as_str(), t.length, t.depth.to_bits()) == (policy, length, depth)).collect();
+            let n = group.len();
+            let mean = |f: &dyn Fn(&NeedleTrial) -> f64| group.iter().map(|t| f(t)).sum::<f64>() / n as f64;
+            let (rank_accuracy, rank_ci) = wilson(group.iter().filter(|t| t.rank == 1).count(), n, Z95);
+            let (exact_accuracy, exact_ci) = wilson(group.iter().filter(|t| t.exact).count(), n, Z95);
+            let distance = mean(&|t| t.distance as f64);
+            NeedleCell {
+                policy: policy.to_string(),
+                length,
+                depth: f64::from_bits(depth),
+                depth_actual: mean(&|t| t.depth_actual),
+                trials: n,
+                rank_accuracy,
+                rank_ci,
+                exact_accuracy,
+                exact_ci,
+                mean_rank: mean(&|t| t.rank as f64),
+                answer_nll: mean(&|t| t.answer_nll),
+                distance,
+                needle_kept: mean(&|t| t.needle_kept),
+                within_budget: budget(policy).is_none_or(|w| distance < w as f64),
+            }
+        })
+        .collect()
+}
+
+/// Accuracy of one policy over its cells within and beyond the budget: (trials, rank accuracy,
+/// exact accuracy) each, `None` where no cell falls on that side.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BudgetSplit {
+    pub within: Option<(usize, f64, f64)>,
+    pub beyond: Option<(usize, f64, f64)>,
+}
+
+/// [`BudgetSplit`] of `policy`'s cells, trials weighted equally.
+pub fn budget_split(cells: &[NeedleCell], policy: &str) -> BudgetSplit {
+    let side = |within: bool| {
+        let group: Vec<&NeedleCell> = cells.iter().filter(|c| c.policy == policy && c.within_budget == within).collect();
+        let n: usize = group.iter().map(|c| c.trials).sum();
+        (n > 0).then(|| {
+            let share = |f: &dyn Fn(&NeedleCell) -> f64| group.iter().map(|c| f(c) * c.trials as f64).sum::<f64>() / n as f64;
+            (n, share(&|c| c.rank_accuracy), share(&|c| c.exact_accuracy))
+        })
+    };
+    BudgetSplit { within: side(true), beyond: side(false) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trial(policy: &str, depth: f64, rank: usize, exact: bool, distance: usize) -> NeedleTrial {
+        NeedleTrial {
+            policy: policy.into(),
+            length: 512,
+            depth,
+            depth_actual: depth,
+            trial: 0,
+            key: 12345,
+            answer_nll: rank as f64,
+            rank,
+            candidates: 10,
+            exact,
+            first_wrong: (!exact).then_some(0),
+            predicted: None,
+            distance,
+            needle_kept: 1.0,
+        }
+    }
+
+    #[test]
+    fn cells_count_each_group_and_split_at_the_budget() {
+        let trials = vec![
+            trial("window W=64", 0.0, 1, true, 500),
+            trial("window W=64", 0.0, 3, false, 500),
+            trial("window W=64", 1.0, 1, true, 20),
+            trial("window W=64", 1.0, 1, false, 20),
+            trial("dense", 0.0, 1, true, 500),
+        ];
+        let budget = |p: &str| (p != "dense").then_some(64);
+        let c = cells(&trials, &budget);
+        assert_eq!(c.len(), 3);
+        assert_eq!((c[0].trials, c[0].rank_accuracy, c[0].exact_accuracy, c[0].mean_rank), (2, 0.5, 0.5, 2.0));
+        assert!(!c[0].within_budget && c[1].within_budget && c[2].within_budget);
+        assert_eq!((c[1].rank_accuracy, c[1].exact_accuracy), (1.0, 0.5));
+        assert!(c[0].rank_ci[0] < 0.5 && c[0].rank_ci[1] > 0.5);
+        let split = budget_split(&c, "window W=64");
+        assert_eq!(split.within, Some((2, 1.0, 0.5)));
+        assert_eq!(split.beyond, Some((2, 0.5, 0.5)));
+        assert_eq!(budget_split(&c, "dense").beyond, None);
+    }
+}

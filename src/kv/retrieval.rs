@@ -1,0 +1,216 @@
+//! Retrieval under a cache policy: each pass-key prompt streams through the policy's cache as a
+//! serving engine streams a long prompt into a bounded cache (the simulator's exact arithmetic,
+//! a block of queries at a time), then every candidate answer is scored teacher-forced from the
+//! state the prompt left. Prompts of one length share their computation up to the needle: the
+//! head and the filler before each insertion run once, and each (depth, trial) branches off.
+//!
+//! Greedy decoding reproduces the answer exactly when, at every answer token, the most likely
+//! token given the prompt and the answer's earlier tokens is the answer's own; so the exact match
+//! of greedy decoding is read from the true answer's teacher-forced pass (no second decode).
+
+use candle_core::Tensor;
+
+use super::haystack::{Haystack, Trial};
+use super::policy::{Eviction, Policy, PositionMode};
+use super::scored::ScoredCache;
+use super::trace::PolicyTrace;
+use crate::error::{Error, Result};
+use crate::model::decoder::Decoder;
+use crate::model::scoring::token_nll;
+use crate::model::windowed::{QueryView, StreamKv};
+use crate::numerics::sampling::argmax;
+use crate::numerics::tensor::with_f32;
+
+/// Queries per block (as in the simulator's replay).
+const BLOCK: usize = 128;
+
+/// A stream's state under one policy; a clone is where prompts part ways.
+#[derive(Clone)]
+pub enum CacheStream {
+    /// Positional policies (dense, window, sink, keep): kept keys in stream positions, and which
+    /// of them each query sees.
+    Positional { kv: StreamKv, trace: Option<PolicyTrace> },
+    /// Score-based policies (h2o, tova, snapkv): per (layer, KV head) kept sets.
+    Scored(ScoredCache),
+}
+
+impl CacheStream {
+    /// An empty stream under `policy`: any positional or score-based policy at slot or original
+    /// positions (`delta` decodes token by token and `recompute` keeps no cache; neither streams
+    /// a prompt here).
+    pub fn new(model: &Decoder, policy: Policy) -> Result<Self> {
+        policy.check()?;
+        if policy.positions == PositionMode::Delta {
+            return Err(Error::input("retrieval streams prompts at slot or original positions; delta positions (the same angles as slot, with rounding) are decoded token by token, which is too slow for a sweep: use --positions slot"));
+        }
+        let cfg = &model.cfg;
+        match policy.eviction {
+            Eviction::Recompute => Err(Error::input("recompute keeps no cache to stream a prompt into; it is not a retrieval policy here")),
+            Eviction::Dense => Ok(CacheStream::Positional { kv: StreamKv::new(0), trace: None }),
+            Eviction::Window | Eviction::Sink { .. } | Eviction::Keep { .. } => {
+                Ok(CacheStream::Positional { kv: StreamKv::new(policy.pinned()), trace: Some(PolicyTrace::after_prefix(policy, 0)) })
+            }
+            Eviction::H2o { .. } | Eviction::Tova { .. } | Eviction::SnapKv { .. } => {
+                if model.has_sliding_window() && policy.positions == PositionMode::Original {
+                    return Err(Error::input(
+                        "score-based policies on a model with its own sliding windows run at slot positions; use --positions slot",
+                    ));
+                }
+                Ok(CacheStream::Scored(ScoredCache::new(policy, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head)?))
+            }
+        }
+    }
+
+    /// Tokens run so far.
+    pub fn len(&self) -> usize {
+        match self {
+            CacheStream::Positional { kv, .. } => kv.len(),
+            CacheStream::Scored(c) => c.next_stream,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Runs the stream's next tokens, a block at a time, and returns the final-norm hidden
+    /// states of the last block (its last row is the last token's).
+    pub fn run(&mut self, model: &Decoder, tokens: &[u32]) -> Result<Tensor> {
+        let mut last = None;
+        for chunk in tokens.chunks(BLOCK) {
+            last = Some(match self {
+                CacheStream::Positional { kv, trace } => {
+                    let start = kv.len();
+                    let views = (start..start + chunk.len())
+                        .map(|t| match trace {
+                            Some(tr) => tr.step(t).map(|(v, _)| v),
+                            None => Ok(QueryView::dense(t)),
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    model.forward_windowed(chunk, &views, kv)?
+                }
+                CacheStream::Scored(cache) => cache.forward_block(model, chunk)?.0,
+            });
+        }
+        last.ok_or_else(|| Error::Internal("no tokens to stream".into()))
+    }
+
+    /// The share of the stream positions in `span` the cache holds now (for a score-based policy,
+    /// over every (layer, KV head)).
+    pub fn held_share(&self, span: std::ops::Range<usize>) -> f64 {
+        match self {
+            CacheStream::Positional { trace: None, kv } => (span.end <= kv.len()) as u8 as f64,
+            CacheStream::Positional { trace: Some(tr), .. } => tr.held_share(span),
+            CacheStream::Scored(c) => c.held_share(span),
+        }
+    }
+}
+
+/// Every candidate answer scored after one prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CandidateScores {
+    /// Per candidate, −log p(answer | prompt) in nats (summed over its tokens); `[0]` is the truth.
+    pub nll: Vec<f64>,
+    /// The true answer's NLL token by token.
+    pub truth_tokens: Vec<f64>,
+    /// The first answer token greedy decoding gets wrong (`None`: it reproduces the answer) and
+    /// what it picks there.
+    pub first_wrong: Option<usize>,
+    pub predicted: Option<u32>,
+}
+
+impl CandidateScores {
+    /// The truth's rank among the candidates (1: no distractor is as likely; ties count against it).
+    pub fn rank(&self) -> usize {
+        let truth = self.nll[0];
+        1 + self.nll[1..].iter().filter(|&&d| d <= truth).count()
+    }
+}
+
+/// Scores `candidates` (all of one length; `[0]` the truth) after the prompt `stream` has run,
+/// `last` being the final-norm hidden row of the prompt's last token: each candidate continues a
+/// copy of the stream, so its later tokens see what the policy keeps as the answer goes in.
+pub fn score_candidates(model: &Decoder, stream: &CacheStream, last: &Tensor, candidates: &[Vec<u32>]) -> Result<CandidateScores> {
+    let m = candidates.first().map_or(0, Vec::len);
+    if m == 0 || candidates.iter().any(|c| c.len() != m) {
+        return Err(Error::Internal("candidate answers must be non-empty and of one length".into()));
+    }
+    let mut rows = vec![last.clone()];
+    for c in candidates.iter().filter(|_| m > 1) {
+        let mut branch = stream.clone();
+        rows.push(branch.run(model, &c[..m - 1])?);
+    }
+    let hidden = Tensor::cat(&rows, 0)?;
+    let logits = model.logits(&hidden)?;
+    let vocab = model.cfg.vocab_size;
+    with_f32(&logits.contiguous()?, |all| {
+        let row = |r: usize| &all[r * vocab..(r + 1) * vocab];
+        // Row 0 predicts every candidate's first token; candidate c's token j ≥ 1 comes from row
+        // 1 + c·(m−1) + j − 1.
+        let at = |c: usize, j: usize| if j == 0 { 0 } else { 1 + c * (m - 1) + j - 1 };
+        let nll: Vec<f64> = candidates
+            .iter()
+            .enumerate()
+            .map(|(c, ids)| ids.iter().enumerate().map(|(j, &id)| token_nll(row(at(c, j)), id as usize)).sum())
+            .collect();
+        let truth = &candidates[0];
+        let truth_tokens: Vec<f64> = truth.iter().enumerate().map(|(j, &id)| token_nll(row(at(0, j)), id as usize)).collect();
+        let wrong = truth.iter().enumerate().map(|(j, &id)| (j, argmax(row(at(0, j))), id)).find(|&(_, best, id)| best != id);
+        CandidateScores { nll, truth_tokens, first_wrong: wrong.map(|w| w.0), predicted: wrong.map(|w| w.1) }
+    })
+}
+
+/// One (depth, trial) prompt's outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrialOutcome {
+    pub scores: CandidateScores,
+    /// Tokens in the prompt; where the needle starts in it.
+    pub prompt_len: usize,
+    pub needle_start: usize,
+    /// The share of the needle's tokens the cache held when the answer began.
+    pub needle_kept: f64,
+}
+
+/// Runs every (insertion, trial) prompt of `haystack` through `policy`'s cache and scores its
+/// candidates; `insertions` are filler indices (see [`Haystack::insertion`]). The head and the
+/// filler run once, in order, each prompt branching off where its needle goes. `progress(n)`
+/// reports n more tokens run. Outcomes are `[insertion][trial]`, in the order given.
+pub fn sweep(
+    model: &Decoder,
+    policy: Policy,
+    haystack: &Haystack,
+    insertions: &[usize],
+    trials: &[Trial],
+    progress: &mut dyn FnMut(usize),
+) -> Result<Vec<Vec<TrialOutcome>>> {
+    let filler = &haystack.filler;
+    if let Some(&bad) = insertions.iter().find(|&&i| i > filler.len()) {
+        return Err(Error::Internal(format!("insertion {bad} lies past the filler's {} tokens", filler.len())));
+    }
+    let mut order: Vec<usize> = (0..insertions.len()).collect();
+    order.sort_by_key(|&i| (insertions[i], i));
+    let mut out: Vec<Vec<TrialOutcome>> = vec![Vec::new(); insertions.len()];
+    let mut trunk = CacheStream::new(model, policy)?;
+    trunk.run(model, &haystack.head)?;
+    progress(haystack.head.len());
+    for i in order {
+        let at = insertions[i];
+        let reached = trunk.len() - haystack.head.len();
+        if at > reached {
+            trunk.run(model, &filler[reached..at])?;
+            progress(at - reached);
+        }
+        let needle_start = haystack.head.len() + at;
+        for trial in trials {
+            let mut stream = trunk.clone();
+            let rest = [&trial.needle[..], &filler[at..], &haystack.question[..]].concat();
+            let hidden = stream.run(model, &rest)?;
+            let last = hidden.narrow(0, hidden.dim(0)? - 1, 1)?;
+            let needle_kept = stream.held_share(needle_start..needle_start + trial.needle.len());
+            let scores = score_candidates(model, &stream, &last, &trial.candidates)?;
+            out[i].push(TrialOutcome { scores, prompt_len: stream.len(), needle_start, needle_kept });
+            progress(rest.len());
+        }
+    }
+    Ok(out)
+}

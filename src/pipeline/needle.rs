@@ -1,0 +1,239 @@
+//! `needle` as a job: pass-key prompts at each length and depth streamed through each policy's
+//! cache and scored (`kv::retrieval`), each (policy, length) saved as a part as soon as it is done
+//! (a rerun with the same model and settings resumes from them), then the findings
+//! (`analysis::needle`) — needle.json, the Parquet tables `needle` and `needle_trials`, the
+//! heatmaps and the accuracy-by-distance figure — landing together.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::progress::Progress;
+use crate::analysis::needle::{cells, NeedlePolicy, NeedleReport, NeedleSettings, NeedleTrial};
+use crate::error::{Error, Result};
+use crate::io::staging::Staging;
+use crate::io::text::read_text_file;
+use crate::io::{write_atomic, write_json_atomic};
+use crate::kv::haystack::{draw_trials, Haystack, Trial, REPEATED_FILLER};
+use crate::kv::policy::{Eviction, Policy};
+use crate::kv::retrieval::sweep;
+use crate::model::load::LoadedModel;
+
+pub const NEEDLE_FILE: &str = "needle.json";
+pub const NEEDLE_MD: &str = "needle.md";
+/// Where finished (policy, length) parts wait for the rest of a sweep.
+pub const PARTS_DIR: &str = "needle-parts";
+/// Bytes of a filler book read per token wanted (English runs ~4–5 bytes a token).
+const FILLER_BYTES_PER_TOKEN: usize = 16;
+
+#[derive(Debug, Clone)]
+pub struct NeedleOptions {
+    /// The filler's text file (`None`: the repeated sentences).
+    pub filler: Option<PathBuf>,
+    pub lengths: Vec<usize>,
+    pub depths: Vec<f64>,
+    pub policies: Vec<Policy>,
+    pub trials: usize,
+    pub distractors: usize,
+    pub seed: u64,
+}
+
+/// One finished (policy, length): what a resumed sweep reuses.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Part {
+    model_sha256: String,
+    settings: NeedleSettings,
+    policy: String,
+    length: usize,
+    trials: Vec<NeedleTrial>,
+    tokens_run: usize,
+    tokens_scored: usize,
+}
+
+/// Runs the sweep into `out` (created if missing; parts of an earlier run of the same model and
+/// settings there are reused).
+pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progress: &mut dyn Progress) -> Result<NeedleReport> {
+    let start = Instant::now();
+    check(opts)?;
+    lm.fingerprint()?;
+    let sha = lm.info.sha256.clone().unwrap_or_default();
+    let settings = NeedleSettings {
+        filler: opts.filler.as_ref().map_or("repeated".into(), |p| p.display().to_string()),
+        lengths: opts.lengths.clone(),
+        depths: opts.depths.clone(),
+        trials: opts.trials,
+        distractors: opts.distractors,
+        seed: opts.seed,
+        mode: "streamed".into(),
+    };
+    let longest = opts.lengths.iter().copied().max().unwrap_or(0);
+    for p in &opts.policies {
+        for w in p.validate(longest, lm.model.cfg.context_len)? {
+            progress.warning(&w);
+        }
+    }
+    let filler = match &opts.filler {
+        Some(path) => {
+            let text = read_text_file(path)?;
+            let cut = (longest * FILLER_BYTES_PER_TOKEN).max(4096);
+            let end = (0..=cut.min(text.len())).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+            text[..end].to_string()
+        }
+        None => REPEATED_FILLER.to_string(),
+    };
+    let trials = draw_trials(&lm.tokenizer, opts.trials, opts.distractors, opts.seed)?;
+    let parts_dir = out.join(PARTS_DIR);
+    let (mut all, mut tokens_run, mut tokens_scored) = (Vec::new(), 0, 0);
+    for &length in &opts.lengths {
+        let haystack = Haystack::new(&lm.tokenizer, &filler, length, trials[0].needle.len()).map_err(|e| match &opts.filler {
+            Some(path) => Error::file(path, e.to_string()),
+            None => e,
+        })?;
+        for p in &opts.policies {
+            let label = p.label();
+            let file = parts_dir.join(format!("{}-L{length}.json", crate::report::needle::slug(&label)));
+            let done = std::fs::read(&file)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Part>(&b).ok())
+                .filter(|part| part.model_sha256 == sha && part.settings == settings && part.policy == label && part.length == length);
+            let part = match done {
+                Some(part) => {
+                    progress.stage(&format!("{label} at {length} tokens: already done"));
+                    part
+                }
+                None => {
+                    progress.stage(&format!("{label} at {length} tokens"));
+                    let part = run_part(lm, *p, &haystack, opts, &trials, &sha, &settings, progress)?;
+                    write_json_atomic(&file, &part)?;
+                    part
+                }
+            };
+            tokens_run += part.tokens_run;
+            tokens_scored += part.tokens_scored;
+            all.extend(part.trials);
+        }
+    }
+    let policies: Vec<NeedlePolicy> = opts
+        .policies
+        .iter()
+        .map(|p| NeedlePolicy { label: p.label(), policy: *p, budget: (p.eviction != Eviction::Dense).then_some(p.cache) })
+        .collect();
+    let budget = |label: &str| policies.iter().find(|p| p.label == label).and_then(|p| p.budget);
+    let report = NeedleReport {
+        sinkscope_version: env!("CARGO_PKG_VERSION").to_string(),
+        model: lm.info.clone(),
+        settings,
+        cells: cells(&all, &budget),
+        policies,
+        trials: all,
+        tokens_run,
+        tokens_scored,
+        wall_seconds: start.elapsed().as_secs_f64(),
+    };
+    write_report(&report, out)?;
+    Ok(report)
+}
+
+fn check(opts: &NeedleOptions) -> Result<()> {
+    if opts.lengths.is_empty() || opts.depths.is_empty() || opts.policies.is_empty() {
+        return Err(Error::input("needle needs at least one length, one depth and one policy"));
+    }
+    if let Some(d) = opts.depths.iter().find(|d| !(0.0..=1.0).contains(*d)) {
+        return Err(Error::input(format!("depth {d} is outside 0…1 (0: the needle first, 1: just before the question)")));
+    }
+    if opts.trials == 0 || opts.distractors == 0 {
+        return Err(Error::input("needle needs at least 1 trial and 1 distractor key"));
+    }
+    for p in &opts.policies {
+        p.check()?;
+    }
+    Ok(())
+}
+
+/// One policy at one length: every depth and trial.
+#[allow(clippy::too_many_arguments)]
+fn run_part(
+    lm: &LoadedModel,
+    policy: Policy,
+    haystack: &Haystack,
+    opts: &NeedleOptions,
+    trials: &[Trial],
+    sha: &str,
+    settings: &NeedleSettings,
+    progress: &mut dyn Progress,
+) -> Result<Part> {
+    let insertions: Vec<usize> = opts.depths.iter().map(|&d| haystack.insertion(d)).collect();
+    let answer_len = trials[0].candidates[0].len();
+    let prompt_len = haystack.head.len() + haystack.filler.len() + trials[0].needle.len() + haystack.question.len();
+    // Tokens run: the head and filler up to the deepest insertion once, then per prompt the
+    // needle onwards, and every candidate's answer tokens but the last.
+    let deepest = insertions.iter().copied().max().unwrap_or(0);
+    let per_prompt: usize = insertions.iter().map(|&at| prompt_len - haystack.head.len() - at).sum::<usize>() * trials.len();
+    let candidates = trials.iter().map(|t| t.candidates.len()).sum::<usize>() * insertions.len();
+    let tokens_run = haystack.head.len() + deepest + per_prompt + candidates * (answer_len - 1);
+    let tokens_scored = (prompt_len + answer_len - 1) * candidates;
+    let label = policy.label();
+    let mut done = 0;
+    let outcomes = sweep(&lm.model, policy, haystack, &insertions, trials, &mut |n| {
+        done += n;
+        progress.steps(&label, done, tokens_run - candidates * (answer_len - 1));
+    })?;
+    let mut rows = Vec::new();
+    for ((&depth, &at), per_trial) in opts.depths.iter().zip(&insertions).zip(&outcomes) {
+        for (i, (trial, o)) in trials.iter().zip(per_trial).enumerate() {
+            rows.push(NeedleTrial {
+                policy: label.clone(),
+                length: o.prompt_len,
+                depth,
+                depth_actual: at as f64 / haystack.filler.len() as f64,
+                trial: i,
+                key: trial.key,
+                answer_nll: o.scores.nll[0],
+                rank: o.scores.rank(),
+                candidates: trial.candidates.len(),
+                exact: o.scores.first_wrong.is_none(),
+                first_wrong: o.scores.first_wrong,
+                predicted: o.scores.predicted.map(|id| lm.tokenizer.decode(&[id])),
+                distance: o.prompt_len - o.needle_start,
+                needle_kept: o.needle_kept,
+            });
+        }
+    }
+    Ok(Part {
+        model_sha256: sha.to_string(),
+        settings: settings.clone(),
+        policy: label,
+        length: haystack_length(haystack, trials),
+        trials: rows,
+        tokens_run,
+        tokens_scored,
+    })
+}
+
+fn haystack_length(h: &Haystack, trials: &[Trial]) -> usize {
+    h.head.len() + h.filler.len() + trials[0].needle.len() + h.question.len()
+}
+
+/// needle.json, the tables and the figures, landing together (the parts stay: a later sweep
+/// with more policies reuses them).
+fn write_report(r: &NeedleReport, out: &Path) -> Result<()> {
+    let stage = Staging::begin(out)?;
+    write_json_atomic(&stage.path(NEEDLE_FILE)?, r)?;
+    #[cfg(feature = "parquet")]
+    for table in crate::report::needle::tables(r) {
+        crate::report::parquet::write_table(&table, &stage.path(format!("tables/{}.parquet", table.name))?)?;
+    }
+    #[cfg(feature = "plots")]
+    for (stem, fig) in crate::report::needle::heatmaps(r) {
+        for ext in ["png", "svg"] {
+            crate::report::plot::save(&fig, &stage.path(format!("figures/{stem}.{ext}"))?)?;
+        }
+    }
+    #[cfg(feature = "plots")]
+    for ext in ["png", "svg"] {
+        crate::report::plot::save(&crate::report::needle::accuracy_by_distance(r), &stage.path(format!("figures/needle-distance.{ext}"))?)?;
+    }
+    write_atomic(&stage.path(NEEDLE_MD)?, crate::report::needle::markdown(r).as_bytes())?;
+    stage.commit()
+}
