@@ -165,3 +165,83 @@ fn rank_and_greedy_match_follow_from_the_scores() {
     eprintln!("SmolLM2 dense at 400 tokens: exact {exact}/{n}, ranked first {first}/{n}");
     assert!(first * 4 >= n * 3, "SmolLM2 ranks the key first in only {first} of {n} prompts");
 }
+
+#[test]
+fn the_command_writes_a_resumable_sweep_and_refuses_bad_input() {
+    let Some(model) = common::model("stories260K.gguf") else { return };
+    let model = model.to_str().unwrap().to_string();
+    let out = common::temp_dir("needle-cli");
+    let dir = out.join("run");
+    let dir_s = dir.to_str().unwrap();
+    let args = [
+        "needle",
+        "-m",
+        &model,
+        "--lengths",
+        "200,400",
+        "--depths",
+        "0,0.5,1",
+        "--trials",
+        "2",
+        "--policy",
+        "dense,window,sink,tova",
+        "--cache",
+        "64",
+        "-o",
+        dir_s,
+    ];
+    let first = common::sinkscope(&args);
+    let stdout = String::from_utf8_lossy(&first.stdout);
+    assert!(first.status.success(), "{}{}", stdout, String::from_utf8_lossy(&first.stderr));
+    assert!(stdout.contains("needle within W") && stdout.contains("tova S=0"), "{stdout}");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("needle.json")).unwrap()).unwrap();
+    // dense, window, sink, tova unpinned and with 4 pinned: 5 policies × 2 lengths × 3 depths.
+    let cells = report["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 5 * 2 * 3);
+    assert_eq!(report["trials"].as_array().unwrap().len(), 5 * 2 * 3 * 2);
+    for c in cells {
+        let (acc, lo, hi) = (c["rank_accuracy"].as_f64().unwrap(), c["rank_ci"][0].as_f64().unwrap(), c["rank_ci"][1].as_f64().unwrap());
+        assert!(lo <= acc && acc <= hi && (0.0..=1.0).contains(&lo) && (0.0..=1.0).contains(&hi), "{c}");
+        assert_eq!(c["length"].as_u64().unwrap() % 200, 0, "prompts are exactly the lengths asked for");
+    }
+    for f in [
+        "needle.md",
+        "tables/needle.parquet",
+        "tables/needle_trials.parquet",
+        "figures/needle-dense.png",
+        "figures/needle-dense.svg",
+        "figures/needle-distance.png",
+    ] {
+        assert!(std::fs::metadata(dir.join(f)).is_ok_and(|m| m.len() > 0), "{f} missing");
+    }
+    let frame = sinkscope::report::parquet::read_frame(&dir.join("tables/needle.parquet")).unwrap();
+    assert_eq!(frame.height(), cells.len());
+    // A second run reuses every part and finds the same numbers.
+    let again = common::sinkscope(&args);
+    assert!(again.status.success());
+    let said = String::from_utf8_lossy(&again.stderr).to_string() + &String::from_utf8_lossy(&again.stdout);
+    assert_eq!(said.matches("already done").count(), 10, "{said}");
+    let second: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("needle.json")).unwrap()).unwrap();
+    // Parts are read back to the last bit (serde_json's float_roundtrip).
+    assert!(second["cells"] == report["cells"], "a resumed sweep changed its cells");
+    // Bad input: one line naming the problem, exit 2, nothing written.
+    let empty = out.join("empty.txt");
+    std::fs::write(&empty, "  \n").unwrap();
+    let bad_dir = out.join("bad");
+    let bad_s = bad_dir.to_str().unwrap();
+    for (extra, says) in [
+        (vec!["--depths", "1.5"], "depth 1.5 is outside"),
+        (vec!["--policy", "recompute"], "recompute keeps no cache"),
+        (vec!["--lengths", "40"], "leaves no room for filler"),
+        (vec!["--filler", empty.to_str().unwrap()], "empty"),
+        (vec!["--positions", "delta"], "slot or original"),
+    ] {
+        let mut a = vec!["needle", "-m", &model, "--trials", "1", "--lengths", "200", "--depths", "0", "-o", bad_s];
+        a.extend(extra.iter().copied());
+        let o = common::sinkscope(&a);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(says), "{extra:?}: {err}");
+        assert!(!bad_dir.join("needle.json").exists());
+    }
+}

@@ -32,6 +32,8 @@ pub struct NeedlePolicy {
     pub policy: Policy,
     /// W; `None` for dense.
     pub budget: Option<usize>,
+    /// Wall time of its prompts and candidates, every length (as first run, for reused parts).
+    pub seconds: f64,
 }
 
 /// `needle.json`: a whole pass-key sweep.
@@ -45,8 +47,8 @@ pub struct NeedleReport {
     pub cells: Vec<NeedleCell>,
     /// Tokens run through the model (prompt prefixes shared between prompts counted once).
     pub tokens_run: usize,
-    /// Tokens the prompts and candidates hold in all (what running each separately would cost).
-    pub tokens_scored: usize,
+    /// Tokens running each prompt on its own would take (each prompt whole, then its candidates).
+    pub tokens_separate: usize,
     pub wall_seconds: f64,
 }
 

@@ -15,6 +15,7 @@ mod heads;
 mod info;
 mod interrupt;
 mod model_args;
+mod needle;
 mod policy_values;
 mod progress;
 mod quant;
@@ -71,6 +72,10 @@ pub enum Command {
     /// after it, and the near misses (positions, pinned ± 1, W ± 1, discard amount, no eviction)
     /// ranked by fit. Exit status 3 when it diverges (2 stays bad input).
     Verify(verify::VerifyArgs),
+    /// Pass-key retrieval under every cache policy: a random key hidden at each depth of prompts
+    /// of each length, streamed through the policy's cache, scored by its rank among distractor
+    /// keys, greedy exact match and answer NLL (resumable).
+    Needle(needle::NeedleArgs),
     /// Fake-quantize activations at every linear projection's input (int8/int4; per-tensor,
     /// per-token, per-channel; dynamic or calibrated, with or without the first positions) and
     /// measure perplexity, NLL at the sink positions vs the rest, and SQNR per layer and site.
@@ -122,6 +127,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Quant(a) => quant::run(a),
         Command::Canary(a) => canary::run(a),
         Command::Survey(a) => survey::run(a),
+        Command::Needle(a) => needle::run(a),
         #[cfg(feature = "tui")]
         Command::Dash(a) => dash::run(a),
         Command::Export(a) => export::run(a),

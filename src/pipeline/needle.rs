@@ -48,7 +48,8 @@ struct Part {
     length: usize,
     trials: Vec<NeedleTrial>,
     tokens_run: usize,
-    tokens_scored: usize,
+    tokens_separate: usize,
+    seconds: f64,
 }
 
 /// Runs the sweep into `out` (created if missing; parts of an earlier run of the same model and
@@ -84,7 +85,9 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
     };
     let trials = draw_trials(&lm.tokenizer, opts.trials, opts.distractors, opts.seed)?;
     let parts_dir = out.join(PARTS_DIR);
-    let (mut all, mut tokens_run, mut tokens_scored) = (Vec::new(), 0, 0);
+    std::fs::create_dir_all(&parts_dir).map_err(|e| Error::file(&parts_dir, format!("cannot create ({e})")))?;
+    let (mut all, mut tokens_run, mut tokens_separate) = (Vec::new(), 0, 0);
+    let mut seconds: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
     for &length in &opts.lengths {
         let haystack = Haystack::new(&lm.tokenizer, &filler, length, trials[0].needle.len()).map_err(|e| match &opts.filler {
             Some(path) => Error::file(path, e.to_string()),
@@ -110,14 +113,20 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
                 }
             };
             tokens_run += part.tokens_run;
-            tokens_scored += part.tokens_scored;
+            *seconds.entry(label).or_insert(0.0) += part.seconds;
+            tokens_separate += part.tokens_separate;
             all.extend(part.trials);
         }
     }
     let policies: Vec<NeedlePolicy> = opts
         .policies
         .iter()
-        .map(|p| NeedlePolicy { label: p.label(), policy: *p, budget: (p.eviction != Eviction::Dense).then_some(p.cache) })
+        .map(|p| NeedlePolicy {
+            label: p.label(),
+            policy: *p,
+            budget: (p.eviction != Eviction::Dense).then_some(p.cache),
+            seconds: seconds.get(&p.label()).copied().unwrap_or(0.0),
+        })
         .collect();
     let budget = |label: &str| policies.iter().find(|p| p.label == label).and_then(|p| p.budget);
     let report = NeedleReport {
@@ -128,7 +137,7 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
         policies,
         trials: all,
         tokens_run,
-        tokens_scored,
+        tokens_separate,
         wall_seconds: start.elapsed().as_secs_f64(),
     };
     write_report(&report, out)?;
@@ -172,7 +181,9 @@ fn run_part(
     let per_prompt: usize = insertions.iter().map(|&at| prompt_len - haystack.head.len() - at).sum::<usize>() * trials.len();
     let candidates = trials.iter().map(|t| t.candidates.len()).sum::<usize>() * insertions.len();
     let tokens_run = haystack.head.len() + deepest + per_prompt + candidates * (answer_len - 1);
-    let tokens_scored = (prompt_len + answer_len - 1) * candidates;
+    let prompts = insertions.len() * trials.len();
+    let tokens_separate = prompts * prompt_len + candidates * (answer_len - 1);
+    let started = Instant::now();
     let label = policy.label();
     let mut done = 0;
     let outcomes = sweep(&lm.model, policy, haystack, &insertions, trials, &mut |n| {
@@ -207,7 +218,8 @@ fn run_part(
         length: haystack_length(haystack, trials),
         trials: rows,
         tokens_run,
-        tokens_scored,
+        tokens_separate,
+        seconds: started.elapsed().as_secs_f64(),
     })
 }
 
