@@ -136,9 +136,28 @@ pub fn score_candidates(model: &Decoder, stream: &CacheStream, last: &Tensor, ca
         return Err(Error::Internal("candidate answers must be non-empty and of one length".into()));
     }
     let mut rows = vec![last.clone()];
-    for c in candidates.iter().filter(|_| m > 1) {
-        let mut branch = stream.clone();
-        rows.push(branch.run(model, &c[..m - 1])?);
+    if m > 1 {
+        let heads: Vec<&[u32]> = candidates.iter().map(|c| &c[..m - 1]).collect();
+        match stream {
+            // Every candidate in one batch: the policy's views of the answer's positions do not
+            // depend on the tokens.
+            CacheStream::Positional { kv, trace } => {
+                let mut trace = trace.clone();
+                let views = (kv.len()..kv.len() + m - 1)
+                    .map(|t| match &mut trace {
+                        Some(tr) => tr.step(t).map(|(v, _)| v),
+                        None => Ok(QueryView::dense(t)),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                rows.push(model.forward_branches(&heads, &views, kv)?);
+            }
+            // Each (layer, KV head) keeps its own keys, chosen by the candidate's own attention.
+            CacheStream::Scored(_) => {
+                for c in &heads {
+                    rows.push(stream.clone().run(model, c)?);
+                }
+            }
+        }
     }
     let hidden = Tensor::cat(&rows, 0)?;
     let logits = model.logits(&hidden)?;

@@ -210,6 +210,87 @@ impl Attend for ViewAttention<'_> {
     }
 }
 
+/// Attention of several equally long continuations of one stream ("branches"), stacked along
+/// rows branch after branch: query r of every branch sees what `views[r]` names of the stream
+/// (which is left as it was) and its own branch's tokens up to itself.
+struct BranchAttention<'a> {
+    kv: &'a StreamKv,
+    views: &'a [QueryView],
+    branches: usize,
+    tables: Vec<(Tables, Option<Tables>)>,
+}
+
+impl Attend for BranchAttention<'_> {
+    fn rows(&self) -> Range<usize> {
+        self.kv.len..self.kv.len + self.views.len()
+    }
+
+    fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _sink: &mut dyn HookReceiver) -> Result<Tensor> {
+        let (rope, layer) = (at.rope, at.index);
+        let Some((at_stream, at_pinned)) = self.tables.get(at.rope_index) else { return Err(Error::Internal("a layer's RoPE has no tables".into())) };
+        let (rows, h, dh) = q.dims3()?;
+        let kvh = k.dim(1)?;
+        let group = h / kvh;
+        let heads_first = |x: &Tensor| -> Result<Tensor> { Ok(x.transpose(0, 1)?.contiguous()?) };
+        let (cos, sin) = at_stream;
+        let q_heads = heads_first(q)?;
+        let q_stream = rope.apply(&q_heads, cos, sin)?;
+        let k_new = rope.apply(&heads_first(k)?, cos, sin)?;
+        let v_new = heads_first(v)?;
+        let kv = self.kv;
+        let (Some(k_old), Some(v_old)) = (kv.k.get(layer), kv.v.get(layer)) else {
+            return Err(Error::Internal("branches need a stream that has run".into()));
+        };
+        let (base, start, n_window) = (kv.base, kv.len, k_old.dim(1)?);
+        let pinned = self.views.iter().map(|v| v.pinned).max().unwrap_or(0);
+        let flat = |x: &Tensor| -> Result<Tensor> { Ok(x.reshape((kvh, group * rows, dh))?) };
+        let keys = Tensor::cat(&[k_old, &k_new], 1)?;
+        let mut values = Tensor::cat(&[v_old, &v_new], 1)?;
+        let mut scores = flat(&q_stream)?.matmul(&keys.t()?)?;
+        if let (Some((cos, sin)), true) = (at_pinned, pinned > 0) {
+            let (pk, pv) = kv.pinned(layer, pinned)?;
+            let q_pinned = rope.apply(&q_heads, cos, sin)?;
+            let pinned_scores = flat(&q_pinned)?.matmul(&pk.contiguous()?.t()?)?;
+            scores = Tensor::cat(&[&pinned_scores, &scores], 2)?;
+            values = Tensor::cat(&[&pv.contiguous()?, &values], 1)?;
+        }
+        let p = if at_pinned.is_some() { pinned } else { 0 };
+        let cols = p + n_window + rows;
+        let scale = 1.0 / (dh as f32).sqrt();
+        let len = self.views.len() / self.branches.max(1);
+        let mut a = scores.flatten_all()?.to_vec1::<f32>()?;
+        let (views, window, sinks) = (self.views, at.window, at.sinks);
+        a.par_chunks_mut(cols).enumerate().for_each(|(row, s)| {
+            let r = row % rows;
+            let (branch, j) = (r / len.max(1), r % len.max(1));
+            let (view, t) = (views[r], start + j);
+            let (pinned_from, from) = match window {
+                Some(w) => (((view.pinned_pos + 1).saturating_sub(w)).min(view.pinned), view.from.max((t + 1).saturating_sub(w))),
+                None => (0, view.from),
+            };
+            // The stream's keys before the branch, then the branch's own up to the query.
+            let own_from = from.max(start) - start;
+            let segments = [
+                pinned_from..view.pinned.min(p),
+                p + from.min(start) - base..p + n_window,
+                p + n_window + branch * len + own_from..p + n_window + branch * len + j + 1,
+            ];
+            for seg in &segments {
+                s[seg.clone()].iter_mut().for_each(|x| *x *= scale);
+            }
+            match sinks {
+                Some(logits) => {
+                    softmax_segments_with_sink(s, &segments, logits[row / rows]);
+                }
+                None => softmax_segments(s, &segments),
+            }
+        });
+        let pattern = Tensor::from_vec(a, (kvh, group * rows, cols), &Device::Cpu)?;
+        let out = pattern.matmul(&values.contiguous()?)?.reshape((h, rows, dh))?;
+        Ok(out.transpose(0, 1)?.contiguous()?.reshape((rows, h * dh))?)
+    }
+}
+
 impl Decoder {
     /// Runs the stream's next tokens (`tokens[r]` at stream position `kv.len() + r`), query r
     /// seeing the keys `views[r]` names, and returns their final-norm hidden states. Views must
@@ -240,6 +321,43 @@ impl Decoder {
             .collect::<Result<Vec<_>>>()?;
         let x = self.embed_tokens(tokens, &positions)?;
         let mut attend = ViewAttention { kv, views, start, tables };
+        self.run_blocks(x, 0, &mut attend, &mut NoCapture)
+    }
+
+    /// Runs `branches` (each as long as `views`) as continuations of the stream `kv` holds, all
+    /// as one batch: token r of every branch at stream position `kv.len() + r`, seeing the keys
+    /// `views[r]` names and its own branch's earlier tokens. `kv` is left as it was (branches are
+    /// what-ifs: candidate answers after one prompt). Returns the final-norm hidden states,
+    /// branch after branch along rows — those [`Decoder::forward_windowed`] gives each branch on
+    /// a copy of `kv`.
+    pub fn forward_branches(&self, branches: &[&[u32]], views: &[QueryView], kv: &StreamKv) -> Result<Tensor> {
+        let len = views.len();
+        if len == 0 || branches.is_empty() || branches.iter().any(|b| b.len() != len) {
+            return Err(Error::Internal("forward_branches needs branches as long as the views".into()));
+        }
+        let start = kv.len;
+        for (r, v) in views.iter().enumerate() {
+            let t = start + r;
+            let pinned_ok = v.pinned == 0 || (v.pinned <= kv.pin && v.pinned < v.from);
+            if v.from > start || !pinned_ok || v.from < kv.base || kv.is_empty() {
+                return Err(Error::Internal(format!(
+                    "branch query {t} has an impossible view {v:?} (window starts at {}, {} pinned)",
+                    kv.base, kv.pin
+                )));
+            }
+        }
+        let dev = Device::Cpu;
+        let positions: Vec<usize> = (0..branches.len()).flat_map(|_| start..start + len).collect();
+        let all_views: Vec<QueryView> = (0..branches.len()).flat_map(|_| views.iter().copied()).collect();
+        let pinned_positions: Vec<usize> = all_views.iter().map(|v| v.pinned_pos).collect();
+        let any_pinned = views.iter().any(|v| v.pinned > 0);
+        let tables = self
+            .ropes()
+            .iter()
+            .map(|rope| Ok((rope.tables(&positions, &dev)?, any_pinned.then(|| rope.tables(&pinned_positions, &dev)).transpose()?)))
+            .collect::<Result<Vec<_>>>()?;
+        let x = self.embed_tokens(&branches.concat(), &positions)?;
+        let mut attend = BranchAttention { kv, views: &all_views, branches: branches.len(), tables };
         self.run_blocks(x, 0, &mut attend, &mut NoCapture)
     }
 }
