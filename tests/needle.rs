@@ -7,7 +7,7 @@
 mod common;
 
 use sinkscope::kv::haystack::{draw_trials, Haystack, REPEATED_FILLER};
-use sinkscope::kv::retrieval::sweep;
+use sinkscope::kv::retrieval::{sweep, Compression};
 use sinkscope::kv::{simulate_with, Eviction, Policy, PolicyKind, PositionMode, SimOptions};
 use sinkscope::model::receiver::NoCapture;
 use sinkscope::model::{load, LoadOptions, LoadedModel};
@@ -49,9 +49,11 @@ fn under_dense_the_answer_nll_is_a_plain_forward_and_window_the_banded_forward()
     for file in ["stories260K.gguf", "SmolLM2-135M-Instruct.Q4_1.gguf"] {
         let Some(mut lm) = load_model(file) else { return };
         let c = case(&lm, 300, REPEATED_FILLER);
-        let dense = sweep(&lm.model, policy(PolicyKind::Dense, 0, 0), &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
+        let dense =
+            sweep(&lm.model, policy(PolicyKind::Dense, 0, 0), Compression::Streamed, &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
         let w = 64;
-        let window = sweep(&lm.model, policy(PolicyKind::Window, 0, w), &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
+        let window =
+            sweep(&lm.model, policy(PolicyKind::Window, 0, w), Compression::Streamed, &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
         let plain = |lm: &LoadedModel, ids: &[u32], p: usize, answer: &[u32]| -> Vec<f64> {
             let h = lm.model.forward(ids, None, &mut NoCapture).unwrap();
             lm.model.next_token_nll(&h.narrow(0, p - 1, answer.len()).unwrap(), answer).unwrap()
@@ -117,10 +119,10 @@ fn sink_keep_and_score_based_rules_match_the_simulator_and_shared_prefixes_chang
             policy(PolicyKind::Tova, 0, 96),
             policy(PolicyKind::Snapkv, 4, 96),
         ] {
-            let all = sweep(&lm.model, p, &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
+            let all = sweep(&lm.model, p, Compression::Streamed, &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
             // The prompts one at a time (no shared prefix), and the truth through the simulator.
             for (i, &at) in c.insertions.iter().enumerate() {
-                let alone = sweep(&lm.model, p, &c.haystack, &[at], &c.trials[1..], &mut |_| {}).unwrap();
+                let alone = sweep(&lm.model, p, Compression::Streamed, &c.haystack, &[at], &c.trials[1..], &mut |_| {}).unwrap();
                 common::assert_close(&format!("{file} {} shared vs alone", p.label()), &all[i][1].scores.nll, &alone[0][0].scores.nll, NLL_TOL);
                 assert_eq!(all[i][1].needle_kept, alone[0][0].needle_kept);
                 // Decoding token by token is slow: the score-based rules at one depth.
@@ -143,18 +145,16 @@ fn sink_keep_and_score_based_rules_match_the_simulator_and_shared_prefixes_chang
 fn rank_and_greedy_match_follow_from_the_scores() {
     let Some(lm) = load_model("SmolLM2-135M-Instruct.Q4_1.gguf") else { return };
     let c = case(&lm, 400, REPEATED_FILLER);
-    let dense = sweep(&lm.model, policy(PolicyKind::Dense, 0, 0), &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
-    for o in dense.iter().flatten() {
+    let dense = sweep(&lm.model, policy(PolicyKind::Dense, 0, 0), Compression::Streamed, &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
+    for (o, trial) in dense.iter().flat_map(|row| row.iter().zip(&c.trials)) {
         let s = &o.scores;
         let better = s.nll[1..].iter().filter(|&&d| d <= s.nll[0]).count();
         assert_eq!(s.rank(), better + 1);
         // Greedy reproduces the key exactly only if each of its tokens was the most likely one,
         // which makes the truth the likeliest sequence token by token.
-        if s.first_wrong.is_none() {
-            assert!(s.truth_tokens.iter().all(|&n| n.is_finite()));
-        } else {
-            let j = s.first_wrong.unwrap();
-            assert!(s.predicted.is_some() && j < s.truth_tokens.len());
+        match s.first_wrong {
+            None => assert!(s.truth_tokens.iter().all(|&n| n.is_finite()) && s.predicted.is_none()),
+            Some(j) => assert!(j < s.truth_tokens.len() && s.predicted.is_some_and(|p| p != trial.candidates[0][j])),
         }
     }
     // SmolLM2 retrieves a key from 400 tokens of filler with the whole cache: the truth ranks
@@ -187,18 +187,23 @@ fn the_command_writes_a_resumable_sweep_and_refuses_bad_input() {
         "dense,window,sink,tova",
         "--cache",
         "64",
+        "--question-known",
         "-o",
         dir_s,
     ];
     let first = common::sinkscope(&args);
     let stdout = String::from_utf8_lossy(&first.stdout);
     assert!(first.status.success(), "{}{}", stdout, String::from_utf8_lossy(&first.stderr));
-    assert!(stdout.contains("needle within W") && stdout.contains("tova S=0"), "{stdout}");
+    assert!(
+        stdout.contains("needle within W") && stdout.contains("tova S=0") && stdout.contains("tova S=4, W=64 (slot) · question known"),
+        "{stdout}"
+    );
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("needle.json")).unwrap()).unwrap();
-    // dense, window, sink, tova unpinned and with 4 pinned: 5 policies × 2 lengths × 3 depths.
+    // dense, window, sink, tova unpinned and with 4 pinned, each tova also with the question
+    // known: 7 policies × 2 lengths × 3 depths.
     let cells = report["cells"].as_array().unwrap();
-    assert_eq!(cells.len(), 5 * 2 * 3);
-    assert_eq!(report["trials"].as_array().unwrap().len(), 5 * 2 * 3 * 2);
+    assert_eq!(cells.len(), 7 * 2 * 3);
+    assert_eq!(report["trials"].as_array().unwrap().len(), 7 * 2 * 3 * 2);
     for c in cells {
         let (acc, lo, hi) = (c["rank_accuracy"].as_f64().unwrap(), c["rank_ci"][0].as_f64().unwrap(), c["rank_ci"][1].as_f64().unwrap());
         assert!(lo <= acc && acc <= hi && (0.0..=1.0).contains(&lo) && (0.0..=1.0).contains(&hi), "{c}");
@@ -220,7 +225,7 @@ fn the_command_writes_a_resumable_sweep_and_refuses_bad_input() {
     let again = common::sinkscope(&args);
     assert!(again.status.success());
     let said = String::from_utf8_lossy(&again.stderr).to_string() + &String::from_utf8_lossy(&again.stdout);
-    assert_eq!(said.matches("already done").count(), 10, "{said}");
+    assert_eq!(said.matches("already done").count(), 14, "{said}");
     let second: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("needle.json")).unwrap()).unwrap();
     // Parts are read back to the last bit (serde_json's float_roundtrip).
     assert!(second["cells"] == report["cells"], "a resumed sweep changed its cells");
@@ -243,5 +248,44 @@ fn the_command_writes_a_resumable_sweep_and_refuses_bad_input() {
         assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
         assert!(err.contains(says), "{extra:?}: {err}");
         assert!(!bad_dir.join("needle.json").exists());
+    }
+}
+
+#[test]
+fn with_the_question_known_a_budget_that_holds_the_prompt_is_dense_and_the_question_is_always_kept() {
+    for file in ["stories260K.gguf", "SmolLM2-135M-Instruct.Q4_1.gguf"] {
+        let Some(lm) = load_model(file) else { return };
+        let book = std::fs::read_to_string(common::corpora_dir().join("pg84_frankenstein.txt")).unwrap();
+        let c = case(&lm, 260, &book[..20_000]);
+        let dense =
+            sweep(&lm.model, policy(PolicyKind::Dense, 0, 0), Compression::Streamed, &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
+        for kind in [PolicyKind::H2o, PolicyKind::Tova, PolicyKind::Snapkv] {
+            // W = 300 holds the 260-token prompt: compressing keeps every key.
+            let whole =
+                sweep(&lm.model, policy(kind, 4, 300), Compression::QuestionKnown, &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
+            let small =
+                sweep(&lm.model, policy(kind, 4, 64), Compression::QuestionKnown, &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
+            for ((d, w), s) in dense.iter().flatten().zip(whole.iter().flatten()).zip(small.iter().flatten()) {
+                common::assert_close(&format!("{file} {kind:?} question known, W = 300, vs dense"), &w.scores.nll, &d.scores.nll, NLL_TOL);
+                assert_eq!(w.needle_kept, 1.0);
+                assert!((0.0..=1.0).contains(&s.needle_kept));
+                assert!(s.scores.nll.iter().all(|v| v.is_finite()));
+            }
+            let kept = |o: &Vec<Vec<sinkscope::kv::retrieval::TrialOutcome>>| {
+                o.iter().flatten().map(|t| t.needle_kept).sum::<f64>() / o.iter().flatten().count() as f64
+            };
+            eprintln!("{file} {kind:?} W = 64, question known: needle kept {:.3}", kept(&small));
+        }
+        // The compressed cache differs from the streamed one: the streamed policy at W = 64 is
+        // another run of the same prompts.
+        let streamed =
+            sweep(&lm.model, policy(PolicyKind::Snapkv, 4, 64), Compression::Streamed, &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
+        let known =
+            sweep(&lm.model, policy(PolicyKind::Snapkv, 4, 64), Compression::QuestionKnown, &c.haystack, &c.insertions, &c.trials, &mut |_| {})
+                .unwrap();
+        let differs = streamed.iter().flatten().zip(known.iter().flatten()).filter(|(a, b)| (a.scores.nll[0] - b.scores.nll[0]).abs() > 1e-3).count();
+        assert!(differs > 0, "{file}: the question-known snapkv scored every prompt as the streamed one");
+        assert!(sweep(&lm.model, policy(PolicyKind::Sink, 4, 64), Compression::QuestionKnown, &c.haystack, &c.insertions, &c.trials, &mut |_| {})
+            .is_err());
     }
 }

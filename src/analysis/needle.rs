@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::kv::policy::Policy;
+use crate::kv::retrieval::Compression;
 use crate::metrics::proportion::{wilson, Z95};
 use crate::model::info::ModelInfo;
 
@@ -19,10 +20,6 @@ pub struct NeedleSettings {
     pub trials: usize,
     pub distractors: usize,
     pub seed: u64,
-    /// When the cache is compressed relative to the question: `streamed` — the whole prompt,
-    /// question last, streams through the bounded cache, so what the policy evicted before the
-    /// question arrived is gone (query-agnostic).
-    pub mode: String,
 }
 
 /// A policy of the sweep, with the budget its `within_budget` is measured against.
@@ -30,6 +27,8 @@ pub struct NeedleSettings {
 pub struct NeedlePolicy {
     pub label: String,
     pub policy: Policy,
+    /// Whether the question was known while the prompt was compressed.
+    pub compression: Compression,
     /// W; `None` for dense.
     pub budget: Option<usize>,
     /// Wall time of its prompts and candidates, every length (as first run, for reused parts).
@@ -56,6 +55,11 @@ impl NeedleReport {
     /// The budget of the policy labelled `label` (`None`: dense, or unknown).
     pub fn budget(&self, label: &str) -> Option<usize> {
         self.policies.iter().find(|p| p.label == label).and_then(|p| p.budget)
+    }
+
+    /// When the policy labelled `label` compressed the prompt (`streamed` if unknown).
+    pub fn mode(&self, label: &str) -> &'static str {
+        self.policies.iter().find(|p| p.label == label).map_or(Compression::Streamed, |p| p.compression).name()
     }
 }
 

@@ -12,6 +12,7 @@ use crate::analysis::needle::{budget_split, NeedleReport};
 use crate::error::{Error, Result};
 use crate::io::staging::check_out_dir;
 use crate::kv::policy::{Policy, PolicyKind, PolicyRequest, PositionMode};
+use crate::kv::retrieval::Compression;
 use crate::pipeline::needle::{needle_into, NeedleOptions, NEEDLE_MD};
 
 #[derive(Args, Debug)]
@@ -39,6 +40,11 @@ pub struct NeedleArgs {
     pub sinks: usize,
     #[arg(long, value_enum, default_value_t = PositionMode::Slot)]
     pub positions: PositionMode,
+    /// Score-based rules also with the question known: the prompt prefilled whole, then
+    /// compressed once by its own queries' attention (SnapKV's setting); the streamed run is
+    /// always made.
+    #[arg(long)]
+    pub question_known: bool,
     /// Prompts per length and depth, each with its own key.
     #[arg(long, default_value_t = 5)]
     pub trials: usize,
@@ -80,13 +86,22 @@ pub fn policies(kinds: &[PolicyKind], cache: usize, sinks: usize, positions: Pos
     Ok(out)
 }
 
+/// Each policy streamed; the score-based ones also with the question known when asked.
+fn with_modes(policies: Vec<Policy>, question_known: bool) -> Vec<(Policy, Compression)> {
+    let mut out: Vec<(Policy, Compression)> = policies.iter().map(|&p| (p, Compression::Streamed)).collect();
+    if question_known {
+        out.extend(policies.iter().filter(|p| p.is_scored()).map(|&p| (p, Compression::QuestionKnown)));
+    }
+    out
+}
+
 pub fn run(args: NeedleArgs) -> Result<()> {
     check_out_dir(&args.out)?;
     let opts = NeedleOptions {
         filler: args.filler.clone(),
         lengths: args.lengths.clone(),
         depths: args.depths.clone(),
-        policies: policies(&args.policies, args.cache, args.sinks, args.positions)?,
+        policies: with_modes(policies(&args.policies, args.cache, args.sinks, args.positions)?, args.question_known),
         trials: args.trials,
         distractors: args.distractors,
         seed: args.seed,
@@ -105,7 +120,7 @@ pub fn run(args: NeedleArgs) -> Result<()> {
 fn summary(r: &NeedleReport) -> String {
     let s = &r.settings;
     let mut out = format!(
-        "sinkscope needle — {}: {} lengths × {} depths × {} trials, key ranked among {} (chance {:.0}%), prompt streamed through the cache\n",
+        "sinkscope needle — {}: {} lengths × {} depths × {} trials, key ranked among {} (chance {:.0}%); streamed unless the label says the question was known\n",
         r.model.display_name(),
         s.lengths.len(),
         s.depths.len(),

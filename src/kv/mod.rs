@@ -5,6 +5,7 @@
 pub mod alternatives;
 pub mod cache;
 pub mod canary;
+pub mod compress;
 pub mod haystack;
 pub mod memory;
 pub mod per_head;

@@ -9,7 +9,9 @@
 //! of greedy decoding is read from the true answer's teacher-forced pass (no second decode).
 
 use candle_core::Tensor;
+use serde::{Deserialize, Serialize};
 
+use super::compress::compress_prefilled;
 use super::haystack::{Haystack, Trial};
 use super::policy::{Eviction, Policy, PositionMode};
 use super::scored::ScoredCache;
@@ -190,13 +192,36 @@ pub struct TrialOutcome {
     pub needle_kept: f64,
 }
 
+/// When a policy compresses the prompt relative to the question.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Compression {
+    /// The prompt, question last, streams through the bounded cache: what the policy evicted
+    /// before the question arrived is gone (query-agnostic).
+    Streamed,
+    /// The prompt is prefilled whole and then compressed once, scored by its own queries' attention
+    /// — the question's (SnapKV's setting; `kv::compress`); score-based policies only.
+    QuestionKnown,
+}
+
+impl Compression {
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::Streamed => "streamed",
+            Compression::QuestionKnown => "question_known",
+        }
+    }
+}
+
 /// Runs every (insertion, trial) prompt of `haystack` through `policy`'s cache and scores its
-/// candidates; `insertions` are filler indices (see [`Haystack::insertion`]). The head and the
-/// filler run once, in order, each prompt branching off where its needle goes. `progress(n)`
-/// reports n more tokens run. Outcomes are `[insertion][trial]`, in the order given.
+/// candidates; `insertions` are filler indices (see [`Haystack::insertion`]). Streamed, the head
+/// and the filler run once, in order, each prompt branching off where its needle goes; with the
+/// question known, each prompt is prefilled and compressed on its own. `progress(n)` reports n
+/// more tokens run. Outcomes are `[insertion][trial]`, in the order given.
 pub fn sweep(
     model: &Decoder,
     policy: Policy,
+    compression: Compression,
     haystack: &Haystack,
     insertions: &[usize],
     trials: &[Trial],
@@ -205,6 +230,9 @@ pub fn sweep(
     let filler = &haystack.filler;
     if let Some(&bad) = insertions.iter().find(|&&i| i > filler.len()) {
         return Err(Error::Internal(format!("insertion {bad} lies past the filler's {} tokens", filler.len())));
+    }
+    if compression == Compression::QuestionKnown {
+        return compressed_sweep(model, policy, haystack, insertions, trials, progress);
     }
     let mut order: Vec<usize> = (0..insertions.len()).collect();
     order.sort_by_key(|&i| (insertions[i], i));
@@ -232,4 +260,38 @@ pub fn sweep(
         }
     }
     Ok(out)
+}
+
+/// [`sweep`] with the question known: each prompt prefilled whole and compressed once.
+fn compressed_sweep(
+    model: &Decoder,
+    policy: Policy,
+    haystack: &Haystack,
+    insertions: &[usize],
+    trials: &[Trial],
+    progress: &mut dyn FnMut(usize),
+) -> Result<Vec<Vec<TrialOutcome>>> {
+    if !policy.is_scored() {
+        return Err(Error::input(format!("{} keeps keys by position: the question cannot change what it keeps", policy.label())));
+    }
+    CacheStream::new(model, policy)?;
+    let answer_len = trials.first().and_then(|t| t.candidates.first()).map_or(0, Vec::len);
+    insertions
+        .iter()
+        .map(|&at| {
+            trials
+                .iter()
+                .map(|trial| {
+                    let prompt = haystack.prompt(at, &trial.needle);
+                    let (cache, last) = compress_prefilled(model, policy, &prompt, answer_len)?;
+                    let stream = CacheStream::Scored(cache);
+                    let needle_start = haystack.head.len() + at;
+                    let needle_kept = stream.held_share(needle_start..needle_start + trial.needle.len());
+                    let scores = score_candidates(model, &stream, &last, &trial.candidates)?;
+                    progress(prompt.len());
+                    Ok(TrialOutcome { scores, prompt_len: prompt.len(), needle_start, needle_kept })
+                })
+                .collect()
+        })
+        .collect()
 }

@@ -203,6 +203,25 @@ impl ScoredCache {
         self.len() == 0
     }
 
+    /// Gives (layer, KV head) the keys `keys` (stream position, key before RoPE, value), in
+    /// stream order (a cache compressed at once; see `kv::compress`).
+    pub(super) fn fill(&mut self, layer: usize, kv: usize, keys: &[(usize, Vec<f32>, Vec<f32>)]) -> Result<()> {
+        let dh = self.d_head;
+        let set = self.sets.get_mut(layer).and_then(|l| l.get_mut(kv)).ok_or_else(|| Error::Internal("no such (layer, KV head)".into()))?;
+        for (p, k, v) in keys {
+            if k.len() != dh || v.len() != dh {
+                return Err(Error::Internal("a key of the wrong width".into()));
+            }
+            set.push(*p, k, v);
+        }
+        Ok(())
+    }
+
+    /// Marks the first `n` stream tokens as run (after [`ScoredCache::fill`]).
+    pub(super) fn set_stream_len(&mut self, n: usize) {
+        self.next_stream = n;
+    }
+
     /// The share of the stream positions in `span` held now, over every (layer, KV head) set.
     pub fn held_share(&self, span: std::ops::Range<usize>) -> f64 {
         let sets: Vec<&HeadSet> = self.sets.iter().flatten().collect();

@@ -17,7 +17,7 @@ use crate::io::text::read_text_file;
 use crate::io::{write_atomic, write_json_atomic};
 use crate::kv::haystack::{draw_trials, Haystack, Trial, REPEATED_FILLER};
 use crate::kv::policy::{Eviction, Policy};
-use crate::kv::retrieval::sweep;
+use crate::kv::retrieval::{sweep, Compression};
 use crate::model::load::LoadedModel;
 
 pub const NEEDLE_FILE: &str = "needle.json";
@@ -33,7 +33,8 @@ pub struct NeedleOptions {
     pub filler: Option<PathBuf>,
     pub lengths: Vec<usize>,
     pub depths: Vec<f64>,
-    pub policies: Vec<Policy>,
+    /// Each policy with when it compresses the prompt.
+    pub policies: Vec<(Policy, Compression)>,
     pub trials: usize,
     pub distractors: usize,
     pub seed: u64,
@@ -52,8 +53,8 @@ struct Part {
     seconds: f64,
 }
 
-/// Runs the sweep into `out` (created if missing; parts of an earlier run of the same model and
-/// settings there are reused).
+/// Runs the sweep into `out` (created if missing; parts an earlier run there made with the same
+/// model and prompts are reused, whatever its other lengths and policies).
 pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progress: &mut dyn Progress) -> Result<NeedleReport> {
     let start = Instant::now();
     check(opts)?;
@@ -66,21 +67,15 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
         trials: opts.trials,
         distractors: opts.distractors,
         seed: opts.seed,
-        mode: "streamed".into(),
     };
     let longest = opts.lengths.iter().copied().max().unwrap_or(0);
-    for p in &opts.policies {
+    for (p, _) in &opts.policies {
         for w in p.validate(longest, lm.model.cfg.context_len)? {
             progress.warning(&w);
         }
     }
     let filler = match &opts.filler {
-        Some(path) => {
-            let text = read_text_file(path)?;
-            let cut = (longest * FILLER_BYTES_PER_TOKEN).max(4096);
-            let end = (0..=cut.min(text.len())).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
-            text[..end].to_string()
-        }
+        Some(path) => read_text_file(path)?,
         None => REPEATED_FILLER.to_string(),
     };
     let trials = draw_trials(&lm.tokenizer, opts.trials, opts.distractors, opts.seed)?;
@@ -89,17 +84,21 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
     let (mut all, mut tokens_run, mut tokens_separate) = (Vec::new(), 0, 0);
     let mut seconds: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
     for &length in &opts.lengths {
-        let haystack = Haystack::new(&lm.tokenizer, &filler, length, trials[0].needle.len()).map_err(|e| match &opts.filler {
+        // A book's opening, enough for `length` tokens (and the same for this length whatever
+        // the others are, so parts stay reusable).
+        let cut = (length * FILLER_BYTES_PER_TOKEN).max(4096).min(filler.len());
+        let end = (0..=cut).rev().find(|&i| filler.is_char_boundary(i)).unwrap_or(0);
+        let haystack = Haystack::new(&lm.tokenizer, &filler[..end], length, trials[0].needle.len()).map_err(|e| match &opts.filler {
             Some(path) => Error::file(path, e.to_string()),
             None => e,
         })?;
-        for p in &opts.policies {
-            let label = p.label();
+        for &(p, compression) in &opts.policies {
+            let label = label_of(p, compression);
             let file = parts_dir.join(format!("{}-L{length}.json", crate::report::needle::slug(&label)));
             let done = std::fs::read(&file)
                 .ok()
                 .and_then(|b| serde_json::from_slice::<Part>(&b).ok())
-                .filter(|part| part.model_sha256 == sha && part.settings == settings && part.policy == label && part.length == length);
+                .filter(|part| part.model_sha256 == sha && same_prompts(&part.settings, &settings) && part.policy == label && part.length == length);
             let part = match done {
                 Some(part) => {
                     progress.stage(&format!("{label} at {length} tokens: already done"));
@@ -107,7 +106,7 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
                 }
                 None => {
                     progress.stage(&format!("{label} at {length} tokens"));
-                    let part = run_part(lm, *p, &haystack, opts, &trials, &sha, &settings, progress)?;
+                    let part = run_part(lm, p, compression, &haystack, opts, &trials, &sha, &settings, progress)?;
                     write_json_atomic(&file, &part)?;
                     part
                 }
@@ -121,11 +120,12 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
     let policies: Vec<NeedlePolicy> = opts
         .policies
         .iter()
-        .map(|p| NeedlePolicy {
-            label: p.label(),
-            policy: *p,
+        .map(|&(p, compression)| NeedlePolicy {
+            label: label_of(p, compression),
+            policy: p,
+            compression,
             budget: (p.eviction != Eviction::Dense).then_some(p.cache),
-            seconds: seconds.get(&p.label()).copied().unwrap_or(0.0),
+            seconds: seconds.get(&label_of(p, compression)).copied().unwrap_or(0.0),
         })
         .collect();
     let budget = |label: &str| policies.iter().find(|p| p.label == label).and_then(|p| p.budget);
@@ -144,6 +144,11 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
     Ok(report)
 }
 
+/// Whether two sweeps make the same prompts at a length both run (the other lengths do not matter).
+fn same_prompts(a: &NeedleSettings, b: &NeedleSettings) -> bool {
+    NeedleSettings { lengths: Vec::new(), ..a.clone() } == NeedleSettings { lengths: Vec::new(), ..b.clone() }
+}
+
 fn check(opts: &NeedleOptions) -> Result<()> {
     if opts.lengths.is_empty() || opts.depths.is_empty() || opts.policies.is_empty() {
         return Err(Error::input("needle needs at least one length, one depth and one policy"));
@@ -154,10 +159,21 @@ fn check(opts: &NeedleOptions) -> Result<()> {
     if opts.trials == 0 || opts.distractors == 0 {
         return Err(Error::input("needle needs at least 1 trial and 1 distractor key"));
     }
-    for p in &opts.policies {
+    for (p, compression) in &opts.policies {
         p.check()?;
+        if *compression == Compression::QuestionKnown && !p.is_scored() {
+            return Err(Error::input(format!("{} keeps keys by position: only score-based policies compress with the question known", p.label())));
+        }
     }
     Ok(())
+}
+
+/// A policy's label in the sweep: its own, marked when the question was known.
+pub fn label_of(p: Policy, compression: Compression) -> String {
+    match compression {
+        Compression::Streamed => p.label(),
+        Compression::QuestionKnown => format!("{} · question known", p.label()),
+    }
 }
 
 /// One policy at one length: every depth and trial.
@@ -165,6 +181,7 @@ fn check(opts: &NeedleOptions) -> Result<()> {
 fn run_part(
     lm: &LoadedModel,
     policy: Policy,
+    compression: Compression,
     haystack: &Haystack,
     opts: &NeedleOptions,
     trials: &[Trial],
@@ -175,18 +192,22 @@ fn run_part(
     let insertions: Vec<usize> = opts.depths.iter().map(|&d| haystack.insertion(d)).collect();
     let answer_len = trials[0].candidates[0].len();
     let prompt_len = haystack.head.len() + haystack.filler.len() + trials[0].needle.len() + haystack.question.len();
-    // Tokens run: the head and filler up to the deepest insertion once, then per prompt the
-    // needle onwards, and every candidate's answer tokens but the last.
+    // Tokens run: streamed, the head and filler up to the deepest insertion once, then per
+    // prompt the needle onwards; with the question known, every prompt whole. Then every
+    // candidate's answer tokens but the last.
     let deepest = insertions.iter().copied().max().unwrap_or(0);
     let per_prompt: usize = insertions.iter().map(|&at| prompt_len - haystack.head.len() - at).sum::<usize>() * trials.len();
     let candidates = trials.iter().map(|t| t.candidates.len()).sum::<usize>() * insertions.len();
-    let tokens_run = haystack.head.len() + deepest + per_prompt + candidates * (answer_len - 1);
     let prompts = insertions.len() * trials.len();
     let tokens_separate = prompts * prompt_len + candidates * (answer_len - 1);
+    let tokens_run = match compression {
+        Compression::Streamed => haystack.head.len() + deepest + per_prompt + candidates * (answer_len - 1),
+        Compression::QuestionKnown => tokens_separate,
+    };
     let started = Instant::now();
-    let label = policy.label();
+    let label = label_of(policy, compression);
     let mut done = 0;
-    let outcomes = sweep(&lm.model, policy, haystack, &insertions, trials, &mut |n| {
+    let outcomes = sweep(&lm.model, policy, compression, haystack, &insertions, trials, &mut |n| {
         done += n;
         progress.steps(&label, done, tokens_run - candidates * (answer_len - 1));
     })?;

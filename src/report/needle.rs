@@ -22,7 +22,7 @@ pub fn tables(r: &NeedleReport) -> Vec<Table> {
     let cells = Builder::new(&r.cells, &m)
         .str("policy", |c: &NeedleCell| c.policy.clone())
         .opt_u32("cache", |c| r.budget(&c.policy))
-        .str("mode", |_| s.mode.clone())
+        .str("mode", |c| r.mode(&c.policy).to_string())
         .str("filler", |_| s.filler.clone())
         .u32("length", |c| c.length)
         .f64("depth", |c| c.depth)
@@ -43,7 +43,7 @@ pub fn tables(r: &NeedleReport) -> Vec<Table> {
         .build("needle");
     let trials = Builder::new(&r.trials, &m)
         .str("policy", |t: &NeedleTrial| t.policy.clone())
-        .str("mode", |_| s.mode.clone())
+        .str("mode", |t| r.mode(&t.policy).to_string())
         .u32("length", |t| t.length)
         .f64("depth", |t| t.depth)
         .f64("depth_actual", |t| t.depth_actual)
@@ -66,13 +66,12 @@ pub fn tables(r: &NeedleReport) -> Vec<Table> {
 pub fn markdown(r: &NeedleReport) -> String {
     let s = &r.settings;
     let mut md = format!(
-        "## Pass-key retrieval — {}\n\n{} trials per cell, the key ranked among {} candidates (chance {:.0}%); filler: {}; mode: {} (the prompt, question last, streams through the bounded cache: what a policy evicted before the question arrived is gone).\n\n",
+        "## Pass-key retrieval — {}\n\n{} trials per cell, the key ranked among {} candidates (chance {:.0}%); filler: {}. Streamed: the prompt, question last, streams through the bounded cache, so what a policy evicted before the question arrived is gone; question known (score-based rules, labels ending \"question known\"): the prompt is prefilled whole and compressed once by its own queries' attention, the question's included (SnapKV's setting).\n\n",
         r.model.display_name(),
         s.trials,
         s.distractors + 1,
         100.0 / (s.distractors + 1) as f64,
-        s.filler,
-        s.mode
+        s.filler
     );
     md += "| policy | within budget: trials, ranked first, greedy exact | beyond budget: trials, ranked first, greedy exact |\n|---|---|---|\n";
     let side =
@@ -111,6 +110,7 @@ mod figures {
 
     use super::slug;
     use crate::analysis::needle::NeedleReport;
+    use crate::kv::retrieval::Compression;
     use crate::report::charts::LineChart;
     use crate::report::plot::{header, Figure, FONT};
 
@@ -185,15 +185,26 @@ mod figures {
                 let values = s
                     .depths
                     .iter()
-                    .map(|&d| s.lengths.iter().map(|&l| r.cells.iter().find(|c| c.policy == p.label && c.length == l && c.depth == d).map_or(f64::NAN, |c| c.rank_accuracy)).collect())
+                    .map(|&d| {
+                        s.lengths
+                            .iter()
+                            .map(|&l| {
+                                r.cells.iter().find(|c| c.policy == p.label && c.length == l && c.depth == d).map_or(f64::NAN, |c| c.rank_accuracy)
+                            })
+                            .collect()
+                    })
                     .collect();
                 let fig = NeedleHeatmap {
                     title: format!("pass-key retrieval — {}: {}", r.model.display_name(), p.label),
                     subtitle: format!(
-                        "share of {} trials whose key ranks first among {} candidates (chance {:.0}%); the prompt streams through the cache, question last",
+                        "share of {} trials whose key ranks first among {} candidates (chance {:.0}%); {}",
                         s.trials,
                         s.distractors + 1,
-                        100.0 / (s.distractors + 1) as f64
+                        100.0 / (s.distractors + 1) as f64,
+                        match p.compression {
+                            Compression::Streamed => "the prompt streams through the cache, question last",
+                            Compression::QuestionKnown => "the prompt prefilled whole, then compressed with the question known",
+                        }
                     ),
                     lengths: s.lengths.clone(),
                     depths: s.depths.clone(),

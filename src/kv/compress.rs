@@ -1,0 +1,160 @@
+//! A score-based policy applied once to a whole prefilled prompt — SnapKV's and kvpress's setting,
+//! where the question is known while the prompt is compressed. The prompt runs with every key;
+//! the attention its own queries paid scores each (layer, KV head)'s keys (SnapKV: the last
+//! `observe` queries — the question, when it ends the prompt — max-pooled over 7 neighbouring
+//! positions; H2O: every query; TOVA: the last one), summed over the query heads that share the
+//! KV head; each keeps its S first keys, its protected recent ones (H2O's R, SnapKV's window) and
+//! the best-scored rest up to W (ties to the newer key, as the streaming rule evicts the older);
+//! decoding then continues from that cache with no further eviction.
+
+use std::ops::Range;
+
+use candle_core::Tensor;
+
+use super::policy::{Policy, Scorer};
+use super::scored::ScoredCache;
+use crate::error::{Error, Result};
+use crate::model::decoder::Decoder;
+use crate::model::hook::HookPoint;
+use crate::model::receiver::HookReceiver;
+
+/// SnapKV's max-pooling kernel over neighbouring positions (as in `kv::scored`).
+const SNAPKV_KERNEL: usize = 7;
+
+/// Per layer: the keys' summed attention from the scoring queries ([kv head][position]), and
+/// the keys before RoPE and the values ([position][kv head][d_head]).
+struct PrefillScores {
+    n: usize,
+    group: usize,
+    /// Queries at or after this position score the keys.
+    from: usize,
+    scores: Vec<Vec<f64>>,
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+}
+
+impl HookReceiver for PrefillScores {
+    fn wants(&self, hook: &HookPoint) -> bool {
+        matches!(hook, HookPoint::Pattern(_) | HookPoint::K(_) | HookPoint::V(_))
+    }
+
+    fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()> {
+        let flat = value.flatten_all()?.to_vec1::<f32>()?;
+        match *hook {
+            HookPoint::K(l) => self.k[l].extend(flat),
+            HookPoint::V(l) => self.v[l].extend(flat),
+            HookPoint::Pattern(l) => {
+                let (h, r, keys) = value.dims3()?;
+                let (n, group, from) = (self.n, self.group, self.from);
+                let sums = &mut self.scores[l];
+                for head in 0..h {
+                    let kv = head / group;
+                    for i in 0..r {
+                        let t = rows.start + i;
+                        if t < from {
+                            continue;
+                        }
+                        let row = &flat[(head * r + i) * keys..][..keys];
+                        sums[kv * n..kv * n + keys.min(n)].iter_mut().zip(row).for_each(|(s, &w)| *s += w as f64);
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// Runs `ids` with every key, compresses each (layer, KV head) to `policy`'s budget as its scorer
+/// ranks the keys, and returns the cache (room for `extra` more tokens without eviction) and the
+/// final-norm hidden row of the last token.
+pub fn compress_prefilled(model: &Decoder, policy: Policy, ids: &[u32], extra: usize) -> Result<(ScoredCache, Tensor)> {
+    let cfg = &model.cfg;
+    let Some(scorer) = policy.scorer() else { return Err(Error::Internal(format!("{} has no scorer to compress with", policy.label()))) };
+    let n = ids.len();
+    let (kvh, dh) = (cfg.n_kv_heads, cfg.d_head);
+    let from = match scorer {
+        Scorer::H2o => 0,
+        Scorer::Tova => n - 1,
+        Scorer::SnapKv => n.saturating_sub(policy.recent_window()),
+    };
+    let mut rec = PrefillScores {
+        n,
+        group: cfg.n_heads / kvh.max(1),
+        from,
+        scores: vec![vec![0.0; kvh * n]; cfg.n_layers],
+        k: vec![Vec::new(); cfg.n_layers],
+        v: vec![Vec::new(); cfg.n_layers],
+    };
+    let hidden = model.forward(ids, None, &mut rec)?;
+    let last = hidden.narrow(0, n - 1, 1)?;
+    let grown = Policy { cache: policy.cache.max(n.min(policy.cache)) + extra, ..policy };
+    let mut cache = ScoredCache::new(grown, cfg.n_layers, cfg.n_heads, kvh, dh)?;
+    for l in 0..cfg.n_layers {
+        if rec.k[l].len() != n * kvh * dh || rec.v[l].len() != n * kvh * dh {
+            return Err(Error::Internal(format!("layer {l}'s keys and values did not arrive whole")));
+        }
+        for kv in 0..kvh {
+            let scores = &rec.scores[l][kv * n..(kv + 1) * n];
+            let kept = kept_positions(&policy, scorer, scores);
+            let row = |x: &[f32], p: usize| x[(p * kvh + kv) * dh..][..dh].to_vec();
+            let keys: Vec<(usize, Vec<f32>, Vec<f32>)> = kept.into_iter().map(|p| (p, row(&rec.k[l], p), row(&rec.v[l], p))).collect();
+            cache.fill(l, kv, &keys)?;
+        }
+    }
+    cache.set_stream_len(n);
+    Ok((cache, last))
+}
+
+/// The positions one (layer, KV head) keeps, in order: all of them within the budget; else the
+/// pinned first ones, the protected last ones and the best-scored rest.
+fn kept_positions(policy: &Policy, scorer: Scorer, scores: &[f64]) -> Vec<usize> {
+    let n = scores.len();
+    let w = policy.cache;
+    if n <= w {
+        return (0..n).collect();
+    }
+    let pinned = policy.pinned().min(w);
+    let tail = match scorer {
+        Scorer::H2o => policy.recent_window(),
+        Scorer::SnapKv => policy.recent_window(),
+        Scorer::Tova => 0,
+    }
+    .min(w - pinned);
+    let ranked: Vec<f64> = match scorer {
+        Scorer::SnapKv => {
+            let half = SNAPKV_KERNEL / 2;
+            (0..n).map(|i| scores[i.saturating_sub(half)..(i + half + 1).min(n)].iter().copied().fold(f64::NEG_INFINITY, f64::max)).collect()
+        }
+        Scorer::H2o | Scorer::Tova => scores.to_vec(),
+    };
+    let mut middle: Vec<usize> = (pinned..n - tail).collect();
+    // Best first; among equals the newer, as the streaming rule evicts the older.
+    middle.sort_by(|&a, &b| ranked[b].total_cmp(&ranked[a]).then(b.cmp(&a)));
+    middle.truncate(w - pinned - tail);
+    let mut kept: Vec<usize> = (0..pinned).chain(middle).chain(n - tail..n).collect();
+    kept.sort_unstable();
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::policy::{Eviction, PositionMode};
+
+    #[test]
+    fn kept_positions_follow_each_rule() {
+        let scores = [0.0, 0.1, 0.9, 0.2, 0.9, 0.05, 0.3, 0.4];
+        let p = |e: Eviction| Policy::new(e, 5, PositionMode::Slot);
+        // h2o, S = 1, R = 2: position 0, the last two (6, 7), the best two of 1..6: 4 and 2
+        // tie, both kept.
+        assert_eq!(kept_positions(&p(Eviction::H2o { sinks: 1, recent: Some(2) }), Scorer::H2o, &scores), vec![0, 2, 4, 6, 7]);
+        // tova, nothing pinned: the five best, the tie at 0.9 kept, 0.3 and 0.4 and 0.2.
+        assert_eq!(kept_positions(&p(Eviction::Tova { sinks: 0 }), Scorer::Tova, &scores), vec![2, 3, 4, 6, 7]);
+        // Within the budget everything stays.
+        assert_eq!(kept_positions(&p(Eviction::Tova { sinks: 0 }), Scorer::Tova, &scores[..5]), vec![0, 1, 2, 3, 4]);
+        // snapkv, window 2: pooling spreads 0.9 over ±3 positions, so the newest of the pooled
+        // ties win: 4 and 5 beside the window 6, 7 and the pinned 0.
+        assert_eq!(kept_positions(&p(Eviction::SnapKv { sinks: 1, observe: Some(2) }), Scorer::SnapKv, &scores), vec![0, 4, 5, 6, 7]);
+    }
+}
