@@ -7,12 +7,12 @@
 //!
 //! - L0 `error`: one error type, one line per user-facing failure
 //! - L1 `io` (atomic files, JSON, safetensors arrays, text input, serving traces) · `numerics` (SIMD dispatch, e^x, softmax, SwiGLU, token sampling)
-//! - L2 `metrics`: the papers' definitions on plain numbers (α_k, massive activation, quantization risk and fake quantization, ΔNLL/KL, step detection)
+//! - L2 `metrics`: the papers' definitions on plain numbers (α_k, massive activation, quantization risk and fake quantization, ΔNLL/KL, step detection, binomial intervals)
 //! - L3 `model`: sources, model families (`family`), loaders, tokenizers, the hook vocabulary (`HookPoint`, `HookReceiver`), the decoder, NLL scoring
-//! - L4 `capture` (reducers, heatmaps, memory estimate, capture, ablation and fake-quantization runs) · `kv` (cache policies, simulator, recommendation, canary) · `probe` (probe sets)
+//! - L4 `capture` (reducers, heatmaps, memory estimate, capture, ablation and fake-quantization runs) · `kv` (cache policies, simulator, recommendation, canary, pass-key retrieval) · `probe` (probe sets)
 //! - L5 `analysis`: pure functions from captured reductions to findings
 //! - L6 `report`: run-directory records, the `Run` loader, tables, Parquet, figures, Markdown
-//! - L7 `pipeline` (capture/analyze/stream/watch/canary/quant/survey/demo jobs with plain options) · `tui` (the dashboard over a `Run`)
+//! - L7 `pipeline` (capture/analyze/stream/watch/canary/quant/survey/needle/demo jobs with plain options) · `tui` (the dashboard over a `Run`)
 //! - L8 `cli`: clap parsing and printing over `pipeline` and `tui`
 //!
 //! References: Xiao et al. 2023 (StreamingLLM, attention sinks); Gu et al. 2024 ("When Attention

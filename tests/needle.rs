@@ -289,3 +289,30 @@ fn with_the_question_known_a_budget_that_holds_the_prompt_is_dense_and_the_quest
             .is_err());
     }
 }
+
+#[test]
+fn gemma_s_own_sliding_windows_hold_under_the_stream_and_its_branches() {
+    // Gemma 3's local layers see 512 keys: 700-token prompts make the windows bite on the
+    // prompt's queries and on every candidate's.
+    let Some(lm) = load_model("gemma-3-270m-q4_k_m.gguf") else { return };
+    let trials = draw_trials(&lm.tokenizer, 1, 3, 11).unwrap();
+    let book = std::fs::read_to_string(common::corpora_dir().join("pg84_frankenstein.txt")).unwrap();
+    let haystack = Haystack::new(&lm.tokenizer, &book[..20_000], 700, trials[0].needle.len()).unwrap();
+    let insertions = [haystack.insertion(0.0), haystack.insertion(0.9)];
+    let dense = sweep(&lm.model, policy(PolicyKind::Dense, 0, 0), Compression::Streamed, &haystack, &insertions, &trials, &mut |_| {}).unwrap();
+    let sink = sweep(&lm.model, policy(PolicyKind::Sink, 4, 128), Compression::Streamed, &haystack, &insertions, &trials, &mut |_| {}).unwrap();
+    for (i, &at) in insertions.iter().enumerate() {
+        let prompt = haystack.prompt(at, &trials[0].needle);
+        for (k, cand) in trials[0].candidates.iter().enumerate() {
+            let ids = [&prompt[..], cand].concat();
+            let h = lm.model.forward(&ids, None, &mut NoCapture).unwrap();
+            let want: f64 = lm.model.next_token_nll(&h.narrow(0, prompt.len() - 1, cand.len()).unwrap(), cand).unwrap().iter().sum();
+            let got = dense[i][0].scores.nll[k];
+            assert!((got - want).abs() < NLL_TOL, "gemma dense depth {i} candidate {k}: {got} vs {want}");
+        }
+        let ids = [&prompt[..], &trials[0].candidates[0]].concat();
+        let sim = simulate_with(&lm.model, &ids, &[policy(PolicyKind::Sink, 4, 128)], SimOptions::default(), &mut |_, _| {}).unwrap().remove(0);
+        let want = answer_steps(&sim.nll, prompt.len(), trials[0].candidates[0].len());
+        common::assert_close(&format!("gemma sink depth {i} vs the simulator"), &sink[i][0].scores.truth_tokens, &want, NLL_TOL);
+    }
+}
