@@ -315,4 +315,17 @@ fn gemma_s_own_sliding_windows_hold_under_the_stream_and_its_branches() {
         let want = answer_steps(&sim.nll, prompt.len(), trials[0].candidates[0].len());
         common::assert_close(&format!("gemma sink depth {i} vs the simulator"), &sink[i][0].scores.truth_tokens, &want, NLL_TOL);
     }
+    // window W = 128 against the forward whose every layer sees at most 128 keys.
+    let window = sweep(&lm.model, policy(PolicyKind::Window, 0, 128), Compression::Streamed, &haystack, &insertions, &trials, &mut |_| {}).unwrap();
+    let mut banded = lm;
+    for l in banded.model.cfg.layers.iter_mut() {
+        l.window = Some(l.window.map_or(128, |own| own.min(128)));
+    }
+    for (i, &at) in insertions.iter().enumerate() {
+        let prompt = haystack.prompt(at, &trials[0].needle);
+        let cand = &trials[0].candidates[0];
+        let h = banded.model.forward(&[&prompt[..], cand].concat(), None, &mut NoCapture).unwrap();
+        let want = banded.model.next_token_nll(&h.narrow(0, prompt.len() - 1, cand.len()).unwrap(), cand).unwrap();
+        common::assert_close(&format!("gemma window depth {i} vs the banded forward"), &window[i][0].scores.truth_tokens, &want, NLL_TOL);
+    }
 }

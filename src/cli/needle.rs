@@ -128,12 +128,13 @@ fn summary(r: &NeedleReport) -> String {
         s.distractors + 1,
         100.0 / (s.distractors + 1) as f64
     );
-    out += &format!("  {:<38} {:>28} {:>28} {:>8}\n", "policy", "needle within W: first/exact", "beyond W: first/exact", "seconds");
+    let width = r.policies.iter().map(|p| p.label.chars().count()).max().unwrap_or(0).max(6);
+    out += &format!("  {:<width$} {:>28} {:>28} {:>8}\n", "policy", "needle within W: first/exact", "beyond W: first/exact", "seconds");
     let side =
         |v: Option<(usize, f64, f64)>| v.map_or("—".to_string(), |(n, rank, exact)| format!("{:.0}% / {:.0}% of {n}", rank * 100.0, exact * 100.0));
     for p in &r.policies {
         let split = budget_split(&r.cells, &p.label);
-        out += &format!("  {:<38} {:>28} {:>28} {:>8.0}\n", p.label, side(split.within), side(split.beyond), p.seconds);
+        out += &format!("  {:<width$} {:>28} {:>28} {:>8.0}\n", p.label, side(split.within), side(split.beyond), p.seconds);
     }
     out += &format!(
         "  {} tokens run where prompts one by one would run {} ({:.1}× fewer: the haystack before each needle is shared); the policies took {:.0} s (parts reused from an earlier run count their first run's time), this run {:.0} s\n",
