@@ -123,6 +123,45 @@ impl StreamKv {
 /// cos and sin tables of one RoPE at some positions.
 type Tables = (Tensor, Tensor);
 
+/// One layer's block of queries (before and after RoPE at the rows' stream positions), new keys
+/// (rotated) and values, heads first.
+struct HeadsFirst {
+    q_heads: Tensor,
+    q_stream: Tensor,
+    k: Tensor,
+    v: Tensor,
+}
+
+fn heads_first(rope: &crate::model::rope::Rope, (cos, sin): &Tables, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<HeadsFirst> {
+    let first = |x: &Tensor| -> Result<Tensor> { Ok(x.transpose(0, 1)?.contiguous()?) };
+    let q_heads = first(q)?;
+    Ok(HeadsFirst { q_stream: rope.apply(&q_heads, cos, sin)?, k: rope.apply(&first(k)?, cos, sin)?, v: first(v)?, q_heads })
+}
+
+/// The keys a layer with its own window of `window` keys still shows the query at stream position
+/// `t` under `view`: (first pinned key, first recent key). A pinned key s sits `pinned_pos − s`
+/// from the query, a recent key j sits `t − j`.
+fn within_window(view: &QueryView, t: usize, window: Option<usize>) -> (usize, usize) {
+    match window {
+        Some(w) => (((view.pinned_pos + 1).saturating_sub(w)).min(view.pinned), view.from.max((t + 1).saturating_sub(w))),
+        None => (0, view.from),
+    }
+}
+
+/// Scales the `segments` of one score row and turns them into softmax weights (zero elsewhere),
+/// with the head's learned sink logit when the layer has one.
+fn softmax_row(s: &mut [f32], segments: &[Range<usize>], scale: f32, sink: Option<f32>) {
+    for seg in segments {
+        s[seg.clone()].iter_mut().for_each(|x| *x *= scale);
+    }
+    match sink {
+        Some(logit) => {
+            softmax_segments_with_sink(s, segments, logit);
+        }
+        None => softmax_segments(s, segments),
+    }
+}
+
 /// Attention of a block of consecutive stream queries, each with its own [`QueryView`].
 struct ViewAttention<'a> {
     kv: &'a mut StreamKv,
@@ -145,12 +184,7 @@ impl Attend for ViewAttention<'_> {
         let (b, h, dh) = q.dims3()?;
         let kvh = k.dim(1)?;
         let group = h / kvh;
-        let heads_first = |x: &Tensor| -> Result<Tensor> { Ok(x.transpose(0, 1)?.contiguous()?) };
-        let (cos, sin) = at_stream;
-        let q_heads = heads_first(q)?;
-        let q_stream = rope.apply(&q_heads, cos, sin)?;
-        let k_new = rope.apply(&heads_first(k)?, cos, sin)?;
-        let v_new = heads_first(v)?;
+        let HeadsFirst { q_heads, q_stream, k: k_new, v: v_new } = heads_first(rope, at_stream, q, k, v)?;
         let kv = &mut *self.kv;
         if kv.k.len() <= layer {
             kv.k.push(k_new);
@@ -182,23 +216,11 @@ impl Attend for ViewAttention<'_> {
             let r = row % b;
             let (view, t) = (views[r], start + r);
             // A layer with its own window also hides what the policy keeps but lies further
-            // back than the window, at the positions the policy gives: a pinned key s sits
-            // `pinned_pos − s` from the query, a recent key j sits `t − j`.
-            let (pinned_from, from) = match window {
-                Some(w) => (((view.pinned_pos + 1).saturating_sub(w)).min(view.pinned), view.from.max((t + 1).saturating_sub(w))),
-                None => (0, view.from),
-            };
+            // back than the window, at the positions the policy gives.
+            let (pinned_from, from) = within_window(&view, t, window);
             let segments = [pinned_from..view.pinned, pinned + from - base..pinned + t + 1 - base];
-            for seg in &segments {
-                s[seg.clone()].iter_mut().for_each(|x| *x *= scale);
-            }
-            match sinks {
-                // Row (kv head, member, r) belongs to head row / b.
-                Some(logits) => {
-                    softmax_segments_with_sink(s, &segments, logits[row / b]);
-                }
-                None => softmax_segments(s, &segments),
-            }
+            // Row (kv head, member, r) belongs to head row / b.
+            softmax_row(s, &segments, scale, sinks.map(|logits| logits[row / b]));
         });
         let pattern = Tensor::from_vec(a, (kvh, group * b, cols), &Device::Cpu)?;
         let out = pattern.matmul(&values)?.reshape((h, b, dh))?;
@@ -231,12 +253,7 @@ impl Attend for BranchAttention<'_> {
         let (rows, h, dh) = q.dims3()?;
         let kvh = k.dim(1)?;
         let group = h / kvh;
-        let heads_first = |x: &Tensor| -> Result<Tensor> { Ok(x.transpose(0, 1)?.contiguous()?) };
-        let (cos, sin) = at_stream;
-        let q_heads = heads_first(q)?;
-        let q_stream = rope.apply(&q_heads, cos, sin)?;
-        let k_new = rope.apply(&heads_first(k)?, cos, sin)?;
-        let v_new = heads_first(v)?;
+        let HeadsFirst { q_heads, q_stream, k: k_new, v: v_new } = heads_first(rope, at_stream, q, k, v)?;
         let kv = self.kv;
         let (Some(k_old), Some(v_old)) = (kv.k.get(layer), kv.v.get(layer)) else {
             return Err(Error::Internal("branches need a stream that has run".into()));
@@ -264,10 +281,7 @@ impl Attend for BranchAttention<'_> {
             let r = row % rows;
             let (branch, j) = (r / len.max(1), r % len.max(1));
             let (view, t) = (views[r], start + j);
-            let (pinned_from, from) = match window {
-                Some(w) => (((view.pinned_pos + 1).saturating_sub(w)).min(view.pinned), view.from.max((t + 1).saturating_sub(w))),
-                None => (0, view.from),
-            };
+            let (pinned_from, from) = within_window(&view, t, window);
             // The stream's keys before the branch, then the branch's own up to the query.
             let own_from = from.max(start) - start;
             let segments = [
@@ -275,15 +289,7 @@ impl Attend for BranchAttention<'_> {
                 p + from.min(start) - base..p + n_window,
                 p + n_window + branch * len + own_from..p + n_window + branch * len + j + 1,
             ];
-            for seg in &segments {
-                s[seg.clone()].iter_mut().for_each(|x| *x *= scale);
-            }
-            match sinks {
-                Some(logits) => {
-                    softmax_segments_with_sink(s, &segments, logits[row / rows]);
-                }
-                None => softmax_segments(s, &segments),
-            }
+            softmax_row(s, &segments, scale, sinks.map(|logits| logits[row / rows]));
         });
         let pattern = Tensor::from_vec(a, (kvh, group * rows, cols), &Device::Cpu)?;
         let out = pattern.matmul(&values.contiguous()?)?.reshape((h, rows, dh))?;
