@@ -56,7 +56,10 @@ fn main() {
                     anchor_tokens += ids.len();
                     let h = m.forward(&ids, None, &mut NoCapture).unwrap();
                     let nll: f64 = m.next_token_nll(&h.narrow(0, prompt.len() - 1, cand.len()).unwrap(), cand).unwrap().iter().sum();
-                    worst = worst.max((nll - out[i][j].scores.nll[k]).abs());
+                    let diff = (nll - out[i][j].scores.nll[k]).abs();
+                    // A NaN would vanish in the max below: refuse it here.
+                    assert!(diff.is_finite(), "a non-finite NLL: the sweep {} vs a plain forward {nll}", out[i][j].scores.nll[k]);
+                    worst = worst.max(diff);
                 }
             }
         }

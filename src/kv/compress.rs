@@ -12,14 +12,11 @@ use std::ops::Range;
 use candle_core::Tensor;
 
 use super::policy::{Policy, Scorer};
-use super::scored::ScoredCache;
+use super::scored::{snapkv_pooled, ScoredCache};
 use crate::error::{Error, Result};
 use crate::model::decoder::Decoder;
 use crate::model::hook::HookPoint;
 use crate::model::receiver::HookReceiver;
-
-/// SnapKV's max-pooling kernel over neighbouring positions (as in `kv::scored`).
-const SNAPKV_KERNEL: usize = 7;
 
 /// Per layer: the keys' summed attention from the scoring queries ([kv head][position]), and
 /// the keys before RoPE and the values ([position][kv head][d_head]).
@@ -116,16 +113,12 @@ fn kept_positions(policy: &Policy, scorer: Scorer, scores: &[f64]) -> Vec<usize>
     }
     let pinned = policy.pinned().min(w);
     let tail = match scorer {
-        Scorer::H2o => policy.recent_window(),
-        Scorer::SnapKv => policy.recent_window(),
+        Scorer::H2o | Scorer::SnapKv => policy.recent_window(),
         Scorer::Tova => 0,
     }
     .min(w - pinned);
     let ranked: Vec<f64> = match scorer {
-        Scorer::SnapKv => {
-            let half = SNAPKV_KERNEL / 2;
-            (0..n).map(|i| scores[i.saturating_sub(half)..(i + half + 1).min(n)].iter().copied().fold(f64::NEG_INFINITY, f64::max)).collect()
-        }
+        Scorer::SnapKv => snapkv_pooled(scores),
         Scorer::H2o | Scorer::Tova => scores.to_vec(),
     };
     let mut middle: Vec<usize> = (pinned..n - tail).collect();

@@ -84,9 +84,14 @@ impl Haystack {
         self.boundaries.iter().copied().min_by(|&a, &b| (a as f64 - target).abs().total_cmp(&(b as f64 - target).abs()).then(a.cmp(&b))).unwrap_or(0)
     }
 
+    /// Tokens in every prompt with a needle of `needle_len` tokens.
+    pub fn prompt_len(&self, needle_len: usize) -> usize {
+        self.head.len() + self.filler.len() + needle_len + self.question.len()
+    }
+
     /// The whole prompt with `needle` before filler index `at`.
     pub fn prompt(&self, at: usize, needle: &[u32]) -> Vec<u32> {
-        let mut ids = Vec::with_capacity(self.head.len() + self.filler.len() + needle.len() + self.question.len());
+        let mut ids = Vec::with_capacity(self.prompt_len(needle.len()));
         ids.extend_from_slice(&self.head);
         ids.extend_from_slice(&self.filler[..at]);
         ids.extend_from_slice(needle);

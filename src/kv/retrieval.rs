@@ -213,6 +213,15 @@ impl Compression {
     }
 }
 
+/// Refuses the question-known mode for a policy that keeps keys by position (nothing the question
+/// attends to can change what it keeps).
+pub fn compression_applies(policy: &Policy, compression: Compression) -> Result<()> {
+    if compression == Compression::QuestionKnown && !policy.is_scored() {
+        return Err(Error::input(format!("{} keeps keys by position: only score-based policies compress with the question known", policy.label())));
+    }
+    Ok(())
+}
+
 /// Runs every (insertion, trial) prompt of `haystack` through `policy`'s cache and scores its
 /// candidates; `insertions` are filler indices (see [`Haystack::insertion`]). Streamed, the head
 /// and the filler run once, in order, each prompt branching off where its needle goes; with the
@@ -271,9 +280,9 @@ fn compressed_sweep(
     trials: &[Trial],
     progress: &mut dyn FnMut(usize),
 ) -> Result<Vec<Vec<TrialOutcome>>> {
-    if !policy.is_scored() {
-        return Err(Error::input(format!("{} keeps keys by position: the question cannot change what it keeps", policy.label())));
-    }
+    compression_applies(&policy, Compression::QuestionKnown)?;
+    // The streaming refusals hold here too (delta positions; original positions on a model with
+    // its own sliding windows).
     CacheStream::new(model, policy)?;
     let answer_len = trials.first().and_then(|t| t.candidates.first()).map_or(0, Vec::len);
     insertions

@@ -261,6 +261,13 @@ impl ScoredCache {
     }
 }
 
+/// SnapKV's score of each key: the largest of its observed attention and its neighbours' (a max
+/// pool of [`SNAPKV_KERNEL`] keys centred on it), so a key beside a heavily attended one survives.
+pub(super) fn snapkv_pooled(sums: &[f64]) -> Vec<f64> {
+    let (n, half) = (sums.len(), SNAPKV_KERNEL / 2);
+    (0..n).map(|i| sums[i.saturating_sub(half)..(i + half + 1).min(n)].iter().copied().fold(f64::NEG_INFINITY, f64::max)).collect()
+}
+
 /// The key to evict from a full set: the lowest score among the keys the policy may drop (not
 /// pinned, not protected as recent), ties to the older key.
 pub(super) fn victim(policy: &Policy, scorer: Scorer, set: &HeadSet) -> usize {
@@ -274,11 +281,7 @@ pub(super) fn victim(policy: &Policy, scorer: Scorer, set: &HeadSet) -> usize {
     let score: Vec<f64> = match scorer {
         Scorer::H2o => set.total.clone(),
         Scorer::Tova => set.last.iter().map(|&x| x as f64).collect(),
-        Scorer::SnapKv => {
-            let sums: Vec<f64> = set.recent.iter().map(|r| r.iter().map(|&x| x as f64).sum()).collect();
-            let half = SNAPKV_KERNEL / 2;
-            (0..n).map(|i| sums[i.saturating_sub(half)..(i + half + 1).min(n)].iter().copied().fold(f64::NEG_INFINITY, f64::max)).collect()
-        }
+        Scorer::SnapKv => snapkv_pooled(&set.recent.iter().map(|r| r.iter().map(|&x| x as f64).sum()).collect::<Vec<f64>>()),
     };
     let candidates = (0..n.saturating_sub(protected_tail)).filter(|&i| set.pos[i] >= policy.pinned());
     let mut best: Option<usize> = None;

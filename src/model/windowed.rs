@@ -124,18 +124,43 @@ impl StreamKv {
 type Tables = (Tensor, Tensor);
 
 /// One layer's block of queries (before and after RoPE at the rows' stream positions), new keys
-/// (rotated) and values, heads first.
-struct HeadsFirst {
+/// (rotated) and values, heads first, with the block's shape and the layer's tables for pinned
+/// keys (when any view pins some).
+struct HeadsFirst<'t> {
     q_heads: Tensor,
     q_stream: Tensor,
     k: Tensor,
     v: Tensor,
+    at_pinned: Option<&'t Tables>,
+    rows: usize,
+    heads: usize,
+    d_head: usize,
+    kv_heads: usize,
 }
 
-fn heads_first(rope: &crate::model::rope::Rope, (cos, sin): &Tables, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<HeadsFirst> {
+impl HeadsFirst<'_> {
+    /// Query heads per KV head.
+    fn group(&self) -> usize {
+        self.heads / self.kv_heads
+    }
+}
+
+fn heads_first<'t>(at: &LayerAttention, tables: &'t [(Tables, Option<Tables>)], q: &Tensor, k: &Tensor, v: &Tensor) -> Result<HeadsFirst<'t>> {
+    let Some(((cos, sin), at_pinned)) = tables.get(at.rope_index) else { return Err(Error::Internal("a layer's RoPE has no tables".into())) };
+    let (rows, heads, d_head) = q.dims3()?;
     let first = |x: &Tensor| -> Result<Tensor> { Ok(x.transpose(0, 1)?.contiguous()?) };
     let q_heads = first(q)?;
-    Ok(HeadsFirst { q_stream: rope.apply(&q_heads, cos, sin)?, k: rope.apply(&first(k)?, cos, sin)?, v: first(v)?, q_heads })
+    Ok(HeadsFirst {
+        q_stream: at.rope.apply(&q_heads, cos, sin)?,
+        k: at.rope.apply(&first(k)?, cos, sin)?,
+        v: first(v)?,
+        q_heads,
+        at_pinned: at_pinned.as_ref(),
+        rows,
+        heads,
+        d_head,
+        kv_heads: k.dim(1)?,
+    })
 }
 
 /// The keys a layer with its own window of `window` keys still shows the query at stream position
@@ -180,11 +205,9 @@ impl Attend for ViewAttention<'_> {
 
     fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _sink: &mut dyn HookReceiver) -> Result<Tensor> {
         let (rope, layer) = (at.rope, at.index);
-        let Some((at_stream, at_pinned)) = self.tables.get(at.rope_index) else { return Err(Error::Internal("a layer's RoPE has no tables".into())) };
-        let (b, h, dh) = q.dims3()?;
-        let kvh = k.dim(1)?;
-        let group = h / kvh;
-        let HeadsFirst { q_heads, q_stream, k: k_new, v: v_new } = heads_first(rope, at_stream, q, k, v)?;
+        let block = heads_first(at, &self.tables, q, k, v)?;
+        let (b, h, dh, kvh, group, at_pinned) = (block.rows, block.heads, block.d_head, block.kv_heads, block.group(), block.at_pinned);
+        let HeadsFirst { q_heads, q_stream, k: k_new, v: v_new, .. } = block;
         let kv = &mut *self.kv;
         if kv.k.len() <= layer {
             kv.k.push(k_new);
@@ -249,11 +272,9 @@ impl Attend for BranchAttention<'_> {
 
     fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _sink: &mut dyn HookReceiver) -> Result<Tensor> {
         let (rope, layer) = (at.rope, at.index);
-        let Some((at_stream, at_pinned)) = self.tables.get(at.rope_index) else { return Err(Error::Internal("a layer's RoPE has no tables".into())) };
-        let (rows, h, dh) = q.dims3()?;
-        let kvh = k.dim(1)?;
-        let group = h / kvh;
-        let HeadsFirst { q_heads, q_stream, k: k_new, v: v_new } = heads_first(rope, at_stream, q, k, v)?;
+        let block = heads_first(at, &self.tables, q, k, v)?;
+        let (rows, h, dh, kvh, group, at_pinned) = (block.rows, block.heads, block.d_head, block.kv_heads, block.group(), block.at_pinned);
+        let HeadsFirst { q_heads, q_stream, k: k_new, v: v_new, .. } = block;
         let kv = self.kv;
         let (Some(k_old), Some(v_old)) = (kv.k.get(layer), kv.v.get(layer)) else {
             return Err(Error::Internal("branches need a stream that has run".into()));
@@ -316,18 +337,23 @@ impl Decoder {
         }
         let oldest = views.iter().map(|v| v.from).min().unwrap_or(start);
         kv.forget_before(oldest)?;
-        let dev = Device::Cpu;
         let positions: Vec<usize> = (start..start + tokens.len()).collect();
-        let pinned_positions: Vec<usize> = views.iter().map(|v| v.pinned_pos).collect();
-        let any_pinned = views.iter().any(|v| v.pinned > 0);
-        let tables = self
-            .ropes()
-            .iter()
-            .map(|rope| Ok((rope.tables(&positions, &dev)?, any_pinned.then(|| rope.tables(&pinned_positions, &dev)).transpose()?)))
-            .collect::<Result<Vec<_>>>()?;
+        let tables = self.view_tables(&positions, views)?;
         let x = self.embed_tokens(tokens, &positions)?;
         let mut attend = ViewAttention { kv, views, start, tables };
         self.run_blocks(x, 0, &mut attend, &mut NoCapture)
+    }
+
+    /// Per RoPE of the model: cos/sin at the rows' stream `positions`, and at their views'
+    /// pinned positions when any view pins keys.
+    fn view_tables(&self, positions: &[usize], views: &[QueryView]) -> Result<Vec<(Tables, Option<Tables>)>> {
+        let dev = Device::Cpu;
+        let pinned_positions: Vec<usize> = views.iter().map(|v| v.pinned_pos).collect();
+        let any_pinned = views.iter().any(|v| v.pinned > 0);
+        self.ropes()
+            .iter()
+            .map(|rope| Ok((rope.tables(positions, &dev)?, any_pinned.then(|| rope.tables(&pinned_positions, &dev)).transpose()?)))
+            .collect()
     }
 
     /// Runs `branches` (each as long as `views`) as continuations of the stream `kv` holds, all
@@ -352,16 +378,9 @@ impl Decoder {
                 )));
             }
         }
-        let dev = Device::Cpu;
         let positions: Vec<usize> = (0..branches.len()).flat_map(|_| start..start + len).collect();
         let all_views: Vec<QueryView> = (0..branches.len()).flat_map(|_| views.iter().copied()).collect();
-        let pinned_positions: Vec<usize> = all_views.iter().map(|v| v.pinned_pos).collect();
-        let any_pinned = views.iter().any(|v| v.pinned > 0);
-        let tables = self
-            .ropes()
-            .iter()
-            .map(|rope| Ok((rope.tables(&positions, &dev)?, any_pinned.then(|| rope.tables(&pinned_positions, &dev)).transpose()?)))
-            .collect::<Result<Vec<_>>>()?;
+        let tables = self.view_tables(&positions, &all_views)?;
         let x = self.embed_tokens(&branches.concat(), &positions)?;
         let mut attend = BranchAttention { kv, views: &all_views, branches: branches.len(), tables };
         self.run_blocks(x, 0, &mut attend, &mut NoCapture)

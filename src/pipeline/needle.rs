@@ -17,7 +17,7 @@ use crate::io::text::read_text_file;
 use crate::io::{write_atomic, write_json_atomic};
 use crate::kv::haystack::{draw_trials, Haystack, Trial, REPEATED_FILLER};
 use crate::kv::policy::{Eviction, Policy};
-use crate::kv::retrieval::{sweep, Compression};
+use crate::kv::retrieval::{compression_applies, sweep, Compression};
 use crate::model::load::LoadedModel;
 
 pub const NEEDLE_FILE: &str = "needle.json";
@@ -161,9 +161,7 @@ fn check(opts: &NeedleOptions) -> Result<()> {
     }
     for (p, compression) in &opts.policies {
         p.check()?;
-        if *compression == Compression::QuestionKnown && !p.is_scored() {
-            return Err(Error::input(format!("{} keeps keys by position: only score-based policies compress with the question known", p.label())));
-        }
+        compression_applies(p, *compression)?;
     }
     Ok(())
 }
@@ -191,7 +189,7 @@ fn run_part(
 ) -> Result<Part> {
     let insertions: Vec<usize> = opts.depths.iter().map(|&d| haystack.insertion(d)).collect();
     let answer_len = trials[0].candidates[0].len();
-    let prompt_len = haystack.head.len() + haystack.filler.len() + trials[0].needle.len() + haystack.question.len();
+    let prompt_len = haystack.prompt_len(trials[0].needle.len());
     // Tokens run: streamed, the head and filler up to the deepest insertion once, then per
     // prompt the needle onwards; with the question known, every prompt whole. Then every
     // candidate's answer tokens but the last.
@@ -236,16 +234,12 @@ fn run_part(
         model_sha256: sha.to_string(),
         settings: settings.clone(),
         policy: label,
-        length: haystack_length(haystack, trials),
+        length: prompt_len,
         trials: rows,
         tokens_run,
         tokens_separate,
         seconds: started.elapsed().as_secs_f64(),
     })
-}
-
-fn haystack_length(h: &Haystack, trials: &[Trial]) -> usize {
-    h.head.len() + h.filler.len() + trials[0].needle.len() + h.question.len()
 }
 
 /// needle.json, the tables and the figures, landing together (the parts stay: a later sweep
