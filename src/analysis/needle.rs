@@ -5,9 +5,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::kv::per_head::{gates_by_share, ranked};
 use crate::kv::policy::Policy;
 use crate::kv::retrieval::Compression;
+use crate::kv::retrieval_heads::HeadEffects;
 use crate::metrics::proportion::{wilson, Z95};
+use crate::metrics::rank::spearman;
 use crate::model::info::ModelInfo;
 
 /// How the prompts were made and scored (what a resumed sweep must share with its parts).
@@ -29,7 +32,7 @@ pub struct NeedlePolicy {
     pub policy: Policy,
     /// Whether the question was known while the prompt was compressed.
     pub compression: Compression,
-    /// W; `None` for dense.
+    /// W; `None` for dense, and for a budget that depends on the length (each trial has its own).
     pub budget: Option<usize>,
     /// Wall time of its prompts and candidates, every length (as first run, for reused parts).
     pub seconds: f64,
@@ -44,6 +47,9 @@ pub struct NeedleReport {
     pub policies: Vec<NeedlePolicy>,
     pub trials: Vec<NeedleTrial>,
     pub cells: Vec<NeedleCell>,
+    /// Which heads retrieve, when measured (`--retrieval-heads`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heads: Option<NeedleHeads>,
     /// Tokens run through the model (prompt prefixes shared between prompts counted once).
     pub tokens_run: usize,
     /// Tokens running each prompt on its own would take (each prompt whole, then its candidates).
@@ -87,6 +93,9 @@ pub struct NeedleTrial {
     pub distance: usize,
     /// The share of the needle's tokens the cache held when the answer began.
     pub needle_kept: f64,
+    /// The cache budget W the prompt ran under (`None`: dense).
+    #[serde(default)]
+    pub budget: Option<usize>,
 }
 
 /// Every trial of one policy × length × depth, summarised.
@@ -107,13 +116,14 @@ pub struct NeedleCell {
     pub answer_nll: f64,
     pub distance: f64,
     pub needle_kept: f64,
+    /// The cache budget W of its trials (`None`: dense).
+    pub budget: Option<usize>,
     /// The needle lay less than the cache budget W from the answer (always, with no eviction).
     pub within_budget: bool,
 }
 
-/// Cells of `trials` in their first-seen order of (policy, length, depth); `budget(policy)` is the
-/// policy's W (`None`: it keeps everything).
-pub fn cells(trials: &[NeedleTrial], budget: &dyn Fn(&str) -> Option<usize>) -> Vec<NeedleCell> {
+/// Cells of `trials` in their first-seen order of (policy, length, depth).
+pub fn cells(trials: &[NeedleTrial]) -> Vec<NeedleCell> {
     let mut keys: Vec<(&str, usize, u64)> = Vec::new();
     for t in trials {
         let k = (t.policy.as_str(), t.length, t.depth.to_bits());
@@ -130,6 +140,7 @@ pub fn cells(trials: &[NeedleTrial], budget: &dyn Fn(&str) -> Option<usize>) -> 
             let (rank_accuracy, rank_ci) = wilson(group.iter().filter(|t| t.rank == 1).count(), n, Z95);
             let (exact_accuracy, exact_ci) = wilson(group.iter().filter(|t| t.exact).count(), n, Z95);
             let distance = mean(&|t| t.distance as f64);
+            let budget = group[0].budget;
             NeedleCell {
                 policy: policy.to_string(),
                 length,
@@ -144,10 +155,88 @@ pub fn cells(trials: &[NeedleTrial], budget: &dyn Fn(&str) -> Option<usize>) -> 
                 answer_nll: mean(&|t| t.answer_nll),
                 distance,
                 needle_kept: mean(&|t| t.needle_kept),
-                within_budget: budget(policy).is_none_or(|w| distance < w as f64),
+                budget,
+                within_budget: budget.is_none_or(|w| distance < w as f64),
             }
         })
         .collect()
+}
+
+/// Which heads retrieve (causal evidence on pass-key prompts), beside the heads `heads` would
+/// keep whole (attention paid outside S sinks + R recent keys), per KV head.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NeedleHeads {
+    /// The calibration prompts: their length, and trials per depth (the sweep's depths, keys
+    /// drawn apart from the sweep's so that the heads are not chosen on the prompts they are
+    /// judged on).
+    pub length: usize,
+    pub trials: usize,
+    pub effects: HeadEffects,
+    /// [layer][kv head]: the largest mean attention of its query heads outside `sinks` + `recent`
+    /// keys, over `outside_tokens` tokens of a calibration prompt.
+    pub outside: Vec<Vec<f64>>,
+    pub outside_tokens: usize,
+    pub sinks: usize,
+    pub recent: usize,
+    /// The share of KV heads each evidence keeps whole, and which.
+    pub share: f64,
+    pub full_by_needle: Vec<Vec<bool>>,
+    pub full_by_outside: Vec<Vec<bool>>,
+    /// KV heads both keep whole.
+    pub overlap: usize,
+    /// Spearman's ρ between the two evidences over every KV head (`None`: one is constant).
+    pub rank_correlation: Option<f64>,
+}
+
+impl NeedleHeads {
+    /// The findings from both evidences, keeping the `share` of KV heads each ranks highest.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        length: usize,
+        trials: usize,
+        effects: HeadEffects,
+        outside: Vec<Vec<f64>>,
+        outside_tokens: usize,
+        sinks: usize,
+        recent: usize,
+        share: f64,
+    ) -> Self {
+        let full_by_needle = gates_by_share(&effects.kv, share);
+        let full_by_outside = gates_by_share(&outside, share);
+        let overlap = full_by_needle.iter().flatten().zip(full_by_outside.iter().flatten()).filter(|(a, b)| **a && **b).count();
+        let flat = |m: &[Vec<f64>]| m.iter().flatten().copied().collect::<Vec<f64>>();
+        let rank_correlation = spearman(&flat(&effects.kv), &flat(&outside));
+        NeedleHeads {
+            length,
+            trials,
+            effects,
+            outside,
+            outside_tokens,
+            sinks,
+            recent,
+            share,
+            full_by_needle,
+            full_by_outside,
+            overlap,
+            rank_correlation,
+        }
+    }
+
+    /// KV heads kept whole by each evidence.
+    pub fn kept(&self) -> usize {
+        self.full_by_needle.iter().flatten().filter(|&&f| f).count()
+    }
+
+    /// The `n` KV heads whose loss of the needle costs the answer most: (layer, kv head, ΔNLL,
+    /// its rank by attention outside S + R, 1 = first).
+    pub fn leaders(&self, n: usize) -> Vec<(usize, usize, f64, usize)> {
+        let by_outside = ranked(&self.outside);
+        ranked(&self.effects.kv)
+            .into_iter()
+            .take(n)
+            .map(|(l, kv)| (l, kv, self.effects.kv[l][kv], 1 + by_outside.iter().position(|&x| x == (l, kv)).unwrap_or(by_outside.len())))
+            .collect()
+    }
 }
 
 /// Accuracy of one policy over its cells within and beyond the budget: (trials, rank accuracy,
@@ -191,6 +280,7 @@ mod tests {
             predicted: None,
             distance,
             needle_kept: 1.0,
+            budget: (policy != "dense").then_some(64),
         }
     }
 
@@ -203,8 +293,7 @@ mod tests {
             trial("window W=64", 1.0, 1, false, 20),
             trial("dense", 0.0, 1, true, 500),
         ];
-        let budget = |p: &str| (p != "dense").then_some(64);
-        let c = cells(&trials, &budget);
+        let c = cells(&trials);
         assert_eq!(c.len(), 3);
         assert_eq!((c[0].trials, c[0].rank_accuracy, c[0].exact_accuracy, c[0].mean_rank), (2, 0.5, 0.5, 2.0));
         assert!(!c[0].within_budget && c[1].within_budget && c[2].within_budget);

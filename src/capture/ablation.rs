@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::collector::TensorCollector;
 use crate::error::{Error, Result};
 use crate::metrics::divergence::{compare_logit_row, log_softmax_rows, CleanRow};
-use crate::model::decoder::{Decoder, KeyMask};
+use crate::model::decoder::{Decoder, Hidden, KeyMask};
 use crate::model::hook::{HookFilter, HookPoint};
 
 /// One masked variant's effect.
@@ -76,9 +76,12 @@ pub fn run_masks(
     let t = ids.len();
     // Rows from the mask's first query on predict the next token; at least one must be scored.
     if let Some((m, _)) = groups.iter().flatten().find(|(m, _)| m.first_query() + 2 > t) {
-        return Err(match m.recent {
-            None => Error::input(format!("cannot ablate key {} of a {t}-token probe: it needs tokens after it to score", m.key)),
-            Some(r) => Error::input(format!("{t} tokens leave no query with keys beyond {} sinks + {r} recent to hide; use a longer text", m.key)),
+        return Err(match m.hide {
+            Hidden::Key(key) => Error::input(format!("cannot ablate key {key} of a {t}-token probe: it needs tokens after it to score")),
+            Hidden::Streaming { sinks, recent } => {
+                Error::input(format!("{t} tokens leave no query with keys beyond {sinks} sinks + {recent} recent to hide; use a longer text"))
+            }
+            Hidden::Span { ref keys, from } => Error::input(format!("cannot hide keys {keys:?} from query {from} of a {t}-token text")),
         });
     }
     let cfg = &model.cfg;
@@ -121,7 +124,11 @@ pub fn run_masks(
                 kl += k;
             }
             let n = (t - 1 - first) as f64;
-            results.push(AblationResult { layer, head: *head, key_pos: mask.key, delta_nll: dnll / n, kl: kl / n });
+            let key_pos = match mask.hide {
+                Hidden::Key(key) | Hidden::Streaming { sinks: key, .. } => key,
+                Hidden::Span { ref keys, .. } => keys.start,
+            };
+            results.push(AblationResult { layer, head: *head, key_pos, delta_nll: dnll / n, kl: kl / n });
             progress(results.len(), total);
         }
     }

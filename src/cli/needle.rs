@@ -8,12 +8,13 @@ use clap::Args;
 
 use super::model_args::ModelArgs;
 use super::progress::TerminalProgress;
-use crate::analysis::needle::{budget_split, NeedleReport};
+use crate::analysis::needle::{budget_split, NeedleHeads, NeedleReport};
 use crate::error::{Error, Result};
 use crate::io::staging::check_out_dir;
 use crate::kv::policy::{Policy, PolicyKind, PolicyRequest, PositionMode};
 use crate::kv::retrieval::Compression;
 use crate::pipeline::needle::{needle_into, NeedleOptions, NEEDLE_MD};
+use crate::pipeline::needle_heads::HeadsOptions;
 
 #[derive(Args, Debug)]
 pub struct NeedleArgs {
@@ -53,6 +54,18 @@ pub struct NeedleArgs {
     pub distractors: usize,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Also find which heads retrieve (each KV head's and query head's effect on the answer when
+    /// it alone loses the needle's keys, on calibration prompts of the shortest length), compare
+    /// them with the heads `heads` keeps whole, and run the per-head mixed policy with either's
+    /// heads whole against sink S at the same memory.
+    #[arg(long)]
+    pub retrieval_heads: bool,
+    /// The share of KV heads the per-head mixed policy keeps whole.
+    #[arg(long, default_value_t = 0.1)]
+    pub whole_share: f64,
+    /// Calibration prompts per depth for --retrieval-heads (keys drawn apart from the sweep's).
+    #[arg(long, default_value_t = 2)]
+    pub heads_trials: usize,
     #[arg(long)]
     pub json: bool,
     /// The run directory (needle.json, needle.md, tables/, figures/; resumes from needle-parts/).
@@ -105,6 +118,12 @@ pub fn run(args: NeedleArgs) -> Result<()> {
         trials: args.trials,
         distractors: args.distractors,
         seed: args.seed,
+        retrieval_heads: args.retrieval_heads.then_some(HeadsOptions {
+            share: args.whole_share,
+            trials: args.heads_trials,
+            sinks: args.sinks,
+            cache: args.cache,
+        }),
     };
     let mut lm = args.model.load()?;
     let report = needle_into(&mut lm, &opts, &args.out, &mut TerminalProgress::new())?;
@@ -136,6 +155,9 @@ fn summary(r: &NeedleReport) -> String {
         let split = budget_split(&r.cells, &p.label);
         out += &format!("  {:<width$} {:>28} {:>28} {:>8.0}\n", p.label, side(split.within), side(split.beyond), p.seconds);
     }
+    if let Some(h) = &r.heads {
+        out += &heads_summary(h);
+    }
     out += &format!(
         "  {} tokens run where prompts one by one would run {} ({:.1}× fewer: the haystack before each needle is shared); the policies took {:.0} s (parts reused from an earlier run count their first run's time), this run {:.0} s\n",
         r.tokens_run,
@@ -145,4 +167,21 @@ fn summary(r: &NeedleReport) -> String {
         r.wall_seconds
     );
     out
+}
+
+fn heads_summary(h: &NeedleHeads) -> String {
+    let leaders: Vec<String> =
+        h.leaders(5).iter().map(|(l, kv, d, by_outside)| format!("L{l}.kv{kv} {d:+.2} nats (attention rank {by_outside})")).collect();
+    format!(
+        "  heads that retrieve ({} calibration prompts of {} tokens, dense answer NLL {:.2}): {}; of the {} KV heads each evidence keeps whole, {} are the same; Spearman ρ {} against attention outside S={} + {} recent\n",
+        h.effects.prompts,
+        h.length,
+        h.effects.answer_nll,
+        leaders.join(", "),
+        h.kept(),
+        h.overlap,
+        h.rank_correlation.map_or("—".into(), |r| format!("{r:.2}")),
+        h.sinks,
+        h.recent
+    )
 }

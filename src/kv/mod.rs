@@ -1,6 +1,6 @@
 //! KV-cache eviction: policies and position modes (and a declared policy's near misses), the
 //! policy-managed cache, its memory, the streaming simulator, the sink-count recommendation built
-//! on it, the live canary, and retrieval (pass-key prompts) under a policy.
+//! on it, the live canary, retrieval (pass-key prompts) under a policy, and which heads retrieve.
 
 pub mod alternatives;
 pub mod cache;
@@ -12,6 +12,7 @@ pub mod per_head;
 pub mod policy;
 pub mod recommend;
 pub mod retrieval;
+pub mod retrieval_heads;
 pub mod scored;
 mod scored_replay;
 pub mod simulate;

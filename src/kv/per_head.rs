@@ -160,10 +160,16 @@ pub fn measure(model: &Decoder, ids: &[u32], sinks: usize, recent: usize) -> Res
     Ok(HeadEvidence { outside, alpha0 })
 }
 
-/// The `share` of KV heads with the highest scores as retrieval heads (ties: the earlier head).
-pub fn gates_by_share(score: &[Vec<f64>], share: f64) -> Vec<Vec<bool>> {
+/// Every (layer, head) of `score` ([layer][head]), the highest score first (ties: the earlier head).
+pub fn ranked(score: &[Vec<f64>]) -> Vec<(usize, usize)> {
     let mut order: Vec<(usize, usize)> = score.iter().enumerate().flat_map(|(l, h)| (0..h.len()).map(move |kv| (l, kv))).collect();
     order.sort_by(|a, b| score[b.0][b.1].total_cmp(&score[a.0][a.1]).then(a.cmp(b)));
+    order
+}
+
+/// The `share` of KV heads with the highest scores as retrieval heads (ties: the earlier head).
+pub fn gates_by_share(score: &[Vec<f64>], share: f64) -> Vec<Vec<bool>> {
+    let order = ranked(score);
     let n = (share.clamp(0.0, 1.0) * order.len() as f64).round() as usize;
     let mut full: Vec<Vec<bool>> = score.iter().map(|h| vec![false; h.len()]).collect();
     for &(l, kv) in &order[..n] {
@@ -189,6 +195,13 @@ pub struct MixedOutcome {
     pub bytes: u64,
 }
 
+/// What a mixed policy's streaming heads keep: `h2o` whose recent window is all of W − S keeps
+/// exactly what `sink` S keeps (at slot positions); retrieval heads are set on its cache with
+/// [`ScoredCache::with_full_heads`].
+pub fn mixed_policy(sinks: usize, cache: usize) -> Policy {
+    Policy::new(Eviction::H2o { sinks, recent: Some(cache.saturating_sub(sinks)) }, cache, PositionMode::Slot)
+}
+
 /// Streams `ids` with retrieval heads (`full`) keeping every key and the others S sinks + the
 /// rest of a budget of W recent keys, a block of tokens at a time.
 pub fn simulate_mixed(model: &Decoder, ids: &[u32], full: &[Vec<bool>], sinks: usize, cache: usize) -> Result<MixedOutcome> {
@@ -196,8 +209,7 @@ pub fn simulate_mixed(model: &Decoder, ids: &[u32], full: &[Vec<bool>], sinks: u
     if ids.len() < 2 || sinks >= cache {
         return Err(Error::input(format!("a per-head policy needs at least 2 tokens and --sinks {sinks} below the streaming heads' budget {cache}")));
     }
-    // h2o whose recent window is all of W − S keeps exactly what `sink` keeps.
-    let policy = Policy::new(Eviction::H2o { sinks, recent: Some(cache - sinks) }, cache, PositionMode::Slot);
+    let policy = mixed_policy(sinks, cache);
     let mut store = ScoredCache::new(policy, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head)?.with_full_heads(full)?;
     let steps = ids.len() - 1;
     let Track { nll, lens, wall } = replay_scored(model, ids, &mut store, &mut |_, _| {})?;

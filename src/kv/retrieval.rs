@@ -63,6 +63,15 @@ impl CacheStream {
         }
     }
 
+    /// The per-head mixed policy's stream: the KV heads `full` marks keep every key, the others
+    /// what this score-based cache keeps (`kv::per_head::mixed_policy`).
+    pub fn with_full_heads(self, full: &[Vec<bool>]) -> Result<Self> {
+        match self {
+            CacheStream::Scored(c) => Ok(CacheStream::Scored(c.with_full_heads(full)?)),
+            CacheStream::Positional { .. } => Err(Error::Internal("only a score-based cache keeps some heads whole".into())),
+        }
+    }
+
     /// Tokens run so far.
     pub fn len(&self) -> usize {
         match self {
@@ -243,10 +252,29 @@ pub fn sweep(
     if compression == Compression::QuestionKnown {
         return compressed_sweep(model, policy, haystack, insertions, trials, progress);
     }
+    sweep_from(model, CacheStream::new(model, policy)?, haystack, insertions, trials, progress)
+}
+
+/// [`sweep`] streamed from `trunk`, an empty stream of any cache (a mixed policy's, with
+/// [`CacheStream::with_full_heads`]).
+pub fn sweep_from(
+    model: &Decoder,
+    mut trunk: CacheStream,
+    haystack: &Haystack,
+    insertions: &[usize],
+    trials: &[Trial],
+    progress: &mut dyn FnMut(usize),
+) -> Result<Vec<Vec<TrialOutcome>>> {
+    let filler = &haystack.filler;
+    if let Some(&bad) = insertions.iter().find(|&&i| i > filler.len()) {
+        return Err(Error::Internal(format!("insertion {bad} lies past the filler's {} tokens", filler.len())));
+    }
+    if !trunk.is_empty() {
+        return Err(Error::Internal("a sweep starts from an empty stream".into()));
+    }
     let mut order: Vec<usize> = (0..insertions.len()).collect();
     order.sort_by_key(|&i| (insertions[i], i));
     let mut out: Vec<Vec<TrialOutcome>> = vec![Vec::new(); insertions.len()];
-    let mut trunk = CacheStream::new(model, policy)?;
     trunk.run(model, &haystack.head)?;
     progress(haystack.head.len());
     for i in order {

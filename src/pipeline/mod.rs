@@ -9,6 +9,7 @@ pub mod demo;
 pub mod generate;
 pub mod heads;
 pub mod needle;
+pub mod needle_heads;
 pub mod progress;
 pub mod quant;
 pub mod stream;

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::needle_heads::{measure_heads, per_head_arms, Arm, HeadsOptions};
 use super::progress::Progress;
 use crate::analysis::needle::{cells, NeedlePolicy, NeedleReport, NeedleSettings, NeedleTrial};
 use crate::error::{Error, Result};
@@ -17,7 +18,7 @@ use crate::io::text::read_text_file;
 use crate::io::{write_atomic, write_json_atomic};
 use crate::kv::haystack::{draw_trials, Haystack, Trial, REPEATED_FILLER};
 use crate::kv::policy::{Eviction, Policy};
-use crate::kv::retrieval::{compression_applies, sweep, Compression};
+use crate::kv::retrieval::{compression_applies, sweep, sweep_from, CacheStream, Compression};
 use crate::model::load::LoadedModel;
 
 pub const NEEDLE_FILE: &str = "needle.json";
@@ -38,6 +39,8 @@ pub struct NeedleOptions {
     pub trials: usize,
     pub distractors: usize,
     pub seed: u64,
+    /// Measure which heads retrieve and run the per-head arms.
+    pub retrieval_heads: Option<HeadsOptions>,
 }
 
 /// One finished (policy, length): what a resumed sweep reuses.
@@ -81,24 +84,46 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
     let trials = draw_trials(&lm.tokenizer, opts.trials, opts.distractors, opts.seed)?;
     let parts_dir = out.join(PARTS_DIR);
     std::fs::create_dir_all(&parts_dir).map_err(|e| Error::file(&parts_dir, format!("cannot create ({e})")))?;
-    let (mut all, mut tokens_run, mut tokens_separate) = (Vec::new(), 0, 0);
-    let mut seconds: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
-    for &length in &opts.lengths {
-        // A book's opening, enough for `length` tokens (and the same for this length whatever
-        // the others are, so parts stay reusable).
-        let cut = (length * FILLER_BYTES_PER_TOKEN).max(4096).min(filler.len());
-        let end = (0..=cut).rev().find(|&i| filler.is_char_boundary(i)).unwrap_or(0);
-        let haystack = Haystack::new(&lm.tokenizer, &filler[..end], length, trials[0].needle.len()).map_err(|e| match &opts.filler {
+    let haystack_of = |length: usize, needle_len: usize| -> Result<Haystack> {
+        Haystack::new(&lm.tokenizer, filler_for(&filler, length), length, needle_len).map_err(|e| match &opts.filler {
             Some(path) => Error::file(path, e.to_string()),
             None => e,
-        })?;
-        for &(p, compression) in &opts.policies {
-            let label = label_of(p, compression);
-            let file = parts_dir.join(format!("{}-L{length}.json", crate::report::needle::slug(&label)));
+        })
+    };
+    let heads = match &opts.retrieval_heads {
+        Some(h) => {
+            let shortest = opts.lengths.iter().copied().min().unwrap_or(0);
+            let same = |other: &NeedleSettings| same_prompts(other, &settings);
+            Some(measure_heads(lm, h, &settings, &same, filler_for(&filler, longest), shortest, longest, &parts_dir, progress)?)
+        }
+        None => None,
+    };
+    let (mut all, mut tokens_run, mut tokens_separate) = (Vec::new(), 0, 0);
+    let mut seconds: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
+    let mut policies: Vec<NeedlePolicy> = Vec::new();
+    for &length in &opts.lengths {
+        let haystack = haystack_of(length, trials[0].needle.len())?;
+        let mut arms: Vec<Arm> = opts
+            .policies
+            .iter()
+            .map(|&(p, compression)| Arm {
+                label: label_of(p, compression),
+                policy: p,
+                compression,
+                full_heads: None,
+                budget: (p.eviction != Eviction::Dense).then_some(p.cache),
+            })
+            .collect();
+        if let (Some(h), Some(found)) = (&opts.retrieval_heads, &heads) {
+            arms.extend(per_head_arms(found, h, haystack.prompt_len(trials[0].needle.len()))?);
+        }
+        for arm in &arms {
+            let label = &arm.label;
+            let file = parts_dir.join(format!("{}-L{length}.json", crate::report::needle::slug(label)));
             let done = std::fs::read(&file)
                 .ok()
                 .and_then(|b| serde_json::from_slice::<Part>(&b).ok())
-                .filter(|part| part.model_sha256 == sha && same_prompts(&part.settings, &settings) && part.policy == label && part.length == length);
+                .filter(|part| part.model_sha256 == sha && same_prompts(&part.settings, &settings) && &part.policy == label && part.length == length);
             let part = match done {
                 Some(part) => {
                     progress.stage(&format!("{label} at {length} tokens: already done"));
@@ -106,42 +131,53 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
                 }
                 None => {
                     progress.stage(&format!("{label} at {length} tokens"));
-                    let part = run_part(lm, p, compression, &haystack, opts, &trials, &sha, &settings, progress)?;
+                    let part = run_part(lm, arm, &haystack, opts, &trials, &sha, &settings, progress)?;
                     write_json_atomic(&file, &part)?;
                     part
                 }
             };
             tokens_run += part.tokens_run;
-            *seconds.entry(label).or_insert(0.0) += part.seconds;
+            *seconds.entry(label.clone()).or_insert(0.0) += part.seconds;
             tokens_separate += part.tokens_separate;
             all.extend(part.trials);
+            match policies.iter_mut().find(|p| &p.label == label) {
+                // A budget that changes with the length is each trial's own.
+                Some(p) if p.budget != arm.budget => p.budget = None,
+                Some(_) => {}
+                None => policies.push(NeedlePolicy {
+                    label: label.clone(),
+                    policy: arm.policy,
+                    compression: arm.compression,
+                    budget: arm.budget,
+                    seconds: 0.0,
+                }),
+            }
         }
     }
-    let policies: Vec<NeedlePolicy> = opts
-        .policies
-        .iter()
-        .map(|&(p, compression)| NeedlePolicy {
-            label: label_of(p, compression),
-            policy: p,
-            compression,
-            budget: (p.eviction != Eviction::Dense).then_some(p.cache),
-            seconds: seconds.get(&label_of(p, compression)).copied().unwrap_or(0.0),
-        })
-        .collect();
-    let budget = |label: &str| policies.iter().find(|p| p.label == label).and_then(|p| p.budget);
+    for p in &mut policies {
+        p.seconds = seconds.get(&p.label).copied().unwrap_or(0.0);
+    }
     let report = NeedleReport {
         sinkscope_version: env!("CARGO_PKG_VERSION").to_string(),
         model: lm.info.clone(),
         settings,
-        cells: cells(&all, &budget),
+        cells: cells(&all),
         policies,
         trials: all,
+        heads,
         tokens_run,
         tokens_separate,
         wall_seconds: start.elapsed().as_secs_f64(),
     };
     write_report(&report, out)?;
     Ok(report)
+}
+
+/// A book's opening, enough for `length` tokens (and the same for this length whatever the other
+/// lengths are, so parts stay reusable).
+fn filler_for(filler: &str, length: usize) -> &str {
+    let cut = (length * FILLER_BYTES_PER_TOKEN).max(4096).min(filler.len());
+    &filler[..(0..=cut).rev().find(|&i| filler.is_char_boundary(i)).unwrap_or(0)]
 }
 
 /// Whether two sweeps make the same prompts at a length both run (the other lengths do not matter).
@@ -178,8 +214,7 @@ pub fn label_of(p: Policy, compression: Compression) -> String {
 #[allow(clippy::too_many_arguments)]
 fn run_part(
     lm: &LoadedModel,
-    policy: Policy,
-    compression: Compression,
+    arm: &Arm,
     haystack: &Haystack,
     opts: &NeedleOptions,
     trials: &[Trial],
@@ -198,17 +233,23 @@ fn run_part(
     let candidates = trials.iter().map(|t| t.candidates.len()).sum::<usize>() * insertions.len();
     let prompts = insertions.len() * trials.len();
     let tokens_separate = prompts * prompt_len + candidates * (answer_len - 1);
-    let tokens_run = match compression {
+    let tokens_run = match arm.compression {
         Compression::Streamed => haystack.head.len() + deepest + per_prompt + candidates * (answer_len - 1),
         Compression::QuestionKnown => tokens_separate,
     };
     let started = Instant::now();
-    let label = label_of(policy, compression);
+    let label = arm.label.clone();
     let mut done = 0;
-    let outcomes = sweep(&lm.model, policy, compression, haystack, &insertions, trials, &mut |n| {
+    let mut report = |n| {
         done += n;
         progress.steps(&label, done, tokens_run - candidates * (answer_len - 1));
-    })?;
+    };
+    let outcomes = match &arm.full_heads {
+        Some(full) => {
+            sweep_from(&lm.model, CacheStream::new(&lm.model, arm.policy)?.with_full_heads(full)?, haystack, &insertions, trials, &mut report)?
+        }
+        None => sweep(&lm.model, arm.policy, arm.compression, haystack, &insertions, trials, &mut report)?,
+    };
     let mut rows = Vec::new();
     for ((&depth, &at), per_trial) in opts.depths.iter().zip(&insertions).zip(&outcomes) {
         for (i, (trial, o)) in trials.iter().zip(per_trial).enumerate() {
@@ -227,6 +268,7 @@ fn run_part(
                 predicted: o.scores.predicted.map(|id| lm.tokenizer.decode(&[id])),
                 distance: o.prompt_len - o.needle_start,
                 needle_kept: o.needle_kept,
+                budget: arm.budget,
             });
         }
     }
@@ -260,6 +302,9 @@ fn write_report(r: &NeedleReport, out: &Path) -> Result<()> {
     #[cfg(feature = "plots")]
     for ext in ["png", "svg"] {
         crate::report::plot::save(&crate::report::needle::accuracy_by_distance(r), &stage.path(format!("figures/needle-distance.{ext}"))?)?;
+        if let Some(grid) = crate::report::needle::heads_grid(r) {
+            crate::report::plot::save(&grid, &stage.path(format!("figures/needle-heads.{ext}"))?)?;
+        }
     }
     write_atomic(&stage.path(NEEDLE_MD)?, crate::report::needle::markdown(r).as_bytes())?;
     stage.commit()

@@ -3,7 +3,7 @@
 //! the needle's distance from the answer, and the Markdown summary.
 
 use super::tables::{Builder, Meta, Table};
-use crate::analysis::needle::{budget_split, NeedleCell, NeedleReport, NeedleTrial};
+use crate::analysis::needle::{budget_split, NeedleCell, NeedleHeads, NeedleReport, NeedleTrial};
 
 fn meta(r: &NeedleReport) -> Meta {
     Meta { model: r.model.display_name(), sha256: r.model.sha256.clone().unwrap_or_default(), version: r.sinkscope_version.clone() }
@@ -21,7 +21,7 @@ pub fn tables(r: &NeedleReport) -> Vec<Table> {
     let s = &r.settings;
     let cells = Builder::new(&r.cells, &m)
         .str("policy", |c: &NeedleCell| c.policy.clone())
-        .opt_u32("cache", |c| r.budget(&c.policy))
+        .opt_u32("cache", |c| c.budget)
         .str("mode", |c| r.mode(&c.policy).to_string())
         .str("filler", |_| s.filler.clone())
         .u32("length", |c| c.length)
@@ -57,8 +57,87 @@ pub fn tables(r: &NeedleReport) -> Vec<Table> {
         .str("predicted", |t| t.predicted.clone().unwrap_or_default())
         .u32("distance", |t| t.distance)
         .f64("needle_kept", |t| t.needle_kept)
+        .opt_u32("cache", |t| t.budget)
         .build("needle_trials");
-    vec![cells, trials]
+    let mut out = vec![cells, trials];
+    out.extend(r.heads.as_ref().map(|h| heads_table(h, &m)));
+    out
+}
+
+/// One row per KV head (`head` null) and, with grouped queries, per query head: the answer's
+/// ΔNLL when it loses the needle, and for KV heads the attention outside S + R and which heads
+/// each evidence keeps whole.
+struct HeadRow {
+    layer: usize,
+    kv_head: usize,
+    head: Option<usize>,
+    delta_nll: f64,
+    outside: Option<f64>,
+    whole_by_needle: Option<bool>,
+    whole_by_outside: Option<bool>,
+}
+
+fn heads_table(h: &NeedleHeads, m: &Meta) -> Table {
+    let mut rows = Vec::new();
+    for (l, kvs) in h.effects.kv.iter().enumerate() {
+        for (kv, &d) in kvs.iter().enumerate() {
+            rows.push(HeadRow {
+                layer: l,
+                kv_head: kv,
+                head: None,
+                delta_nll: d,
+                outside: h.outside.get(l).and_then(|o| o.get(kv)).copied(),
+                whole_by_needle: h.full_by_needle.get(l).and_then(|f| f.get(kv)).copied(),
+                whole_by_outside: h.full_by_outside.get(l).and_then(|f| f.get(kv)).copied(),
+            });
+        }
+        let queries = h.effects.query.get(l).map_or(0, Vec::len);
+        if queries > kvs.len() {
+            let group = queries / kvs.len().max(1);
+            for (q, &d) in h.effects.query[l].iter().enumerate() {
+                rows.push(HeadRow {
+                    layer: l,
+                    kv_head: q / group,
+                    head: Some(q),
+                    delta_nll: d,
+                    outside: None,
+                    whole_by_needle: None,
+                    whole_by_outside: None,
+                });
+            }
+        }
+    }
+    let flag = |b: Option<bool>| b.map_or(String::new(), |b| if b { "yes".into() } else { "no".into() });
+    Builder::new(&rows, m)
+        .u32("layer", |r: &HeadRow| r.layer)
+        .u32("kv_head", |r| r.kv_head)
+        .opt_u32("head", |r| r.head)
+        .f64("delta_nll", |r| r.delta_nll)
+        .opt_f64("outside_mass", |r| r.outside)
+        .str("whole_by_needle", |r| flag(r.whole_by_needle))
+        .str("whole_by_outside", |r| flag(r.whole_by_outside))
+        .u32("prompts", |_| h.effects.prompts)
+        .u32("prompt_length", |_| h.length)
+        .build("needle_heads")
+}
+
+/// The heads section of the Markdown summary.
+fn heads_markdown(h: &NeedleHeads) -> String {
+    let mut md = format!(
+        "\n### Which heads retrieve\n\nEach KV head (all its query heads together) loses the needle's keys at the answer's queries only, the rest of the model unchanged; the answer's ΔNLL (nats, summed over its tokens) averaged over {} calibration prompts of {} tokens (keys drawn apart from the sweep's; dense answer NLL {:.2}). Beside it, the rank of the same KV head by the attention it pays outside S={} + {} recent keys over {} tokens — what `heads` ranks by.\n\n| KV head | ΔNLL | rank by attention outside |\n|---|---|---|\n",
+        h.effects.prompts, h.length, h.effects.answer_nll, h.sinks, h.recent, h.outside_tokens
+    );
+    for (l, kv, d, rank) in h.leaders(10) {
+        md += &format!("| L{l}.kv{kv} | {d:+.3} | {rank} |\n");
+    }
+    md += &format!(
+        "\nOf the {} KV heads ({:.0}%) each evidence keeps whole, {} are the same; Spearman's ρ between the two over every KV head: {}.\n",
+        h.kept(),
+        h.share * 100.0,
+        h.overlap,
+        h.rank_correlation.map_or("— (one evidence is constant)".into(), |r| format!("{r:.2}"))
+    );
+    md
 }
 
 /// The Markdown summary: per policy, accuracy with the needle within and beyond the budget, and
@@ -97,11 +176,14 @@ pub fn markdown(r: &NeedleReport) -> String {
             md += "\n";
         }
     }
+    if let Some(h) = &r.heads {
+        md += &heads_markdown(h);
+    }
     md
 }
 
 #[cfg(feature = "plots")]
-pub use figures::{accuracy_by_distance, heatmaps};
+pub use figures::{accuracy_by_distance, heads_grid, heatmaps};
 
 #[cfg(feature = "plots")]
 mod figures {
@@ -112,7 +194,7 @@ mod figures {
     use crate::analysis::needle::NeedleReport;
     use crate::kv::retrieval::Compression;
     use crate::report::charts::LineChart;
-    use crate::report::plot::{header, Figure, FONT};
+    use crate::report::plot::{header, Figure, HeadGrid, FONT};
 
     /// One policy's depth × length grid of rank-1 accuracy, the classic needle-in-a-haystack plot.
     pub struct NeedleHeatmap {
@@ -213,6 +295,20 @@ mod figures {
                 (format!("needle-{}", slug(&p.label)), fig)
             })
             .collect()
+    }
+
+    /// Each query head's ΔNLL when it alone loses the needle at the answer, layers × heads.
+    pub fn heads_grid(r: &NeedleReport) -> Option<HeadGrid> {
+        let h = r.heads.as_ref()?;
+        Some(HeadGrid {
+            title: format!("which heads retrieve — {}: answer ΔNLL when one head loses the needle", r.model.display_name()),
+            subtitle: format!(
+                "nats, the answer's tokens summed; the needle's keys hidden from that head at the answer's queries only; mean of {} prompts of {} tokens",
+                h.effects.prompts, h.length
+            ),
+            values: h.effects.query.clone(),
+            value_label: "ΔNLL (nats)".into(),
+        })
     }
 
     /// Rank-1 accuracy against the needle's distance from the answer, one line per policy, the

@@ -6,43 +6,60 @@ use candle_core::Tensor;
 use crate::error::Result;
 use crate::model::rope::Rope;
 
-/// Hides key position `key` from the queries after it, in `heads` of `layer` (softmax renormalises
-/// over the remaining keys): the intervention behind "this head depends on that position". With
-/// `recent = Some(R)` it hides every key from `key` up to the query's R-th most recent instead:
-/// the heads then see only the first `key` positions and their last R — a streaming head's cache.
+/// Which keys a [`KeyMask`] hides from which queries.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Hidden {
+    /// Key `key`, from every query after it.
+    Key(usize),
+    /// Every key from `sinks` up to the query's `recent`-th most recent: the heads then see only
+    /// the first `sinks` positions and their last `recent` — a streaming head's cache.
+    Streaming { sinks: usize, recent: usize },
+    /// The keys `keys`, from query `from` on (a needle's keys from the answer's queries only).
+    Span { keys: std::ops::Range<usize>, from: usize },
+}
+
+/// Hides keys from `heads` of `layer` (softmax renormalises over the remaining keys): the
+/// intervention behind "this head depends on those positions".
 #[derive(Debug, Clone, PartialEq)]
 pub struct KeyMask {
     pub layer: usize,
     pub heads: Vec<usize>,
-    pub key: usize,
-    pub recent: Option<usize>,
+    pub hide: Hidden,
 }
 
 impl KeyMask {
     /// Hides the one key `key`.
     pub fn key(layer: usize, heads: Vec<usize>, key: usize) -> Self {
-        KeyMask { layer, heads, key, recent: None }
+        KeyMask { layer, heads, hide: Hidden::Key(key) }
     }
 
     /// Leaves the heads the first `sinks` keys and the last `recent` (`recent` ≥ 1: its own key).
     pub fn streaming(layer: usize, heads: Vec<usize>, sinks: usize, recent: usize) -> Self {
-        KeyMask { layer, heads, key: sinks, recent: Some(recent.max(1)) }
+        KeyMask { layer, heads, hide: Hidden::Streaming { sinks, recent: recent.max(1) } }
+    }
+
+    /// Hides `keys` from the queries from `from` on (`from` ≥ `keys.end`: no query sees a key
+    /// after itself anyway).
+    pub fn span(layer: usize, heads: Vec<usize>, keys: std::ops::Range<usize>, from: usize) -> Self {
+        KeyMask { layer, heads, hide: Hidden::Span { from: from.max(keys.end), keys } }
     }
 
     /// The first query whose row the mask changes.
     pub fn first_query(&self) -> usize {
-        match self.recent {
-            None => self.key + 1,
-            Some(r) => self.key + r,
+        match self.hide {
+            Hidden::Key(key) => key + 1,
+            Hidden::Streaming { sinks, recent } => sinks + recent,
+            Hidden::Span { from, .. } => from,
         }
     }
 
     /// The keys hidden from `query`'s row (empty before [`KeyMask::first_query`]).
     pub fn hidden(&self, query: usize) -> std::ops::Range<usize> {
-        match self.recent {
+        match &self.hide {
             _ if query < self.first_query() => 0..0,
-            None => self.key..self.key + 1,
-            Some(r) => self.key..query + 1 - r,
+            &Hidden::Key(key) => key..key + 1,
+            &Hidden::Streaming { sinks, recent } => sinks..query + 1 - recent,
+            Hidden::Span { keys, .. } => keys.clone(),
         }
     }
 }
@@ -102,12 +119,40 @@ impl KvStore for KvCache {
     }
 }
 
+/// A cache read without growing it: each call's new keys join the keys the cache holds for that
+/// call only, so many variants of the same next tokens run over one shared prefix.
+pub struct PrefixView<'a> {
+    prefix: &'a KvCache,
+}
+
+impl<'a> PrefixView<'a> {
+    pub fn new(prefix: &'a KvCache) -> Self {
+        PrefixView { prefix }
+    }
+}
+
+impl KvStore for PrefixView<'_> {
+    fn next_positions(&self, t: usize) -> Vec<usize> {
+        self.prefix.next_positions(t)
+    }
+
+    fn append(&mut self, layer: usize, k_pre: &Tensor, v: &Tensor, rope: &Rope, positions: &[usize]) -> Result<(Tensor, Tensor)> {
+        let k = rope.rotate(k_pre, positions)?;
+        match (self.prefix.k.get(layer), self.prefix.v.get(layer)) {
+            (Some(pk), Some(pv)) => Ok((Tensor::cat(&[pk, &k], 1)?, Tensor::cat(&[pv, v], 1)?)),
+            _ => Ok((k, v.clone())),
+        }
+    }
+
+    fn commit(&mut self, _t: usize) {}
+}
+
 #[cfg(test)]
 mod tests {
     use super::KeyMask;
 
     #[test]
-    fn masks_hide_one_key_or_everything_between_sinks_and_recent() {
+    fn masks_hide_one_key_everything_between_sinks_and_recent_or_a_span() {
         let one = KeyMask::key(0, vec![0], 2);
         assert_eq!((one.first_query(), one.hidden(2), one.hidden(3), one.hidden(9)), (3, 0..0, 2..3, 2..3));
         // S = 2, R = 3: query 5 is the first with a key (2) outside both; query 9 keeps 0, 1, 7, 8, 9.
@@ -115,5 +160,8 @@ mod tests {
         assert_eq!((streaming.first_query(), streaming.hidden(4), streaming.hidden(5), streaming.hidden(9)), (5, 0..0, 2..3, 2..7));
         // R = 0 would hide a query's own key: it is raised to 1.
         assert_eq!(KeyMask::streaming(0, vec![0], 0, 0).hidden(4), 0..4);
+        // A needle at 3..5 hidden from query 8 on.
+        let span = KeyMask::span(0, vec![0], 3..5, 8);
+        assert_eq!((span.first_query(), span.hidden(7), span.hidden(8), span.hidden(20)), (8, 0..0, 3..5, 3..5));
     }
 }

@@ -28,7 +28,7 @@ use block::{Block, Norm};
 use config::{take_opt, take_req};
 pub use config::{ArchSwitches, DecoderConfig, LayerAttn, MlpKind, Moe, NormKind, NormPlacement, Param, ParamSource, QkNorm, WeightDtype, LLAMA};
 use finite::{refuse_non_finite, refuse_non_finite_nll};
-pub use kv::{KeyMask, KvCache, KvStore};
+pub use kv::{Hidden, KeyMask, KvCache, KvStore, PrefixView};
 use linear::{Linear, LinearWeight};
 
 /// Logit rows materialised at once when a quantized head cannot be streamed.
@@ -167,6 +167,21 @@ impl Decoder {
         }
         let x = Tensor::cat(&vec![resid_pre; masks.len()], 0)?;
         let mut seqs: Vec<Seq> = masks.iter().map(|m| Seq { store: None, mask: Some(m) }).collect();
+        self.run_layers(x, layer, &mut seqs, &mut NoCapture)
+    }
+
+    /// [`Decoder::forward_masked_stacked`] for rows that follow what `prefix` holds (positions
+    /// `prefix.len()..`): each variant's rows see the prefix's keys and their own, the prefix
+    /// unchanged — the few rows a mask changes (an answer's), without re-running the rest.
+    /// `resid_pre` is the rows' input to the masks' layer, from a clean pass over a [`PrefixView`].
+    pub fn forward_masked_after(&self, prefix: &KvCache, resid_pre: &Tensor, masks: &[KeyMask]) -> Result<Tensor> {
+        let Some(layer) = masks.first().map(|m| m.layer) else { return Ok(Tensor::zeros((0, self.cfg.d_model), DType::F32, &Device::Cpu)?) };
+        if layer >= self.cfg.n_layers || masks.iter().any(|m| m.layer != layer) {
+            return Err(Error::input(format!("masks must all name one layer below {}", self.cfg.n_layers)));
+        }
+        let x = Tensor::cat(&vec![resid_pre; masks.len()], 0)?;
+        let mut views: Vec<PrefixView> = masks.iter().map(|_| PrefixView::new(prefix)).collect();
+        let mut seqs: Vec<Seq> = views.iter_mut().zip(masks).map(|(v, m)| Seq { store: Some(v as &mut dyn KvStore), mask: Some(m) }).collect();
         self.run_layers(x, layer, &mut seqs, &mut NoCapture)
     }
 
