@@ -1,8 +1,8 @@
 //! Pass-key retrieval under a cache policy (`kv::retrieval`): the answer's teacher-forced NLL
 //! equals a plain forward over the same tokens under dense, the banded-mask forward under window,
-//! the simulator's stream under sink, keep and the score-based rules (decoded token by token);
-//! prompts that share a prefix give what separate runs give; greedy exact match and rank follow
-//! from the scores.
+//! the simulator's stream under sink, keep, recompute and the score-based rules (decoded token by
+//! token); prompts that share a prefix give what separate runs give; greedy exact match and rank
+//! follow from the scores.
 
 mod common;
 
@@ -107,7 +107,7 @@ fn under_dense_the_answer_nll_is_a_plain_forward_and_window_the_banded_forward()
 }
 
 #[test]
-fn sink_keep_and_score_based_rules_match_the_simulator_and_shared_prefixes_change_nothing() {
+fn sink_keep_recompute_and_score_based_rules_match_the_simulator_and_shared_prefixes_change_nothing() {
     for file in ["stories260K.gguf", "SmolLM2-135M-Instruct.Q4_1.gguf"] {
         let Some(lm) = load_model(file) else { return };
         let book = std::fs::read_to_string(common::corpora_dir().join("pg84_frankenstein.txt")).unwrap();
@@ -118,6 +118,7 @@ fn sink_keep_and_score_based_rules_match_the_simulator_and_shared_prefixes_chang
             policy(PolicyKind::H2o, 4, 96),
             policy(PolicyKind::Tova, 0, 96),
             policy(PolicyKind::Snapkv, 4, 96),
+            policy(PolicyKind::Recompute, 0, 96),
         ] {
             let all = sweep(&lm.model, p, Compression::Streamed, &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
             // The prompts one at a time (no shared prefix), and the truth through the simulator.
@@ -236,7 +237,6 @@ fn the_command_writes_a_resumable_sweep_and_refuses_bad_input() {
     let bad_s = bad_dir.to_str().unwrap();
     for (extra, says) in [
         (vec!["--depths", "1.5"], "depth 1.5 is outside"),
-        (vec!["--policy", "recompute"], "recompute keeps no cache"),
         (vec!["--lengths", "40"], "leaves no room for filler"),
         (vec!["--filler", empty.to_str().unwrap()], "empty"),
         (vec!["--positions", "delta"], "slot or original"),

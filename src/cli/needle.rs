@@ -9,7 +9,7 @@ use clap::Args;
 use super::model_args::ModelArgs;
 use super::progress::TerminalProgress;
 use crate::analysis::needle::{budget_split, NeedleHeads, NeedleReport};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::io::staging::check_out_dir;
 use crate::kv::policy::{Policy, PolicyKind, PolicyRequest, PositionMode};
 use crate::kv::retrieval::Compression;
@@ -29,8 +29,8 @@ pub struct NeedleArgs {
     /// Needle depths: 0 puts it first, 1 just before the question.
     #[arg(long, value_delimiter = ',', default_value = "0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1")]
     pub depths: Vec<f64>,
-    /// Cache policies (recompute keeps no cache to stream into; the score-based rules run with
-    /// no pinned tokens and with --sinks).
+    /// Cache policies (the score-based rules run with no pinned tokens and with --sinks;
+    /// recompute re-runs the last W tokens for each answer token).
     #[arg(long = "policy", value_enum, value_delimiter = ',', default_value = "dense,window,sink,keep,h2o,tova,snapkv")]
     pub policies: Vec<PolicyKind>,
     /// The cache budget W (every key a query sees, its own included).
@@ -79,12 +79,7 @@ pub fn policies(kinds: &[PolicyKind], cache: usize, sinks: usize, positions: Pos
     let mut out = Vec::new();
     for &kind in kinds {
         let pinned: Vec<Option<usize>> = match kind {
-            PolicyKind::Recompute => {
-                return Err(Error::input(
-                    "--policy recompute keeps no cache to stream a prompt into; needle runs dense, window, sink, keep, h2o, tova and snapkv",
-                ))
-            }
-            PolicyKind::Dense | PolicyKind::Window => vec![None],
+            PolicyKind::Dense | PolicyKind::Window | PolicyKind::Recompute => vec![None],
             PolicyKind::Sink | PolicyKind::Keep => vec![Some(sinks)],
             PolicyKind::H2o | PolicyKind::Tova | PolicyKind::Snapkv if sinks == 0 => vec![Some(0)],
             PolicyKind::H2o | PolicyKind::Tova | PolicyKind::Snapkv => vec![Some(0), Some(sinks)],

@@ -38,8 +38,8 @@ pub enum CacheStream {
 
 impl CacheStream {
     /// An empty stream under `policy`: any positional or score-based policy at slot or original
-    /// positions (`delta` decodes token by token and `recompute` keeps no cache; neither streams
-    /// a prompt here).
+    /// positions (`delta` decodes token by token, too slow for a sweep; `recompute` keeps no
+    /// cache: [`sweep`] runs its windows).
     pub fn new(model: &Decoder, policy: Policy) -> Result<Self> {
         policy.check()?;
         if policy.positions == PositionMode::Delta {
@@ -47,7 +47,7 @@ impl CacheStream {
         }
         let cfg = &model.cfg;
         match policy.eviction {
-            Eviction::Recompute => Err(Error::input("recompute keeps no cache to stream a prompt into; it is not a retrieval policy here")),
+            Eviction::Recompute => Err(Error::Internal("recompute keeps no cache to stream; its sweep runs windows".into())),
             Eviction::Dense => Ok(CacheStream::Positional { kv: StreamKv::new(0), trace: None }),
             Eviction::Window | Eviction::Sink { .. } | Eviction::Keep { .. } => {
                 Ok(CacheStream::Positional { kv: StreamKv::new(policy.pinned()), trace: Some(PolicyTrace::after_prefix(policy, 0)) })
@@ -170,8 +170,17 @@ pub fn score_candidates(model: &Decoder, stream: &CacheStream, last: &Tensor, ca
             }
         }
     }
-    let hidden = Tensor::cat(&rows, 0)?;
-    let logits = model.logits(&hidden)?;
+    scores_from_rows(model, &Tensor::cat(&rows, 0)?, candidates)
+}
+
+/// The candidates' scores from final-norm hidden rows: row 0 predicts every candidate's first
+/// token, row 1 + c·(m−1) + j − 1 candidate c's token j ≥ 1.
+fn scores_from_rows(model: &Decoder, hidden: &Tensor, candidates: &[Vec<u32>]) -> Result<CandidateScores> {
+    let m = candidates.first().map_or(0, Vec::len);
+    if m == 0 || hidden.dim(0)? != 1 + candidates.len() * (m - 1) {
+        return Err(Error::Internal("candidate rows do not match the candidates".into()));
+    }
+    let logits = model.logits(hidden)?;
     let vocab = model.cfg.vocab_size;
     with_f32(&logits.contiguous()?, |all| {
         let row = |r: usize| &all[r * vocab..(r + 1) * vocab];
@@ -252,6 +261,9 @@ pub fn sweep(
     if compression == Compression::QuestionKnown {
         return compressed_sweep(model, policy, haystack, insertions, trials, progress);
     }
+    if policy.eviction == Eviction::Recompute {
+        return recompute_sweep(model, policy.cache, haystack, insertions, trials, progress);
+    }
     sweep_from(model, CacheStream::new(model, policy)?, haystack, insertions, trials, progress)
 }
 
@@ -326,6 +338,63 @@ fn compressed_sweep(
                     let needle_kept = stream.held_share(needle_start..needle_start + trial.needle.len());
                     let scores = score_candidates(model, &stream, &last, &trial.candidates)?;
                     progress(prompt.len());
+                    Ok(TrialOutcome { scores, prompt_len: prompt.len(), needle_start, needle_kept })
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// [`sweep`] under `recompute W`: no cache; each answer token is predicted by a fresh run of the
+/// last W tokens before it (positions from 0), the prompt's tail and the candidate's earlier
+/// tokens — what the simulator's `recompute` runs at every step. Windows of one answer position
+/// run as one batch.
+fn recompute_sweep(
+    model: &Decoder,
+    w: usize,
+    haystack: &Haystack,
+    insertions: &[usize],
+    trials: &[Trial],
+    progress: &mut dyn FnMut(usize),
+) -> Result<Vec<Vec<TrialOutcome>>> {
+    let w = w.max(1);
+    insertions
+        .iter()
+        .map(|&at| {
+            trials
+                .iter()
+                .map(|trial| {
+                    let prompt = haystack.prompt(at, &trial.needle);
+                    let candidates = &trial.candidates;
+                    let m = candidates.first().map_or(0, Vec::len);
+                    if m == 0 || candidates.iter().any(|c| c.len() != m) {
+                        return Err(Error::Internal("candidate answers must be non-empty and of one length".into()));
+                    }
+                    let tail = |seq: &[u32]| seq[seq.len().saturating_sub(w)..].to_vec();
+                    // Answer position j's windows: the prompt's for j = 0, each candidate's after.
+                    let mut rows = Vec::with_capacity(m);
+                    let mut by_position: Vec<Vec<Tensor>> = Vec::with_capacity(m);
+                    for j in 0..m {
+                        let windows: Vec<Vec<u32>> =
+                            if j == 0 { vec![tail(&prompt)] } else { candidates.iter().map(|c| tail(&[&prompt[..], &c[..j]].concat())).collect() };
+                        let refs: Vec<&[u32]> = windows.iter().map(Vec::as_slice).collect();
+                        let len = refs[0].len();
+                        let hidden = model.forward_windows(&refs)?;
+                        by_position.push((0..windows.len()).map(|i| hidden.narrow(0, i * len + len - 1, 1)).collect::<candle_core::Result<_>>()?);
+                        progress(windows.len() * len);
+                    }
+                    // Row order of [`scores_from_rows`]: j = 0, then each candidate's j = 1..m.
+                    rows.push(by_position[0][0].clone());
+                    for c in 0..candidates.len() {
+                        for row in by_position.iter().skip(1) {
+                            rows.push(row[c].clone());
+                        }
+                    }
+                    let scores = scores_from_rows(model, &Tensor::cat(&rows, 0)?, candidates)?;
+                    let needle_start = haystack.head.len() + at;
+                    let seen = prompt.len().saturating_sub(w);
+                    let needle_end = needle_start + trial.needle.len();
+                    let needle_kept = needle_end.saturating_sub(needle_start.max(seen)) as f64 / trial.needle.len().max(1) as f64;
                     Ok(TrialOutcome { scores, prompt_len: prompt.len(), needle_start, needle_kept })
                 })
                 .collect()

@@ -21,7 +21,7 @@ use crate::kv::policy::{Eviction, Policy};
 use crate::kv::retrieval::{compression_applies, sweep, sweep_from, CacheStream, Compression};
 use crate::model::load::LoadedModel;
 
-pub const NEEDLE_FILE: &str = "needle.json";
+pub use crate::report::run::NEEDLE_FILE;
 pub const NEEDLE_MD: &str = "needle.md";
 /// Where finished (policy, length) parts wait for the rest of a sweep.
 pub const PARTS_DIR: &str = "needle-parts";
@@ -43,9 +43,14 @@ pub struct NeedleOptions {
     pub retrieval_heads: Option<HeadsOptions>,
 }
 
+/// The parts' format: a part of another format is run again (format 2 records each trial's budget).
+const PART_FORMAT: u32 = 2;
+
 /// One finished (policy, length): what a resumed sweep reuses.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Part {
+    #[serde(default)]
+    format: u32,
     model_sha256: String,
     settings: NeedleSettings,
     policy: String,
@@ -99,7 +104,6 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
         None => None,
     };
     let (mut all, mut tokens_run, mut tokens_separate) = (Vec::new(), 0, 0);
-    let mut seconds: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
     let mut policies: Vec<NeedlePolicy> = Vec::new();
     for &length in &opts.lengths {
         let haystack = haystack_of(length, trials[0].needle.len())?;
@@ -120,10 +124,13 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
         for arm in &arms {
             let label = &arm.label;
             let file = parts_dir.join(format!("{}-L{length}.json", crate::report::needle::slug(label)));
-            let done = std::fs::read(&file)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<Part>(&b).ok())
-                .filter(|part| part.model_sha256 == sha && same_prompts(&part.settings, &settings) && &part.policy == label && part.length == length);
+            let done = std::fs::read(&file).ok().and_then(|b| serde_json::from_slice::<Part>(&b).ok()).filter(|part| {
+                part.format == PART_FORMAT
+                    && part.model_sha256 == sha
+                    && same_prompts(&part.settings, &settings)
+                    && &part.policy == label
+                    && part.length == length
+            });
             let part = match done {
                 Some(part) => {
                     progress.stage(&format!("{label} at {length} tokens: already done"));
@@ -137,25 +144,19 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
                 }
             };
             tokens_run += part.tokens_run;
-            *seconds.entry(label.clone()).or_insert(0.0) += part.seconds;
             tokens_separate += part.tokens_separate;
-            all.extend(part.trials);
-            match policies.iter_mut().find(|p| &p.label == label) {
-                // A budget that changes with the length is each trial's own.
-                Some(p) if p.budget != arm.budget => p.budget = None,
-                Some(_) => {}
-                None => policies.push(NeedlePolicy {
-                    label: label.clone(),
-                    policy: arm.policy,
-                    compression: arm.compression,
-                    budget: arm.budget,
-                    seconds: 0.0,
-                }),
+            let i = policies.iter().position(|p| &p.label == label).unwrap_or_else(|| {
+                let p = NeedlePolicy { label: label.clone(), policy: arm.policy, compression: arm.compression, budget: arm.budget, seconds: 0.0 };
+                policies.push(p);
+                policies.len() - 1
+            });
+            // A budget that changes with the length is each trial's own.
+            if policies[i].budget != arm.budget {
+                policies[i].budget = None;
             }
+            policies[i].seconds += part.seconds;
+            all.extend(part.trials);
         }
-    }
-    for p in &mut policies {
-        p.seconds = seconds.get(&p.label).copied().unwrap_or(0.0);
     }
     let report = NeedleReport {
         sinkscope_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -233,7 +234,13 @@ fn run_part(
     let candidates = trials.iter().map(|t| t.candidates.len()).sum::<usize>() * insertions.len();
     let prompts = insertions.len() * trials.len();
     let tokens_separate = prompts * prompt_len + candidates * (answer_len - 1);
+    let recompute = arm.policy.eviction == Eviction::Recompute;
     let tokens_run = match arm.compression {
+        // A window of W (or all there is) per answer token and candidate.
+        _ if recompute => {
+            let window = |n: usize| arm.policy.cache.min(n);
+            prompts * window(prompt_len) + candidates * (1..answer_len).map(|j| window(prompt_len + j)).sum::<usize>()
+        }
         Compression::Streamed => haystack.head.len() + deepest + per_prompt + candidates * (answer_len - 1),
         Compression::QuestionKnown => tokens_separate,
     };
@@ -242,7 +249,8 @@ fn run_part(
     let mut done = 0;
     let mut report = |n| {
         done += n;
-        progress.steps(&label, done, tokens_run - candidates * (answer_len - 1));
+        // Every token a recompute window runs is reported; elsewhere the prompts' only.
+        progress.steps(&label, done, if recompute { tokens_run } else { tokens_run - candidates * (answer_len - 1) });
     };
     let outcomes = match &arm.full_heads {
         Some(full) => {
@@ -273,6 +281,7 @@ fn run_part(
         }
     }
     Ok(Part {
+        format: PART_FORMAT,
         model_sha256: sha.to_string(),
         settings: settings.clone(),
         policy: label,

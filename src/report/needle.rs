@@ -15,6 +15,13 @@ pub fn slug(label: &str) -> String {
     s.split('-').filter(|p| !p.is_empty()).collect::<Vec<_>>().join("-")
 }
 
+/// An accuracy's colour, red (0) through yellow to green (1): the heatmaps' and the dashboard's.
+pub fn accuracy_rgb(v: f64) -> (u8, u8, u8) {
+    let v = v.clamp(0.0, 1.0);
+    let (r, g) = if v < 0.5 { (220.0, 60.0 + 360.0 * v) } else { (220.0 - 340.0 * (v - 0.5), 240.0 - 60.0 * (v - 0.5)) };
+    (r as u8, g as u8, 80)
+}
+
 /// `needle` and `needle_trials`.
 pub fn tables(r: &NeedleReport) -> Vec<Table> {
     let m = meta(r);
@@ -206,11 +213,9 @@ mod figures {
         pub values: Vec<Vec<f64>>,
     }
 
-    /// Red (0) through yellow to green (1).
     fn red_to_green(v: f64) -> RGBColor {
-        let v = v.clamp(0.0, 1.0);
-        let (r, g) = if v < 0.5 { (220.0, 60.0 + 360.0 * v) } else { (220.0 - 340.0 * (v - 0.5), 240.0 - 60.0 * (v - 0.5)) };
-        RGBColor(r as u8, g as u8, 80)
+        let (r, g, b) = super::accuracy_rgb(v);
+        RGBColor(r, g, b)
     }
 
     impl Figure for NeedleHeatmap {

@@ -1,5 +1,5 @@
 //! A run directory as one value: whichever of capture.json, report.json (analysis), stream.json,
-//! per_head.json, quant.json, heatmaps.safetensors and reductions.safetensors a command wrote
+//! per_head.json, quant.json, needle.json, heatmaps.safetensors and reductions.safetensors a command wrote
 //! there, loaded and checked. The exporters and the dashboard read runs only through this.
 
 use crate::kv::per_head::Frontier;
@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 
 use super::records::{CaptureReport, StreamReport};
 use super::tokens::is_byte_level;
+use crate::analysis::needle::NeedleReport;
 use crate::analysis::quant::QuantReport;
 use crate::analysis::sinks::Alphas;
 use crate::analysis::survey::Survey;
@@ -25,6 +26,8 @@ pub const STREAM_FILE: &str = "stream.json";
 pub const PER_HEAD_FILE: &str = "per_head.json";
 /// `quant`'s fake-quantization sweep.
 pub const QUANT_FILE: &str = "quant.json";
+/// `needle`'s pass-key sweep.
+pub const NEEDLE_FILE: &str = "needle.json";
 /// `survey`'s comparison (a survey directory opens as its first model's run, with the survey).
 pub const SURVEY_FILE: &str = "survey.json";
 pub const HEATMAPS_FILE: &str = "heatmaps.safetensors";
@@ -41,6 +44,8 @@ pub struct Run {
     pub per_head: Option<Frontier>,
     /// `quant`'s sweep, when the run has one.
     pub quant: Option<QuantReport>,
+    /// `needle`'s sweep, when the run has one.
+    pub needle: Option<NeedleReport>,
     /// The survey this run was opened through (a survey directory opens as its first model's run).
     pub survey: Option<Survey>,
     /// The survey directory (its models' run directories are relative to it).
@@ -78,6 +83,7 @@ impl Run {
             stream: read_json(&dir.join(STREAM_FILE))?,
             per_head: read_json(&dir.join(PER_HEAD_FILE))?,
             quant: read_json(&dir.join(QUANT_FILE))?,
+            needle: read_json(&dir.join(NEEDLE_FILE))?,
             survey: None,
             survey_dir: None,
             heatmaps: if heatmaps_path.exists() { Some(Heatmaps::load(&heatmaps_path)?) } else { None },
@@ -90,6 +96,7 @@ impl Run {
             (ANALYSIS_FILE, run.analysis.as_ref().map(|a| &a.model)),
             (STREAM_FILE, run.stream.as_ref().map(|s| &s.model)),
             (QUANT_FILE, run.quant.as_ref().map(|q| &q.model)),
+            (NEEDLE_FILE, run.needle.as_ref().map(|n| &n.model)),
         ] {
             if let Some(m) = m {
                 if m.config.n_layers > MAX_LAYERS_OR_HEADS
@@ -106,7 +113,7 @@ impl Run {
                 }
             }
         }
-        if run.capture.is_none() && run.analysis.is_none() && run.stream.is_none() && run.quant.is_none() {
+        if run.capture.is_none() && run.analysis.is_none() && run.stream.is_none() && run.quant.is_none() && run.needle.is_none() {
             if let Some(survey) = read_json::<Survey>(&dir.join(SURVEY_FILE))? {
                 // The first model's run holds its report.json (so opening it cannot come back here).
                 let Some(first) = survey.rows.first().filter(|r| dir.join(&r.run_dir).join(ANALYSIS_FILE).is_file()) else {
@@ -117,7 +124,7 @@ impl Run {
                 run.survey_dir = Some(dir.to_path_buf());
                 return Ok(run);
             }
-            return Err(Error::file(dir, format!("holds no sinkscope results (none of {CAPTURE_FILE}, {ANALYSIS_FILE}, {STREAM_FILE}, {QUANT_FILE}); run `sinkscope demo` or `capture`/`analyze`/`recommend`/`quant` with -o first")));
+            return Err(Error::file(dir, format!("holds no sinkscope results (none of {CAPTURE_FILE}, {ANALYSIS_FILE}, {STREAM_FILE}, {QUANT_FILE}, {NEEDLE_FILE}); run `sinkscope demo` or `capture`/`analyze`/`recommend`/`quant`/`needle` with -o first")));
         }
         if let (Some(maps), Some(tokens)) = (&run.heatmaps, run.tokens()) {
             if maps.n_tokens != tokens.len() {
@@ -131,11 +138,12 @@ impl Run {
     }
 
     pub fn model(&self) -> &ModelInfo {
-        match (&self.capture, &self.analysis, &self.stream, &self.quant) {
-            (Some(c), _, _, _) => &c.model,
-            (_, Some(a), _, _) => &a.model,
-            (_, _, Some(s), _) => &s.model,
-            (_, _, _, Some(q)) => &q.model,
+        match (&self.capture, &self.analysis, &self.stream, &self.quant, &self.needle) {
+            (Some(c), ..) => &c.model,
+            (_, Some(a), ..) => &a.model,
+            (_, _, Some(s), ..) => &s.model,
+            (_, _, _, Some(q), _) => &q.model,
+            (.., Some(n)) => &n.model,
             _ => unreachable!("Run::open requires one of the reports"),
         }
     }
@@ -147,6 +155,7 @@ impl Run {
             self.analysis.as_ref().map(|a| &a.sinkscope_version),
             self.stream.as_ref().map(|s| &s.sinkscope_version),
             self.quant.as_ref().map(|q| &q.sinkscope_version),
+            self.needle.as_ref().map(|n| &n.sinkscope_version),
         ]
         .into_iter()
         .flatten()

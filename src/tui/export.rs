@@ -42,6 +42,7 @@ pub fn build(app: &App) -> std::result::Result<Export, String> {
         Tab::Tokens => tokens(app),
         Tab::Activations => activations(app),
         Tab::Streaming => streaming(app),
+        Tab::Retrieval => retrieval(app),
         Tab::Survey => survey(app),
     }
 }
@@ -186,6 +187,35 @@ fn streaming(app: &App) -> std::result::Result<Export, String> {
     Ok(Export { name: "streaming-sweep.csv".into(), bytes: s.into_bytes(), what: "the sweep table".into() })
 }
 
+/// The needle sweep's cells (every policy × length × depth) as CSV.
+fn retrieval(app: &App) -> std::result::Result<Export, String> {
+    let r = app.run.needle.as_ref().ok_or("no needle.json in this run")?;
+    let mut s = String::from(
+        "policy,mode,cache,length,depth,trials,rank_accuracy,rank_ci_low,rank_ci_high,exact_accuracy,answer_nll,distance,needle_kept,within_budget\n",
+    );
+    for c in &r.cells {
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            field(&c.policy),
+            r.mode(&c.policy),
+            opt(c.budget),
+            c.length,
+            c.depth,
+            c.trials,
+            c.rank_accuracy,
+            c.rank_ci[0],
+            c.rank_ci[1],
+            c.exact_accuracy,
+            c.answer_nll,
+            c.distance,
+            c.needle_kept,
+            c.within_budget
+        );
+    }
+    Ok(Export { name: "retrieval-cells.csv".into(), bytes: s.into_bytes(), what: "the pass-key cells".into() })
+}
+
 /// The survey table as CSV.
 fn survey(app: &App) -> std::result::Result<Export, String> {
     let mut s = String::new();
@@ -250,6 +280,13 @@ fn figure(app: &App, dir: &std::path::Path) -> Result<Option<PathBuf>> {
         Tab::Heatmap => drawn(figures::head_heatmap(run, l, h, Scale::Linear), dir.join(format!("heatmap-L{l}-H{h}-linear.png"))),
         Tab::Activations => drawn(figures::layer_magnitudes(run), dir.join("layer-magnitudes.png")),
         Tab::Streaming => drawn(figures::ppl_curves(run), dir.join("ppl-curves.png")),
+        Tab::Retrieval => {
+            let Some(r) = &run.needle else { return Ok(None) };
+            match crate::report::needle::heatmaps(r).into_iter().nth(app.retrieval.policy) {
+                Some((stem, fig)) => save(&fig, &dir.join(format!("{stem}.png"))).map(|_| Some(dir.join(format!("{stem}.png")))),
+                None => Ok(None),
+            }
+        }
         Tab::Overview | Tab::Tokens | Tab::Survey => Ok(None),
     }
 }

@@ -9,11 +9,12 @@ pub enum Tab {
     Tokens,
     Activations,
     Streaming,
+    Retrieval,
     Survey,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 7] = [Tab::Overview, Tab::Grid, Tab::Heatmap, Tab::Tokens, Tab::Activations, Tab::Streaming, Tab::Survey];
+    pub const ALL: [Tab; 8] = [Tab::Overview, Tab::Grid, Tab::Heatmap, Tab::Tokens, Tab::Activations, Tab::Streaming, Tab::Retrieval, Tab::Survey];
 
     pub fn title(self) -> &'static str {
         match self {
@@ -23,6 +24,7 @@ impl Tab {
             Tab::Tokens => "Tokens",
             Tab::Activations => "Activations",
             Tab::Streaming => "Streaming",
+            Tab::Retrieval => "Retrieval",
             Tab::Survey => "Survey",
         }
     }

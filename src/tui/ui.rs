@@ -20,6 +20,7 @@ pub fn render(f: &mut Frame, app: &App) {
         Tab::Tokens => views::tokens::render(f, a.body, app),
         Tab::Activations => views::activations::render(f, a.body, app),
         Tab::Streaming => views::streaming::render(f, a.body, app),
+        Tab::Retrieval => views::retrieval::render(f, a.body, app),
         Tab::Survey => views::survey::render(f, a.body, app),
     }
     status(f, a.status, app);
@@ -58,6 +59,7 @@ fn hints(tab: Tab) -> &'static str {
         Tab::Tokens => "←→↑↓ token · a scope · m measure · [ ] head · { } layer",
         Tab::Activations => "↑↓ layer",
         Tab::Streaming => "↑↓ policy · w window",
+        Tab::Retrieval => "↑↓ policy",
         Tab::Survey => "↑↓ model · Enter open its run",
     }
 }

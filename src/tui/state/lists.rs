@@ -1,5 +1,5 @@
 //! The state of the views that are one scrolled list: the Overview's scroll, the Activations
-//! view's layer, the Survey's model.
+//! view's layer, the Retrieval view's policy, the Survey's model.
 
 /// The Overview's first shown line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -34,5 +34,17 @@ pub struct SurveyState {
 impl SurveyState {
     pub(crate) fn move_by(&mut self, dy: isize, n_rows: usize) {
         self.row = super::step::step(self.row, dy, n_rows);
+    }
+}
+
+/// The Retrieval view's selected policy (its row in the needle sweep).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetrievalState {
+    pub policy: usize,
+}
+
+impl RetrievalState {
+    pub(crate) fn move_by(&mut self, dy: isize, n_policies: usize) {
+        self.policy = super::step::step(self.policy, dy, n_policies);
     }
 }

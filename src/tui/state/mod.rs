@@ -16,7 +16,7 @@ pub use super::tab::Tab;
 use crate::report::run::Run;
 pub use grid::{GridColour, GridState};
 pub use heatmap::{HeatmapView, MAX_ZOOM, PAN_STEP};
-pub use lists::{ActivationsState, OverviewState, SurveyState};
+pub use lists::{ActivationsState, OverviewState, RetrievalState, SurveyState};
 pub(crate) use step::step;
 pub use streaming::{rolling_ppl, Curve, StreamingState, WINDOWS};
 pub use tokens::{TokenMeasure, TokenScope, TokensState};
@@ -34,6 +34,7 @@ pub struct App {
     pub tokens: TokensState,
     pub activations: ActivationsState,
     pub streaming: StreamingState,
+    pub retrieval: RetrievalState,
     pub survey: SurveyState,
     pub help: bool,
     pub status: Option<String>,
@@ -60,6 +61,7 @@ impl App {
             tokens,
             activations: ActivationsState::default(),
             streaming,
+            retrieval: RetrievalState::default(),
             survey: SurveyState::default(),
             help: false,
             status: None,

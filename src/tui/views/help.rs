@@ -13,7 +13,7 @@ pub const KEYS: &[(&str, &[(&str, &str)])] = &[
     (
         "Everywhere",
         &[
-            ("1-7 · Tab · Shift-Tab", "switch view (or click a tab)"),
+            ("1-8 · Tab · Shift-Tab", "switch view (or click a tab)"),
             ("[ ]  { }", "previous/next head · previous/next layer"),
             ("e", "export this view's table to RUN_DIR/exports/"),
             ("?", "this help (Esc closes it)"),
@@ -43,6 +43,7 @@ pub const KEYS: &[(&str, &[(&str, &str)])] = &[
     ("Tokens", &[("← → · ↑ ↓ · click", "move the cursor token"), ("a", "scope: head / layer mean / all heads"), ("m", "measure: α_k / column mass")]),
     ("Activations", &[("↑ ↓", "select a layer")]),
     ("Streaming", &[("↑ ↓ · click", "select a policy"), ("w", "rolling window 32 / 8 / 128 tokens")]),
+    ("Retrieval", &[("↑ ↓", "select a policy (its depth × length grid)")]),
     ("Survey", &[("↑ ↓", "select a model"), ("Enter", "open that model's run (every view then shows it)")]),
 ];
 

@@ -7,6 +7,7 @@ pub mod heatmap;
 pub mod help;
 pub mod overview;
 pub mod quant;
+pub mod retrieval;
 pub mod streaming;
 pub mod survey;
 pub mod tokens;

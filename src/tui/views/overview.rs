@@ -95,6 +95,9 @@ fn model_lines(app: &App) -> Vec<Line<'static>> {
     v.push(present("stream.json", run.stream.is_some(), "sinkscope recommend -m MODEL -f TEXT --cache 256 -o RUN_DIR"));
     v.push(present("heatmaps.safetensors", run.heatmaps.is_some(), "sinkscope capture … -o RUN_DIR"));
     v.push(present("reductions.safetensors", run.reductions.is_some(), "sinkscope capture … -o RUN_DIR"));
+    if run.needle.is_some() {
+        v.push(present("needle.json (pass-key retrieval: the Retrieval view)", true, "sinkscope needle -m MODEL -o RUN_DIR"));
+    }
     v.push(Line::from(""));
     v.push(heading("Sink-count recommendation"));
     match run.stream.as_ref().and_then(|s| s.recommendation.as_ref()) {
