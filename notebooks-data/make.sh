@@ -60,8 +60,8 @@ cp /tmp/sinkscope-notebooks-survey/survey.md "$D/"
 # What `dash notebooks-data/survey` opens: the survey record, each model's run files, the text.
 cp -r /tmp/sinkscope-notebooks-survey/survey.json /tmp/sinkscope-notebooks-survey/models /tmp/sinkscope-notebooks-survey/stream-text.txt "$D/"
 # Pass-key retrieval under every policy (README "What eviction does to retrieval"; about an hour
-# for SmolLM2 on two cores, less for the others): the needle runs' Markdown, tables and figures;
-# the score-based rules with the question known too, for SmolLM2 at 512 tokens.
+# for SmolLM2 on two cores, less for the others; the heads runs about 30 minutes each): the needle
+# runs' Markdown, tables and figures; the score-based rules with the question known too.
 needle() { # name model filler cache lengths depths extra...
   local name=$1 model=$2 filler=$3 cache=$4 lengths=$5 depths=$6; shift 6
   $S needle -m "$model" -f "../shared/corpora/$filler" --lengths "$lengths" --depths "$depths" --trials 3 \
@@ -76,3 +76,8 @@ needle smollm2-135m $M pg84_frankenstein.txt 256 512,1024 0,0.25,0.5,0.75,1
 needle smollm2-135m-question-known $M pg84_frankenstein.txt 256 512 0,0.25,0.5,0.75,1 --question-known
 needle gemma3-270m gemma3-270m pg84_frankenstein.txt 256 512,1024 0,0.5,1
 needle stories260k ../shared/models/stories260K.gguf tinystories_val_subset.txt 128 256,512 0,0.25,0.5,0.75,1
+# Which heads retrieve, and the per-head mixed policy against sink at the same memory (W = 128).
+needle smollm2-135m-heads $M pg84_frankenstein.txt 128 512,1024 0,0.25,0.5,0.75,1 --policy dense,window,sink,recompute --retrieval-heads
+needle gemma3-270m-heads gemma3-270m pg84_frankenstein.txt 128 512,1024 0,0.25,0.5,0.75,1 --policy dense,window,sink,recompute --retrieval-heads
+# Gemma 3's score-based rules streamed and with the question known, at 512 tokens.
+needle gemma3-270m-question-known gemma3-270m pg84_frankenstein.txt 256 512 0,0.25,0.5,0.75,1 --policy h2o,tova,snapkv --question-known

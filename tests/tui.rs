@@ -5,78 +5,16 @@
 
 #[macro_use]
 mod common;
+mod dashboard;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use ratatui::backend::TestBackend;
-use ratatui::buffer::Buffer;
-use ratatui::text::Span;
-use ratatui::Terminal;
+use dashboard::{copy_without, draw, fixture_app, screen, text, FIXTURE};
 use sinkscope::report::run::Run;
 use sinkscope::tui::action::{Action, Effect};
+use sinkscope::tui::export;
 use sinkscope::tui::state::{App, GridColour, Tab};
 use sinkscope::tui::update::update;
-use sinkscope::tui::{export, ui};
-
-/// The committed run, by a relative path so the snapshots do not depend on the checkout's place.
-const FIXTURE: &str = "tests/fixtures/run-stories260k";
-
-fn fixture_app() -> App {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(FIXTURE);
-    let mut app = App::new(Run::open(Path::new(FIXTURE)).or_else(|_| Run::open(&dir)).unwrap());
-    update(&mut app, Action::Resize { width: 120, height: 40 });
-    app
-}
-
-/// A copy of the fixture run without `drop` files, in a directory named `name`.
-fn copy_without(name: &str, drop: &[&str]) -> PathBuf {
-    let dir = common::temp_dir(name).join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    for entry in std::fs::read_dir(common::fixture("run-stories260k")).unwrap() {
-        let path = entry.unwrap().path();
-        let file = path.file_name().unwrap().to_string_lossy().into_owned();
-        if path.is_file() && !drop.contains(&file.as_str()) {
-            std::fs::copy(&path, dir.join(&file)).unwrap();
-        }
-    }
-    dir
-}
-
-fn draw(app: &mut App, width: u16, height: u16) -> Buffer {
-    update(app, Action::Resize { width, height });
-    let mut term = Terminal::new(TestBackend::new(width, height)).unwrap();
-    term.draw(|f| ui::render(f, app)).unwrap();
-    term.backend().buffer().clone()
-}
-
-/// The buffer as plain text, one line per row, trailing spaces trimmed (wide characters occupy
-/// one string position but two cells).
-fn text(buf: &Buffer) -> String {
-    let mut out = String::new();
-    for y in 0..buf.area.height {
-        let mut line = String::new();
-        let mut skip = 0;
-        for x in 0..buf.area.width {
-            let s = buf[(x, y)].symbol();
-            if skip > 0 {
-                skip -= 1;
-                continue;
-            }
-            skip = Span::raw(s).width().saturating_sub(1);
-            line.push_str(s);
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
-}
-
-fn screen(app: &mut App, actions: &[Action]) -> String {
-    for a in actions {
-        update(app, a.clone());
-    }
-    text(&draw(app, 120, 40))
-}
 
 #[test]
 fn snapshot_overview() {
@@ -583,83 +521,4 @@ fn the_committed_examples_open_in_the_dashboard() {
             draw(&mut app, 160, 48);
         }
     }
-}
-
-/// A copy of the fixture run with a small `sinkscope needle` sweep (stories260K, heads measured)
-/// written into it.
-fn run_with_needle(name: &str) -> PathBuf {
-    let dir = copy_without(name, &[]);
-    let model = common::model("stories260K.gguf").expect("stories260K ships with the project");
-    let filler = common::corpora_dir().join("tinystories_val_subset.txt");
-    let out = common::sinkscope(&[
-        "needle",
-        "-m",
-        model.to_str().unwrap(),
-        "-f",
-        filler.to_str().unwrap(),
-        "--lengths",
-        "160,200",
-        "--depths",
-        "0,0.5,1",
-        "--trials",
-        "2",
-        "--cache",
-        "64",
-        "--policy",
-        "dense,window,sink",
-        "--retrieval-heads",
-        "--heads-trials",
-        "1",
-        "-o",
-        dir.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    dir
-}
-
-#[test]
-fn retrieval_shows_the_needle_sweep_its_grid_and_heads_and_exports_them() {
-    let dir = run_with_needle("run-needle");
-    let mut app = App::new(Run::open(&dir).unwrap());
-    let n = app.run.needle.as_ref().expect("needle.json is read with the run").policies.len();
-    assert_eq!(n, 6, "dense, window, sink and the three per-head arms");
-    let s = screen(&mut app, &[Action::GoTab(Tab::Retrieval)]);
-    for want in ["Pass-key retrieval", "▶ dense", "window W=64", "rank-1 accuracy, depth × length", "Which heads retrieve", "L0.kv", "Spearman"] {
-        assert!(s.contains(want), "Retrieval lacks {want:?}:\n{s}");
-    }
-    // The grid has a row per depth and a column per length.
-    assert!(s.contains("depth    160    200"), "{s}");
-    assert!(s.lines().any(|l| l.contains(" 0.50 ") && l.matches('%').count() >= 2), "{s}");
-    let s = screen(&mut app, &[Action::Move { dx: 0, dy: 1 }]);
-    assert!(s.contains("▶ window W=64"), "↓ selects the next policy:\n{s}");
-    assert!(s.contains("window W=64 (slot) · rank-1 accuracy"), "the grid follows the selection:\n{s}");
-    let msg = export::status_message(&app);
-    assert!(msg.starts_with("exported"), "{msg}");
-    let csv = std::fs::read_to_string(dir.join("exports/retrieval-cells.csv")).unwrap();
-    assert!(csv.starts_with("policy,mode,cache,length,depth,trials,rank_accuracy"), "{csv:.200}");
-    assert_eq!(csv.lines().count(), 1 + 6 * 2 * 3, "one row per policy × length × depth");
-    #[cfg(feature = "plots")]
-    assert!(std::fs::read_dir(dir.join("exports")).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with("needle-window")));
-}
-
-#[test]
-fn a_needle_only_run_opens_and_every_view_draws() {
-    let dir = run_with_needle("run-needle-only");
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        let keep = path.file_name().is_some_and(|n| n == "needle.json");
-        if path.is_file() && !keep {
-            std::fs::remove_file(&path).unwrap();
-        }
-    }
-    let mut app = App::new(Run::open(&dir).unwrap());
-    assert!(app.run.capture.is_none() && app.run.needle.is_some());
-    for tab in Tab::ALL {
-        update(&mut app, Action::GoTab(tab));
-        for (w, h) in [(120, 40), (20, 5), (0, 0), (200, 60)] {
-            draw(&mut app, w, h);
-        }
-    }
-    let s = screen(&mut app, &[Action::GoTab(Tab::Retrieval)]);
-    assert!(s.contains("Which heads retrieve"), "{s}");
 }

@@ -228,19 +228,20 @@ fn run_part(
     let prompt_len = haystack.prompt_len(trials[0].needle.len());
     // Tokens run: streamed, the head and filler up to the deepest insertion once, then per
     // prompt the needle onwards; with the question known, every prompt whole. Then every
-    // candidate's answer tokens but the last.
+    // candidate's answer tokens but the last. Each prompt alone would run it whole.
     let deepest = insertions.iter().copied().max().unwrap_or(0);
     let per_prompt: usize = insertions.iter().map(|&at| prompt_len - haystack.head.len() - at).sum::<usize>() * trials.len();
     let candidates = trials.iter().map(|t| t.candidates.len()).sum::<usize>() * insertions.len();
     let prompts = insertions.len() * trials.len();
-    let tokens_separate = prompts * prompt_len + candidates * (answer_len - 1);
     let recompute = arm.policy.eviction == Eviction::Recompute;
+    // Recompute shares nothing: a window of W (or all there is) per answer token and candidate.
+    let window = |n: usize| arm.policy.cache.min(n);
+    let tokens_separate = match recompute {
+        true => prompts * window(prompt_len) + candidates * (1..answer_len).map(|j| window(prompt_len + j)).sum::<usize>(),
+        false => prompts * prompt_len + candidates * (answer_len - 1),
+    };
     let tokens_run = match arm.compression {
-        // A window of W (or all there is) per answer token and candidate.
-        _ if recompute => {
-            let window = |n: usize| arm.policy.cache.min(n);
-            prompts * window(prompt_len) + candidates * (1..answer_len).map(|j| window(prompt_len + j)).sum::<usize>()
-        }
+        _ if recompute => tokens_separate,
         Compression::Streamed => haystack.head.len() + deepest + per_prompt + candidates * (answer_len - 1),
         Compression::QuestionKnown => tokens_separate,
     };
