@@ -179,6 +179,13 @@ fn the_command_measures_heads_runs_the_per_head_arms_and_reuses_the_measurement(
     let err = String::from_utf8_lossy(&second.stderr);
     assert!(String::from_utf8_lossy(&second.stdout).contains("heads that retrieve") && (err.contains("already measured")), "{err}");
     assert_eq!(std::fs::read_to_string(out.join("needle.md")).unwrap(), md);
+    // `export` reads the sweep as part of the run: its tables, figures and a section of index.md.
+    let export = common::sinkscope(&["export", out.to_str().unwrap(), "--parquet", "--png", "--md"]);
+    assert!(export.status.success(), "{}", String::from_utf8_lossy(&export.stderr));
+    let index = std::fs::read_to_string(out.join("index.md")).unwrap();
+    assert!(index.contains("## Pass-key retrieval") && index.contains("### Which heads retrieve"), "{index}");
+    assert!(index.contains("figures/needle-heads.png") && index.contains("needle_heads"), "{index}");
+    assert!(out.join("figures/needle-dense.png").exists());
     // A share that keeps no head, or every head, is refused.
     let bad = common::sinkscope(&[&args[..args.len() - 4], &["--whole-share", "1", "-o", out.to_str().unwrap()]].concat());
     assert_eq!(bad.status.code(), Some(2));

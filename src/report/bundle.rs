@@ -43,6 +43,11 @@ pub(crate) enum FigureKind {
     QuantNll(u32),
     /// `quant`'s lowest SQNR per layer at one bit width.
     QuantSqnr(u32),
+    /// `needle`'s depth × length heatmap of one policy (its index), accuracy by distance, and
+    /// which heads retrieve.
+    NeedlePolicy(usize),
+    NeedleDistance,
+    NeedleHeads,
 }
 
 /// The figures this run has data for, in reading order.
@@ -134,6 +139,27 @@ pub fn figure_specs(run: &Run, opts: &ExportOptions) -> Vec<FigureSpec> {
             caption: format!("int{bits} activation quantization: the lowest SQNR of each layer's projection inputs, per scheme"),
             kind: FigureKind::QuantSqnr(bits),
         });
+    }
+    if let Some(n) = &run.needle {
+        for (i, p) in n.policies.iter().enumerate() {
+            specs.push(FigureSpec {
+                stem: format!("needle-{}", super::needle::slug(&p.label)),
+                caption: format!("Pass-key retrieval under {}: rank-1 accuracy by needle depth and prompt length", p.label),
+                kind: FigureKind::NeedlePolicy(i),
+            });
+        }
+        specs.push(FigureSpec {
+            stem: "needle-distance".into(),
+            caption: "Pass-key rank-1 accuracy against the needle's distance from the answer, per policy, budgets marked".into(),
+            kind: FigureKind::NeedleDistance,
+        });
+        if n.heads.is_some() {
+            specs.push(FigureSpec {
+                stem: "needle-heads".into(),
+                caption: "Which heads retrieve: the answer's ΔNLL when one head loses the needle, layer × head".into(),
+                kind: FigureKind::NeedleHeads,
+            });
+        }
     }
     specs
 }

@@ -50,6 +50,9 @@ fn draw(run: &Run, spec: &FigureSpec, paths: &[PathBuf]) -> Result<bool> {
         FigureKind::KeptFirst => save_all(figures::kept_first(run), paths),
         FigureKind::QuantNll(bits) => save_all(figures::quant_nll(run, bits), paths),
         FigureKind::QuantSqnr(bits) => save_all(figures::quant_sqnr(run, bits), paths),
+        FigureKind::NeedlePolicy(i) => save_all(run.needle.as_ref().and_then(|n| super::needle::heatmaps(n).into_iter().nth(i).map(|h| h.1)), paths),
+        FigureKind::NeedleDistance => save_all(run.needle.as_ref().map(super::needle::accuracy_by_distance), paths),
+        FigureKind::NeedleHeads => save_all(run.needle.as_ref().and_then(super::needle::heads_grid), paths),
     }
 }
 

@@ -211,6 +211,10 @@ fn findings(run: &Run, s: &mut String) {
     if let Some(q) = &run.quant {
         quant_section(s, q);
     }
+    if let Some(n) = &run.needle {
+        s.push_str(&super::needle::markdown(n));
+        s.push('\n');
+    }
 }
 
 /// `quant`'s table of settings and its findings.
