@@ -304,4 +304,21 @@ mod tests {
         assert_eq!(split.beyond, Some((2, 0.5, 0.5)));
         assert_eq!(budget_split(&c, "dense").beyond, None);
     }
+
+    #[test]
+    fn heads_compare_the_two_evidences_on_the_heads_each_keeps_whole() {
+        // 2 layers × 2 KV heads: the needle names L1.kv0 first, attention L0.kv1.
+        let effects =
+            HeadEffects { kv: vec![vec![0.1, 0.0], vec![4.0, 0.5]], query: vec![vec![0.1, 0.0], vec![4.0, 0.5]], prompts: 3, answer_nll: 1.0 };
+        let outside = vec![vec![0.2, 0.9], vec![0.1, 0.6]];
+        let h = NeedleHeads::new(512, 1, effects, outside, 1024, 4, 124, 0.5);
+        assert_eq!(h.kept(), 2);
+        assert_eq!(h.full_by_needle, vec![vec![false, false], vec![true, true]]);
+        assert_eq!(h.full_by_outside, vec![vec![false, true], vec![false, true]]);
+        assert_eq!(h.overlap, 1, "L1.kv1 is in both");
+        // (L1.kv0, 4.0) ranks 4th by attention; (L1.kv1, 0.5) 2nd.
+        assert_eq!(h.leaders(2), vec![(1, 0, 4.0, 4), (1, 1, 0.5, 2)]);
+        // Ranks (2, 1, 4, 3) by the needle against (2, 4, 1, 3) by attention: Σd² = 18, ρ = 1 − 6·18/60.
+        assert!((h.rank_correlation.unwrap() - (1.0 - 6.0 * 18.0 / 60.0)).abs() < 1e-12);
+    }
 }

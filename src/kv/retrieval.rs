@@ -1,8 +1,10 @@
 //! Retrieval under a cache policy: each pass-key prompt streams through the policy's cache as a
 //! serving engine streams a long prompt into a bounded cache (the simulator's exact arithmetic,
 //! a block of queries at a time), then every candidate answer is scored teacher-forced from the
-//! state the prompt left. Prompts of one length share their computation up to the needle: the
-//! head and the filler before each insertion run once, and each (depth, trial) branches off.
+//! state the prompt left (`recompute`, which keeps no cache, predicts each answer token from a
+//! fresh run of the last W tokens instead). Prompts of one length share their computation up to
+//! the needle: the head and the filler before each insertion run once, and each (depth, trial)
+//! branches off.
 //!
 //! Greedy decoding reproduces the answer exactly when, at every answer token, the most likely
 //! token given the prompt and the answer's earlier tokens is the answer's own; so the exact match
