@@ -78,6 +78,7 @@ needle gemma3-270m gemma3-270m pg84_frankenstein.txt 256 512,1024 0,0.5,1
 needle stories260k ../shared/models/stories260K.gguf tinystories_val_subset.txt 128 256,512 0,0.25,0.5,0.75,1
 # Which heads retrieve, and the per-head mixed policy against sink at the same memory (W = 128).
 needle smollm2-135m-heads $M pg84_frankenstein.txt 128 512,1024 0,0.25,0.5,0.75,1 --policy dense,window,sink,recompute --retrieval-heads
+needle stories260k-heads ../shared/models/stories260K.gguf tinystories_val_subset.txt 128 256,512 0,0.25,0.5,0.75,1 --policy dense,window,sink,recompute --retrieval-heads
 needle gemma3-270m-heads gemma3-270m pg84_frankenstein.txt 128 512,1024 0,0.25,0.5,0.75,1 --policy dense,window,sink,recompute --retrieval-heads
 # Gemma 3's score-based rules streamed and with the question known, at 512 tokens.
 needle gemma3-270m-question-known gemma3-270m pg84_frankenstein.txt 256 512 0,0.25,0.5,0.75,1 --policy h2o,tova,snapkv --question-known

@@ -144,10 +144,7 @@ impl CandidateScores {
 /// `last` being the final-norm hidden row of the prompt's last token: each candidate continues a
 /// copy of the stream, so its later tokens see what the policy keeps as the answer goes in.
 pub fn score_candidates(model: &Decoder, stream: &CacheStream, last: &Tensor, candidates: &[Vec<u32>]) -> Result<CandidateScores> {
-    let m = candidates.first().map_or(0, Vec::len);
-    if m == 0 || candidates.iter().any(|c| c.len() != m) {
-        return Err(Error::Internal("candidate answers must be non-empty and of one length".into()));
-    }
+    let m = answer_len(candidates)?;
     let mut rows = vec![last.clone()];
     if m > 1 {
         let heads: Vec<&[u32]> = candidates.iter().map(|c| &c[..m - 1]).collect();
@@ -256,10 +253,7 @@ pub fn sweep(
     trials: &[Trial],
     progress: &mut dyn FnMut(usize),
 ) -> Result<Vec<Vec<TrialOutcome>>> {
-    let filler = &haystack.filler;
-    if let Some(&bad) = insertions.iter().find(|&&i| i > filler.len()) {
-        return Err(Error::Internal(format!("insertion {bad} lies past the filler's {} tokens", filler.len())));
-    }
+    check_insertions(haystack, insertions)?;
     if compression == Compression::QuestionKnown {
         return compressed_sweep(model, policy, haystack, insertions, trials, progress);
     }
@@ -267,6 +261,22 @@ pub fn sweep(
         return recompute_sweep(model, policy.cache, haystack, insertions, trials, progress);
     }
     sweep_from(model, CacheStream::new(model, policy)?, haystack, insertions, trials, progress)
+}
+
+fn check_insertions(haystack: &Haystack, insertions: &[usize]) -> Result<()> {
+    match insertions.iter().find(|&&i| i > haystack.filler.len()) {
+        Some(bad) => Err(Error::Internal(format!("insertion {bad} lies past the filler's {} tokens", haystack.filler.len()))),
+        None => Ok(()),
+    }
+}
+
+/// The candidates' common length (they must be non-empty and of one length).
+fn answer_len(candidates: &[Vec<u32>]) -> Result<usize> {
+    let m = candidates.first().map_or(0, Vec::len);
+    if m == 0 || candidates.iter().any(|c| c.len() != m) {
+        return Err(Error::Internal("candidate answers must be non-empty and of one length".into()));
+    }
+    Ok(m)
 }
 
 /// [`sweep`] streamed from `trunk`, an empty stream of any cache (a mixed policy's, with
@@ -279,10 +289,8 @@ pub fn sweep_from(
     trials: &[Trial],
     progress: &mut dyn FnMut(usize),
 ) -> Result<Vec<Vec<TrialOutcome>>> {
+    check_insertions(haystack, insertions)?;
     let filler = &haystack.filler;
-    if let Some(&bad) = insertions.iter().find(|&&i| i > filler.len()) {
-        return Err(Error::Internal(format!("insertion {bad} lies past the filler's {} tokens", filler.len())));
-    }
     if !trunk.is_empty() {
         return Err(Error::Internal("a sweep starts from an empty stream".into()));
     }
@@ -368,10 +376,7 @@ fn recompute_sweep(
                 .map(|trial| {
                     let prompt = haystack.prompt(at, &trial.needle);
                     let candidates = &trial.candidates;
-                    let m = candidates.first().map_or(0, Vec::len);
-                    if m == 0 || candidates.iter().any(|c| c.len() != m) {
-                        return Err(Error::Internal("candidate answers must be non-empty and of one length".into()));
-                    }
+                    let m = answer_len(candidates)?;
                     let tail = |seq: &[u32]| seq[seq.len().saturating_sub(w)..].to_vec();
                     // Answer position j's windows: the prompt's for j = 0, each candidate's after.
                     let mut rows = Vec::with_capacity(m);

@@ -75,7 +75,11 @@ fn write_table(_: &Table, _: &Path) -> Result<()> {
 /// everything is written (an interrupted export leaves it as it was).
 pub fn export(run: &Run, opts: &ExportOptions) -> Result<Exported> {
     let mut out = Exported::default();
-    let all_tables = if opts.parquet || opts.md { tables(run) } else { Vec::new() };
+    // The run's tables, then its needle sweep's (report::needle builds on report::tables).
+    let all_tables = match opts.parquet || opts.md {
+        true => tables(run).into_iter().chain(run.needle.iter().flat_map(super::needle::tables)).collect(),
+        false => Vec::new(),
+    };
     let specs = figure_specs(run, opts);
     let stage = Staging::begin(&run.dir)?;
     if opts.parquet {

@@ -159,9 +159,6 @@ pub fn tables(run: &Run) -> Vec<Table> {
     if let Some(q) = &run.quant {
         out.push(quant(q, &m));
     }
-    if let Some(n) = &run.needle {
-        out.extend(super::needle::tables(n));
-    }
     out
 }
 
