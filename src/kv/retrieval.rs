@@ -335,24 +335,25 @@ fn compressed_sweep(
     // its own sliding windows).
     CacheStream::new(model, policy)?;
     let answer_len = trials.first().and_then(|t| t.candidates.first()).map_or(0, Vec::len);
-    insertions
-        .iter()
-        .map(|&at| {
-            trials
-                .iter()
-                .map(|trial| {
-                    let prompt = haystack.prompt(at, &trial.needle);
-                    let (cache, last) = compress_prefilled(model, policy, &prompt, answer_len)?;
-                    let stream = CacheStream::Scored(cache);
-                    let needle_start = haystack.head.len() + at;
-                    let needle_kept = stream.held_share(needle_start..needle_start + trial.needle.len());
-                    let scores = score_candidates(model, &stream, &last, &trial.candidates)?;
-                    progress(prompt.len());
-                    Ok(TrialOutcome { scores, prompt_len: prompt.len(), needle_start, needle_kept })
-                })
-                .collect()
-        })
-        .collect()
+    each_prompt(insertions, trials, |at, trial| {
+        let prompt = haystack.prompt(at, &trial.needle);
+        let (cache, last) = compress_prefilled(model, policy, &prompt, answer_len)?;
+        let stream = CacheStream::Scored(cache);
+        let needle_start = haystack.head.len() + at;
+        let needle_kept = stream.held_share(needle_start..needle_start + trial.needle.len());
+        let scores = score_candidates(model, &stream, &last, &trial.candidates)?;
+        progress(prompt.len());
+        Ok(TrialOutcome { scores, prompt_len: prompt.len(), needle_start, needle_kept })
+    })
+}
+
+/// `one(insertion, trial)` for every (insertion, trial) prompt, as `[insertion][trial]`.
+fn each_prompt(insertions: &[usize], trials: &[Trial], mut one: impl FnMut(usize, &Trial) -> Result<TrialOutcome>) -> Result<Vec<Vec<TrialOutcome>>> {
+    let mut out = Vec::with_capacity(insertions.len());
+    for &at in insertions {
+        out.push(trials.iter().map(|trial| one(at, trial)).collect::<Result<Vec<_>>>()?);
+    }
+    Ok(out)
 }
 
 /// [`sweep`] under `recompute W`: no cache; each answer token is predicted by a fresh run of the
@@ -368,43 +369,35 @@ fn recompute_sweep(
     progress: &mut dyn FnMut(usize),
 ) -> Result<Vec<Vec<TrialOutcome>>> {
     let w = w.max(1);
-    insertions
-        .iter()
-        .map(|&at| {
-            trials
-                .iter()
-                .map(|trial| {
-                    let prompt = haystack.prompt(at, &trial.needle);
-                    let candidates = &trial.candidates;
-                    let m = answer_len(candidates)?;
-                    let tail = |seq: &[u32]| seq[seq.len().saturating_sub(w)..].to_vec();
-                    // Answer position j's windows: the prompt's for j = 0, each candidate's after.
-                    let mut rows = Vec::with_capacity(m);
-                    let mut by_position: Vec<Vec<Tensor>> = Vec::with_capacity(m);
-                    for j in 0..m {
-                        let windows: Vec<Vec<u32>> =
-                            if j == 0 { vec![tail(&prompt)] } else { candidates.iter().map(|c| tail(&[&prompt[..], &c[..j]].concat())).collect() };
-                        let refs: Vec<&[u32]> = windows.iter().map(Vec::as_slice).collect();
-                        let len = refs[0].len();
-                        let hidden = model.forward_windows(&refs)?;
-                        by_position.push((0..windows.len()).map(|i| hidden.narrow(0, i * len + len - 1, 1)).collect::<candle_core::Result<_>>()?);
-                        progress(windows.len() * len);
-                    }
-                    // Row order of [`scores_from_rows`]: j = 0, then each candidate's j = 1..m.
-                    rows.push(by_position[0][0].clone());
-                    for c in 0..candidates.len() {
-                        for row in by_position.iter().skip(1) {
-                            rows.push(row[c].clone());
-                        }
-                    }
-                    let scores = scores_from_rows(model, &Tensor::cat(&rows, 0)?, candidates)?;
-                    let needle_start = haystack.head.len() + at;
-                    let seen = prompt.len().saturating_sub(w);
-                    let needle_end = needle_start + trial.needle.len();
-                    let needle_kept = needle_end.saturating_sub(needle_start.max(seen)) as f64 / trial.needle.len().max(1) as f64;
-                    Ok(TrialOutcome { scores, prompt_len: prompt.len(), needle_start, needle_kept })
-                })
-                .collect()
-        })
-        .collect()
+    each_prompt(insertions, trials, |at, trial| {
+        let prompt = haystack.prompt(at, &trial.needle);
+        let candidates = &trial.candidates;
+        let m = answer_len(candidates)?;
+        let tail = |seq: &[u32]| seq[seq.len().saturating_sub(w)..].to_vec();
+        // Answer position j's windows: the prompt's for j = 0, each candidate's after.
+        let mut rows = Vec::with_capacity(m);
+        let mut by_position: Vec<Vec<Tensor>> = Vec::with_capacity(m);
+        for j in 0..m {
+            let windows: Vec<Vec<u32>> =
+                if j == 0 { vec![tail(&prompt)] } else { candidates.iter().map(|c| tail(&[&prompt[..], &c[..j]].concat())).collect() };
+            let refs: Vec<&[u32]> = windows.iter().map(Vec::as_slice).collect();
+            let len = refs[0].len();
+            let hidden = model.forward_windows(&refs)?;
+            by_position.push((0..windows.len()).map(|i| hidden.narrow(0, i * len + len - 1, 1)).collect::<candle_core::Result<_>>()?);
+            progress(windows.len() * len);
+        }
+        // Row order of [`scores_from_rows`]: j = 0, then each candidate's j = 1..m.
+        rows.push(by_position[0][0].clone());
+        for c in 0..candidates.len() {
+            for row in by_position.iter().skip(1) {
+                rows.push(row[c].clone());
+            }
+        }
+        let scores = scores_from_rows(model, &Tensor::cat(&rows, 0)?, candidates)?;
+        let needle_start = haystack.head.len() + at;
+        let seen = prompt.len().saturating_sub(w);
+        let needle_end = needle_start + trial.needle.len();
+        let needle_kept = needle_end.saturating_sub(needle_start.max(seen)) as f64 / trial.needle.len().max(1) as f64;
+        Ok(TrialOutcome { scores, prompt_len: prompt.len(), needle_start, needle_kept })
+    })
 }
