@@ -34,3 +34,6 @@ pub mod report;
 pub mod tui;
 
 pub use error::{Error, Result};
+
+/// This build's version (the one every run file records).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -15,7 +15,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("error: {}", one_line_usage_error(&e.render().to_string()));
+            eprintln!("error: {}", sinkscope::cli::usage::one_line(&e.render().to_string()));
             return ExitCode::from(2);
         }
     };
@@ -32,17 +32,6 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::from(e.exit_code())
         }
-    }
-}
-
-/// clap's usage error (message, usage block, a hint) as the one line every other error is.
-fn one_line_usage_error(rendered: &str) -> String {
-    let (message, rest) = rendered.split_once("\n\nUsage:").unwrap_or((rendered, ""));
-    let message: Vec<&str> = message.trim_start_matches("error:").lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    let usage = rest.lines().next().map(str::trim).filter(|u| !u.is_empty());
-    match usage {
-        Some(u) => format!("{}; usage: {u} (see --help)", message.join(" ")),
-        None => message.join(" "),
     }
 }
 

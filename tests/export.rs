@@ -45,7 +45,18 @@ fn every_table_round_trips_through_parquet_with_its_types() {
     let run = Run::open(&dir).unwrap();
     let all = tables(&run);
     let names: Vec<&str> = all.iter().map(|t| t.name).collect();
-    assert_eq!(names, ["head_sinks", "layers", "massive", "resid_norms", "ablation", "stream_nll", "recommend"]);
+    assert_eq!(names, ["head_sinks", "layers", "massive", "resid_norms", "ablation", "tokens", "stream_nll", "recommend"]);
+    // `tokens`: one row per captured token, its NLL given its prefix (none at position 0), whose
+    // mean is capture.json's mean NLL.
+    let capture = run.capture.as_ref().unwrap();
+    let tokens = all.iter().find(|t| t.name == "tokens").unwrap();
+    assert_eq!(tokens.n_rows(), capture.n_tokens);
+    let Some(ColumnData::OptF64(nll)) = tokens.column("nll") else { panic!("tokens.nll is not an optional f64") };
+    assert_eq!(nll[0], None);
+    let scored: Vec<f64> = nll[1..].iter().map(|v| v.expect("every later token is scored")).collect();
+    assert!(scored.iter().all(|v| v.is_finite() && *v >= 0.0));
+    let mean = capture.nll.as_ref().unwrap().mean_nll;
+    assert!((scored.iter().sum::<f64>() / scored.len() as f64 - mean).abs() < 1e-12);
     for table in &all {
         let path = dir.join(format!("{}.parquet", table.name));
         write_table(table, &path).unwrap();

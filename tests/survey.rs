@@ -95,3 +95,116 @@ fn survey_refuses_bad_input() {
     }
     assert!(!dir.exists(), "bad input wrote {}", dir.display());
 }
+
+/// The sinkscope binary started with `args` as a child process (not waited for).
+fn spawn(args: &[&str]) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_sinkscope"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("SINKSCOPE_MODELS", common::model_path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start sinkscope")
+}
+
+/// Three models (GGUF, llama2.c, HF directory) surveyed in one process, and as two shards run at
+/// the same time into separate directories, then merged: the same survey.json and survey.md, byte
+/// for byte, and every model's run directory gathered into the merge's.
+#[test]
+fn survey_shards_merge_into_the_same_survey() {
+    let models = [model_or_skip!("stories260K.gguf"), model_or_skip!("stories260K.bin"), model_or_skip!("stories260K-hf")];
+    let root = common::temp_dir("survey-shards");
+    let (single, p1, p2, merged) = (root.join("single"), root.join("p1"), root.join("p2"), root.join("merged"));
+    let survey = |extra: &[&str], out: &std::path::Path| -> Vec<String> {
+        let mut args: Vec<String> = vec!["survey".into()];
+        for m in &models {
+            args.extend(["-m".into(), m.to_str().unwrap().into()]);
+        }
+        args.extend(["--cache", "32", "--tokens", "160"].map(String::from));
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(["-o".into(), out.to_str().unwrap().into()]);
+        args
+    };
+    let shard_args = [survey(&["--shard", "1/2"], &p1), survey(&["--shard", "2/2"], &p2)];
+    let children: Vec<_> = shard_args.iter().map(|a| spawn(&a.iter().map(String::as_str).collect::<Vec<_>>())).collect();
+    let whole = survey(&[], &single);
+    let out = common::sinkscope(&whole.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    // Round robin: shard 1 ran models 0 and 2, shard 2 model 1; neither wrote a comparison.
+    let part: serde_json::Value = serde_json::from_slice(&std::fs::read(p1.join("survey-parts/part-1-of-2.json")).unwrap()).unwrap();
+    let indices: Vec<u64> = part["rows"].as_array().unwrap().iter().map(|r| r["index"].as_u64().unwrap()).collect();
+    assert_eq!((indices, part["shards"].as_u64()), (vec![0, 2], Some(2)));
+    assert_eq!(part["settings"]["models"], serde_json::json!(["stories260K.gguf", "stories260K.bin", "stories260K-hf"]));
+    assert!(!p1.join("survey.json").exists() && !p2.join("survey.md").exists() && !p2.join("models/stories260K.gguf").exists());
+    let merge = common::sinkscope(&["survey", "--merge", p1.to_str().unwrap(), p2.to_str().unwrap(), "-o", merged.to_str().unwrap()]);
+    assert!(merge.status.success(), "{}", String::from_utf8_lossy(&merge.stderr));
+    for f in ["survey.json", "survey.md"] {
+        let (a, b) = (std::fs::read_to_string(single.join(f)).unwrap(), std::fs::read_to_string(merged.join(f)).unwrap());
+        assert_eq!(a, b, "{f} differs between the single survey and the merge");
+    }
+    assert!(merged.join("tables/survey.parquet").is_file() && merged.join("stream-text.txt").is_file());
+    for slug in ["stories260K.gguf", "stories260K.bin", "stories260K-hf"] {
+        assert!(merged.join("models").join(slug).join("report.json").is_file(), "{slug} not gathered");
+    }
+    let names: Vec<String> =
+        std::fs::read_dir(merged.join("models")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(names.len(), 3, "temporary copies left behind: {names:?}");
+    // The merged directory is a survey like any other: run there, it reuses every stage.
+    let again = common::sinkscope(&survey(&[], &merged).iter().map(String::as_str).collect::<Vec<_>>());
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success() && !err.contains("loading") && err.matches("already done").count() == 6, "{err}");
+    assert_eq!(std::fs::read(single.join("survey.json")).unwrap(), std::fs::read(merged.join("survey.json")).unwrap());
+}
+
+/// Bad shards and parts that are not one whole survey are refused (exit 2, one line naming the
+/// shard and the file) before anything is written.
+#[test]
+fn survey_shards_refuse_bad_input() {
+    let gguf = model_or_skip!("stories260K.gguf");
+    let gguf = gguf.to_str().unwrap();
+    let root = common::temp_dir("survey-shards-bad");
+    let (a, b, c, out) = (root.join("a"), root.join("b"), root.join("c"), root.join("out"));
+    let (a, b, c, out) = (a.to_str().unwrap(), b.to_str().unwrap(), c.to_str().unwrap(), out.to_str().unwrap());
+    // Shards without a model of their own finish at once and still write their (empty) part.
+    for (shard, tokens, dir) in [("2/3", "160", a), ("3/3", "200", b), ("2/2", "160", c)] {
+        let made = common::sinkscope(&["survey", "-m", gguf, "--shard", shard, "--tokens", tokens, "-o", dir]);
+        assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    }
+    let part: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join("c/survey-parts/part-2-of-2.json")).unwrap()).unwrap();
+    assert_eq!((part["format"].as_u64(), part["shard"].as_u64(), part["rows"].as_array().map(Vec::len)), (Some(1), Some(2), Some(0)));
+    for (args, says) in [
+        (vec!["survey", "-m", gguf, "--shard", "0/2", "-o", out], "between 1 and 2"),
+        (vec!["survey", "-m", gguf, "--shard", "3/2", "-o", out], "between 1 and 2"),
+        (vec!["survey", "-m", gguf, "--shard", "x", "-o", out], "is not K/N"),
+        (vec!["survey", "--merge", c, "-o", out], "shard 1/2 is missing: no part-1-of-2.json"),
+        (vec!["survey", "--merge", a, b, "-o", out], "part-3-of-3.json: shard 3/3 was made with other settings"),
+        (vec!["survey", "--merge", a, c, "-o", out], "parts of differently split surveys"),
+        (vec!["survey", "--merge", c, "-m", gguf, "-o", out], "cannot be used with"),
+        (vec!["survey", "--merge", c, "--tokens", "160", "-o", out], "cannot be used with"),
+        (vec!["survey", "--merge", &format!("{out}-none"), "-o", out], "no such directory"),
+    ] {
+        let run = common::sinkscope(&args);
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says) && err.trim().lines().count() == 1 && !err.contains("panicked"), "{args:?}: {err}");
+    }
+    let tokens = common::sinkscope(&["survey", "--merge", a, b, "-o", out]);
+    assert!(String::from_utf8_lossy(&tokens.stderr).contains("tokens 200 here, 160 there"));
+    assert!(!std::path::Path::new(out).exists(), "a refused merge wrote {out}");
+}
+
+/// Shard K of N takes the models at 0-based index i with i mod N = K − 1.
+#[test]
+fn shards_take_the_models_round_robin() {
+    use sinkscope::pipeline::survey_parts::Shard;
+    let shards: Vec<Shard> = (1..=3).map(|k| Shard::new(k, 3).unwrap()).collect();
+    let owners: Vec<usize> = (0..7).map(|i| shards.iter().position(|s| s.runs(i)).unwrap() + 1).collect();
+    assert_eq!(owners, [1, 2, 3, 1, 2, 3, 1]);
+    assert!(Shard::new(0, 2).is_err() && Shard::new(3, 2).is_err() && Shard::new(1, 0).is_err());
+    assert_eq!((shards[1].to_string(), shards[1].file_name()), ("2/3".to_string(), "part-2-of-3.json".to_string()));
+}

@@ -97,7 +97,8 @@ pub fn capture(model: &Decoder, ids: &[u32], opts: &CaptureOptions) -> Result<Ca
 /// Mean NLL of tokens 1..T given their prefixes, from final-norm hidden states (T, d).
 pub fn score(model: &Decoder, hidden: &candle_core::Tensor, ids: &[u32]) -> Result<NllSummary> {
     let scored = ids.len().saturating_sub(1);
-    let total: f64 = if scored > 0 { model.next_token_nll(&hidden.narrow(0, 0, scored)?, &ids[1..])?.iter().sum() } else { 0.0 };
+    let per_token = if scored > 0 { model.next_token_nll(&hidden.narrow(0, 0, scored)?, &ids[1..])? } else { Vec::new() };
+    let total: f64 = per_token.iter().sum();
     let mean = if scored > 0 { total / scored as f64 } else { 0.0 };
-    Ok(NllSummary { mean_nll: mean, perplexity: mean.exp(), scored })
+    Ok(NllSummary { mean_nll: mean, perplexity: mean.exp(), scored, per_token })
 }

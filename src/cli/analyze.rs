@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::format::format_summary;
 use super::model_args::ModelArgs;
-use super::progress::TerminalProgress;
+use super::session::Session;
 use crate::error::Result;
 use crate::io::staging::check_out_dir;
 use crate::io::text::read_input;
@@ -57,7 +57,7 @@ pub struct AnalyzeArgs {
     pub json: bool,
 }
 
-pub fn run(args: AnalyzeArgs) -> Result<()> {
+pub fn run(args: AnalyzeArgs, s: &mut Session) -> Result<()> {
     let mut opts = AnalyzeOptions {
         file: None,
         max_tokens: args.max_tokens,
@@ -78,8 +78,11 @@ pub fn run(args: AnalyzeArgs) -> Result<()> {
         (None, None) => Some(ProbeSet::load("default")?),
         (None, Some(_)) => None,
     };
-    let mut lm = args.model.load()?;
-    let report = analyze_into(&mut lm, &opts, set.as_ref(), &args.out, &mut TerminalProgress::new())?;
+    let (lm, progress) = s.model(&args.model)?;
+    let report = analyze_into(lm, &opts, set.as_ref(), &args.out, progress)?;
+    if !s.prints() {
+        return Ok(());
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::model_args::ModelArgs;
-use super::progress::TerminalProgress;
+use super::session::Session;
 use crate::error::Result;
 use crate::kv::canary::FIRST_SLOTS;
 use crate::kv::policy::{Policy, PolicyKind, PolicyRequest, PositionMode};
@@ -61,7 +61,7 @@ pub struct CanaryArgs {
     pub out: Option<PathBuf>,
 }
 
-pub fn run(args: CanaryArgs) -> Result<()> {
+pub fn run(args: CanaryArgs, s: &mut Session) -> Result<()> {
     let policy = Policy::try_from(PolicyRequest {
         kind: args.policy,
         sinks: args.sinks,
@@ -81,8 +81,11 @@ pub fn run(args: CanaryArgs) -> Result<()> {
         layer: args.layer,
         collapse: args.collapse,
     };
-    let mut lm = args.model.load()?;
-    let r = canary_into(&mut lm, &job, args.out.as_deref(), &mut TerminalProgress::new())?;
+    let (lm, progress) = s.model(&args.model)?;
+    let r = canary_into(lm, &job, args.out.as_deref(), progress)?;
+    if !s.prints() {
+        return Ok(());
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());

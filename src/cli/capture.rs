@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::model_args::ModelArgs;
+use super::session::Session;
 use crate::capture::memory::human;
 use crate::capture::run::CaptureOptions;
 use crate::error::Result;
@@ -57,7 +58,7 @@ pub struct CaptureArgs {
     pub json: bool,
 }
 
-pub fn run(args: CaptureArgs) -> Result<()> {
+pub fn run(args: CaptureArgs, s: &mut Session) -> Result<()> {
     let (text, text_source) = read_input(args.prompt.as_deref(), args.file.as_deref())?;
     let options = CaptureOptions {
         first_keys: args.first_keys,
@@ -78,8 +79,11 @@ pub fn run(args: CaptureArgs) -> Result<()> {
     // Before minutes of loading, not after.
     job.validate()?;
     check_out_dir(&args.out)?;
-    let mut lm = args.model.load()?;
-    let report = capture_into(&mut lm, &job, &args.out)?;
+    let (lm, _) = s.model(&args.model)?;
+    let report = capture_into(lm, &job, &args.out)?;
+    if !s.prints() {
+        return Ok(());
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::format::format_exported;
+use super::session::Session;
 use crate::error::{Error, Result};
 use crate::report::bundle::ExportOptions;
 use crate::report::export::export;
@@ -42,7 +43,7 @@ fn parse_head(s: &str) -> Result<(usize, usize)> {
     Ok((l.trim().parse().map_err(|_| bad())?, h.trim().parse().map_err(|_| bad())?))
 }
 
-pub fn run(args: ExportArgs) -> Result<()> {
+pub fn run(args: ExportArgs, s: &mut Session) -> Result<()> {
     let heads = args.heads.as_ref().map(|v| v.iter().map(|s| parse_head(s)).collect::<Result<Vec<_>>>()).transpose()?;
     let all = !(args.parquet || args.png || args.svg || args.md);
     let opts = ExportOptions {
@@ -66,6 +67,8 @@ pub fn run(args: ExportArgs) -> Result<()> {
         }
     }
     let done = export(&run, &opts)?;
-    print!("{}", format_exported(&done));
+    if s.prints() {
+        print!("{}", format_exported(&done));
+    }
     Ok(())
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::model_args::ModelArgs;
-use super::progress::TerminalProgress;
+use super::session::Session;
 use super::stream::StreamText;
 use crate::error::Result;
 use crate::kv::per_head::GateEvidence;
@@ -40,8 +40,8 @@ pub struct HeadsArgs {
     pub out: PathBuf,
 }
 
-pub fn run(args: HeadsArgs) -> Result<()> {
-    let lm = args.model.load()?;
+pub fn run(args: HeadsArgs, s: &mut Session) -> Result<()> {
+    let (lm, progress) = s.model(&args.model)?;
     let opts = GateOptions {
         sinks: args.sinks,
         recent: args.recent,
@@ -49,7 +49,10 @@ pub fn run(args: HeadsArgs) -> Result<()> {
         causal_tokens: args.causal.then_some(args.causal_tokens),
         calibration: None,
     };
-    let gates = heads_into(&lm, &args.text.source(), &opts, Some(&args.out), &mut TerminalProgress::new())?;
+    let gates = heads_into(lm, &args.text.source(), &opts, Some(&args.out), progress)?;
+    if !s.prints() {
+        return Ok(());
+    }
     let causal = gates.ranked_by == GateEvidence::Causal;
     println!(
         "KV heads by {} {} sinks + {} recent keys ({} tokens); α0 = mean attention on key 0; * = retrieval (whole cache)",

@@ -1,5 +1,7 @@
 //! Command-line surface: clap definitions and one function per subcommand. Thin: each command
-//! parses its flags into a plain options struct, calls one `pipeline` job, and prints the result.
+//! parses its flags into a plain options struct, calls one `pipeline` job in its [`Session`] (the
+//! terminal, or a caller such as the Python package holding a loaded model), and prints the result
+//! when the session prints.
 
 mod analyze;
 mod canary;
@@ -19,14 +21,17 @@ mod needle;
 mod policy_values;
 mod progress;
 mod quant;
+pub mod session;
 mod stream;
 mod survey;
+pub mod usage;
 mod verify;
 mod watch;
 
 use clap::{Parser, Subcommand};
 
 use crate::error::Result;
+use session::Session;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -99,7 +104,15 @@ pub enum Command {
     Models(fetch::ModelsArgs),
 }
 
-/// Runs the command; the exit status it asks for (0 unless `watch` raises an alert).
+/// Parses a command line (`argv` without the program name) as the binary does; a usage error,
+/// `--help` included, is one line.
+pub fn parse<I: IntoIterator<Item = String>>(argv: I) -> Result<Cli> {
+    Cli::try_parse_from(std::iter::once("sinkscope".to_string()).chain(argv))
+        .map_err(|e| crate::error::Error::input(usage::one_line(&e.render().to_string())))
+}
+
+/// Runs the command in the terminal; the exit status it asks for (0 unless `watch` or `verify`
+/// raises an alert).
 pub fn run(cli: Cli) -> Result<u8> {
     // The dashboard owns the terminal (Ctrl-C is a key there); every other command cleans up.
     #[cfg(feature = "tui")]
@@ -109,30 +122,36 @@ pub fn run(cli: Cli) -> Result<u8> {
     if !interactive {
         interrupt::install();
     }
+    run_in(cli, &mut Session::terminal())
+}
+
+/// Runs the command in `session` (the terminal, or a caller holding a loaded model).
+pub fn run_in(cli: Cli, s: &mut Session) -> Result<u8> {
     let cli = match cli.command {
-        Command::Watch(a) => return watch::run(a),
-        Command::Verify(a) => return verify::run(a),
+        Command::Watch(a) => return watch::run(a, s),
+        Command::Verify(a) => return verify::run(a, s),
         _ => cli,
     };
+    // The rest need the terminal, or load or fetch models of their own.
     match cli.command {
         Command::Watch(_) | Command::Verify(_) => Ok(()),
-        Command::Demo(a) => demo::run(a),
-        Command::Info(a) => info::run(a),
-        Command::Generate(a) => generate::run(a),
-        Command::Capture(a) => capture::run(a),
-        Command::Analyze(a) => analyze::run(a),
-        Command::Stream(a) => stream::run_stream(a),
-        Command::Recommend(a) => stream::run_recommend(a),
-        Command::Heads(a) => heads::run(a),
-        Command::Quant(a) => quant::run(a),
-        Command::Canary(a) => canary::run(a),
-        Command::Survey(a) => survey::run(a),
-        Command::Needle(a) => needle::run(a),
+        Command::Demo(a) => s.needs_terminal("demo").and_then(|()| demo::run(a)),
+        Command::Info(a) => s.needs_terminal("info").and_then(|()| info::run(a)),
+        Command::Generate(a) => s.needs_terminal("generate").and_then(|()| generate::run(a)),
         #[cfg(feature = "tui")]
-        Command::Dash(a) => dash::run(a),
-        Command::Export(a) => export::run(a),
-        Command::Fetch(a) => fetch::run_fetch(a),
-        Command::Models(a) => fetch::run_models(a),
+        Command::Dash(a) => s.needs_terminal("dash").and_then(|()| dash::run(a)),
+        Command::Fetch(a) => s.needs_terminal("fetch").and_then(|()| fetch::run_fetch(a)),
+        Command::Models(a) => s.needs_terminal("models").and_then(|()| fetch::run_models(a)),
+        Command::Capture(a) => capture::run(a, s),
+        Command::Analyze(a) => analyze::run(a, s),
+        Command::Stream(a) => stream::run_stream(a, s),
+        Command::Recommend(a) => stream::run_recommend(a, s),
+        Command::Heads(a) => heads::run(a, s),
+        Command::Quant(a) => quant::run(a, s),
+        Command::Canary(a) => canary::run(a, s),
+        Command::Survey(a) => survey::run(a, s),
+        Command::Needle(a) => needle::run(a, s),
+        Command::Export(a) => export::run(a, s),
     }
     .map(|()| 0)
 }

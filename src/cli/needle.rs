@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::model_args::ModelArgs;
-use super::progress::TerminalProgress;
+use super::session::Session;
 use crate::analysis::needle::{budget_split, NeedleHeads, NeedleReport};
 use crate::error::Result;
 use crate::io::staging::check_out_dir;
@@ -103,7 +103,7 @@ fn with_modes(policies: Vec<Policy>, question_known: bool) -> Vec<(Policy, Compr
     out
 }
 
-pub fn run(args: NeedleArgs) -> Result<()> {
+pub fn run(args: NeedleArgs, s: &mut Session) -> Result<()> {
     check_out_dir(&args.out)?;
     let opts = NeedleOptions {
         filler: args.filler.clone(),
@@ -120,8 +120,11 @@ pub fn run(args: NeedleArgs) -> Result<()> {
             cache: args.cache,
         }),
     };
-    let mut lm = args.model.load()?;
-    let report = needle_into(&mut lm, &opts, &args.out, &mut TerminalProgress::new())?;
+    let (lm, progress) = s.model(&args.model)?;
+    let report = needle_into(lm, &opts, &args.out, progress)?;
+    if !s.prints() {
+        return Ok(());
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report.cells)?);
     } else {

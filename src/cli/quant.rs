@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::model_args::ModelArgs;
-use super::progress::TerminalProgress;
+use super::session::Session;
 use crate::error::{Error, Result};
 use crate::metrics::quant::QuantScheme;
 use crate::pipeline::quant::{quant_into, QuantOptions};
@@ -60,7 +60,7 @@ fn scheme(name: &str) -> Result<QuantScheme> {
         .ok_or_else(|| Error::input(format!("unknown scheme '{name}' (expected tensor_dynamic, token_dynamic, channel_static or tensor_static)")))
 }
 
-pub fn run(args: QuantArgs) -> Result<()> {
+pub fn run(args: QuantArgs, s: &mut Session) -> Result<()> {
     let opts = QuantOptions {
         file: args.file,
         tokens: args.max_tokens,
@@ -73,8 +73,11 @@ pub fn run(args: QuantArgs) -> Result<()> {
         sink_positions: args.sink_positions,
     };
     opts.validate()?;
-    let mut lm = args.model.load()?;
-    let report = quant_into(&mut lm, &opts, args.out.as_deref(), &mut TerminalProgress::new())?;
+    let (lm, progress) = s.model(&args.model)?;
+    let report = quant_into(lm, &opts, args.out.as_deref(), progress)?;
+    if !s.prints() {
+        return Ok(());
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());

@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::format::{format_frontier, format_outcome, format_recommendation};
 use super::model_args::ModelArgs;
-use super::progress::TerminalProgress;
+use super::session::Session;
 use crate::error::Result;
 use crate::io::staging::check_out_dir;
 use crate::kv::policy::{Policy, PolicyKind, PolicyRequest, PositionMode};
@@ -151,7 +151,7 @@ impl StreamText {
     }
 }
 
-pub fn run_stream(args: StreamArgs) -> Result<()> {
+pub fn run_stream(args: StreamArgs, s: &mut Session) -> Result<()> {
     if let Some(out) = &args.out {
         check_out_dir(out)?;
     }
@@ -163,8 +163,11 @@ pub fn run_stream(args: StreamArgs) -> Result<()> {
         cache: args.cache,
         positions: args.positions,
     })?;
-    let mut lm = args.model.load()?;
-    let outcome = stream_into(&mut lm, &args.text.source(), policy, args.out.as_deref(), &mut TerminalProgress::new())?;
+    let (lm, progress) = s.model(&args.model)?;
+    let outcome = stream_into(lm, &args.text.source(), policy, args.out.as_deref(), progress)?;
+    if !s.prints() {
+        return Ok(());
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&outcome)?);
     } else {
@@ -178,7 +181,7 @@ pub fn run_stream(args: StreamArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn run_recommend(args: RecommendArgs) -> Result<()> {
+pub fn run_recommend(args: RecommendArgs, s: &mut Session) -> Result<()> {
     if !args.per_head && (args.causal || args.calibrate.is_some()) {
         return Err(crate::error::Error::input("--causal and --calibrate choose the heads of --per-head; add --per-head"));
     }
@@ -186,7 +189,7 @@ pub fn run_recommend(args: RecommendArgs) -> Result<()> {
         if let Some(out) = &args.out {
             check_out_dir(out)?;
         }
-        let mut lm = args.model.load()?;
+        let (lm, progress) = s.model(&args.model)?;
         let sweep = PerHeadSweep {
             cache: args.cache,
             sinks: args.head_sinks,
@@ -200,7 +203,10 @@ pub fn run_recommend(args: RecommendArgs) -> Result<()> {
                 token_ids: false,
             }),
         };
-        let f = per_head_sweep(&mut lm, &args.text.source(), &sweep, args.out.as_deref(), &mut TerminalProgress::new())?;
+        let f = per_head_sweep(lm, &args.text.source(), &sweep, args.out.as_deref(), progress)?;
+        if !s.prints() {
+            return Ok(());
+        }
         if args.json {
             println!("{}", serde_json::to_string_pretty(&f)?);
         } else {
@@ -225,8 +231,11 @@ pub fn run_recommend(args: RecommendArgs) -> Result<()> {
     if let Some(out) = &args.out {
         check_out_dir(out)?;
     }
-    let mut lm = args.model.load()?;
-    let rec = sweep_into(&mut lm, &opts, args.out.as_deref(), &mut TerminalProgress::new())?;
+    let (lm, progress) = s.model(&args.model)?;
+    let rec = sweep_into(lm, &opts, args.out.as_deref(), progress)?;
+    if !s.prints() {
+        return Ok(());
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rec)?);
     } else {

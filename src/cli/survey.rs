@@ -1,22 +1,27 @@
 //! `sinkscope survey`: several models side by side — probe-set diagnosis and sink-count sweeps per
-//! model (resumable), then one comparison table, page and figures.
+//! model (resumable), then one comparison table, page and figures; or one shard of such a survey
+//! (`--shard K/N`), or the merge of the shards' parts (`--merge DIR…`). Parses and prints only.
 
 use std::path::PathBuf;
 
 use clap::Args;
 
-use super::progress::TerminalProgress;
+use super::session::Session;
+use crate::analysis::survey::SurveyRow;
 use crate::error::Result;
 use crate::model::decoder::WeightDtype;
 use crate::model::load::LoadOptions;
 use crate::pipeline::survey::{survey_into, SurveyOptions, SURVEY_MD};
+use crate::pipeline::survey_parts::{merge_parts, survey_shard, Shard};
 
 #[derive(Args, Debug)]
 pub struct SurveyArgs {
-    /// A model (repeat for each): a file, a directory, a hub id or an alias.
-    #[arg(short = 'm', long = "model", required = true)]
+    /// A model (repeat for each): a file, a directory, a hub id or an alias. Shards of one survey
+    /// take the same models in the same order.
+    #[arg(short = 'm', long = "model", required_unless_present = "merge")]
     pub models: Vec<String>,
-    /// A sweep text (repeat for several) [default: chapters I–III of Pride and Prejudice].
+    /// A sweep text (repeat for several) [default: chapters I–III of Pride and Prejudice]. Its path,
+    /// as given, labels the rows: shards of one survey must be given the same -f paths.
     #[arg(short = 'f', long = "file")]
     pub files: Vec<PathBuf>,
     /// Cache budgets W of the sink-count sweeps.
@@ -37,12 +42,46 @@ pub struct SurveyArgs {
     /// How weight matrices are kept: auto (as stored), f32, bf16 or f16.
     #[arg(long, default_value = "auto", value_parser = super::model_args::parse_dtype)]
     pub dtype: WeightDtype,
-    /// The survey directory (models/<name>/ per model, survey.json, survey.md, tables/, figures/).
+    /// Run only shard K of N (1 ≤ K ≤ N): the models at 0-based index i with i mod N = K − 1, into
+    /// DIR/models/ as usual, plus the part record DIR/survey-parts/part-K-of-N.json (no
+    /// comparison: `--merge` writes it once every shard is done).
+    #[arg(long, value_name = "K/N", value_parser = parse_shard, conflicts_with = "merge")]
+    pub shard: Option<Shard>,
+    /// Merge the parts the shards wrote into these directories (their -o; one shared directory or
+    /// several): checks they are one whole survey, copies each model's run directory into -o and
+    /// writes the comparison. The settings come from the parts.
+    #[arg(long, value_name = "DIR", num_args = 1.., conflicts_with_all = ["models", "files", "cache", "tokens", "sinks", "ablation", "quantized", "dtype"])]
+    pub merge: Vec<PathBuf>,
+    /// The survey directory (models/<name>/ per model, survey.json, survey.md, tables/, figures/;
+    /// survey-parts/ for a shard).
     #[arg(short = 'o', long)]
     pub out: PathBuf,
 }
 
-pub fn run(args: SurveyArgs) -> Result<()> {
+/// `--shard`'s values: K/N with 1 ≤ K ≤ N.
+fn parse_shard(s: &str) -> std::result::Result<Shard, String> {
+    let usage = format!("'{s}' is not K/N (shard K of N, 1 ≤ K ≤ N, e.g. 2/4)");
+    let (k, n) = s.split_once('/').ok_or_else(|| usage.clone())?;
+    let (Ok(k), Ok(n)) = (k.trim().parse::<usize>(), n.trim().parse::<usize>()) else { return Err(usage) };
+    match (k, n) {
+        (_, 0) => Err("N, the number of shards, must be at least 1".into()),
+        (k, n) if k == 0 || k > n => Err(format!("K must be between 1 and {n} (shards are numbered 1 to N)")),
+        _ => Shard::new(k, n).map_err(|e| e.to_string()),
+    }
+}
+
+pub fn run(args: SurveyArgs, session: &mut Session) -> Result<()> {
+    let print = session.prints();
+    let progress = session.progress();
+    if !args.merge.is_empty() {
+        let s = merge_parts(&args.merge, &args.out, progress)?;
+        if !print {
+            return Ok(());
+        }
+        print_rows(&s.rows);
+        print_done(&args.out);
+        return Ok(());
+    }
     let opts = SurveyOptions {
         models: args.models,
         texts: args.files,
@@ -52,9 +91,33 @@ pub fn run(args: SurveyArgs) -> Result<()> {
         ablation: args.ablation,
         load: LoadOptions { quantized: args.quantized, tokenizer: None, dtype: args.dtype, scan_weights: false },
     };
-    let s = survey_into(&opts, &args.out, &mut TerminalProgress::new())?;
+    if let Some(shard) = args.shard {
+        let (path, part) = survey_shard(&opts, shard, &args.out, progress)?;
+        if !print {
+            return Ok(());
+        }
+        let rows: Vec<SurveyRow> = part.rows.into_iter().map(|r| r.row).collect();
+        print_rows(&rows);
+        println!(
+            "shard {shard}: {} of {} models, part in {}; once every shard is done: sinkscope survey --merge DIR… -o OUT",
+            rows.len(),
+            opts.models.len(),
+            path.display()
+        );
+        return Ok(());
+    }
+    let s = survey_into(&opts, &args.out, progress)?;
+    if !print {
+        return Ok(());
+    }
+    print_rows(&s.rows);
+    print_done(&args.out);
+    Ok(())
+}
+
+fn print_rows(rows: &[SurveyRow]) {
     println!("{:<40} {:>9} {:>8} {:>14} {:>10}  verdict", "model", "Sink_0^ε", "F-Attn", "window/best", "max |h|");
-    for r in &s.rows {
+    for r in rows {
         println!(
             "{:<40} {:>8.1}% {:>8.3} {:>14} {:>10.1}  {}",
             r.model,
@@ -65,10 +128,12 @@ pub fn run(args: SurveyArgs) -> Result<()> {
             r.verdict()
         );
     }
+}
+
+fn print_done(out: &std::path::Path) {
     println!(
         "comparison in {}; `sinkscope dash {}` browses it (the Survey view, 7, compares the models; Enter opens one's run)",
-        args.out.join(SURVEY_MD).display(),
-        args.out.display()
+        out.join(SURVEY_MD).display(),
+        out.display()
     );
-    Ok(())
 }

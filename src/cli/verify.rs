@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::model_args::ModelArgs;
-use super::progress::TerminalProgress;
+use super::session::Session;
 use crate::analysis::conformance::Verdict;
 use crate::error::Result;
 use crate::io::staging::check_out_dir;
@@ -51,7 +51,7 @@ pub struct VerifyArgs {
     pub out: Option<PathBuf>,
 }
 
-pub fn run(args: VerifyArgs) -> Result<u8> {
+pub fn run(args: VerifyArgs, s: &mut Session) -> Result<u8> {
     if let Some(out) = &args.out {
         check_out_dir(out)?;
     }
@@ -64,11 +64,11 @@ pub fn run(args: VerifyArgs) -> Result<u8> {
         positions: args.positions,
     })?;
     let opts = VerifyOptions { trace: args.trace.clone(), prompt_ids: args.prompt_ids.clone(), request: args.request.clone(), policy };
-    let mut lm = args.model.load()?;
-    let report = verify_into(&mut lm, &opts, args.out.as_deref(), &mut TerminalProgress::new())?;
-    if args.json {
+    let (lm, progress) = s.model(&args.model)?;
+    let report = verify_into(lm, &opts, args.out.as_deref(), progress)?;
+    if s.prints() && args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
+    } else if s.prints() {
         print!("{}", summary(&report));
     }
     Ok(match report.conformance.verdict {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::session::Session;
 use crate::analysis::sink_loss::{WatchOptions, WatchReport};
 use crate::error::Result;
 use crate::metrics::changepoint::StepOptions;
@@ -53,7 +54,7 @@ pub struct WatchArgs {
     pub idle_exit: Option<f64>,
 }
 
-pub fn run(args: WatchArgs) -> Result<u8> {
+pub fn run(args: WatchArgs, s: &mut Session) -> Result<u8> {
     let opts = WatchOptions {
         steps: StepOptions { min_step: args.min_step, baseline: args.baseline, false_alarms_per_10k: args.false_alarms },
         budget: args.budget,
@@ -62,6 +63,7 @@ pub fn run(args: WatchArgs) -> Result<u8> {
         ..WatchOptions::default()
     };
     let report = if args.follow {
+        s.needs_terminal("watch --follow")?;
         let idle = match args.idle_exit {
             Some(s) if !(s.is_finite() && s >= 0.0) => return Err(crate::error::Error::input("--idle-exit must be a number of seconds ≥ 0")),
             s => s.map(Duration::from_secs_f64),
@@ -80,12 +82,14 @@ pub fn run(args: WatchArgs) -> Result<u8> {
         Some(watch_file(&args.trace, &opts, args.out.as_deref())?)
     };
     let Some(report) = report else { return Ok(0) };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else if !args.follow {
-        print!("{}", summary(&report));
-    } else {
-        println!("{}", report.verdict);
+    if s.prints() {
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else if !args.follow {
+            print!("{}", summary(&report));
+        } else {
+            println!("{}", report.verdict);
+        }
     }
     Ok(if report.sink_loss { SINK_LOSS_EXIT } else { 0 })
 }

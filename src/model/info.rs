@@ -214,4 +214,8 @@ pub struct NllSummary {
     pub mean_nll: f64,
     pub perplexity: f64,
     pub scored: usize,
+    /// Each scored token's NLL in nats, position 1 first (position 0 has no prefix); empty in
+    /// captures from before it was kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_token: Vec<f64>,
 }

@@ -14,5 +14,6 @@ pub mod progress;
 pub mod quant;
 pub mod stream;
 pub mod survey;
+pub mod survey_parts;
 pub mod verify;
 pub mod watch;

@@ -2,7 +2,7 @@
 //! sink-count sweep and the share of streaming heads per text and budget, each into its own run
 //! directory under `DIR/models/` (reused when already there for the same weights and settings: a
 //! survey resumes), then the comparison — survey.json, the Parquet table `survey`, survey.md and
-//! its figures.
+//! its figures. `survey_models` runs any subset of the models (a shard: see `survey_parts`).
 
 use std::path::{Path, PathBuf};
 
@@ -30,9 +30,15 @@ const LOAD_FILE: &str = "load-options.json";
 
 /// How a model was loaded for the survey (a directory without one was made with the defaults).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-struct LoadRecord {
-    dtype: String,
-    quantized: bool,
+pub struct LoadRecord {
+    pub dtype: String,
+    pub quantized: bool,
+}
+
+impl LoadRecord {
+    pub fn of(load: &LoadOptions) -> Self {
+        LoadRecord { dtype: format!("{:?}", load.dtype).to_lowercase(), quantized: load.quantized }
+    }
 }
 
 impl Default for LoadRecord {
@@ -43,8 +49,9 @@ impl Default for LoadRecord {
 
 /// Per sweep directory: the streaming-head measurement at that budget.
 pub const STREAMING_HEADS_FILE: &str = "streaming-heads.json";
-/// The built-in sweep text (chapters I–III of Pride and Prejudice), written into the survey.
-const DEFAULT_TEXT_FILE: &str = "stream-text.txt";
+/// The built-in sweep text (chapters I–III of Pride and Prejudice), written into the survey; its
+/// file name is also its label (the same in every survey directory, so shards agree).
+pub const DEFAULT_TEXT_FILE: &str = "stream-text.txt";
 
 /// What the survey runs.
 #[derive(Debug, Clone)]
@@ -62,7 +69,7 @@ pub struct SurveyOptions {
 }
 
 /// A file-system-safe name for a model's run directory.
-fn slug(spec: &str) -> String {
+pub fn slug(spec: &str) -> String {
     let base = Path::new(spec).file_name().map_or(spec.to_string(), |s| s.to_string_lossy().into_owned());
     base.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect()
 }
@@ -71,44 +78,62 @@ fn read<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
+/// Whether two files both exist and hold the same bytes.
+fn same_bytes(a: &Path, b: &Path) -> bool {
+    a.is_file() && matches!((std::fs::read(a), std::fs::read(b)), (Ok(x), Ok(y)) if x == y)
+}
+
 /// Runs the survey into `out`, reusing each model's finished stages.
 pub fn survey_into(opts: &SurveyOptions, out: &Path, progress: &mut dyn Progress) -> Result<Survey> {
-    let (sources, slugs) = check_inputs(opts)?;
-    std::fs::create_dir_all(out).map_err(|e| Error::file(out, format!("cannot create the output directory ({e})")))?;
-    let texts: Vec<PathBuf> = if opts.texts.is_empty() {
-        let t = out.join(DEFAULT_TEXT_FILE);
-        write_atomic(&t, STREAM_TEXT.as_bytes())?;
-        vec![t]
-    } else {
-        opts.texts.clone()
-    };
-    let n = opts.models.len();
-    let mut rows = Vec::with_capacity(n);
-    for (i, (source, slug)) in sources.into_iter().zip(slugs).enumerate() {
-        let mut job = ModelJob::new(opts, source, &slug, out, format!("[{}/{n}] {slug}", i + 1))?;
-        let analysis = job.analysis(progress)?;
-        let mut sweeps = Vec::new();
-        for (t, text) in texts.iter().enumerate() {
-            for &cache in &opts.caches {
-                sweeps.push(job.sweep(t, text, cache, progress)?);
-            }
-        }
-        write_json_atomic(&job.dir.join(LOAD_FILE), &job.load)?;
-        rows.push(SurveyRow::new(&analysis.model.display_name(), &format!("models/{slug}"), &analysis, sweeps));
-    }
-    let survey = Survey { sinkscope_version: env!("CARGO_PKG_VERSION").to_string(), epsilon: AnalyzeOptions::default().epsilon, rows };
+    let rows = survey_models(opts, &|_| true, out, progress)?;
+    let rows = rows.into_iter().map(|(_, r)| r).collect();
+    let survey = Survey { sinkscope_version: env!("CARGO_PKG_VERSION").to_string(), epsilon: epsilon(), rows };
     write_survey(&survey, out)?;
     Ok(survey)
 }
 
-/// Every model found, every text readable, the sweep settings checked — before anything is
-/// written. Returns each model's source and run-directory name.
-fn check_inputs(opts: &SurveyOptions) -> Result<(Vec<ModelSource>, Vec<String>)> {
+/// ε of Sink_0^ε in every survey's diagnosis.
+pub fn epsilon() -> f64 {
+    AnalyzeOptions::default().epsilon
+}
+
+/// Runs the models whose 0-based index `pick` accepts into `out/models/<slug>/` (reusing their
+/// finished stages) and returns each one's index and row, in order; writes no comparison.
+pub fn survey_models(opts: &SurveyOptions, pick: &dyn Fn(usize) -> bool, out: &Path, progress: &mut dyn Progress) -> Result<Vec<(usize, SurveyRow)>> {
+    let slugs = slugs(opts)?;
+    let picked: Vec<usize> = (0..opts.models.len()).filter(|&i| pick(i)).collect();
+    let sources = check_inputs(opts, &picked)?;
+    std::fs::create_dir_all(out).map_err(|e| Error::file(out, format!("cannot create the output directory ({e})")))?;
+    // (the path read, the label rows and records carry)
+    let texts: Vec<(PathBuf, String)> = if opts.texts.is_empty() {
+        let t = out.join(DEFAULT_TEXT_FILE);
+        write_atomic(&t, STREAM_TEXT.as_bytes())?;
+        vec![(t, DEFAULT_TEXT_FILE.to_string())]
+    } else {
+        opts.texts.iter().cloned().zip(text_labels(opts)).collect()
+    };
+    let n = opts.models.len();
+    let mut rows = Vec::with_capacity(picked.len());
+    for (i, source) in picked.into_iter().zip(sources) {
+        let slug = &slugs[i];
+        let mut job = ModelJob::new(opts, source, slug, out, format!("[{}/{n}] {slug}", i + 1))?;
+        let analysis = job.analysis(progress)?;
+        let mut sweeps = Vec::new();
+        for (t, (text, label)) in texts.iter().enumerate() {
+            for &cache in &opts.caches {
+                sweeps.push(job.sweep(t, text, label, cache, progress)?);
+            }
+        }
+        write_json_atomic(&job.dir.join(LOAD_FILE), &job.load)?;
+        rows.push((i, SurveyRow::new(&analysis.model.display_name(), &format!("models/{slug}"), &analysis, sweeps)));
+    }
+    Ok(rows)
+}
+
+/// Each model's run-directory name, in order; two models sharing one are refused.
+pub fn slugs(opts: &SurveyOptions) -> Result<Vec<String>> {
     if opts.models.is_empty() {
         return Err(Error::input("survey needs at least one -m MODEL"));
-    }
-    if opts.caches.is_empty() || opts.caches.iter().any(|&w| w < 2) {
-        return Err(Error::input("--cache needs budgets of at least 2 tokens"));
     }
     let mut slugs: Vec<String> = Vec::new();
     for m in &opts.models {
@@ -118,7 +143,26 @@ fn check_inputs(opts: &SurveyOptions) -> Result<(Vec<ModelSource>, Vec<String>)>
         }
         slugs.push(s);
     }
-    let sources = opts.models.iter().map(|m| resolve(m)).collect::<Result<Vec<_>>>()?;
+    Ok(slugs)
+}
+
+/// The label of each sweep text in rows and records: a given text's path as given, the built-in
+/// one's file name (not its path, which includes the survey directory).
+pub fn text_labels(opts: &SurveyOptions) -> Vec<String> {
+    if opts.texts.is_empty() {
+        vec![DEFAULT_TEXT_FILE.to_string()]
+    } else {
+        opts.texts.iter().map(|t| t.display().to_string()).collect()
+    }
+}
+
+/// The picked models found, every text readable, the sweep settings checked — before anything is
+/// written. Returns each picked model's source.
+fn check_inputs(opts: &SurveyOptions, picked: &[usize]) -> Result<Vec<ModelSource>> {
+    if opts.caches.is_empty() || opts.caches.iter().any(|&w| w < 2) {
+        return Err(Error::input("--cache needs budgets of at least 2 tokens"));
+    }
+    let sources = picked.iter().map(|&i| resolve(&opts.models[i])).collect::<Result<Vec<_>>>()?;
     for text in &opts.texts {
         if !text.is_file() {
             return Err(Error::file(text, "no such text file"));
@@ -126,7 +170,7 @@ fn check_inputs(opts: &SurveyOptions) -> Result<(Vec<ModelSource>, Vec<String>)>
         crate::io::text::read_text_file(text)?;
     }
     sweep_options(opts, PathBuf::new(), opts.caches[0]).validate()?;
-    Ok((sources, slugs))
+    Ok(sources)
 }
 
 /// One model's stages, each reused when its run files were made from the same weights and
@@ -149,7 +193,7 @@ impl<'o> ModelJob<'o> {
     fn new(opts: &'o SurveyOptions, source: ModelSource, slug: &str, out: &Path, tag: String) -> Result<Self> {
         let sha = weights_sha256(source.path())?;
         let dir = out.join("models").join(slug);
-        let load = LoadRecord { dtype: format!("{:?}", opts.load.dtype).to_lowercase(), quantized: opts.load.quantized };
+        let load = LoadRecord::of(&opts.load);
         let same_load = read::<LoadRecord>(&dir.join(LOAD_FILE)).unwrap_or_default() == load;
         Ok(ModelJob { opts, source, tag, sha, dir, load, same_load, model: None })
     }
@@ -180,13 +224,17 @@ impl<'o> ModelJob<'o> {
         analyze_into(lm, &analyze, Some(&ProbeSet::load("default")?), &dir, progress)
     }
 
-    /// The sink-count sweep and the streaming heads of text `t` at budget `cache`.
-    fn sweep(&mut self, t: usize, text: &Path, cache: usize, progress: &mut dyn Progress) -> Result<SurveySweep> {
+    /// The sink-count sweep and the streaming heads of text `t` (read from `text`, labelled
+    /// `label`) at budget `cache`.
+    fn sweep(&mut self, t: usize, text: &Path, label: &str, cache: usize, progress: &mut dyn Progress) -> Result<SurveySweep> {
         let (opts, tag) = (self.opts, self.tag.clone());
         let sweep_dir = self.dir.join(format!("text{t}-w{cache}"));
-        let label = text.display().to_string();
+        let read_from = text.display().to_string();
         // Reused only when made from the same weights, text, length, budget and sink counts
-        // (a text shorter than --tokens is therefore swept again each time).
+        // (a text shorter than --tokens is therefore swept again each time). stream.json names
+        // the path it read: that path, or another file with the same bytes (the survey directory
+        // moved, or a merge gathered the run from a shard's); streaming-heads.json and the row
+        // carry the label.
         let done = read::<StreamReport>(&sweep_dir.join(STREAM_FILE)).filter(|s| {
             let same_sweep = s
                 .recommendation
@@ -194,7 +242,7 @@ impl<'o> ModelJob<'o> {
                 .is_some_and(|r| r.cache == cache && r.table.iter().filter_map(|row| row.sinks).eq(opts.sinks.iter().copied()));
             self.same_load
                 && s.model.sha256.as_deref() == Some(self.sha.as_str())
-                && s.text_source == label
+                && (s.text_source == read_from || same_bytes(Path::new(&s.text_source), text))
                 && s.tokens.len() == opts.tokens
                 && same_sweep
         });
@@ -219,10 +267,10 @@ impl<'o> ModelJob<'o> {
                 let sha = self.sha.clone();
                 let lm = self.model(progress)?;
                 progress.stage(&format!("{tag}: streaming heads (S = {sinks} + {recent} recent) on {}", text.display()));
-                streaming_heads(lm, &sha, text, &label, cache, opts.tokens, &sweep_dir, progress)?
+                streaming_heads(lm, &sha, text, label, cache, opts.tokens, &sweep_dir, progress)?
             }
         };
-        Ok(SurveySweep::of(&label, &rec, streaming.as_ref()))
+        Ok(SurveySweep::of(label, &rec, streaming.as_ref()))
     }
 }
 

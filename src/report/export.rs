@@ -27,38 +27,94 @@ impl Exported {
     }
 }
 
-/// Builds the figure of `spec` once and saves it to every path; false when the run lacks its data.
+/// Where a drawn figure goes: files, or an SVG text.
 #[cfg(feature = "plots")]
-fn draw(run: &Run, spec: &FigureSpec, paths: &[PathBuf]) -> Result<bool> {
-    use super::bundle::FigureKind;
-    use super::figures;
-    use super::plot::{save, Figure, Scale};
-    fn save_all<F: Figure>(fig: Option<F>, paths: &[PathBuf]) -> Result<bool> {
-        let Some(fig) = fig else { return Ok(false) };
-        paths.iter().try_for_each(|p| save(&fig, p))?;
-        Ok(true)
-    }
-    match spec.kind {
-        FigureKind::Grid(k) => save_all(figures::alpha_grid(run, k), paths),
-        FigureKind::Heatmap(l, h, log) => save_all(figures::head_heatmap(run, l, h, if log { Scale::Log } else { Scale::Linear }), paths),
-        FigureKind::Early(l, h) => save_all(figures::head_early(run, l, h), paths),
-        FigureKind::Layers => save_all(figures::layer_magnitudes(run), paths),
-        FigureKind::Massive => save_all(figures::massive_dims(run, 24), paths),
-        FigureKind::Ppl => save_all(figures::ppl_curves(run), paths),
-        FigureKind::PplAfterEviction => save_all(figures::ppl_after_eviction(run), paths),
-        FigureKind::PerHeadFrontier => save_all(figures::per_head_frontier(run), paths),
-        FigureKind::KeptFirst => save_all(figures::kept_first(run), paths),
-        FigureKind::QuantNll(bits) => save_all(figures::quant_nll(run, bits), paths),
-        FigureKind::QuantSqnr(bits) => save_all(figures::quant_sqnr(run, bits), paths),
-        FigureKind::NeedlePolicy(i) => save_all(run.needle.as_ref().and_then(|n| super::needle::heatmaps(n).into_iter().nth(i).map(|h| h.1)), paths),
-        FigureKind::NeedleDistance => save_all(run.needle.as_ref().map(super::needle::accuracy_by_distance), paths),
-        FigureKind::NeedleHeads => save_all(run.needle.as_ref().and_then(super::needle::heads_grid), paths),
+trait FigureSink {
+    fn take<F: super::plot::Figure>(&mut self, fig: &F) -> Result<()>;
+}
+
+/// Saves the figure to every path (the extension picks the format).
+#[cfg(feature = "plots")]
+struct Files<'a>(&'a [PathBuf]);
+
+#[cfg(feature = "plots")]
+impl FigureSink for Files<'_> {
+    fn take<F: super::plot::Figure>(&mut self, fig: &F) -> Result<()> {
+        self.0.iter().try_for_each(|p| super::plot::save(fig, p))
     }
 }
 
+/// Keeps the figure as SVG text.
+#[cfg(feature = "plots")]
+struct SvgText(Option<String>);
+
+#[cfg(feature = "plots")]
+impl FigureSink for SvgText {
+    fn take<F: super::plot::Figure>(&mut self, fig: &F) -> Result<()> {
+        self.0 = Some(super::plot::svg_string(fig)?);
+        Ok(())
+    }
+}
+
+/// Builds the figure of `spec` once and hands it to `sink`; false when the run lacks its data.
+#[cfg(feature = "plots")]
+fn draw<S: FigureSink>(run: &Run, spec: &FigureSpec, sink: &mut S) -> Result<bool> {
+    use super::bundle::FigureKind;
+    use super::figures;
+    use super::plot::{Figure, Scale};
+    fn give<F: Figure, S: FigureSink>(fig: Option<F>, sink: &mut S) -> Result<bool> {
+        let Some(fig) = fig else { return Ok(false) };
+        sink.take(&fig)?;
+        Ok(true)
+    }
+    match spec.kind {
+        FigureKind::Grid(k) => give(figures::alpha_grid(run, k), sink),
+        FigureKind::Heatmap(l, h, log) => give(figures::head_heatmap(run, l, h, if log { Scale::Log } else { Scale::Linear }), sink),
+        FigureKind::Early(l, h) => give(figures::head_early(run, l, h), sink),
+        FigureKind::Layers => give(figures::layer_magnitudes(run), sink),
+        FigureKind::Massive => give(figures::massive_dims(run, 24), sink),
+        FigureKind::Ppl => give(figures::ppl_curves(run), sink),
+        FigureKind::PplAfterEviction => give(figures::ppl_after_eviction(run), sink),
+        FigureKind::PerHeadFrontier => give(figures::per_head_frontier(run), sink),
+        FigureKind::KeptFirst => give(figures::kept_first(run), sink),
+        FigureKind::QuantNll(bits) => give(figures::quant_nll(run, bits), sink),
+        FigureKind::QuantSqnr(bits) => give(figures::quant_sqnr(run, bits), sink),
+        FigureKind::NeedlePolicy(i) => give(run.needle.as_ref().and_then(|n| super::needle::heatmaps(n).into_iter().nth(i).map(|h| h.1)), sink),
+        FigureKind::NeedleDistance => give(run.needle.as_ref().map(super::needle::accuracy_by_distance), sink),
+        FigureKind::NeedleHeads => give(run.needle.as_ref().and_then(super::needle::heads_grid), sink),
+    }
+}
+
+#[cfg(feature = "plots")]
+fn draw_files(run: &Run, spec: &FigureSpec, paths: &[PathBuf]) -> Result<bool> {
+    draw(run, spec, &mut Files(paths))
+}
+
 #[cfg(not(feature = "plots"))]
-fn draw(_: &Run, _: &FigureSpec, _: &[PathBuf]) -> Result<bool> {
+fn draw_files(_: &Run, _: &FigureSpec, _: &[PathBuf]) -> Result<bool> {
     Err(crate::error::Error::input("this sinkscope was built without the `plots` feature; rebuild with default features for --png/--svg"))
+}
+
+/// The run's figures (those `export` would draw with `opts`) as SVG text: (file stem, caption,
+/// SVG), only the stems in `only` when given — for notebooks, which show them inline.
+#[cfg(feature = "plots")]
+pub fn figure_svgs(run: &Run, opts: &ExportOptions, only: Option<&[String]>) -> Result<Vec<(String, String, String)>> {
+    let mut out = Vec::new();
+    for spec in figure_specs(run, opts).into_iter().filter(|s| only.is_none_or(|o| o.contains(&s.stem))) {
+        let mut svg = SvgText(None);
+        if draw(run, &spec, &mut svg)? {
+            if let Some(text) = svg.0 {
+                out.push((spec.stem, spec.caption, text));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Every table of the run, in `export`'s order: the run's own, then its needle sweep's
+/// (report::needle builds on report::tables).
+pub fn run_tables(run: &Run) -> Vec<Table> {
+    tables(run).into_iter().chain(run.needle.iter().flat_map(super::needle::tables)).collect()
 }
 
 #[cfg(feature = "parquet")]
@@ -75,9 +131,8 @@ fn write_table(_: &Table, _: &Path) -> Result<()> {
 /// everything is written (an interrupted export leaves it as it was).
 pub fn export(run: &Run, opts: &ExportOptions) -> Result<Exported> {
     let mut out = Exported::default();
-    // The run's tables, then its needle sweep's (report::needle builds on report::tables).
     let all_tables = match opts.parquet || opts.md {
-        true => tables(run).into_iter().chain(run.needle.iter().flat_map(super::needle::tables)).collect(),
+        true => run_tables(run),
         false => Vec::new(),
     };
     let specs = figure_specs(run, opts);
@@ -94,7 +149,7 @@ pub fn export(run: &Run, opts: &ExportOptions) -> Result<Exported> {
         for spec in &specs {
             let rels: Vec<PathBuf> = exts.iter().map(|ext| Path::new(FIGURES_DIR).join(format!("{}.{ext}", spec.stem))).collect();
             let staged = rels.iter().map(|r| stage.path(r)).collect::<Result<Vec<_>>>()?;
-            if draw(run, spec, &staged)? {
+            if draw_files(run, spec, &staged)? {
                 out.figures.extend(rels.iter().map(|r| run.dir.join(r)));
             }
         }

@@ -32,8 +32,9 @@ pub fn to_frame(table: &Table) -> Result<DataFrame> {
     DataFrame::new(table.n_rows(), columns).map_err(|e| Error::Internal(format!("table {}: {e}", table.name)))
 }
 
-/// Writes `table` to `path` (temp file + rename).
-pub fn write_table(table: &Table, path: &Path) -> Result<()> {
+/// The Parquet file of `table`, in memory: the bytes `write_table` writes (the Python package
+/// hands them to polars as they are).
+pub fn table_bytes(table: &Table) -> Result<Vec<u8>> {
     let mut df = to_frame(table)?;
     let mut bytes = Vec::new();
     // One thread and fixed row groups keep the bytes identical from run to run.
@@ -42,8 +43,13 @@ pub fn write_table(table: &Table, path: &Path) -> Result<()> {
         .with_statistics(StatisticsOptions::full())
         .set_parallel(false)
         .finish(&mut df)
-        .map_err(|e| Error::Internal(format!("writing {}: {e}", path.display())))?;
-    write_atomic(path, &bytes)
+        .map_err(|e| Error::Internal(format!("writing table {}: {e}", table.name)))?;
+    Ok(bytes)
+}
+
+/// Writes `table` to `path` (temp file + rename).
+pub fn write_table(table: &Table, path: &Path) -> Result<()> {
+    write_atomic(path, &table_bytes(table)?)
 }
 
 /// Reads a Parquet file back into a frame.

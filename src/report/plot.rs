@@ -40,15 +40,7 @@ pub fn save<F: Figure>(fig: &F, path: &Path) -> Result<()> {
     let fail = |e: String| Error::Internal(format!("drawing {}: {e}", path.display()));
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
     match ext.as_str() {
-        "svg" => {
-            let mut svg = String::new();
-            {
-                let root = SVGBackend::with_string(&mut svg, fig.size()).into_drawing_area();
-                fig.draw(&root).map_err(|e| fail(e.to_string()))?;
-                root.present().map_err(|e| fail(e.to_string()))?;
-            }
-            write_atomic(path, svg.as_bytes())
-        }
+        "svg" => write_atomic(path, svg_string(fig)?.as_bytes()),
         "png" => {
             let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
             let name = path.file_name().map_or("figure".into(), |n| n.to_string_lossy().into_owned());
@@ -70,6 +62,19 @@ pub fn save<F: Figure>(fig: &F, path: &Path) -> Result<()> {
         }
         _ => Err(Error::file(path, "has no .png or .svg extension")),
     }
+}
+
+/// `fig` as SVG text (what [`save`] writes to a `.svg` file).
+pub fn svg_string<F: Figure>(fig: &F) -> Result<String> {
+    register_fonts();
+    let fail = |e: String| Error::Internal(format!("drawing an SVG figure: {e}"));
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, fig.size()).into_drawing_area();
+        fig.draw(&root).map_err(|e| fail(e.to_string()))?;
+        root.present().map_err(|e| fail(e.to_string()))?;
+    }
+    Ok(svg)
 }
 
 /// Colour scale of a heatmap.

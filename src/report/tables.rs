@@ -3,7 +3,7 @@
 //! Parquet writer and the figures consume them. Column names and types are a public contract
 //! (documented in notebooks-data/README.md) — change them only deliberately.
 
-use super::records::StreamReport;
+use super::records::{CaptureReport, StreamReport};
 use super::run::Run;
 use crate::analysis::massive::{find_massive, MassiveElement};
 use crate::analysis::quant::{QuantCase, QuantReport, SiteNoise};
@@ -145,6 +145,9 @@ pub fn tables(run: &Run) -> Vec<Table> {
     }
     if let Some(t) = ablation(run, &m) {
         out.push(t);
+    }
+    if let Some(c) = run.capture.as_ref().filter(|c| c.nll.as_ref().is_some_and(|n| !n.per_token.is_empty())) {
+        out.push(capture_tokens(c, &m));
     }
     if let Some(s) = &run.stream {
         out.push(stream_nll(s, &m));
@@ -493,6 +496,19 @@ fn stream_nll(s: &StreamReport, m: &Meta) -> Table {
         .u32("cache_len", |r| o(r).cache_len.get(r.1).copied().unwrap_or(0))
         .bool("evicted", |r| o(r).first_eviction_step.is_some_and(|e| r.1 >= e))
         .build("stream_nll")
+}
+
+/// `tokens`: the captured text token by token with each token's NLL given its prefix (null at
+/// position 0, which has none).
+fn capture_tokens(c: &CaptureReport, m: &Meta) -> Table {
+    let per_token = c.nll.as_ref().map_or(&[][..], |n| &n.per_token[..]);
+    Builder::new(&c.tokens, m)
+        .str("text", |_| c.text_source.clone())
+        .u32("pos", |t| t.pos)
+        .u32("token_id", |t| t.id as usize)
+        .str("piece", |t| t.piece.clone())
+        .opt_f64("nll", |t| t.pos.checked_sub(1).and_then(|i| per_token.get(i).copied()))
+        .build("tokens")
 }
 
 /// `recommend`: the sink-count sweep's evidence table, one row per policy.

@@ -1,0 +1,243 @@
+"""sinkscope from Python: where a transformer parks its attention, and what a KV cache loses by
+evicting those positions — the same library as the `sinkscope` command line, with a model kept
+loaded across calls, results as polars DataFrames and numpy arrays, and figures inline in notebooks.
+
+    import sinkscope
+    m = sinkscope.load("SmolLM2-135M-Instruct.Q4_1.gguf")
+    cap = m.capture("The quick brown fox jumps over the lazy dog.", hooks="blocks.0.attn.hook_pattern")
+    cap.alphas                      # per-head α_k (polars)
+    cap.tensors["blocks.0.attn.hook_pattern"].shape     # (heads, T, T) numpy
+    m.recommend(file="book.txt", cache=128)["recommend"]
+
+Every call runs the command of the same name exactly as the binary does: keyword arguments are its
+long flags (`max_tokens=64` is `--max-tokens 64`, `no_ablation=True` is `--no-ablation`, a list
+repeats the flag), with the same defaults, checks and numbers; it writes a run directory (`out=`, or
+a temporary one that lives as long as the result) and returns it as a `Run`: a mapping of table
+name → DataFrame with the Parquet files' schemas (notebooks-data/README.md). Bad input raises
+`InputError` with the command line's one-line message. Long calls release the GIL and report
+progress (a tqdm bar when tqdm is installed; `progress=False` silences them).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from . import _native
+from ._native import InputError, SinkscopeError
+from ._progress import Progress
+from ._run import Capture, Figure, Run
+
+__all__ = [
+    "Capture",
+    "Figure",
+    "InputError",
+    "Model",
+    "Run",
+    "SinkscopeError",
+    "load",
+    "read_run",
+    "survey",
+    "watch",
+    "__version__",
+]
+
+__version__ = _native.version()
+
+
+def flags(**options) -> list[str]:
+    """Keyword arguments as command-line flags: `max_tokens=64` → `--max-tokens 64`; True → the
+    switch alone; False and None → nothing; a list or tuple repeats the flag per item."""
+    argv: list[str] = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            argv.append(flag)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                argv += [flag, str(item)]
+        else:
+            argv += [flag, os.fspath(value) if isinstance(value, os.PathLike) else str(value)]
+    return argv
+
+
+def _out_dir(out) -> tuple[Path, bool]:
+    """The run directory: the caller's, or a temporary one the result owns."""
+    if out is not None:
+        return Path(out), False
+    return Path(tempfile.mkdtemp(prefix="sinkscope-")), True
+
+
+def _text_file(text: str | None, file, directory: Path) -> str | None:
+    """A text given as a string is written beside the run (`input.txt`), so commands that stream a
+    file read it and the run records where it came from."""
+    if text is None:
+        return None if file is None else os.fspath(file)
+    if file is not None:
+        raise InputError("give the text either as a string or as file=, not both")
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "input.txt"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def _call(run, argv: list[str], progress: bool) -> int:
+    bar = Progress(progress)
+    try:
+        return run(argv, bar)
+    finally:
+        bar.close()
+
+
+class Model:
+    """A model loaded once for many calls (`sinkscope.load`)."""
+
+    def __init__(self, native: _native.Model, spec: str | None):
+        self._native = native
+        self.spec = spec
+
+    @property
+    def name(self) -> str:
+        return self._native.name()
+
+    @property
+    def info(self) -> dict:
+        """The model's architecture, sizes, tokenizer and weights' SHA-256 (`sinkscope info --json`)."""
+        import json
+
+        return json.loads(self._native.info_json())
+
+    def __repr__(self) -> str:
+        return f"<sinkscope.Model {self.name}>"
+
+    def run(self, command: str, *args: str, progress: bool = True, **options) -> int:
+        """Runs any command on this model with flags as keyword arguments; returns its exit status."""
+        return _call(self._native.run, [command, *args, *flags(**options)], progress)
+
+    def _into_run(self, command: str, out, progress: bool, argv: list[str]) -> tuple[Path, bool]:
+        directory, owned = _out_dir(out)
+        _call(self._native.run, [command, *argv, "--out", str(directory)], progress)
+        return directory, owned
+
+    def capture(self, text: str | None = None, *, file=None, hooks: str | list[str] | None = None, out=None,
+                progress: bool = True, **options) -> Capture:
+        """`sinkscope capture`: the text through the model with the streaming reducers — per-head
+        α_k, sink positions, activations, NLL per token — and, with `hooks` (TransformerLens names or
+        patterns such as `blocks.*.attn.hook_pattern`), those hooks' full tensors as numpy arrays."""
+        directory, owned = _out_dir(out)
+        argv = ["capture"]
+        if text is not None and file is not None:
+            raise InputError("give the text either as a string or as file=, not both")
+        argv += ["--prompt", text] if text is not None else []
+        argv += ["--file", os.fspath(file)] if file is not None else []
+        tensors = None
+        if hooks is not None:
+            tensors = directory / "tensors.safetensors"
+            spec = hooks if isinstance(hooks, str) else ",".join(hooks)
+            argv += ["--hooks", spec, "--save-tensors", str(tensors)]
+        _call(self._native.run, argv + flags(**options) + ["--out", str(directory)], progress)
+        return Capture(directory, tensors, owned=owned)
+
+    def analyze(self, *, out=None, progress: bool = True, **options) -> Run:
+        """`sinkscope analyze`: sink positions, Sink_k^ε, head classes, massive activations and the
+        causal sweep over a probe set (`probes=`) or a text (`file=`)."""
+        directory, owned = self._into_run("analyze", out, progress, flags(**options))
+        return Run(directory, owned=owned)
+
+    def _streamed(self, command: str, text, file, out, progress, options) -> Run:
+        directory, owned = _out_dir(out)
+        path = _text_file(text, file, directory)
+        argv = ([] if path is None else ["--file", path]) + flags(**options)
+        self._into_run(command, directory, progress, argv)
+        return Run(directory, owned=owned)
+
+    def stream(self, text: str | None = None, *, policy: str, file=None, out=None, progress: bool = True, **options) -> Run:
+        """`sinkscope stream`: the text under one cache policy (`sink`, `window`, `h2o`, …) with
+        `cache=W`, `sinks=S`; the `stream_nll` table holds every step's NLL and cache length."""
+        return self._streamed("stream", text, file, out, progress, {"policy": policy, **options})
+
+    def recommend(self, text: str | None = None, *, cache: int, file=None, out=None, progress: bool = True, **options) -> Run:
+        """`sinkscope recommend`: the sink-count sweep at budget `cache` and how many sink tokens
+        this model needs (`recommend` table; `stream_nll` per policy and step)."""
+        return self._streamed("recommend", text, file, out, progress, {"cache": cache, **options})
+
+    def heads(self, text: str | None = None, *, file=None, out=None, progress: bool = True, **options) -> Run:
+        """`sinkscope heads`: which KV heads retrieve and which stream; `heads.json` is
+        `run.record("heads")`."""
+        directory, owned = _out_dir(out)
+        path = _text_file(text, file, directory)
+        argv = ([] if path is None else ["--file", path]) + flags(**options)
+        _call(self._native.run, ["heads", *argv, "--out", str(directory)], progress)
+        return _Records(directory, owned=owned)
+
+    def needle(self, *, out=None, progress: bool = True, **options) -> Run:
+        """`sinkscope needle`: pass-key retrieval under every cache policy (`needle`,
+        `needle_trials`, and with `retrieval_heads=True` `needle_heads`)."""
+        directory, owned = self._into_run("needle", out, progress, flags(**options))
+        return Run(directory, owned=owned)
+
+    def quant(self, *, out=None, progress: bool = True, **options) -> Run:
+        """`sinkscope quant`: activation fake-quantization and its cost at the sink positions."""
+        directory, owned = self._into_run("quant", out, progress, flags(**options))
+        return Run(directory, owned=owned)
+
+    def verify(self, trace, *, out=None, progress: bool = True, **options) -> "_Records":
+        """`sinkscope verify`: a serving engine's trace held against the exact simulator; the
+        verdict is `run.record("verify")`, `run.status` is 3 when it diverges."""
+        directory, owned = _out_dir(out)
+        status = _call(self._native.run, ["verify", os.fspath(trace), *flags(**options), "--out", str(directory)], progress)
+        return _Records(directory, owned=owned, status=status)
+
+
+class _Records(Run):
+    """A run directory whose results are records rather than tables (heads, verify, watch)."""
+
+    def __init__(self, directory, *, owned=False, status: int = 0):
+        self.dir, self._owned, self.status = Path(directory), owned, status
+        try:
+            super().__init__(directory, owned=owned)
+        except InputError:
+            self._tables, self._records = {}, False
+
+
+def load(model: str | os.PathLike | None = None, *, dtype: str | None = None, quantized: bool = False,
+         tokenizer=None, offline: bool = False) -> Model:
+    """Loads a model as every command does: a .gguf file, a llama2.c .bin, an HF directory, a hub
+    id or an alias (fetched and verified on first use); `None` is the command line's default model."""
+    spec = None if model is None else os.fspath(model)
+    argv = ([] if spec is None else ["--model", spec]) + flags(dtype=dtype, quantized=quantized, tokenizer=tokenizer, offline=offline)
+    return Model(_native.Model(argv), spec)
+
+
+def read_run(directory: str | os.PathLike) -> Run:
+    """Every table of a run directory (capture, analyze, stream, recommend, needle, quant, a
+    survey's comparison) as polars DataFrames, with the Parquet files' schemas."""
+    return Run(directory)
+
+
+def watch(trace: str | os.PathLike, *, out=None, progress: bool = True, **options) -> "_Records":
+    """`sinkscope watch`: sink loss in a serving trace's per-token logprobs; the report is
+    `run.record("watch")`, `run.status` 3 when sink loss is found."""
+    directory, owned = _out_dir(out)
+    status = _call(_native.run, ["watch", os.fspath(trace), *flags(**options), "--out", str(directory)], progress)
+    return _Records(directory, owned=owned, status=status)
+
+
+def survey(models=(), *, out: str | os.PathLike, shard: str | None = None, merge=None, progress: bool = True,
+           **options):
+    """`sinkscope survey`: several models side by side into `out` (resumable), returned as a `Run`
+    whose `survey` table compares them. `shard="K/N"` runs only every N-th model (round robin) into
+    `out` and returns its part record (a dict); `merge=[dirs]` checks the parts are one whole survey
+    and builds the comparison one process would have (docs/cluster/README.md)."""
+    argv = ["survey"] + [a for m in models for a in ("--model", os.fspath(m))]
+    argv += flags(shard=shard, merge=[os.fspath(d) for d in merge or ()], **options) + ["--out", os.fspath(out)]
+    _call(_native.run, argv, progress)
+    if shard is None:
+        return Run(out)
+    k, n = (int(x) for x in shard.split("/"))
+    import json
+
+    return json.loads((Path(out) / "survey-parts" / f"part-{k}-of-{n}.json").read_text(encoding="utf-8"))
