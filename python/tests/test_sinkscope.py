@@ -5,6 +5,7 @@ message; the GIL is free while the model works."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -218,3 +219,18 @@ def test_analyze_equals_the_binary(stories, cli, tmp_path):
     assert ran.returncode == 0, ran.stderr
     assert_same_tables(py, cli_tables(cli, tmp_path / "cli"))
     assert py["head_sinks"]["probe"].n_unique() > 1
+
+
+def test_verify_equals_the_binary(stories, book, cli, tmp_path):
+    m = sinkscope.load(stories)
+    m.stream(file=book, policy="sink", cache=48, sinks=4, tokens=200, out=tmp_path / "run", progress=False)
+    trace = tmp_path / "run" / "stream.json"
+    same = m.verify(trace, policy="sink", cache=48, sinks=4, positions="slot", out=tmp_path / "py", progress=False)
+    assert same.status == 0 and same.record("verify")["conformance"]["verdict"] == {"verdict": "conforms"}
+    near_miss = m.verify(trace, policy="sink", cache=47, sinks=4, positions="slot", out=tmp_path / "py-miss", progress=False)
+    ran = cli("verify", trace, "-m", stories, "--policy", "sink", "--cache", 47, "--sinks", 4, "--positions", "slot", "-o", tmp_path / "cli-miss")
+    assert near_miss.status == ran.returncode == 3
+    # The same verdict and numbers; only the wall-clock time differs.
+    py, binary = near_miss.record("verify"), json.loads((tmp_path / "cli-miss" / "verify.json").read_text())
+    assert py.pop("wall_seconds") > 0 and binary.pop("wall_seconds") > 0
+    assert py == binary and py["conformance"]["verdict"]["verdict"] != "conforms"
