@@ -291,7 +291,7 @@ fn gemma3_270m_matches_transformers() {
             let (p, row) = (r0 + r, &logits[r * v..(r + 1) * v]);
             let picked: Vec<f32> = ids.iter().map(|&id| row[id as usize]).collect();
             worst_logit = worst_logit.max(common::max_abs_diff("sampled logits", &picked, &sel[p * ids.len()..][..ids.len()]) as f32);
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let max = common::finite_max("logits row", row);
             let ours_lse = max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
             worst_logit = worst_logit.max(common::max_abs_diff("logsumexp", &[ours_lse as f32], &lse[p..p + 1]) as f32);
             if p + 1 < t {
@@ -395,7 +395,7 @@ fn final_logit_softcapping_squashes_the_logits() {
     let nll = lm.model.next_token_nll(&hidden.narrow(0, 0, t - 1).unwrap(), &tokens[1..]).unwrap();
     for (r, got) in nll.iter().enumerate() {
         let row = &capped[r * v..(r + 1) * v];
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let max = common::finite_max("logits row", row);
         let lse = max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
         let want = lse - row[tokens[r + 1] as usize] as f64;
         assert!((got - want).abs() < 1e-3, "row {r}: nll {got} vs {want}");

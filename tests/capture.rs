@@ -102,7 +102,7 @@ fn saved_scores_softmax_to_the_saved_pattern() {
         for q in 0..t {
             let s = &scores[(h * t + q) * t..(h * t + q + 1) * t];
             assert!(s[q + 1..].iter().all(|&x| x == f32::NEG_INFINITY));
-            let max = s[..=q].iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let max = common::finite_max(&format!("head {h} query {q}: scores"), &s[..=q]);
             let z: f64 = s[..=q].iter().map(|&x| (x as f64 - max).exp()).sum();
             for k in 0..=q {
                 let want = (s[k] as f64 - max).exp() / z;

@@ -46,7 +46,7 @@ fn check_with(lm: &LoadedModel, fixture: &str, text_file: &str, corrupt: &dyn Fn
         let row = &logits[p * v..(p + 1) * v];
         let picked: Vec<f32> = ids.iter().map(|&id| row[id as usize]).collect();
         worst = worst.max(common::max_abs_diff(&format!("{fixture}: sampled logits at {p}"), &picked, &sel[p * ids.len()..][..ids.len()]) as f32);
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let max = common::finite_max(&format!("{fixture}: logits at {p}"), row);
         let ours_lse = (max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln()) as f32;
         worst = worst.max(common::max_abs_diff(&format!("{fixture}: logsumexp at {p}"), &[ours_lse], &lse[p..p + 1]) as f32);
     }

@@ -291,8 +291,11 @@ fn heads_ranked_by_causal_evidence() {
     let tsv = std::fs::read_to_string(dir.join("head_gates.tsv")).unwrap();
     let gates: Vec<bool> = tsv.lines().flat_map(|l| l.split('\t').map(|g| g == "1").collect::<Vec<_>>()).collect();
     let flat: Vec<f64> = causal.iter().flatten().copied().collect();
-    let lowest_kept = flat.iter().zip(&gates).filter(|(_, &g)| g).map(|(d, _)| *d).fold(f64::INFINITY, f64::min);
-    let highest_left = flat.iter().zip(&gates).filter(|(_, &g)| !g).map(|(d, _)| *d).fold(f64::NEG_INFINITY, f64::max);
+    assert_eq!(flat.len(), gates.len(), "one gate per (layer, KV head)");
+    let kept: Vec<f64> = flat.iter().zip(&gates).filter(|(_, &g)| g).map(|(d, _)| -*d).collect();
+    let left: Vec<f64> = flat.iter().zip(&gates).filter(|(_, &g)| !g).map(|(d, _)| *d).collect();
+    let lowest_kept = -common::finite_max("ΔNLL of the gated heads (negated)", &kept);
+    let highest_left = common::finite_max("ΔNLL of the heads left streaming", &left);
     assert_eq!(gates.iter().filter(|&&g| g).count(), 5);
     assert!(lowest_kept >= highest_left, "gates must be the top ΔNLL: {lowest_kept} < {highest_left}");
     // A causal window that leaves no query beyond S + R is refused with the reason.

@@ -262,6 +262,22 @@ pub fn worst_abs_diff<T: Real>(what: &str, got: &[T], want: &[T]) -> (f64, usize
     worst
 }
 
+/// The largest of `values`, failing (naming `what` and the index) on an empty list or a NaN or ±∞
+/// value — where a fold with `f32::max` would skip a NaN silently.
+#[track_caller]
+pub fn finite_max<T: Real>(what: &str, values: &[T]) -> f64 {
+    assert!(!values.is_empty(), "{what}: no values");
+    let mut top = f64::NEG_INFINITY;
+    for (i, v) in values.iter().enumerate() {
+        let v = v.to_f64();
+        assert!(v.is_finite(), "{what}: value {i} is not finite ({v})");
+        if v > top {
+            top = v;
+        }
+    }
+    top
+}
+
 /// Asserts the largest |got − want| (see [`max_abs_diff`]) is at most `tol`, naming where it is
 /// reached; returns it.
 #[track_caller]
