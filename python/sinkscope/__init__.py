@@ -21,6 +21,7 @@ progress (a tqdm bar when tqdm is installed; `progress=False` silences them).
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -84,10 +85,15 @@ def _text_file(text: str | None, file, directory: Path) -> str | None:
     return str(path)
 
 
-def _call(run, argv: list[str], progress: bool) -> int:
+def _call(run, argv: list[str], progress: bool, owned: Path | None = None) -> int:
+    """Runs a command line; a temporary run directory (`owned`) goes away when the command fails."""
     bar = Progress(progress)
     try:
         return run(argv, bar)
+    except BaseException:
+        if owned is not None:
+            shutil.rmtree(owned, ignore_errors=True)
+        raise
     finally:
         bar.close()
 
@@ -117,9 +123,10 @@ class Model:
         """Runs any command on this model with flags as keyword arguments; returns its exit status."""
         return _call(self._native.run, [command, *args, *flags(**options)], progress)
 
-    def _into_run(self, command: str, out, progress: bool, argv: list[str]) -> tuple[Path, bool]:
-        directory, owned = _out_dir(out)
-        _call(self._native.run, [command, *argv, "--out", str(directory)], progress)
+    def _into_run(self, command: str, out, progress: bool, argv: list[str], owned: bool = False) -> tuple[Path, bool]:
+        directory, new = _out_dir(out)
+        owned = owned or new
+        _call(self._native.run, [command, *argv, "--out", str(directory)], progress, directory if owned else None)
         return directory, owned
 
     def capture(self, text: str | None = None, *, file=None, hooks: str | list[str] | None = None, out=None,
@@ -138,7 +145,7 @@ class Model:
             tensors = directory / "tensors.safetensors"
             spec = hooks if isinstance(hooks, str) else ",".join(hooks)
             argv += ["--hooks", spec, "--save-tensors", str(tensors)]
-        _call(self._native.run, argv + flags(**options) + ["--out", str(directory)], progress)
+        _call(self._native.run, argv + flags(**options) + ["--out", str(directory)], progress, directory if owned else None)
         return Capture(directory, tensors, owned=owned)
 
     def analyze(self, *, out=None, progress: bool = True, **options) -> Run:
@@ -151,7 +158,7 @@ class Model:
         directory, owned = _out_dir(out)
         path = _text_file(text, file, directory)
         argv = ([] if path is None else ["--file", path]) + flags(**options)
-        self._into_run(command, directory, progress, argv)
+        self._into_run(command, directory, progress, argv, owned)
         return Run(directory, owned=owned)
 
     def stream(self, text: str | None = None, *, policy: str, file=None, out=None, progress: bool = True, **options) -> Run:
@@ -170,7 +177,7 @@ class Model:
         directory, owned = _out_dir(out)
         path = _text_file(text, file, directory)
         argv = ([] if path is None else ["--file", path]) + flags(**options)
-        _call(self._native.run, ["heads", *argv, "--out", str(directory)], progress)
+        _call(self._native.run, ["heads", *argv, "--out", str(directory)], progress, directory if owned else None)
         return _Records(directory, owned=owned)
 
     def needle(self, *, out=None, progress: bool = True, **options) -> Run:
@@ -188,7 +195,8 @@ class Model:
         """`sinkscope verify`: a serving engine's trace held against the exact simulator; the
         verdict is `run.record("verify")`, `run.status` is 3 when it diverges."""
         directory, owned = _out_dir(out)
-        status = _call(self._native.run, ["verify", os.fspath(trace), *flags(**options), "--out", str(directory)], progress)
+        argv = ["verify", os.fspath(trace), *flags(**options), "--out", str(directory)]
+        status = _call(self._native.run, argv, progress, directory if owned else None)
         return _Records(directory, owned=owned, status=status)
 
 
@@ -222,7 +230,8 @@ def watch(trace: str | os.PathLike, *, out=None, progress: bool = True, **option
     """`sinkscope watch`: sink loss in a serving trace's per-token logprobs; the report is
     `run.record("watch")`, `run.status` 3 when sink loss is found."""
     directory, owned = _out_dir(out)
-    status = _call(_native.run, ["watch", os.fspath(trace), *flags(**options), "--out", str(directory)], progress)
+    argv = ["watch", os.fspath(trace), *flags(**options), "--out", str(directory)]
+    status = _call(_native.run, argv, progress, directory if owned else None)
     return _Records(directory, owned=owned, status=status)
 
 

@@ -6,6 +6,7 @@ message; the GIL is free while the model works."""
 from __future__ import annotations
 
 import json
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -139,8 +140,14 @@ def test_bad_input_raises_the_binarys_message(smollm2, cli, tmp_path):
         m.stream("", policy="sink", out=tmp_path / "c")
     with pytest.raises(sinkscope.InputError, match="command line"):
         m.run("dash")
-    # Nothing half-written.
+    # Nothing half-written, and no temporary run directory left behind by a failed call.
     assert not (tmp_path / "a").exists() and not (tmp_path / "b" / "capture.json").exists()
+    temporary = lambda: set(Path(tempfile.gettempdir()).glob("sinkscope-*"))  # noqa: E731
+    before = temporary()
+    for call in (lambda: m.capture("x", max_tokens="many"), lambda: m.recommend(TEXT, cache=1), lambda: m.analyze(epsilon=2)):
+        with pytest.raises(sinkscope.InputError):
+            call()
+    assert temporary() == before
 
 
 def test_the_gil_is_free_while_the_model_works(smol, book):
