@@ -65,8 +65,10 @@ fn compare_arrays(name: &str, committed: &Path, today: &Path, diffs: &mut Vec<St
                     }
                 },
             )
-            .fold(0f64, f64::max);
-        if shape != shape2 || data.len() != data2.len() || worst > REL_TOL {
+            .max_by(f64::total_cmp)
+            .unwrap_or(0.0);
+        // A NaN fails too (none reaches here: non-finite pairs are ∞ above).
+        if shape != shape2 || data.len() != data2.len() || worst.is_nan() || worst > REL_TOL {
             diffs.push(format!("{name}/{key}: shape {shape:?} vs {shape2:?}, largest relative difference {worst:e}"));
         }
     }

@@ -98,6 +98,12 @@ def _call(run, argv: list[str], progress: bool, owned: Path | None = None) -> in
         bar.close()
 
 
+def _run_in(run, argv: list[str], directory: Path, owned: bool, progress: bool) -> int:
+    """Runs a command line that writes into `directory` (its `--out`); a temporary directory
+    (`owned`) goes away when the command fails."""
+    return _call(run, [*argv, "--out", str(directory)], progress, directory if owned else None)
+
+
 class Model:
     """A model loaded once for many calls (`sinkscope.load`)."""
 
@@ -123,11 +129,11 @@ class Model:
         """Runs any command on this model with flags as keyword arguments; returns its exit status."""
         return _call(self._native.run, [command, *args, *flags(**options)], progress)
 
-    def _into_run(self, command: str, out, progress: bool, argv: list[str], owned: bool = False) -> tuple[Path, bool]:
-        directory, new = _out_dir(out)
-        owned = owned or new
-        _call(self._native.run, [command, *argv, "--out", str(directory)], progress, directory if owned else None)
-        return directory, owned
+    def _tables_of(self, command: str, out, progress: bool, options: dict) -> Run:
+        """A command whose flags are all keyword arguments, into `out` (or a temporary directory)."""
+        directory, owned = _out_dir(out)
+        _run_in(self._native.run, [command, *flags(**options)], directory, owned, progress)
+        return Run(directory, owned=owned)
 
     def capture(self, text: str | None = None, *, file=None, hooks: str | list[str] | None = None, out=None,
                 progress: bool = True, **options) -> Capture:
@@ -145,20 +151,19 @@ class Model:
             tensors = directory / "tensors.safetensors"
             spec = hooks if isinstance(hooks, str) else ",".join(hooks)
             argv += ["--hooks", spec, "--save-tensors", str(tensors)]
-        _call(self._native.run, argv + flags(**options) + ["--out", str(directory)], progress, directory if owned else None)
+        _run_in(self._native.run, argv + flags(**options), directory, owned, progress)
         return Capture(directory, tensors, owned=owned)
 
     def analyze(self, *, out=None, progress: bool = True, **options) -> Run:
         """`sinkscope analyze`: sink positions, Sink_k^ε, head classes, massive activations and the
         causal sweep over a probe set (`probes=`) or a text (`file=`)."""
-        directory, owned = self._into_run("analyze", out, progress, flags(**options))
-        return Run(directory, owned=owned)
+        return self._tables_of("analyze", out, progress, options)
 
     def _streamed(self, command: str, text, file, out, progress, options) -> Run:
         directory, owned = _out_dir(out)
         path = _text_file(text, file, directory)
-        argv = ([] if path is None else ["--file", path]) + flags(**options)
-        self._into_run(command, directory, progress, argv, owned)
+        argv = [command, *([] if path is None else ["--file", path]), *flags(**options)]
+        _run_in(self._native.run, argv, directory, owned, progress)
         return Run(directory, owned=owned)
 
     def stream(self, text: str | None = None, *, policy: str, file=None, out=None, progress: bool = True, **options) -> Run:
@@ -176,27 +181,24 @@ class Model:
         `run.record("heads")`."""
         directory, owned = _out_dir(out)
         path = _text_file(text, file, directory)
-        argv = ([] if path is None else ["--file", path]) + flags(**options)
-        _call(self._native.run, ["heads", *argv, "--out", str(directory)], progress, directory if owned else None)
+        argv = ["heads", *([] if path is None else ["--file", path]), *flags(**options)]
+        _run_in(self._native.run, argv, directory, owned, progress)
         return _Records(directory, owned=owned)
 
     def needle(self, *, out=None, progress: bool = True, **options) -> Run:
         """`sinkscope needle`: pass-key retrieval under every cache policy (`needle`,
         `needle_trials`, and with `retrieval_heads=True` `needle_heads`)."""
-        directory, owned = self._into_run("needle", out, progress, flags(**options))
-        return Run(directory, owned=owned)
+        return self._tables_of("needle", out, progress, options)
 
     def quant(self, *, out=None, progress: bool = True, **options) -> Run:
         """`sinkscope quant`: activation fake-quantization and its cost at the sink positions."""
-        directory, owned = self._into_run("quant", out, progress, flags(**options))
-        return Run(directory, owned=owned)
+        return self._tables_of("quant", out, progress, options)
 
     def verify(self, trace, *, out=None, progress: bool = True, **options) -> "_Records":
         """`sinkscope verify`: a serving engine's trace held against the exact simulator; the
         verdict is `run.record("verify")`, `run.status` is 3 when it diverges."""
         directory, owned = _out_dir(out)
-        argv = ["verify", os.fspath(trace), *flags(**options), "--out", str(directory)]
-        status = _call(self._native.run, argv, progress, directory if owned else None)
+        status = _run_in(self._native.run, ["verify", os.fspath(trace), *flags(**options)], directory, owned, progress)
         return _Records(directory, owned=owned, status=status)
 
 
@@ -204,10 +206,11 @@ class _Records(Run):
     """A run directory whose results are records rather than tables (heads, verify, watch)."""
 
     def __init__(self, directory, *, owned=False, status: int = 0):
-        self.dir, self._owned, self.status = Path(directory), owned, status
+        self.status = status
         try:
             super().__init__(directory, owned=owned)
         except InputError:
+            # Run set the directory and ownership before it found no tables.
             self._tables, self._records = {}, False
 
 
@@ -230,8 +233,7 @@ def watch(trace: str | os.PathLike, *, out=None, progress: bool = True, **option
     """`sinkscope watch`: sink loss in a serving trace's per-token logprobs; the report is
     `run.record("watch")`, `run.status` 3 when sink loss is found."""
     directory, owned = _out_dir(out)
-    argv = ["watch", os.fspath(trace), *flags(**options), "--out", str(directory)]
-    status = _call(_native.run, argv, progress, directory if owned else None)
+    status = _run_in(_native.run, ["watch", os.fspath(trace), *flags(**options)], directory, owned, progress)
     return _Records(directory, owned=owned, status=status)
 
 

@@ -107,8 +107,7 @@ pub enum Command {
 /// Parses a command line (`argv` without the program name) as the binary does; a usage error,
 /// `--help` included, is one line.
 pub fn parse<I: IntoIterator<Item = String>>(argv: I) -> Result<Cli> {
-    Cli::try_parse_from(std::iter::once("sinkscope".to_string()).chain(argv))
-        .map_err(|e| crate::error::Error::input(usage::one_line(&e.render().to_string())))
+    usage::parse_from(argv)
 }
 
 /// Runs the command in the terminal; the exit status it asks for (0 unless `watch` or `verify`

@@ -69,9 +69,7 @@ struct ModelFlags {
 /// `--offline`) name, as a command would: an alias not on the model path is fetched and verified
 /// first. For a caller that keeps the model across commands ([`Session::embedded`]).
 pub fn load_model<I: IntoIterator<Item = String>>(argv: I) -> Result<LoadedModel> {
-    use clap::Parser;
-    let flags = ModelFlags::try_parse_from(std::iter::once("sinkscope".to_string()).chain(argv))
-        .map_err(|e| Error::input(super::usage::one_line(&e.render().to_string())))?;
+    let flags: ModelFlags = super::usage::parse_from(argv)?;
     let mut lm = flags.model.load()?;
     lm.fingerprint()?;
     Ok(lm)

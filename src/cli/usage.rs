@@ -1,4 +1,12 @@
-//! A clap usage error as the one line every other error is.
+//! Command lines parsed with clap, a usage error as the one line every other error is.
+
+use crate::error::{Error, Result};
+
+/// Parses `argv` (without the program name) into `P`; a usage error, `--help` included, is one
+/// line.
+pub fn parse_from<P: clap::Parser, I: IntoIterator<Item = String>>(argv: I) -> Result<P> {
+    P::try_parse_from(std::iter::once("sinkscope".to_string()).chain(argv)).map_err(|e| Error::input(one_line(&e.render().to_string())))
+}
 
 /// clap's usage error (message, usage block, a hint) as the one line every other error is.
 pub fn one_line(rendered: &str) -> String {

@@ -66,10 +66,11 @@ pub fn run(args: VerifyArgs, s: &mut Session) -> Result<u8> {
     let opts = VerifyOptions { trace: args.trace.clone(), prompt_ids: args.prompt_ids.clone(), request: args.request.clone(), policy };
     let (lm, progress) = s.model(&args.model)?;
     let report = verify_into(lm, &opts, args.out.as_deref(), progress)?;
-    if s.prints() && args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else if s.prints() {
-        print!("{}", summary(&report));
+    if s.prints() {
+        match args.json {
+            true => println!("{}", serde_json::to_string_pretty(&report)?),
+            false => print!("{}", summary(&report)),
+        }
     }
     Ok(match report.conformance.verdict {
         Verdict::Diverges { .. } => DIVERGES_EXIT,
