@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """HF transformers' side of benches/capture_vs_hf_gguf.sh: loads a GGUF in float32 (eager
 attention), then times R forwards over the given token ids with output_attentions=True and
-all-position logits, and prints one JSON line: min/median seconds and peak RSS (VmHWM).
+all-position logits turned into each next token's NLL by log-softmax (what sinkscope's capture
+computes), and prints one JSON line: min/median seconds, perplexity and peak RSS (VmHWM).
 
     python benches/hf_forward_gguf.py --gguf PATH --tokens F.json [--repeat 3] [--threads 2]
 """
@@ -38,10 +39,12 @@ def main():
         for _ in range(a.repeat):
             t = time.perf_counter()
             out = model(input_ids=ids, output_attentions=True, use_cache=False)
+            nll = -torch.log_softmax(out.logits[0, :-1], dim=-1).gather(1, ids[0, 1:, None])
             walls.append(time.perf_counter() - t)
-            del out
+            ppl = float(nll.double().mean().exp())
+            del out, nll
     walls.sort()
-    print(json.dumps({"tokens": ids.shape[1], "min_s": walls[0], "median_s": walls[len(walls) // 2], "peak_rss_mb": peak_rss_mb()}))
+    print(json.dumps({"tokens": ids.shape[1], "min_s": walls[0], "median_s": walls[len(walls) // 2], "perplexity": ppl, "peak_rss_mb": peak_rss_mb()}))
 
 
 if __name__ == "__main__":

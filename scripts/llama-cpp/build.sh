@@ -2,7 +2,8 @@
 # Builds the llama.cpp reference engine once per machine into a cache outside the repository:
 # the llama.cpp vendored by the package registry's `llama-cpp-python` source distribution (pinned
 # below, checked against its SHA-256), compiled on CPU with CMake into a shared `libllama` (which
-# the sdist's own Python bindings load), `llama-server` and `llama-perplexity`, plus a Python venv
+# the sdist's own Python bindings load), `llama-server`, `llama-perplexity` and `llama-bench` (the
+# speed table, benches/speed_vs_llama_cpp.sh), plus a Python venv
 # holding those bindings and their dependencies. A no-op when the cache is complete; prints the
 # cache directory last (callers read it with `tail -1`).
 #
@@ -24,8 +25,9 @@ cache="${SINKSCOPE_LLAMA_CPP:-${XDG_CACHE_HOME:-$HOME/.cache}/sinkscope/llama-cp
 flags=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
     -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_OPENMP=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF
     -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON)
+targets=(llama llama-server llama-perplexity llama-bench)
 stamp="$cache/complete"
-if [ -e "$stamp" ] && [ "$(cat "$stamp")" = "${flags[*]}" ]; then
+if [ -e "$stamp" ] && [ "$(cat "$stamp")" = "${flags[*]} ${targets[*]}" ]; then
     echo "$cache"
     exit 0
 fi
@@ -71,7 +73,7 @@ rm -rf "$site/llama_cpp" && cp -r src/llama_cpp "$site/llama_cpp"
 say "building llama.cpp (CPU: AVX2, FMA, F16C) with $(nproc) jobs; this takes a while once per machine"
 export PATH="$cache/venv/bin:$PATH"
 cmake -S src/vendor/llama.cpp -B build -G Ninja "${flags[@]}" >build.log 2>&1 || { tail -20 build.log >&2; exit 1; }
-cmake --build build -j "$(nproc)" --target llama llama-server llama-perplexity >>build.log 2>&1 || {
+cmake --build build -j "$(nproc)" --target "${targets[@]}" >>build.log 2>&1 || {
     tail -30 build.log >&2
     exit 1
 }
@@ -79,6 +81,6 @@ LLAMA_CPP_LIB_PATH="$cache/build/bin" venv/bin/python -c 'import llama_cpp; llam
     say "the bindings cannot load the built libllama"
     exit 1
 }
-echo "${flags[*]}" >"$stamp"
+echo "${flags[*]} ${targets[*]}" >"$stamp"
 say "built in $((SECONDS - start)) s"
 echo "$cache"

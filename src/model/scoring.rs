@@ -1,7 +1,8 @@
 //! Next-token NLL from final-norm hidden states. Only log Σ exp(logits) and the target's logit
-//! are needed, so a dense output head is streamed in vocabulary blocks (each block's logits live
-//! in cache for one task, the head is read once per 512 rows) instead of materialising rows ×
-//! vocab logits and reading them back.
+//! are needed, so a dense output head is read once per 512 rows, in vocabulary blocks (one task
+//! each), and each block's logits are made one L2-sized tile at a time and folded into a running
+//! log-sum-exp per row while the tile is in cache: no rows × vocab matrix, no pass over logits
+//! that have left the cache.
 
 use rayon::prelude::*;
 
@@ -10,7 +11,10 @@ use crate::numerics::kernels::exp_f32;
 
 /// Vocabulary entries per task.
 const VOCAB_BLOCK: usize = 4096;
-/// Hidden rows scored per pass (bounds each task's logits to 512 × 4096 floats).
+/// Vocabulary entries per tile: 512 rows × 256 logits (512 KiB) stay in a core's L2 between the
+/// product that writes them and the log-sum-exp that reads them.
+const TILE: usize = 256;
+/// Hidden rows scored per pass (each pass reads the head once).
 const ROW_CHUNK: usize = 512;
 
 /// −log softmax(row)[target]: exponentials after subtracting the max, in eight f32 lanes per
@@ -60,12 +64,27 @@ pub(crate) enum HeadWeight<'a> {
     InOut(&'a [f32]),
 }
 
-/// One row's partial log-sum-exp over a vocabulary block.
+/// One row's running log-sum-exp: Σ exp(logit − max) over the entries folded in so far.
 #[derive(Clone, Copy)]
 struct Partial {
     max: f32,
     sum: f64,
     target: Option<f32>,
+}
+
+impl Partial {
+    const EMPTY: Partial = Partial { max: f32::NEG_INFINITY, sum: 0.0, target: None };
+
+    /// Folds in `other` (entries not folded in yet), rescaling whichever sum has the smaller max.
+    fn fold(&mut self, other: Partial) {
+        if other.max > self.max {
+            self.sum = self.sum * ((self.max - other.max) as f64).exp() + other.sum;
+            self.max = other.max;
+        } else if other.max > f32::NEG_INFINITY {
+            self.sum += other.sum * ((other.max - self.max) as f64).exp();
+        }
+        self.target = self.target.or(other.target);
+    }
 }
 
 /// NLL of `targets[r]` under logits x[r] · W for x (rows, d) row-major.
@@ -81,34 +100,37 @@ pub(crate) fn streamed_nll(x: &[f32], d: usize, head: HeadWeight<'_>, vocab: usi
             .step_by(VOCAB_BLOCK)
             .collect::<Vec<_>>()
             .into_par_iter()
-            .map(|j0| {
-                let vb = VOCAB_BLOCK.min(vocab - j0);
-                let mut logits = vec![0f32; m * vb];
-                // The block's (d, vb) slice of W: pointer and (row, column) strides.
-                let (w, rs, cs) = match head {
-                    HeadWeight::OutIn(w) => (&w[j0 * d..(j0 + vb) * d], 1, d),
-                    HeadWeight::InOut(w) => (&w[j0..(d - 1) * vocab + j0 + vb], vocab, 1),
-                };
-                // SAFETY: logits is m×vb, xs m×d; (p, j) ↦ p·rs + j·cs stays inside w's slice
-                // for p < d, j < vb; the task owns its logits.
-                unsafe { gemm_f32(m, vb, d, (logits.as_mut_ptr(), vb, 1), (xs.as_ptr(), d, 1), (w.as_ptr(), rs, cs), 1.0, gemm::Parallelism::None) };
-                logits
-                    .chunks(vb)
-                    .zip(ts)
-                    .map(|(row, &t)| {
+            .map(|b0| {
+                let mut running = vec![Partial::EMPTY; m];
+                let mut logits = vec![0f32; m * TILE];
+                for j0 in (b0..vocab.min(b0 + VOCAB_BLOCK)).step_by(TILE) {
+                    let vb = TILE.min(vocab - j0);
+                    // The tile's (d, vb) slice of W: pointer and (row, column) strides.
+                    let (w, rs, cs) = match head {
+                        HeadWeight::OutIn(w) => (&w[j0 * d..(j0 + vb) * d], 1, d),
+                        HeadWeight::InOut(w) => (&w[j0..(d - 1) * vocab + j0 + vb], vocab, 1),
+                    };
+                    // SAFETY: logits holds m×vb, xs m×d; (p, j) ↦ p·rs + j·cs stays inside w's
+                    // slice for p < d, j < vb; the task owns its logits.
+                    unsafe {
+                        gemm_f32(m, vb, d, (logits.as_mut_ptr(), vb, 1), (xs.as_ptr(), d, 1), (w.as_ptr(), rs, cs), 1.0, gemm::Parallelism::None)
+                    };
+                    for ((row, &t), run) in logits[..m * vb].chunks(vb).zip(ts).zip(running.iter_mut()) {
                         let max = lane_max(row);
                         let t = t as usize;
-                        Partial { max, sum: sum_exp(row, max), target: (j0..j0 + vb).contains(&t).then(|| row[t - j0]) }
-                    })
-                    .collect()
+                        run.fold(Partial { max, sum: sum_exp(row, max), target: (j0..j0 + vb).contains(&t).then(|| row[t - j0]) });
+                    }
+                }
+                running
             })
             .collect();
         for r in 0..m {
-            // Combined in block order, so the result does not depend on scheduling.
-            let max = blocks.iter().map(|b| b[r].max).fold(f32::NEG_INFINITY, f32::max);
-            let sum: f64 = blocks.iter().map(|b| b[r].sum * ((b[r].max - max) as f64).exp()).sum();
-            let target = blocks.iter().find_map(|b| b[r].target).unwrap_or(f32::NAN);
-            out.push((max as f64 + sum.ln()) - target as f64);
+            // Folded in block order, so the result does not depend on scheduling.
+            let mut total = Partial::EMPTY;
+            for b in &blocks {
+                total.fold(b[r]);
+            }
+            out.push((total.max as f64 + total.sum.ln()) - total.target.unwrap_or(f32::NAN) as f64);
         }
     }
     out
@@ -154,6 +176,25 @@ mod tests {
             for (g, f) in got.iter().zip(&full) {
                 assert!((g - f).abs() < 1e-5, "{g} vs {f}");
             }
+        }
+    }
+
+    #[test]
+    fn streamed_nll_does_not_depend_on_the_thread_count() {
+        // 600 rows (two row passes), vocab 9,001 (three blocks, the last ragged, in ragged tiles).
+        let (rows, d, vocab) = (600, 24, 9001);
+        let x: Vec<f32> = (0..rows * d).map(|i| ((i as f32) * 0.618).sin()).collect();
+        let w: Vec<f32> = (0..vocab * d).map(|i| ((i as f32) * 0.377).cos() * 0.5).collect();
+        let targets: Vec<u32> = (0..rows as u32).map(|r| (r * 7919) % vocab as u32).collect();
+        let run = |threads: usize| -> Vec<u64> {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| streamed_nll(&x, d, HeadWeight::OutIn(&w), vocab, &targets)).iter().map(|v| v.to_bits()).collect()
+        };
+        let one = run(1);
+        assert_eq!(one.len(), rows);
+        assert!(one.iter().all(|&b| f64::from_bits(b).is_finite()));
+        for threads in [2, 3, 7] {
+            assert!(one == run(threads), "{threads} threads");
         }
     }
 }

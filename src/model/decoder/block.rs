@@ -8,7 +8,7 @@ use super::config::{take_opt, take_req, DecoderConfig, MlpKind, NormKind, NormPl
 use super::linear::{Linear, Projection};
 use super::moe::MoeMlp;
 use crate::error::Result;
-use crate::numerics::kernels::swiglu;
+use crate::numerics::kernels::{geglu, swiglu};
 
 /// A norm's weight, and its bias for LayerNorm.
 pub(crate) struct Norm {
@@ -63,11 +63,7 @@ impl Mlp {
         let (act, down) = match self {
             Mlp::Moe(moe) => return moe.forward(x),
             Mlp::SwiGlu { gate_up, down } => (swiglu(&gate_up.forward(x)?)?, down),
-            Mlp::GeGlu { gate_up, down } => {
-                let gu = gate_up.forward(x)?;
-                let ff = gu.dim(1)? / 2;
-                ((gu.narrow(1, 0, ff)?.gelu()? * gu.narrow(1, ff, ff)?)?, down)
-            }
+            Mlp::GeGlu { gate_up, down } => (geglu(&gate_up.forward(x)?)?, down),
             Mlp::Gelu { up, down, tanh: false } => (up.forward(x)?.gelu_erf()?, down),
             Mlp::Gelu { up, down, tanh: true } => (up.forward(x)?.gelu()?, down),
         };

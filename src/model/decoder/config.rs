@@ -9,6 +9,7 @@ use candle_core::{DType, Device, Tensor};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::model::quant_matmul::packed_bytes;
 use crate::model::rope::{RopeLayout, Yarn};
 
 /// Shape and numerics of a decoder-only transformer, and the switches that make it one family.
@@ -319,7 +320,11 @@ impl Param {
     pub(crate) fn bytes(&self) -> u64 {
         match self {
             Param::Dense(t) => (t.elem_count() * t.dtype().size_in_bytes()) as u64,
-            Param::Quant(q) => q.storage_size_in_bytes() as u64,
+            // Packed for the integer products where the type allows (see `quant_matmul`).
+            Param::Quant(q) => match q.shape().dims2() {
+                Ok((n, k)) => packed_bytes(q.dtype(), n, k).unwrap_or(q.storage_size_in_bytes() as u64),
+                Err(_) => q.storage_size_in_bytes() as u64,
+            },
         }
     }
 }

@@ -37,7 +37,9 @@ const LOGIT_ROWS: usize = 128;
 /// A loaded decoder-only transformer of any supported family.
 pub struct Decoder {
     pub cfg: DecoderConfig,
-    embed: Tensor,
+    /// The embedding table; `None` where it is the packed tied head (`--quantized`), whose rows
+    /// are unpacked per lookup.
+    embed: Option<Tensor>,
     /// Learned absolute position embeddings (context_len, d_model), added to the input (GPT-2).
     pos_embed: Option<Tensor>,
     blocks: Vec<Block>,
@@ -78,21 +80,33 @@ impl Decoder {
         let embed_param = take_req(get, source_path, "token_embd.weight", &[cfg.vocab_size, d])?;
         let blocks = (0..cfg.n_layers).map(|l| Block::load(&cfg, l, source_path, get)).collect::<Result<Vec<_>>>()?;
         let final_norm = Norm::load(&cfg, source_path, get, "output_norm", d)?;
-        // Kept as stored: a half table is widened per looked-up row (and per head block when tied).
-        let embed = embed_param.stored()?;
-        // A quantized table's lookups use a dequantized copy, kept beside the quantized (tied) head.
-        let lookup_copy = if let Param::Quant(_) = embed_param { (embed.elem_count() * embed.dtype().size_in_bytes()) as u64 } else { 0 };
         let pos_embed = match cfg.arch.learned_positions {
             true => Some(take_req(get, source_path, "position_embd.weight", &[cfg.context_len, d])?.dequantize()?),
             false => None,
         };
         let lm_bias = take_opt(get, source_path, "output.bias", &[cfg.vocab_size])?.map(|p| p.dequantize()).transpose()?;
-        let lm_head = match take_opt(get, source_path, "output.weight", &[cfg.vocab_size, d])? {
-            Some(p) => Linear::new(p, lm_bias)?,
+        // Kept as stored: a half table is widened per looked-up row (and per head block when tied).
+        // A quantized table is dequantized for lookups, unless it is the tied head and packed:
+        // then lookups unpack its rows.
+        let (embed, lm_head, lookup_copy) = match take_opt(get, source_path, "output.weight", &[cfg.vocab_size, d])? {
+            Some(p) => {
+                let embed = embed_param.stored()?;
+                let copy = if let Param::Quant(_) = embed_param { (embed.elem_count() * embed.dtype().size_in_bytes()) as u64 } else { 0 };
+                (Some(embed), Linear::new(p, lm_bias)?, copy)
+            }
             // Tied embeddings: the output head is the embedding matrix itself.
             None => match embed_param {
-                Param::Quant(q) => Linear::new(Param::Quant(q), None)?,
-                Param::Dense(_) => Linear::shared(embed.clone()),
+                Param::Quant(q) => {
+                    let head = Linear::new(Param::Quant(q.clone()), None)?;
+                    if matches!(head.weight, LinearWeight::Packed(_)) {
+                        (None, head, 0)
+                    } else {
+                        let embed = q.dequantize(&Device::Cpu)?;
+                        let copy = (embed.elem_count() * embed.dtype().size_in_bytes()) as u64;
+                        (Some(embed), head, copy)
+                    }
+                }
+                Param::Dense(ref t) => (Some(t.clone()), Linear::shared(t.clone()), 0),
             },
         };
         let rope = Rope {
@@ -306,7 +320,11 @@ impl Decoder {
     /// a learned table.
     pub(crate) fn embed_tokens(&self, tokens: &[u32], positions: &[usize]) -> Result<Tensor> {
         self.check_ids(tokens)?;
-        let x = self.embed.index_select(&Tensor::new(tokens, &Device::Cpu)?, 0)?.to_dtype(DType::F32)?;
+        let x = match (&self.embed, &self.lm_head.weight) {
+            (Some(table), _) => table.index_select(&Tensor::new(tokens, &Device::Cpu)?, 0)?.to_dtype(DType::F32)?,
+            (None, LinearWeight::Packed(head)) => Tensor::from_vec(head.rows(tokens), (tokens.len(), self.cfg.d_model), &Device::Cpu)?,
+            (None, _) => return Err(Error::Internal("no embedding table and no packed tied head".into())),
+        };
         if let Some(table) = &self.pos_embed {
             let n = table.dim(0)?;
             if let Some(&p) = positions.iter().find(|&&p| p >= n) {
