@@ -2,7 +2,7 @@
 # sinkscope capture vs HF transformers (eager, output_attentions=True, float32) on the same tokens
 # of a book, for a model whose GGUF both load (default: the gemma3-270m alias; fetch it first).
 # Each side loads the model once and times REPEAT forwards (sinkscope: `capture` with every
-# layer's pattern reduced and all-position NLL; HF: attentions and all-position logits returned);
+# layer's pattern reduced and all-position NLL; HF: attentions, all-position logits and their log-softmax NLL);
 # ROUNDS rounds taking turns to go first, so machine drift hits both alike. Prints each side's
 # JSON lines; compare medians and peak RSS.
 #   bash benches/capture_vs_hf_gguf.sh [ALIAS=gemma3-270m] [TOKENS=512] [REPEAT=3] [ROUNDS=2]

@@ -53,7 +53,7 @@ fn main() {
             let packed = PackedWeight::new(&q).unwrap().unwrap();
             let candle = QMatMul::from_arc(std::sync::Arc::new(q)).unwrap();
             for &m in &rows {
-                let x: Vec<f32> = (0..m * k).map(|i| ((i as f32) * 0.3183).cos()).collect();
+                let x: Vec<f32> = (0..m * k).map(|i| ((i as f32) * 0.2917).cos()).collect();
                 let x = Tensor::from_vec(x, (m, k), &Device::Cpu).unwrap();
                 let want = matmul_split_rows(&x, &dense, false).unwrap();
                 let got = packed.forward(&x).unwrap();

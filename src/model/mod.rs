@@ -14,6 +14,7 @@ pub mod info;
 pub mod llama2c;
 pub mod load;
 pub mod matmul;
+pub mod quant_blocks;
 pub mod quant_matmul;
 pub mod receiver;
 pub mod rope;

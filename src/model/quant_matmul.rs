@@ -18,10 +18,10 @@
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
-use half::f16;
 use rayon::prelude::*;
 
 use super::matmul::SendPtr;
+use super::quant_blocks::{block_layout, unpack_block};
 use crate::error::{Error, Result};
 use crate::numerics::tensor::with_f32;
 
@@ -371,21 +371,6 @@ impl PackedWeight {
     }
 }
 
-/// (weights per run, bytes per block, weights per block) of the block types packed.
-fn block_layout(dtype: GgmlDType) -> Option<(usize, usize, usize)> {
-    Some(match dtype {
-        GgmlDType::Q4_0 => (32, 18, 32),
-        GgmlDType::Q4_1 => (32, 20, 32),
-        GgmlDType::Q5_0 => (32, 22, 32),
-        GgmlDType::Q5_1 => (32, 24, 32),
-        GgmlDType::Q8_0 => (32, 34, 32),
-        GgmlDType::Q4K => (32, 144, 256),
-        GgmlDType::Q5K => (32, 176, 256),
-        GgmlDType::Q6K => (16, 210, 256),
-        _ => return None,
-    })
-}
-
 /// Bytes a packed (n, k) matrix of `dtype` occupies (one byte per weight, a scale and an offset
 /// per run), or `None` for a type kept as candle's blocks.
 pub fn packed_bytes(dtype: GgmlDType, n: usize, k: usize) -> Option<u64> {
@@ -421,7 +406,7 @@ struct QuantizedRows {
 
 impl QuantizedRows {
     fn new(x: &[f32], m: usize, k: usize, run: usize) -> Self {
-        debug_assert!(k % X_RUN == 0 && X_RUN % run == 0);
+        debug_assert!(k.is_multiple_of(X_RUN) && X_RUN.is_multiple_of(run));
         let runs_per_row = k / run;
         let mut xq = QuantizedRows { runs_per_row, q: vec![0; m * k], scales: vec![0.0; m * runs_per_row], sums: vec![0.0; m * runs_per_row] };
         let per_x_run = X_RUN / run;
@@ -456,89 +441,6 @@ impl QuantizedRows {
     fn run(&self, row: usize, ri: usize) -> (f32, f32) {
         let at = row * self.runs_per_row + ri;
         (self.scales[at], self.sums[at])
-    }
-}
-
-/// Splits one GGUF block (a type [`block_layout`] knows) into runs of `scale · w + offset`: the
-/// block's w values into `w`, each run's (scale, offset) into `affine`, in order. The file's
-/// unsigned codes u are centred (w = u − half their range) with the offset moved to match, so
-/// |w| is as small as the type allows (the activations' rounding error scales with it).
-fn unpack_block(dtype: GgmlDType, b: &[u8], w: &mut [i8; 256], affine: &mut [(f32, f32); 16]) {
-    let h = |i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f32();
-    match dtype {
-        GgmlDType::Q4_0 | GgmlDType::Q4_1 => {
-            // Q4_0: d · (u − 8); Q4_1: d · u + m = d · (u − 8) + (m + 8d).
-            let (d, offset, qs) = if dtype == GgmlDType::Q4_0 { (h(0), 0.0, &b[2..18]) } else { (h(0), h(2) + 8.0 * h(0), &b[4..20]) };
-            for (j, &byte) in qs.iter().enumerate() {
-                w[j] = (byte & 0xF) as i8 - 8;
-                w[j + 16] = (byte >> 4) as i8 - 8;
-            }
-            affine[0] = (d, offset);
-        }
-        GgmlDType::Q5_0 | GgmlDType::Q5_1 => {
-            // The fifth bit of weight j is bit j of qh. Q5_0: d · (u − 16); Q5_1: d · u + m.
-            let (d, offset, qh, qs) =
-                if dtype == GgmlDType::Q5_0 { (h(0), 0.0, &b[2..6], &b[6..22]) } else { (h(0), h(2) + 16.0 * h(0), &b[4..8], &b[8..24]) };
-            let qh = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
-            for (j, &byte) in qs.iter().enumerate() {
-                w[j] = ((byte & 0xF) | ((((qh >> j) & 1) as u8) << 4)) as i8 - 16;
-                w[j + 16] = ((byte >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4)) as i8 - 16;
-            }
-            affine[0] = (d, offset);
-        }
-        GgmlDType::Q8_0 => {
-            for (w, &q) in w.iter_mut().zip(&b[2..34]) {
-                *w = q as i8;
-            }
-            affine[0] = (h(0), 0.0);
-        }
-        GgmlDType::Q4K | GgmlDType::Q5K => {
-            // Sub-block j: d·sc_j · u − dmin·m_j, centred on 8 (Q4_K) or 16 (Q5_K).
-            let (d, dmin, scales) = (h(0), h(2), &b[4..16]);
-            let (qh, qs, centre) = if dtype == GgmlDType::Q5K { (Some(&b[16..48]), &b[48..176], 16) } else { (None, &b[16..144], 8) };
-            for (j, a) in affine.iter_mut().take(8).enumerate() {
-                let (sc, m) = scale_min_k4(j, scales);
-                let scale = d * sc as f32;
-                *a = (scale, centre as f32 * scale - dmin * m as f32);
-            }
-            for chunk in 0..4 {
-                for l in 0..32 {
-                    let byte = qs[chunk * 32 + l];
-                    let (hi_lo, hi_hi) = match qh {
-                        Some(qh) => (((qh[l] >> (2 * chunk)) & 1) << 4, ((qh[l] >> (2 * chunk + 1)) & 1) << 4),
-                        None => (0, 0),
-                    };
-                    w[chunk * 64 + l] = ((byte & 0xF) | hi_lo) as i8 - centre;
-                    w[chunk * 64 + 32 + l] = ((byte >> 4) | hi_hi) as i8 - centre;
-                }
-            }
-        }
-        GgmlDType::Q6K => {
-            // Sub-block j of 16: d·sc_j · (u − 32).
-            let (ql, qh, scales, d) = (&b[0..128], &b[128..192], &b[192..208], h(208));
-            for half in 0..2 {
-                let (ql, qh, o) = (&ql[half * 64..], &qh[half * 32..], half * 128);
-                for l in 0..32 {
-                    w[o + l] = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i8 - 32;
-                    w[o + l + 32] = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
-                    w[o + l + 64] = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
-                    w[o + l + 96] = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
-                }
-            }
-            for (a, &s) in affine.iter_mut().zip(scales) {
-                *a = (d * (s as i8) as f32, 0.0);
-            }
-        }
-        _ => {}
-    }
-}
-
-/// The j-th 6-bit (scale, min) pair of a Q4_K/Q5_K block's 12 packed bytes.
-fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
-    if j < 4 {
-        (q[j] & 63, q[j + 4] & 63)
-    } else {
-        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
     }
 }
 

@@ -136,7 +136,7 @@ super::simd::vectorized_fn! {
     /// out = gelu_tanh(g) · u, elementwise: 0.5·g·(1 + tanh(z)) with z = √(2/π)·(g + 0.044715·g³),
     /// written as g / (1 + e^(−2z)) (the same function; no cancellation near tanh = −1).
     fn gelu_tanh_times(g: &[f32], u: &[f32], out: &mut [f32]) {
-        const TWO_SQRT_2_OVER_PI: f32 = 1.595_769_1;
+        const TWO_SQRT_2_OVER_PI: f32 = 1.595_769_2;
         for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
             let z2 = TWO_SQRT_2_OVER_PI * (g + 0.044_715 * g * g * g);
             *o = g / (1.0 + exp_f32(-z2)) * u;
