@@ -29,16 +29,8 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, f64) {
 }
 
 fn capture_all(lm: &LoadedModel, ids: &[u32]) -> CaptureOutput {
-    let opts = CaptureOptions {
-        first_keys: 16,
-        top_k: 16,
-        save: None,
-        memory_limit: None,
-        weight_bytes: 0,
-        score: true,
-        quant_risk: false,
-        heatmap_bins: None,
-    };
+    // capture's defaults but the heatmaps (the table times what the dashboard does not need).
+    let opts = CaptureOptions { heatmap_bins: None, ..CaptureOptions::default() };
     capture(&lm.model, ids, &opts).unwrap_or_else(|e| panic!("{e}"))
 }
 

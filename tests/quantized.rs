@@ -14,16 +14,7 @@ use sinkscope::model::receiver::NoCapture;
 use sinkscope::model::{load, LoadOptions, LoadedModel};
 
 fn scored(lm: &LoadedModel, ids: &[u32]) -> CaptureOutput {
-    let opts = CaptureOptions {
-        first_keys: 4,
-        top_k: 4,
-        save: None,
-        memory_limit: None,
-        weight_bytes: 0,
-        score: true,
-        quant_risk: false,
-        heatmap_bins: None,
-    };
+    let opts = CaptureOptions { heatmap_bins: None, ..CaptureOptions::default() };
     capture(&lm.model, ids, &opts).unwrap()
 }
 

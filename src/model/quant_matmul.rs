@@ -371,12 +371,12 @@ impl PackedWeight {
     }
 }
 
-/// Bytes a packed (n, k) matrix of `dtype` occupies (one byte per weight, a scale and an offset
-/// per run), or `None` for a type kept as candle's blocks.
+/// Bytes a packed (n, k) matrix of `dtype` occupies (one byte per weight; an f32 scale, an f32
+/// offset and an i32 bias per run), or `None` for a type kept as candle's blocks.
 pub fn packed_bytes(dtype: GgmlDType, n: usize, k: usize) -> Option<u64> {
     let (run, _, _) = block_layout(dtype)?;
     let rows = n.div_ceil(GROUP) * GROUP;
-    Some((rows * k + 8 * rows * (k / run)) as u64)
+    Some((rows * k + 12 * rows * (k / run)) as u64)
 }
 
 /// Whether the integer-dot kernel can run here (otherwise the scalar one does, with the same bits).
@@ -463,6 +463,7 @@ mod tests {
             let q = QTensor::quantize(&matrix(13, 512, 1.0), dtype).unwrap();
             let want: Vec<f32> = q.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap();
             let packed = PackedWeight::new(&q).unwrap().unwrap();
+            assert_eq!(Some(packed.bytes()), packed_bytes(dtype, 13, 512), "{dtype:?}");
             let got = packed.dequantize();
             assert_eq!(got.len(), want.len());
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {

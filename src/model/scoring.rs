@@ -80,7 +80,9 @@ impl Partial {
         if other.max > self.max {
             self.sum = self.sum * ((self.max - other.max) as f64).exp() + other.sum;
             self.max = other.max;
-        } else if other.max > f32::NEG_INFINITY {
+        } else if other.sum != 0.0 {
+            // Skips only an empty partial: a tile of NaN logits (max −∞, sum NaN) still poisons
+            // the row, so the caller's finiteness check refuses it.
             self.sum += other.sum * ((other.max - self.max) as f64).exp();
         }
         self.target = self.target.or(other.target);
@@ -196,5 +198,17 @@ mod tests {
         for threads in [2, 3, 7] {
             assert!(one == run(threads), "{threads} threads");
         }
+    }
+
+    #[test]
+    fn a_tile_of_nan_logits_makes_the_nll_nan() {
+        // Vocabulary entries 256..512 (the second tile) get NaN weights: every logit there is NaN.
+        let (d, vocab) = (4, 1000);
+        let mut w: Vec<f32> = (0..vocab * d).map(|i| (i % 13) as f32 * 0.1).collect();
+        w[256 * d..512 * d].fill(f32::NAN);
+        let x = vec![0.5f32; 2 * d];
+        let nll = streamed_nll(&x, d, HeadWeight::OutIn(&w), vocab, &[3, 900]);
+        assert_eq!(nll.len(), 2);
+        assert!(nll.iter().all(|v| v.is_nan()), "{nll:?}");
     }
 }
