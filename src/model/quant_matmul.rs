@@ -99,7 +99,7 @@ impl PackedWeight {
             return Err(parts);
         }
         let mut parts = parts.into_iter();
-        let mut stacked = parts.next().expect("checked above: at least one part");
+        let Some(mut stacked) = parts.next() else { return Err(Vec::new()) };
         for p in parts {
             stacked.n += p.n;
             stacked.values.extend(p.values);

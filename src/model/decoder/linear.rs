@@ -92,11 +92,15 @@ impl Projection {
             })
             .collect::<Option<Result<Vec<_>>>>()
             .transpose()?;
-        if let Some(Ok(stacked)) = packed.map(PackedWeight::stack) {
-            return Ok(Projection { parts: vec![Linear { weight: LinearWeight::Packed(stacked), bias }] });
+        match packed.map(PackedWeight::stack) {
+            Some(Ok(stacked)) => Ok(Projection { parts: vec![Linear { weight: LinearWeight::Packed(stacked), bias }] }),
+            // Packed but not stackable (runs of 16 beside runs of 32): kept as packed, not packed again.
+            Some(Err(parts)) => {
+                let parts = parts.into_iter().zip(params).map(|(w, (_, bias))| Linear { weight: LinearWeight::Packed(w), bias }).collect();
+                Ok(Projection { parts })
+            }
+            None => Ok(Projection { parts: params.into_iter().map(|(p, b)| Linear::new(p, b)).collect::<Result<_>>()? }),
         }
-        let parts = params.into_iter().map(|(p, b)| Linear::new(p, b)).collect::<Result<_>>()?;
-        Ok(Projection { parts })
     }
 
     /// All projections side by side: (T, Σ widths).
