@@ -5,7 +5,8 @@
 //! single-token decoding (128 tokens after one, each with its logits, as llama-bench's tg128);
 //! the stream simulator (`sink` S = 4, W = 256, over the longest T); and `--quantized`'s error
 //! against f32 on the first T: perplexity, the largest |Δlogit| over every position and vocabulary
-//! entry, and α_0 (attention on position 0) per head. Prints one JSON object.
+//! entry, and α_0 (attention on position 0) per head; and the CPU's f32 multiply-add peak for
+//! scale. Prints one JSON object.
 //!
 //!     cargo bench --bench speed -- [--model M] [--book FILE] [--tokens 512,2048] [--tokens-out F.json]
 
@@ -79,6 +80,37 @@ fn max_logit_gap(a: &LoadedModel, b: &LoadedModel, ids: &[u32]) -> f64 {
     worst
 }
 
+/// This CPU's f32 multiply-add ceiling on every pool thread at once, GFLOP/s: 12 independent
+/// 16-lane chains per thread for ~0.1 s (AVX-512; `None` without it), the scale the table's
+/// rates are read against.
+fn fma_peak_gflops() -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx512f") {
+        use rayon::prelude::*;
+        const STEPS: usize = 30_000_000;
+        #[target_feature(enable = "avx512f")]
+        fn chains(steps: usize, seed: f32) -> f32 {
+            use std::arch::x86_64::*;
+            let mut acc = [_mm512_set1_ps(seed); 12];
+            let (a, b) = (_mm512_set1_ps(0.999), _mm512_set1_ps(1e-3));
+            for _ in 0..steps {
+                for v in acc.iter_mut() {
+                    *v = _mm512_fmadd_ps(*v, a, b);
+                }
+            }
+            acc.iter().map(|&v| _mm512_reduce_add_ps(v)).sum()
+        }
+        let threads = rayon::current_num_threads();
+        let (sum, seconds) = timed(|| {
+            // SAFETY: the CPU has AVX-512F (checked above).
+            (0..threads).into_par_iter().map(|t| unsafe { chains(STEPS, t as f32) }).sum::<f32>()
+        });
+        std::hint::black_box(sum);
+        return Some((threads * STEPS * 12 * 16 * 2) as f64 / seconds / 1e9);
+    }
+    None
+}
+
 fn main() {
     let model = arg("--model").unwrap_or_else(|| "smollm2-135m".into());
     let book = arg("--book").unwrap_or_else(|| "../shared/corpora/pg1342_pride_and_prejudice.txt".into());
@@ -111,6 +143,7 @@ fn main() {
     let json = serde_json::json!({
         "model": model,
         "threads": rayon::current_num_threads(),
+        "fma_peak_gflops": fma_peak_gflops(),
         "load_s": { "f32": f32_load, "quantized": q_load },
         "weight_bytes": { "f32": f32_lm.model.weight_bytes(), "quantized": q_lm.model.weight_bytes() },
         "prompt": { "f32": f32_prompt, "quantized": q_prompt },

@@ -1,7 +1,8 @@
 //! x·W for the dense projections and the output head: rows split across the thread pool, one
 //! single-threaded gemm per share. Measured on the project's 2-core machines (12 interleaved rounds, SmolLM2's shapes at
 //! 512 rows), two single-threaded gemms on row halves beat one two-threaded gemm: 155 vs 131
-//! GFLOP/s (median) on 512×576×3072, 163 vs 149 on 512×1536×576, equal on the small ones. Shares
+//! GFLOP/s (median) on 512×576×3072, 163 vs 149 on 512×1536×576, equal on the small ones (gemm's
+//! AVX2 kernels then; its AVX-512 ones, Cargo.toml's `x86-v4`, run the same split). Shares
 //! are whole row tiles (see [`ROW_TILE`]) so results do not depend on the thread count; fewer rows
 //! than that (decoding) leave the split to gemm itself, across columns. Weights stored in bf16/f16 are widened
 //! to f32 one block of output rows at a time, so the product stays f32 without an f32 copy of the
