@@ -94,7 +94,8 @@ fn evicting_policies_hold_their_budget_and_slot_delta_agree_closely() {
 /// The block replay (a block of queries per forward, each masked to the keys its policy holds)
 /// against true token-by-token decoding through the policy cache, for every policy the replay
 /// runs: window, sink and keep under slot and original positions, and dense — across block
-/// boundaries, with evictions inside blocks. Identical cache lengths; per-token NLL within 1e-4
+/// boundaries, with evictions inside blocks — and for the policies decoded through their own
+/// cache (`delta`), whose tokens between two evictions (keep's half-discards) run as one block. Identical cache lengths; per-token NLL within 1e-4
 /// nats, or 1e-3 where the model has collapsed (perplexity over 3× dense: SmolLM2's window
 /// without sinks). There rounding is amplified: two token-by-token runs that are equal in exact
 /// arithmetic (window under slot and under original positions) already differ by 1.5e-4 on the
@@ -107,6 +108,8 @@ fn replay_matches_token_by_token(lm: &LoadedModel, ids: &[u32], w: usize, sinks:
         policies.push(Policy::new(Eviction::Sink { sinks }, w, positions));
         policies.push(Policy::new(Eviction::Keep { n_keep: sinks }, w, positions));
     }
+    policies.push(Policy::new(Eviction::Sink { sinks }, w, PositionMode::Delta));
+    policies.push(Policy::new(Eviction::Keep { n_keep: sinks }, w, PositionMode::Delta));
     let blocks = simulate(&lm.model, ids, &policies, &mut |_, _| {}).unwrap();
     let decoded = simulate_with(&lm.model, ids, &policies, SimOptions { token_by_token: true, ..SimOptions::default() }, &mut |_, _| {}).unwrap();
     let gap = |a: &[f64], b: &[f64]| common::max_abs_diff("NLL", a, b);

@@ -4,6 +4,7 @@
 
 pub mod alternatives;
 pub mod cache;
+mod cache_decode;
 pub mod canary;
 pub mod compress;
 pub mod haystack;

@@ -6,20 +6,22 @@
 //! the keys the policy would hold at its step ([`PolicyTrace`] → `model::windowed`), which is the
 //! arithmetic of decoding token by token, run at matrix-multiply speed. Policies are identical
 //! until their first eviction, so that prefix runs once. `delta` positions (whose point is the
-//! rounding of re-rotated keys) and [`SimOptions::token_by_token`] decode one token per step, all
-//! such policies as one batch; `recompute` re-runs the last W tokens from scratch at each step.
+//! rounding of re-rotated keys) decode through the policy's own cache (`kv::cache_decode`: the
+//! tokens between two evictions as one block), [`SimOptions::token_by_token`] one token per step;
+//! `recompute` re-runs the last W tokens from scratch at each step.
 
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
 use super::cache::PolicyCache;
+use super::cache_decode::decode_through_caches;
 use super::memory::{kv_memory, KvMemory};
 use super::policy::{Eviction, Policy, PositionMode};
 use super::scored::{KeptStats, ScoredCache, StepAttention};
 use super::trace::PolicyTrace;
 use crate::error::{Error, Result};
-use crate::model::decoder::{Decoder, DecoderConfig, KvStore};
+use crate::model::decoder::{Decoder, DecoderConfig};
 use crate::model::receiver::NoCapture;
 use crate::model::windowed::{QueryView, StreamKv};
 
@@ -131,8 +133,15 @@ pub fn simulate_with(
         replay_blocks(model, ids, *p, &prefix, &mut tracks[i], &mut counter)?;
     }
     if let Some(cache) = &prefix.cache {
-        let chosen: Vec<(usize, Policy)> = policies.iter().copied().enumerate().filter(|&(i, _)| decoded[i]).collect();
-        decode_batched(model, ids, &chosen, cache, shared, &mut tracks, &mut counter)?;
+        let chosen: Vec<usize> = (0..policies.len()).filter(|&i| decoded[i]).collect();
+        let own: Vec<Policy> = chosen.iter().map(|&i| policies[i]).collect();
+        let runs = decode_through_caches(model, ids, &own, cache, shared, (STREAM_BLOCK, opts.token_by_token), &mut |k| counter.add(k))?;
+        for (i, run) in chosen.into_iter().zip(runs) {
+            let track = &mut tracks[i];
+            track.nll.extend(run.nll);
+            track.lens.extend(run.lens);
+            track.wall += run.wall;
+        }
     }
     for (i, p) in policies.iter().enumerate().filter(|(_, p)| !p.is_cached()) {
         recompute(model, ids, p.cache.max(1), shared, every, &mut tracks[i], &mut |k| counter.add(k))?;
@@ -175,10 +184,10 @@ fn refuse_unmodelled_windows(model: &Decoder, policies: &[Policy], opts: SimOpti
     Ok(())
 }
 
-/// Whether `p` is decoded one token per step rather than replayed in blocks: when asked, under
-/// `delta` (rounding accumulates per eviction), and with learned absolute positions under `slot`
-/// (a key then carries the slot it entered at, which the replay's stream positions cannot give
-/// it; under `original` the replay is exact).
+/// Whether `p` is decoded through its own cache (`kv::cache_decode`) rather than replayed from
+/// stream keys: when asked, under `delta` (rounding accumulates per eviction), and with learned
+/// absolute positions under `slot` (a key then carries the slot it entered at, which the
+/// replay's stream positions cannot give it; under `original` the replay is exact).
 fn decodes_token_by_token(model: &Decoder, p: &Policy, opts: SimOptions) -> bool {
     let learned = model.cfg.arch.learned_positions;
     p.is_cached() && (opts.token_by_token || p.positions == PositionMode::Delta || (learned && p.positions != PositionMode::Original))
@@ -256,48 +265,6 @@ fn replay_blocks(model: &Decoder, ids: &[u32], p: Policy, prefix: &Prefix, track
         counter.add(b);
     }
     track.wall += t0.elapsed().as_secs_f64();
-    Ok(())
-}
-
-/// The policies `chosen` (index into `tracks`, policy) decoded one token per step from the
-/// prefix `cache`, all of them as one batch.
-fn decode_batched(
-    model: &Decoder,
-    ids: &[u32],
-    chosen: &[(usize, Policy)],
-    prefix: &PolicyCache,
-    shared: usize,
-    tracks: &mut [Track],
-    counter: &mut Steps,
-) -> Result<()> {
-    let rope_of = |l: usize| model.layer_rope(l);
-    let mut caches: Vec<(usize, PolicyCache)> = Vec::with_capacity(chosen.len());
-    for &(i, p) in chosen {
-        let mut c = prefix.with_policy(p);
-        c.evict(&rope_of)?;
-        caches.push((i, c));
-    }
-    if caches.is_empty() {
-        return Ok(());
-    }
-    for t in shared..ids.len() - 1 {
-        let target = ids[t + 1];
-        let t0 = Instant::now();
-        let tokens = vec![ids[t]; caches.len()];
-        let h = {
-            let mut stores: Vec<&mut dyn KvStore> = caches.iter_mut().map(|(_, c)| c as &mut dyn KvStore).collect();
-            model.decode_step(&tokens, &mut stores)?
-        };
-        let scores = model.next_token_nll(&h, &vec![target; caches.len()])?;
-        let share = t0.elapsed().as_secs_f64() / caches.len() as f64;
-        for ((i, c), s) in caches.iter_mut().zip(scores) {
-            tracks[*i].nll.push(s);
-            tracks[*i].lens.push(c.len());
-            tracks[*i].wall += share;
-            c.evict(&rope_of)?;
-        }
-        counter.add(caches.len());
-    }
     Ok(())
 }
 

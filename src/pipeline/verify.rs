@@ -79,7 +79,7 @@ pub fn verify_into(lm: &mut LoadedModel, opts: &VerifyOptions, out: Option<&Path
     }
     let mut alternatives = near_misses(&opts.policy);
     // The declared policy is replayed exactly as declared. Its near misses under `delta` replay
-    // with `slot` positions (block replay, ~10× faster than `delta`'s token-by-token decode):
+    // with `slot` positions (the block replay; `delta` decodes each evicting step on its own):
     // they differ only by the re-rotation's f32 rounding, far below any engine's noise floor
     // (SmolLM2, keep N=4, W=255, 1,024 tokens: equal perplexity to 5 digits; llama.cpp's floor is
     // ~0.06 nats per token). The positions candidate itself stays as it is.
