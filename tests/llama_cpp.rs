@@ -18,6 +18,14 @@ use std::process::Command;
 
 use serde_json::Value;
 
+/// Each engine run and each `verify` keeps both of the test machine's cores busy (llama.cpp's
+/// workers spin while they wait), so the tests take turns: the file ran in 764 s with two at
+/// once, 371 s one at a time.
+fn one_test_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ENGINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ENGINE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// What the driver wrote: the trace (JSONL) and its summary.
 struct EngineRun {
     trace: PathBuf,
@@ -100,6 +108,7 @@ fn mapping(summary: &Value) -> (usize, usize) {
 }
 
 fn agreement(model_file: &str) {
+    let _turn = one_test_at_a_time();
     let Some(cache) = common::llama_cpp() else { return };
     let Some(model) = common::model(model_file) else { return };
     let dir = common::temp_dir(&format!("llama-cpp-{model_file}"));
@@ -173,6 +182,7 @@ fn gemma3_keep_agrees_with_llama_cpp_context_shift() {
 /// shift discards, and one step's difference shows); on Gemma 3 (adds BOS): BOS not counted.
 #[test]
 fn verify_names_what_a_broken_engine_gets_wrong() {
+    let _turn = one_test_at_a_time();
     let Some(cache) = common::llama_cpp() else { return };
     let cases = [
         ("SmolLM2-135M-Instruct.Q4_1.gguf", 4, "no-shift", "(original)"),
