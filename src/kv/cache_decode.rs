@@ -33,7 +33,7 @@ struct CachedStream {
 
 /// Tokens a cache holding `len` entries can take as one block: up to and including the first
 /// one after which `policy` evicts, at most `limit` (≥ 1).
-pub(super) fn tokens_before_eviction(policy: &Policy, len: usize, limit: usize) -> usize {
+fn tokens_before_eviction(policy: &Policy, len: usize, limit: usize) -> usize {
     let mut run = 1;
     while run < limit && policy.evict(len + run).is_empty() {
         run += 1;

@@ -125,7 +125,7 @@ pub fn simulate_with(
     let steps = n - 1;
     let every = opts.recompute_every.max(1);
     let shared = policies.iter().filter(|p| p.eviction != Eviction::Dense).map(|p| p.cache).min().unwrap_or(steps).min(steps);
-    let decoded: Vec<bool> = policies.iter().map(|p| decodes_token_by_token(model, p, opts)).collect();
+    let decoded: Vec<bool> = policies.iter().map(|p| decodes_through_cache(model, p, opts)).collect();
     let mut counter = Steps { done: 0, total: shared + (steps - shared) * policies.len(), progress };
     let prefix = Prefix::run(model, &ids[..shared + 1], opts.token_by_token, decoded.contains(&true), &mut counter)?;
     let mut tracks: Vec<Track> = policies.iter().map(|_| prefix.track(steps)).collect();
@@ -188,7 +188,7 @@ fn refuse_unmodelled_windows(model: &Decoder, policies: &[Policy], opts: SimOpti
 /// stream keys: when asked, under `delta` (rounding accumulates per eviction), and with learned
 /// absolute positions under `slot` (a key then carries the slot it entered at, which the
 /// replay's stream positions cannot give it; under `original` the replay is exact).
-fn decodes_token_by_token(model: &Decoder, p: &Policy, opts: SimOptions) -> bool {
+fn decodes_through_cache(model: &Decoder, p: &Policy, opts: SimOptions) -> bool {
     let learned = model.cfg.arch.learned_positions;
     p.is_cached() && (opts.token_by_token || p.positions == PositionMode::Delta || (learned && p.positions != PositionMode::Original))
 }
