@@ -15,20 +15,19 @@ use crate::error::Result;
 use crate::model::decoder::{Decoder, KvStore};
 use crate::model::receiver::NoCapture;
 
-/// One policy's steps after the prefix: the NLL of each next token, the entries its query saw,
-/// and the seconds spent on it alone (its share of batched steps).
-#[derive(Default)]
-pub(super) struct Decoded {
+/// Per-policy results being gathered.
+pub(super) struct Track {
     pub(super) nll: Vec<f64>,
     pub(super) lens: Vec<usize>,
+    /// Seconds spent on this policy alone (its share of batched work).
     pub(super) wall: f64,
 }
 
-/// One policy's cache, the step it decodes next, and what it has decoded.
-struct CachedStream {
+/// One policy's cache, the step it decodes next, and the track it extends.
+struct CachedStream<'t> {
     cache: PolicyCache,
     next: usize,
-    out: Decoded,
+    track: &'t mut Track,
 }
 
 /// Tokens a cache holding `len` entries can take as one block: up to and including the first
@@ -41,50 +40,49 @@ fn tokens_before_eviction(policy: &Policy, len: usize, limit: usize) -> usize {
     run
 }
 
-/// `policies` decoded from the prefix `cache` from step `shared` on, in blocks of at most `block`
-/// tokens; `one_token_steps` decodes every step on its own (the reference the blocks are tested
-/// against). `progress(n)` reports n more policy-steps done.
+/// Each (policy, track) decoded from the prefix `cache` from step `shared` on, its steps appended
+/// to its track, in blocks of at most `block` tokens; `one_token_steps` decodes every step on its
+/// own (the reference the blocks are tested against). `progress(n)` reports n more policy-steps.
 pub(super) fn decode_through_caches(
     model: &Decoder,
     ids: &[u32],
-    policies: &[Policy],
+    chosen: Vec<(Policy, &mut Track)>,
     prefix: &PolicyCache,
     shared: usize,
     (block, one_token_steps): (usize, bool),
     progress: &mut dyn FnMut(usize),
-) -> Result<Vec<Decoded>> {
+) -> Result<()> {
     let rope_of = |l: usize| model.layer_rope(l);
     let steps = ids.len() - 1;
-    let mut streams = Vec::with_capacity(policies.len());
-    for &p in policies {
+    let mut streams = Vec::with_capacity(chosen.len());
+    for (p, track) in chosen {
         let mut cache = prefix.with_policy(p);
         cache.evict(&rope_of)?;
-        streams.push(CachedStream { cache, next: shared, out: Decoded::default() });
+        streams.push(CachedStream { cache, next: shared, track });
     }
     // The streams furthest behind go first, so the ones that decode token by token stay together.
     while let Some(at) = streams.iter().map(|s| s.next).filter(|&t| t < steps).min() {
-        let mut one_step = Vec::new();
-        for (k, s) in streams.iter_mut().enumerate().filter(|(_, s)| s.next == at) {
+        let mut due = Vec::new();
+        for s in streams.iter_mut().filter(|s| s.next == at) {
             let run = if one_token_steps { 1 } else { tokens_before_eviction(&s.cache.policy, s.cache.len(), block.min(steps - at)) };
             if run == 1 {
-                one_step.push(k);
+                due.push(s);
                 continue;
             }
             let t0 = Instant::now();
             let held = s.cache.len();
             let h = model.forward_with(&ids[at..at + run], Some(&mut s.cache), &mut NoCapture)?;
-            s.out.nll.extend(model.next_token_nll(&h, &ids[at + 1..at + run + 1])?);
-            s.out.lens.extend(held + 1..=held + run);
+            s.track.nll.extend(model.next_token_nll(&h, &ids[at + 1..at + run + 1])?);
+            s.track.lens.extend(held + 1..=held + run);
             s.cache.evict(&rope_of)?;
             s.next += run;
-            s.out.wall += t0.elapsed().as_secs_f64();
+            s.track.wall += t0.elapsed().as_secs_f64();
             progress(run);
         }
-        if one_step.is_empty() {
+        if due.is_empty() {
             continue;
         }
         let t0 = Instant::now();
-        let mut due: Vec<&mut CachedStream> = streams.iter_mut().enumerate().filter(|(k, _)| one_step.contains(k)).map(|(_, s)| s).collect();
         let tokens = vec![ids[at]; due.len()];
         let h = {
             let mut stores: Vec<&mut dyn KvStore> = due.iter_mut().map(|s| &mut s.cache as &mut dyn KvStore).collect();
@@ -93,15 +91,15 @@ pub(super) fn decode_through_caches(
         let scores = model.next_token_nll(&h, &vec![ids[at + 1]; due.len()])?;
         let share = t0.elapsed().as_secs_f64() / due.len() as f64;
         for (s, score) in due.iter_mut().zip(scores) {
-            s.out.nll.push(score);
-            s.out.lens.push(s.cache.len());
-            s.out.wall += share;
+            s.track.nll.push(score);
+            s.track.lens.push(s.cache.len());
+            s.track.wall += share;
             s.cache.evict(&rope_of)?;
             s.next += 1;
         }
         progress(due.len());
     }
-    Ok(streams.into_iter().map(|s| s.out).collect())
+    Ok(())
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cache::PolicyCache;
 use super::cache_decode::decode_through_caches;
+pub(super) use super::cache_decode::Track;
 use super::memory::{kv_memory, KvMemory};
 use super::policy::{Eviction, Policy, PositionMode};
 use super::scored::{KeptStats, ScoredCache, StepAttention};
@@ -82,14 +83,6 @@ pub fn simulate(model: &Decoder, ids: &[u32], policies: &[Policy], progress: &mu
     simulate_with(model, ids, policies, SimOptions::default(), progress)
 }
 
-/// Per-policy results being gathered.
-pub(super) struct Track {
-    pub(super) nll: Vec<f64>,
-    pub(super) lens: Vec<usize>,
-    /// Seconds spent on this policy alone (its share of batched work).
-    pub(super) wall: f64,
-}
-
 /// Counts policy-steps done for a progress callback.
 struct Steps<'p> {
     done: usize,
@@ -133,15 +126,8 @@ pub fn simulate_with(
         replay_blocks(model, ids, *p, &prefix, &mut tracks[i], &mut counter)?;
     }
     if let Some(cache) = &prefix.cache {
-        let chosen: Vec<usize> = (0..policies.len()).filter(|&i| decoded[i]).collect();
-        let own: Vec<Policy> = chosen.iter().map(|&i| policies[i]).collect();
-        let runs = decode_through_caches(model, ids, &own, cache, shared, (STREAM_BLOCK, opts.token_by_token), &mut |k| counter.add(k))?;
-        for (i, run) in chosen.into_iter().zip(runs) {
-            let track = &mut tracks[i];
-            track.nll.extend(run.nll);
-            track.lens.extend(run.lens);
-            track.wall += run.wall;
-        }
+        let chosen = policies.iter().copied().zip(tracks.iter_mut()).zip(&decoded).filter(|(_, &d)| d).map(|(pt, _)| pt).collect();
+        decode_through_caches(model, ids, chosen, cache, shared, (STREAM_BLOCK, opts.token_by_token), &mut |k| counter.add(k))?;
     }
     for (i, p) in policies.iter().enumerate().filter(|(_, p)| !p.is_cached()) {
         recompute(model, ids, p.cache.max(1), shared, every, &mut tracks[i], &mut |k| counter.add(k))?;
