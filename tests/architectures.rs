@@ -64,6 +64,15 @@ fn qwen3_gguf_matches_transformers() {
     matches_transformers("qwen3", common::fixture("arch/qwen3/model.gguf").to_str().unwrap());
 }
 
+/// Llama 3.x: Llama's block with Llama 3.1's RoPE scaling (`rope_type: llama3`, frequencies in all
+/// three of its bands), the head tied to the embeddings as in Llama 3.2 — from the HF directory
+/// and from the GGUF llama.cpp's own converter wrote from it (`rope_freqs.weight`).
+#[test]
+fn llama3_matches_transformers() {
+    matches_transformers("llama3", common::fixture("arch/llama3").to_str().unwrap());
+    matches_transformers("llama3", common::fixture("arch/llama3/model.gguf").to_str().unwrap());
+}
+
 /// OLMo 2: RMSNorm after attention and after the MLP instead of before them, and q/k RMSNorm
 /// over the whole projection (all heads at once), GQA, untied output.
 #[test]

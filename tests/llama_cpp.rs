@@ -216,3 +216,73 @@ fn verify_names_what_a_broken_engine_gets_wrong() {
         assert!(best["label"].as_str().unwrap().contains(culprit) && best["explains_better"] == true, "{brk}: ranked first {best}");
     }
 }
+
+/// The families' tiny fixtures whose GGUF llama.cpp's own converter wrote
+/// (tests/fixtures/make_converted_fixtures.py).
+const CONVERTED: &[&str] = &["llama3"];
+
+/// Each token's log-probability under the model at `path` (the first token's is `None`).
+fn sinkscope_logprobs(path: &Path, tokens: &[u32]) -> Vec<Option<f64>> {
+    use sinkscope::model::receiver::NoCapture;
+    let lm = sinkscope::model::load(path.to_str().unwrap(), &sinkscope::model::LoadOptions::default()).unwrap();
+    let hidden = lm.model.forward(tokens, None, &mut NoCapture).unwrap();
+    let logits: Vec<Vec<f32>> = lm.model.logits(&hidden).unwrap().to_vec2().unwrap();
+    let mut out = vec![None];
+    for (row, &next) in logits.iter().zip(&tokens[1..]) {
+        let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x as f64));
+        let lse = max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
+        out.push(Some(row[next as usize] as f64 - lse));
+    }
+    out
+}
+
+/// The largest |a − b| over the scored tokens (failing on a length mismatch or a non-finite value).
+fn worst_logprob_gap(what: &str, a: &[Option<f64>], b: &[Option<f64>]) -> f64 {
+    assert_eq!(a.len(), b.len(), "{what}: lengths differ");
+    let gaps: Vec<f64> = a.iter().zip(b).filter_map(|(x, y)| Some((x.as_ref()? - y.as_ref()?).abs())).collect();
+    assert_eq!(gaps.len(), a.len() - 1, "{what}: a token is missing its log-probability");
+    common::finite_max(what, &gaps)
+}
+
+/// Two references, not one: llama.cpp computes each converted fixture's GGUF (read as llama.cpp
+/// reads it — for Llama 3, `rope_freqs.weight`, which HF's GGUF loader ignores) and its
+/// per-token log-probabilities over the fixture's tokens agree with sinkscope's on the same file
+/// within llama.cpp's noise (its f16 KV cache), while the same model under plain RoPE is far off.
+#[test]
+fn converted_fixtures_agree_with_llama_cpp() {
+    let _turn = one_test_at_a_time();
+    let Some(cache) = common::llama_cpp() else { return };
+    let dir = common::temp_dir("llama-cpp-converted");
+    eprintln!("| family | tokens | max |Δ logprob| llama.cpp vs sinkscope (GGUF) | vs sinkscope (HF dir) | llama.cpp vs plain RoPE |");
+    for family in CONVERTED {
+        let model = common::fixture(&format!("arch/{family}/model.gguf"));
+        let fx = common::Fixture::open(&common::fixture(&format!("arch/{family}/reference.safetensors")));
+        let tokens: Vec<u32> = fx.i64("tokens").iter().map(|&t| t as u32).collect();
+        let ids = dir.join(format!("{family}-ids.json"));
+        std::fs::write(&ids, serde_json::to_vec(&tokens).unwrap()).unwrap();
+        let engine = logprobs(&run_engine(&cache, &model, &ids, 64, None, "none", &dir).trace);
+        let gguf = worst_logprob_gap(&format!("{family} GGUF"), &engine, &sinkscope_logprobs(&model, &tokens));
+        let hf = worst_logprob_gap(&format!("{family} HF"), &engine, &sinkscope_logprobs(&common::fixture(&format!("arch/{family}")), &tokens));
+        // The same HF model with its RoPE scaling taken out of config.json.
+        let plain_dir = dir.join(format!("{family}-plain"));
+        std::fs::create_dir_all(&plain_dir).unwrap();
+        for f in ["model.safetensors", "tokenizer.json"] {
+            std::fs::copy(common::fixture(&format!("arch/{family}/{f}")), plain_dir.join(f)).unwrap();
+        }
+        let mut config: Value = serde_json::from_slice(&std::fs::read(common::fixture(&format!("arch/{family}/config.json"))).unwrap()).unwrap();
+        let theta = config["rope_parameters"]["rope_theta"].clone();
+        config["rope_parameters"] = serde_json::json!({"rope_type": "default", "rope_theta": theta});
+        std::fs::write(plain_dir.join("config.json"), serde_json::to_vec(&config).unwrap()).unwrap();
+        let plain = worst_logprob_gap(&format!("{family} plain RoPE"), &engine, &sinkscope_logprobs(&plain_dir, &tokens));
+        eprintln!("| {family} | {} | {gguf:.2e} | {hf:.2e} | {plain:.2e} |", tokens.len());
+        assert!(
+            gguf <= LLAMA_CPP_LOGPROB_TOL && hf <= LLAMA_CPP_LOGPROB_TOL,
+            "{family}: llama.cpp differs by {gguf} (GGUF) / {hf} (HF) > {LLAMA_CPP_LOGPROB_TOL}"
+        );
+        assert!(plain > 10.0 * LLAMA_CPP_LOGPROB_TOL, "{family}: plain RoPE is within {plain} of llama.cpp: the comparison cannot tell");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// llama.cpp's noise on the tiny f32 fixtures: its KV cache holds f16 keys and values.
+const LLAMA_CPP_LOGPROB_TOL: f64 = 2e-2;

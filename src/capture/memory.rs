@@ -107,6 +107,7 @@ mod tests {
             context_len: 8192,
             rope_theta: 1e5,
             rope_layout: RopeLayout::Interleaved,
+            rope_freq_factors: None,
             rms_eps: 1e-5,
             arch: ArchSwitches::default(),
             layers: vec![LayerAttn::global(1e5); 30],

@@ -49,6 +49,9 @@ fn describe_switches(cfg: &DecoderConfig) -> String {
     if a.learned_sinks {
         parts.push("a learned sink logit per head".into());
     }
+    if let Some(f) = &cfg.rope_freq_factors {
+        parts.push(format!("RoPE frequencies scaled ({})", f.source));
+    }
     if let Some(y) = a.rope_yarn {
         parts.push(format!("YaRN RoPE ×{} from {} positions", y.factor, y.original_context));
     }
@@ -116,6 +119,17 @@ pub fn format_info(i: &ModelInfo, cfg: &DecoderConfig) -> String {
         if bad.len() > 8 {
             rows.push(("", format!("… and {} more (`info --json` lists them all)", bad.len() - 8)));
         }
+    }
+    if !i.unread.is_empty() {
+        rows.push((
+            "not read",
+            format!(
+                "{} thing{} in the file no part of sinkscope's decoder reads — other commands refuse this file:",
+                i.unread.len(),
+                if i.unread.len() == 1 { "" } else { "s" }
+            ),
+        ));
+        rows.extend(i.unread.iter().map(|u| ("", format!("{}: {}", u.name, u.suggests))));
     }
     rows.iter().map(|(k, v)| format!("{k:<13} {v}\n")).collect()
 }

@@ -27,7 +27,7 @@ pub struct InfoArgs {
 
 pub fn run(args: InfoArgs) -> Result<()> {
     ensure(&args.model, args.offline || offline_from_env(), &mut TerminalProgress::new())?;
-    let lm = load(&args.model, &LoadOptions { dtype: args.dtype, scan_weights: true, ..LoadOptions::default() })?;
+    let lm = load(&args.model, &LoadOptions { dtype: args.dtype, scan_weights: true, report_unread: true, ..LoadOptions::default() })?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&lm.info)?);
     } else {

@@ -38,7 +38,16 @@ impl ModelArgs {
     pub fn load(&self) -> Result<LoadedModel> {
         // An alias not on the model path is fetched (verified) first, unless downloads are off.
         ensure(&self.model, self.offline || offline_from_env(), &mut TerminalProgress::new())?;
-        load(&self.model, &LoadOptions { quantized: self.quantized, tokenizer: self.tokenizer.clone(), dtype: self.dtype, scan_weights: false })
+        load(
+            &self.model,
+            &LoadOptions {
+                quantized: self.quantized,
+                tokenizer: self.tokenizer.clone(),
+                dtype: self.dtype,
+                scan_weights: false,
+                report_unread: false,
+            },
+        )
     }
 }
 

@@ -85,7 +85,7 @@ pub fn run(args: SurveyArgs, session: &mut Session) -> Result<()> {
         tokens: args.tokens,
         sinks: args.sinks,
         ablation: args.ablation,
-        load: LoadOptions { quantized: args.quantized, tokenizer: None, dtype: args.dtype, scan_weights: false },
+        load: LoadOptions { quantized: args.quantized, tokenizer: None, dtype: args.dtype, scan_weights: false, report_unread: false },
     };
     if let Some(shard) = args.shard {
         let (path, part) = survey_shard(&opts, shard, &args.out, progress)?;

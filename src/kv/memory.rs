@@ -98,6 +98,7 @@ mod tests {
             context_len: 4096,
             rope_theta: 1e4,
             rope_layout: RopeLayout::HalfSplit,
+            rope_freq_factors: None,
             rms_eps: 1e-6,
             arch: ArchSwitches::default(),
             layers: match window {

@@ -12,12 +12,25 @@ use serde_json::Value as Json;
 use super::decoder::config::MAX_SIZE;
 use super::decoder::{DecoderConfig, LayerAttn, MlpKind, Moe, Param};
 use super::family::{Family, TensorContext};
-use super::rope::{RopeLayout, Yarn};
+use super::rope::{FreqFactors, RopeLayout, Yarn};
 use super::source::shard_names;
+use super::unread::{self, Unread};
 use crate::error::{Error, IoContext, Result};
 
-/// The configuration, whether the output head is tied, the family and the `model_type` as written.
-pub fn read_config(dir: &Path) -> Result<(DecoderConfig, bool, Family, String)> {
+/// What `config.json` says of a model.
+pub struct HfConfig {
+    pub cfg: DecoderConfig,
+    /// Whether the output head is the embedding matrix.
+    pub tied: bool,
+    pub family: Family,
+    /// The `model_type` as written.
+    pub model_type: String,
+    /// The fields sinkscope neither reads nor knows to be inert.
+    pub unread: Vec<Unread>,
+}
+
+/// Reads `config.json`: the configuration, refusing what sinkscope does not compute by name.
+pub fn read_config(dir: &Path) -> Result<HfConfig> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path).with_file(&path)?;
     let parsed: Json = serde_json::from_str(&text).map_err(|e| Error::file(&path, format!("not valid JSON ({e})")))?;
@@ -26,8 +39,10 @@ pub fn read_config(dir: &Path) -> Result<(DecoderConfig, bool, Family, String)> 
     let family = Family::from_hf(&model_type).ok_or_else(|| {
         Error::file(&path, format!("unknown architecture model_type '{model_type}'; sinkscope reads the model_types {}", Family::hf_supported()))
     })?;
+    let unread = unread::hf_fields(map.iter().filter(|(_, v)| !v.is_null()).map(|(k, _)| k.as_str()));
     (family.hf_config)(&mut map, &path)?;
     let json = Json::Object(map);
+    check_activation(&json, &family, &path)?;
     let field = |key: &str| -> Option<&Json> { json.get(key).filter(|v| !v.is_null()) };
     let req = |key: &str| -> Result<usize> {
         field(key)
@@ -35,9 +50,11 @@ pub fn read_config(dir: &Path) -> Result<(DecoderConfig, bool, Family, String)> 
             .map(|v| v as usize)
             .ok_or_else(|| Error::file(&path, format!("missing or non-integer field \"{key}\"; config.json is incomplete")))
     };
-    for (flag, set_means) in
-        [("qk_layernorm", "LayerNorms of queries and keys"), ("scale_attn_by_inverse_layer_idx", "attention scores divided by the layer number")]
-    {
+    for (flag, set_means) in [
+        ("qk_layernorm", "LayerNorms of queries and keys"),
+        ("scale_attn_by_inverse_layer_idx", "attention scores divided by the layer number"),
+        ("use_bidirectional_attention", "queries that see later keys"),
+    ] {
         if json.get(flag).and_then(Json::as_bool) == Some(true) {
             return Err(Error::file(
                 &path,
@@ -48,7 +65,7 @@ pub fn read_config(dir: &Path) -> Result<(DecoderConfig, bool, Family, String)> 
     if json.get("scale_attn_weights").and_then(Json::as_bool) == Some(false) {
         return Err(Error::file(&path, "sets scale_attn_weights = false (unscaled attention scores), which sinkscope does not compute yet"));
     }
-    let yarn = rope_scaling(&json, &path)?;
+    let scaling = rope_scaling(&json, &path)?;
     let d_model = req("hidden_size")?;
     let n_heads = req("num_attention_heads")?;
     let n_layers = req("num_hidden_layers")?;
@@ -77,7 +94,14 @@ pub fn read_config(dir: &Path) -> Result<(DecoderConfig, bool, Family, String)> 
     if let Some(parallel) = json.get("use_parallel_residual").and_then(Json::as_bool) {
         arch.parallel_residual = parallel;
     }
-    arch.rope_yarn = yarn;
+    let rope_freq_factors = match scaling {
+        Some(RopeScaling::Yarn(yarn)) => {
+            arch.rope_yarn = Some(yarn);
+            None
+        }
+        Some(RopeScaling::Interpolated(interpolation)) => Some(interpolation.factors(rope_theta, arch.rotary_dims.unwrap_or(d_head))),
+        None => None,
+    };
     if let MlpKind::Moe(defaults) = arch.mlp {
         arch.mlp = MlpKind::Moe(Moe {
             experts: req("num_local_experts")?,
@@ -105,12 +129,41 @@ pub fn read_config(dir: &Path) -> Result<(DecoderConfig, bool, Family, String)> 
         context_len: req("max_position_embeddings")?,
         rope_theta,
         rope_layout: RopeLayout::HalfSplit,
+        rope_freq_factors,
         rms_eps: eps.unwrap_or(1e-6),
         arch,
         layers,
     };
     let tied = json.get("tie_word_embeddings").and_then(Json::as_bool).unwrap_or(false);
-    Ok((cfg, tied, family, model_type))
+    Ok(HfConfig { cfg, tied, family, model_type, unread })
+}
+
+/// Refuses an activation other than the one the family's MLP computes (`hidden_act`,
+/// Gemma's `hidden_activation`, GPT-2's `activation_function`).
+fn check_activation(json: &Json, family: &Family, path: &Path) -> Result<()> {
+    let accepted: &[&str] = match family.switches.mlp {
+        MlpKind::SwiGlu | MlpKind::Moe(_) => &["silu", "swish"],
+        MlpKind::Gelu => &["gelu"],
+        MlpKind::GeGluTanh | MlpKind::GeluTanh => &["gelu_pytorch_tanh", "gelu_new"],
+    };
+    for field in ["hidden_act", "hidden_activation", "activation_function"] {
+        match json.get(field) {
+            None | Some(Json::Null) => {}
+            Some(Json::String(act)) if accepted.contains(&act.as_str()) => {}
+            Some(other) => {
+                return Err(Error::file(
+                    path,
+                    format!(
+                        "sets {field} = {other}, but sinkscope computes {} for {} models ({}); the numbers would be another model's",
+                        accepted[0],
+                        family.name,
+                        accepted.join(" or ")
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// How each layer attends. A `sliding_window` shorter than the context applies to the layers
@@ -143,50 +196,99 @@ fn layer_attention(json: &Json, n_layers: usize, rope_theta: f64, path: &Path) -
         .collect()
 }
 
-/// The RoPE scaling a config asks for, in transformers 4's `rope_scaling` or 5's `rope_parameters`
-/// (per layer type too): none, or YaRN at the top level; any other kind is refused rather than
-/// run as plain RoPE.
-fn rope_scaling(json: &Json, path: &Path) -> Result<Option<Yarn>> {
-    let mut yarn = None;
-    for at in ["/rope_scaling", "/rope_parameters", "/rope_parameters/full_attention", "/rope_parameters/sliding_attention"] {
-        let Some(p) = json.pointer(at).filter(|v| v.is_object()) else { continue };
-        match p.get("rope_type").or_else(|| p.get("type")).and_then(Json::as_str) {
-            None | Some("default") => {}
-            Some("yarn") if !at.ends_with("attention") => {
-                let num = |k: &str| p.get(k).and_then(Json::as_f64);
-                let context = json.get("max_position_embeddings").and_then(Json::as_f64);
-                let Some(original) = num("original_max_position_embeddings") else {
-                    return Err(Error::file(path, "sets YaRN RoPE scaling without original_max_position_embeddings; config.json is incomplete"));
-                };
-                let Some(factor) = num("factor").or_else(|| context.map(|c| c / original)) else {
-                    return Err(Error::file(path, "sets YaRN RoPE scaling without a factor; config.json is incomplete"));
-                };
-                // transformers' get_mscale: 0.1 · m · ln(s) + 1 above a scale of 1.
-                let mscale = |m: f64| if factor <= 1.0 { 1.0 } else { 0.1 * m * factor.ln() + 1.0 };
-                let attention_factor = num("attention_factor").unwrap_or_else(|| {
-                    match (num("mscale").filter(|&m| m != 0.0), num("mscale_all_dim").filter(|&m| m != 0.0)) {
-                        (Some(m), Some(all)) => mscale(m) / mscale(all),
-                        _ => mscale(1.0),
-                    }
-                });
-                yarn = Some(Yarn {
-                    factor,
-                    original_context: original,
-                    beta_fast: num("beta_fast").filter(|&b| b != 0.0).unwrap_or(32.0),
-                    beta_slow: num("beta_slow").filter(|&b| b != 0.0).unwrap_or(1.0),
-                    truncate: p.get("truncate").and_then(Json::as_bool).unwrap_or(true),
-                    attention_factor,
-                });
-            }
-            Some(kind) => {
-                return Err(Error::file(
-                    path,
-                    format!("sets RoPE scaling '{kind}' ({}), which sinkscope does not compute yet; the numbers would be another model's", &at[1..]),
-                ))
+/// A RoPE scaling transformers defines and sinkscope computes.
+enum RopeScaling {
+    Yarn(Yarn),
+    Interpolated(Interpolation),
+}
+
+/// The scalings that divide each frequency by a factor (see [`FreqFactors`]).
+enum Interpolation {
+    Linear(f64),
+    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original: f64 },
+}
+
+impl Interpolation {
+    fn factors(&self, theta: f64, rot_dims: usize) -> FreqFactors {
+        match *self {
+            Interpolation::Linear(factor) => FreqFactors::linear(factor, rot_dims / 2),
+            Interpolation::Llama3 { factor, low_freq_factor, high_freq_factor, original } => {
+                FreqFactors::llama3(theta, rot_dims, factor, low_freq_factor, high_freq_factor, original)
             }
         }
     }
-    Ok(yarn)
+}
+
+/// The RoPE scaling a config asks for, in transformers 4's `rope_scaling` or 5's `rope_parameters`
+/// (per layer type too): none, YaRN, linear or Llama 3's for the model's own base; any other
+/// kind, or a scaling of Gemma-style local layers, is refused rather than run as plain RoPE.
+fn rope_scaling(json: &Json, path: &Path) -> Result<Option<RopeScaling>> {
+    let mut scaling = None;
+    for at in ["/rope_scaling", "/rope_parameters", "/rope_parameters/full_attention", "/rope_parameters/sliding_attention"] {
+        let Some(p) = json.pointer(at).filter(|v| v.is_object()) else { continue };
+        let num = |k: &str| p.get(k).and_then(Json::as_f64);
+        let incomplete = |what: &str| Error::file(path, format!("sets RoPE scaling ({}) without {what}; config.json is incomplete", &at[1..]));
+        let kind = p.get("rope_type").or_else(|| p.get("type")).and_then(Json::as_str);
+        let local = at.ends_with("sliding_attention");
+        scaling = match kind {
+            None | Some("default") => continue,
+            Some("yarn") if !local => {
+                let context = json.get("max_position_embeddings").and_then(Json::as_f64);
+                let original = num("original_max_position_embeddings").ok_or_else(|| incomplete("original_max_position_embeddings"))?;
+                let factor = num("factor").or_else(|| context.map(|c| c / original)).ok_or_else(|| incomplete("a factor"))?;
+                Some(RopeScaling::Yarn(yarn(p, factor, original)))
+            }
+            Some("linear") if !local => {
+                let factor = num("factor").filter(|f| f.is_finite() && *f > 0.0).ok_or_else(|| incomplete("a positive factor"))?;
+                Some(RopeScaling::Interpolated(Interpolation::Linear(factor)))
+            }
+            Some("llama3") if !local => {
+                let need = |k: &str| num(k).filter(|f| f.is_finite() && *f > 0.0).ok_or_else(|| incomplete(&format!("a positive {k}")));
+                let (low_freq_factor, high_freq_factor) = (need("low_freq_factor")?, need("high_freq_factor")?);
+                if high_freq_factor <= low_freq_factor {
+                    return Err(Error::file(path, format!("sets llama3 RoPE scaling with high_freq_factor {high_freq_factor} not above low_freq_factor {low_freq_factor}; config.json is corrupt")));
+                }
+                let original = need("original_max_position_embeddings")?;
+                Some(RopeScaling::Interpolated(Interpolation::Llama3 { factor: need("factor")?, low_freq_factor, high_freq_factor, original }))
+            }
+            Some(kind) => {
+                let what = match kind {
+                    "dynamic" => "NTK scaling whose base changes with the sequence length",
+                    "longrope" | "su" => "Phi-3's long/short factors chosen by the sequence length",
+                    _ if local => "a scaling of the sliding-window layers",
+                    _ => "a scaling transformers defines",
+                };
+                return Err(Error::file(
+                    path,
+                    format!(
+                        "sets RoPE scaling '{kind}' ({}: {what}), which sinkscope does not compute yet; the numbers would be another model's",
+                        &at[1..]
+                    ),
+                ));
+            }
+        };
+    }
+    Ok(scaling)
+}
+
+/// YaRN's parameters as transformers reads them.
+fn yarn(p: &Json, factor: f64, original: f64) -> Yarn {
+    let num = |k: &str| p.get(k).and_then(Json::as_f64);
+    // transformers' get_mscale: 0.1 · m · ln(s) + 1 above a scale of 1.
+    let mscale = |m: f64| if factor <= 1.0 { 1.0 } else { 0.1 * m * factor.ln() + 1.0 };
+    let attention_factor =
+        num("attention_factor").unwrap_or_else(|| match (num("mscale").filter(|&m| m != 0.0), num("mscale_all_dim").filter(|&m| m != 0.0)) {
+            (Some(m), Some(all)) => mscale(m) / mscale(all),
+            _ => mscale(1.0),
+        });
+    Yarn {
+        factor,
+        original_context: original,
+        beta_fast: num("beta_fast").filter(|&b| b != 0.0).unwrap_or(32.0),
+        beta_slow: num("beta_slow").filter(|&b| b != 0.0).unwrap_or(1.0),
+        truncate: p.get("truncate").and_then(Json::as_bool).unwrap_or(true),
+        attention_factor,
+    }
 }
 
 /// Safetensors shards of one model: each file open, its header read through a map.
@@ -283,6 +385,11 @@ impl HfWeights {
         Ok(Some(Param::Dense((self.family.hf_tensor)(canonical, t, &self.context)?)))
     }
 
+    /// Every tensor name the files hold.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.index.keys().map(String::as_str)
+    }
+
     pub fn n_tensors(&self) -> usize {
         self.index.len()
     }
@@ -299,7 +406,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sinkscope-hf-config-{}-{call}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("config.json"), json).unwrap();
-        let cfg = read_config(&dir).map(|(cfg, ..)| cfg);
+        let cfg = read_config(&dir).map(|c| c.cfg);
         std::fs::remove_dir_all(&dir).unwrap();
         cfg
     }

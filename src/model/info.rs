@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use super::decoder::config::{ArchSwitches, DecoderConfig, LayerAttn, LLAMA, MAX_SIZE};
 use super::decoder::finite::NonFiniteWeight;
-use super::rope::RopeLayout;
+use super::rope::{FreqFactors, RopeLayout};
+use super::unread::Unread;
 
 /// What `sinkscope info` reports: where the model came from and how it was loaded, around the
 /// decoder's configuration itself.
@@ -36,6 +37,9 @@ pub struct ModelInfo {
     /// The weights holding NaN or ∞, when the loader was asked to search them (`info`); not
     /// kept in run files (a run is never made from such a model).
     pub non_finite_weights: Option<Vec<NonFiniteWeight>>,
+    /// What the file holds that sinkscope does not read (tensors, GGUF keys, config fields);
+    /// only `info` loads such a file, to list them.
+    pub unread: Vec<Unread>,
 }
 
 impl ModelInfo {
@@ -56,6 +60,7 @@ impl ModelInfo {
             n_params: 0,
             sha256: None,
             non_finite_weights: None,
+            unread: Vec::new(),
         }
     }
 
@@ -104,6 +109,8 @@ struct ModelInfoRecord {
     #[serde(default)]
     weight_bytes: u64,
     rope_layout: RopeLayout,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rope_freq_factors: Option<FreqFactors>,
     rope_theta: f64,
     rms_eps: f64,
     tied_embeddings: bool,
@@ -119,6 +126,9 @@ struct ModelInfoRecord {
     /// Only `info` fills it (see [`ModelInfo::non_finite_weights`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     non_finite_weights: Option<Vec<NonFiniteWeight>>,
+    /// Only `info` fills it (see [`ModelInfo::unread`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    unread: Vec<Unread>,
 }
 
 impl From<ModelInfo> for ModelInfoRecord {
@@ -134,6 +144,7 @@ impl From<ModelInfo> for ModelInfoRecord {
             context_len: c.context_len,
             vocab_size: c.vocab_size,
             rope_layout: c.rope_layout,
+            rope_freq_factors: c.rope_freq_factors.clone(),
             rope_theta: c.rope_theta,
             rms_eps: c.rms_eps,
             window: c.window(),
@@ -152,6 +163,7 @@ impl From<ModelInfo> for ModelInfoRecord {
             n_params: m.n_params,
             sha256: m.sha256,
             non_finite_weights: m.non_finite_weights,
+            unread: m.unread,
         }
     }
 }
@@ -175,6 +187,7 @@ impl TryFrom<ModelInfoRecord> for ModelInfo {
             context_len: r.context_len,
             rope_theta: r.rope_theta,
             rope_layout: r.rope_layout,
+            rope_freq_factors: r.rope_freq_factors,
             rms_eps: r.rms_eps,
             arch: ArchSwitches { learned_sinks: r.learned_sinks, ..LLAMA },
             layers: (0..r.n_layers).map(layer).collect(),
@@ -194,6 +207,7 @@ impl TryFrom<ModelInfoRecord> for ModelInfo {
             n_params: r.n_params,
             sha256: r.sha256,
             non_finite_weights: r.non_finite_weights,
+            unread: r.unread,
         })
     }
 }

@@ -105,6 +105,7 @@ impl Llama2cFile {
             // run.c hard-codes these: base 10000, eps 1e-5, RoPE on adjacent pairs.
             rope_theta: 10000.0,
             rope_layout: RopeLayout::Interleaved,
+            rope_freq_factors: None,
             rms_eps: 1e-5,
             arch: ArchSwitches::default(),
             layers: vec![LayerAttn::global(10000.0); l],

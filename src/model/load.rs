@@ -1,7 +1,7 @@
 //! Loading: a `-m MODEL` argument → a [`LoadedModel`] (the network, its tokenizer and the facts
 //! `sinkscope info` shows), from GGUF, llama2.c or an HF directory, and the weights' fingerprint.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -16,8 +16,10 @@ use super::gguf;
 use super::hf;
 use super::info::ModelInfo;
 use super::llama2c;
+use super::rope::FreqFactors;
 use super::source::{resolve, ModelSource};
 use super::tokenizer::Tokenizer;
+use super::unread::{self, Unread};
 use super::verified::weights_sha256;
 use crate::error::{Error, Result};
 
@@ -34,6 +36,9 @@ pub struct LoadOptions {
     /// Search every weight for NaN and ∞ as it is read (`info`), into
     /// [`ModelInfo::non_finite_weights`].
     pub scan_weights: bool,
+    /// List what the file holds that sinkscope does not read in [`ModelInfo::unread`] instead
+    /// of refusing the file (`info`).
+    pub report_unread: bool,
 }
 
 pub struct LoadedModel {
@@ -64,6 +69,9 @@ pub fn load_source(source: &ModelSource, opts: &LoadOptions) -> Result<LoadedMod
         ModelSource::Llama2c { model } => load_llama2c(model, opts)?,
         ModelSource::HfDir(dir) => load_hf(dir, opts)?,
     };
+    if let (false, Some(refusal)) = (opts.report_unread, Unread::refusal(&info.unread)) {
+        return Err(Error::file(source.path(), refusal));
+    }
     let tokenizer = match &opts.tokenizer {
         Some(path) if path.extension().is_some_and(|e| e == "bin") => Tokenizer::from_llama2c(path, model.cfg.vocab_size)?,
         Some(path) => Tokenizer::from_json_file(path)?,
@@ -109,12 +117,13 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
         (Some(w), Some(layout)) => Some((w, layout)),
         (None, _) => None,
     };
-    if let Some(kind) = file.get(&format!("{arch}.rope.scaling.type")).and_then(gguf::Value::as_str) {
-        if kind != "none" {
-            return Err(Error::file(path, format!("RoPE scaling '{kind}' is not supported yet")));
-        }
-    }
     let key = |k: &str| format!("{arch}.{k}");
+    let unread_keys = unread::gguf_keys(
+        &arch,
+        file.metadata.keys().map(String::as_str),
+        |k| file.get(k).and_then(gguf::Value::as_u64),
+        |k| file.get(k).and_then(gguf::Value::as_bool),
+    );
     let n_heads = file.req_u64(&key("attention.head_count"))? as usize;
     let d_model = file.req_u64(&key("embedding_length"))? as usize;
     let vocab_size = file
@@ -123,6 +132,18 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
         .map(|t| t.shape[0])
         .ok_or_else(|| Error::file(path, "tensor token_embd.weight is missing; the GGUF file is incomplete"))?;
     let d_head = file.get(&key("attention.key_length")).and_then(gguf::Value::as_u64).map_or(d_model / n_heads.max(1), |v| v as usize);
+    if let Some(v) = file.get(&key("attention.value_length")).and_then(gguf::Value::as_u64).filter(|&v| v as usize != d_head) {
+        return Err(Error::file(
+            path,
+            format!(
+                "{} = {v} differs from the key length {d_head}, which sinkscope does not compute yet; the numbers would be another model's",
+                key("attention.value_length")
+            ),
+        ));
+    }
+    if let Some(v) = file.get(&key("vocab_size")).and_then(gguf::Value::as_u64).filter(|&v| v as usize != vocab_size) {
+        return Err(Error::file(path, format!("{} = {v} but token_embd.weight has {vocab_size} rows; the file is inconsistent", key("vocab_size"))));
+    }
     let mut switches = family.switches;
     if let Some(r) = file.get(&key("rope.dimension_count")).and_then(gguf::Value::as_u64) {
         switches.rotary_dims = Some(r as usize).filter(|&r| r != d_head);
@@ -139,6 +160,7 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
         Some((w, layout)) => LayerAttn::every_nth_global(n_layers, layout.global_every, w, rope_theta, layout.local_rope_theta),
         None => vec![LayerAttn::global(rope_theta); n_layers],
     };
+    let rope_freq_factors = gguf_freq_factors(&file, &arch, switches.rotary_dims.unwrap_or(d_head))?;
     let cfg = DecoderConfig {
         n_layers,
         n_heads,
@@ -150,6 +172,7 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
         context_len: file.req_u64(&key("context_length"))? as usize,
         rope_theta,
         rope_layout: family.gguf_rope,
+        rope_freq_factors,
         rms_eps: file
             .opt_f64(&key("attention.layer_norm_rms_epsilon"))
             .or_else(|| file.opt_f64(&key("attention.layer_norm_epsilon")))
@@ -170,10 +193,13 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
         info.compute = "quantized matmuls (--quantized)".into();
     }
     let quantized = opts.quantized;
+    // The factors were read above; every other tensor is read by the decoder or unread.
+    let mut read: BTreeSet<String> = ["rope_freqs.weight".to_owned()].into();
     let model = load_decoder(cfg, path, opts, &mut info, &mut |name| {
         if !file.has_tensor(name) {
             return Ok(None);
         }
+        read.insert(name.to_owned());
         let qt = file.qtensor(name)?;
         let keep_quantized = quantized && qt.rank() == 2 && !matches!(qt.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
         if keep_quantized {
@@ -187,7 +213,53 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
             _ => dense,
         })))
     })?;
+    info.unread = unread_keys;
+    info.unread.extend(unread::gguf_tensors(file.tensors.keys().map(String::as_str), &read));
     Ok((model, tokenizer, info))
+}
+
+/// The RoPE frequency factors of a GGUF file: llama.cpp's `rope_freqs.weight` (what its
+/// converter writes for Llama 3's scaling) and a linear `rope.scaling.type`, which llama.cpp
+/// applies together; any other scaling type is refused by name.
+fn gguf_freq_factors(file: &gguf::GgufFile, arch: &str, rot_dims: usize) -> Result<Option<FreqFactors>> {
+    let path = &file.path;
+    let scaling_key = format!("{arch}.rope.scaling.type");
+    let linear = match file.get(&scaling_key).and_then(gguf::Value::as_str) {
+        None | Some("none") => None,
+        Some("linear") => {
+            let key = format!("{arch}.rope.scaling.factor");
+            let factor = file.opt_f64(&key).filter(|f| f.is_finite() && *f > 0.0);
+            Some(factor.ok_or_else(|| Error::file(path, format!("{scaling_key} is linear but {key} is missing or not positive; the file is incomplete")))?)
+        }
+        Some(kind) => {
+            return Err(Error::file(path, format!("{scaling_key} = {kind}: RoPE scaling '{kind}', which sinkscope does not compute for GGUF files yet; the numbers would be another model's")))
+        }
+    };
+    let tensor = match file.tensors.get("rope_freqs.weight") {
+        None => None,
+        Some(t) if t.shape.iter().product::<usize>() == rot_dims / 2 => {
+            let values = file.qtensor("rope_freqs.weight")?.dequantize(&candle_core::Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
+            Some(values.into_iter().map(f64::from).collect::<Vec<_>>())
+        }
+        Some(t) => {
+            return Err(Error::file(
+                path,
+                format!(
+                    "tensor rope_freqs.weight has shape {:?} but the model rotates {} pairs of dimensions; the file is inconsistent",
+                    t.shape,
+                    rot_dims / 2
+                ),
+            ))
+        }
+    };
+    Ok(match (tensor, linear) {
+        (None, None) => None,
+        (None, Some(f)) => Some(FreqFactors::linear(f, rot_dims / 2)),
+        (Some(factors), None) => Some(FreqFactors { source: "rope_freqs.weight".into(), factors }),
+        (Some(factors), Some(f)) => {
+            Some(FreqFactors { source: format!("rope_freqs.weight, linear ×{f}"), factors: factors.iter().map(|x| x * f).collect() })
+        }
+    })
 }
 
 /// Builds the decoder from a loader's tensor getter; with `opts.scan_weights`, every tensor is
@@ -237,25 +309,29 @@ fn load_llama2c(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, 
 }
 
 fn load_hf(dir: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Option<Tokenizer>, ModelInfo)> {
-    let (cfg, tied, family, model_type) = hf::read_config(dir)?;
+    let hf::HfConfig { cfg, tied, family, model_type, unread } = hf::read_config(dir)?;
     let tokenizer = match &opts.tokenizer {
         Some(_) => None,
         None => Some(Tokenizer::from_json_file(&dir.join("tokenizer.json"))?),
     };
     let weights = hf::HfWeights::open(dir, family, cfg.n_heads)?;
     let mut info = base_info(&ModelSource::HfDir(dir.to_path_buf()), &cfg, model_type);
+    info.unread = unread;
     info.tied_embeddings = tied || !weights.has_param("output.weight");
     info.quantization = dtype_summary(weights.dtypes().into_iter());
     let tied = info.tied_embeddings;
     let mut n_params = 0usize;
+    let mut read = BTreeSet::new();
     let model = load_decoder(cfg, dir, opts, &mut info, &mut |name| {
         let p = weights.param(name, tied)?;
         if let Some(p) = &p {
             n_params += p.shape().iter().product::<usize>();
+            read.extend(family.hf_names.name(name));
         }
         Ok(p)
     })?;
     info.n_params = n_params;
+    info.unread.extend(unread::hf_tensors(weights.names(), &read, tied));
     Ok((model, tokenizer, info))
 }
 

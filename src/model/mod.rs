@@ -21,6 +21,7 @@ pub mod rope;
 pub mod scoring;
 pub mod source;
 pub mod tokenizer;
+pub mod unread;
 pub mod verified;
 pub mod windowed;
 

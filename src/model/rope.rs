@@ -36,6 +36,50 @@ pub struct Rope {
     pub layout: RopeLayout,
     /// YaRN's rescaled frequencies and attention factor, where the model extends its context so.
     pub yarn: Option<Yarn>,
+    /// What each frequency is divided by (Llama 3's scaling, linear interpolation, a GGUF's
+    /// `rope_freqs.weight`), one per rotated pair; `None`: all 1.
+    pub freq_factors: Option<std::sync::Arc<[f64]>>,
+}
+
+/// RoPE frequencies divided by a factor each: how a model extends its context by interpolation
+/// (transformers' `linear` and `llama3` scalings; llama.cpp stores the factors themselves as
+/// `rope_freqs.weight`, its "freq_factors", dividing θ_i as here).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FreqFactors {
+    /// Where the factors come from, in words ("llama3 ×8 from 8192 positions", "rope_freqs.weight").
+    pub source: String,
+    /// One factor per rotated pair of dimensions, lowest dimension (highest frequency) first.
+    pub factors: Vec<f64>,
+}
+
+impl FreqFactors {
+    /// Linear interpolation (transformers' `linear`, llama.cpp's `rope.scaling.type = linear`):
+    /// every frequency divided by `factor`.
+    pub fn linear(factor: f64, pairs: usize) -> FreqFactors {
+        FreqFactors { source: format!("linear ×{factor}"), factors: vec![factor; pairs] }
+    }
+
+    /// Llama 3.1's scaling (transformers' `_compute_llama3_parameters`, the factors llama.cpp's
+    /// converter writes as `rope_freqs.weight`): wavelengths shorter than
+    /// `original / high_freq_factor` kept, longer than `original / low_freq_factor` divided by
+    /// `factor`, and between them a smooth blend of the two.
+    pub fn llama3(theta: f64, rot_dims: usize, factor: f64, low_freq_factor: f64, high_freq_factor: f64, original: f64) -> FreqFactors {
+        let (low_wavelen, high_wavelen) = (original / low_freq_factor, original / high_freq_factor);
+        let factors = (0..rot_dims / 2)
+            .map(|i| {
+                let wavelen = 2.0 * std::f64::consts::PI * theta.powf((2 * i) as f64 / rot_dims as f64);
+                if wavelen < high_wavelen {
+                    1.0
+                } else if wavelen > low_wavelen {
+                    factor
+                } else {
+                    let smooth = (original / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                    1.0 / ((1.0 - smooth) / factor + smooth)
+                }
+            })
+            .collect();
+        FreqFactors { source: format!("llama3 ×{factor} from {original} positions (low {low_freq_factor}, high {high_freq_factor})"), factors }
+    }
 }
 
 /// YaRN (Peng et al. 2023) as transformers computes it: frequencies interpolated by `factor`
@@ -87,10 +131,13 @@ impl Rope {
     /// cos/sin tables for (possibly negative) positions, scaled by `scale`.
     fn tables_at(&self, positions: &[f64], scale: f64, device: &Device) -> Result<(Tensor, Tensor)> {
         let half = self.rot_dims / 2;
-        let inv_freq: Vec<f64> = match &self.yarn {
+        let mut inv_freq: Vec<f64> = match &self.yarn {
             Some(y) => y.inv_freq(self.theta, self.rot_dims),
             None => (0..half).map(|i| self.theta.powf(-((2 * i) as f64) / self.rot_dims as f64)).collect(),
         };
+        if let Some(factors) = &self.freq_factors {
+            inv_freq.iter_mut().zip(factors.iter()).for_each(|(f, d)| *f /= d);
+        }
         let mut cos = Vec::with_capacity(positions.len() * half);
         let mut sin = Vec::with_capacity(positions.len() * half);
         for &p in positions {
@@ -213,7 +260,7 @@ mod tests {
     use super::*;
 
     fn rotate(layout: RopeLayout, x: Vec<f32>, pos: usize) -> Vec<f32> {
-        let rope = Rope { theta: 10000.0, d_head: 4, rot_dims: 4, layout, yarn: None };
+        let rope = Rope { theta: 10000.0, d_head: 4, rot_dims: 4, layout, yarn: None, freq_factors: None };
         let (c, s) = rope.tables(&[pos], &Device::Cpu).unwrap();
         let t = Tensor::from_vec(x, (1, 1, 4), &Device::Cpu).unwrap();
         rope.apply(&t, &c, &s).unwrap().flatten_all().unwrap().to_vec1().unwrap()
@@ -240,7 +287,7 @@ mod tests {
 
     #[test]
     fn cached_tables_rotate_like_fresh_ones() {
-        let rope = Rope { theta: 10000.0, d_head: 4, rot_dims: 4, layout: RopeLayout::Interleaved, yarn: None };
+        let rope = Rope { theta: 10000.0, d_head: 4, rot_dims: 4, layout: RopeLayout::Interleaved, yarn: None, freq_factors: None };
         let x = Tensor::from_vec((0..12).map(|v| v as f32 * 0.1).collect::<Vec<_>>(), (1, 3, 4), &Device::Cpu).unwrap();
         let mut table = RopeTable::empty(4).unwrap();
         for positions in [vec![0, 1, 2], vec![5, 9, 200]] {

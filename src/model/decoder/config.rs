@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::model::quant_matmul::packed_bytes;
-use crate::model::rope::{RopeLayout, Yarn};
+use crate::model::rope::{FreqFactors, RopeLayout, Yarn};
 
 /// Shape and numerics of a decoder-only transformer, and the switches that make it one family.
 #[derive(Debug, Clone, Serialize)]
@@ -26,6 +26,10 @@ pub struct DecoderConfig {
     pub context_len: usize,
     pub rope_theta: f64,
     pub rope_layout: RopeLayout,
+    /// RoPE frequencies divided by a factor each (Llama 3's scaling, linear interpolation, a
+    /// GGUF's `rope_freqs.weight`), for the layers rotated with `rope_theta`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_freq_factors: Option<FreqFactors>,
     pub rms_eps: f64,
     /// Where the family departs from Llama (all off: Llama).
     #[serde(default)]
@@ -265,6 +269,19 @@ impl DecoderConfig {
         let unrotated_ok = self.arch.learned_positions;
         if let Some(r) = self.arch.rotary_dims.filter(|&r| (r == 0 && !unrotated_ok) || r > self.d_head || !r.is_multiple_of(2)) {
             return Err(bad(format!("{r} rotary dimensions for a head of {} (RoPE needs an even count up to the head size)", self.d_head)));
+        }
+        if let Some(f) = &self.rope_freq_factors {
+            let pairs = self.arch.rotary_dims.unwrap_or(self.d_head) / 2;
+            if f.factors.len() != pairs || f.factors.iter().any(|&x| !(x.is_finite() && x > 0.0)) {
+                return Err(bad(format!(
+                    "{} RoPE frequency factors ({}) for {pairs} rotated pairs, or one not finite and positive",
+                    f.factors.len(),
+                    f.source
+                )));
+            }
+            if self.arch.rope_yarn.is_some() {
+                return Err(bad("both YaRN and RoPE frequency factors".into()));
+            }
         }
         if !(self.rope_theta > 0.0 && self.rms_eps >= 0.0) {
             return Err(bad(format!("rope theta {} / rms eps {}", self.rope_theta, self.rms_eps)));

@@ -115,6 +115,7 @@ impl Decoder {
             rot_dims: cfg.arch.rotary_dims.unwrap_or(cfg.d_head),
             layout: cfg.rope_layout,
             yarn: cfg.arch.rope_yarn,
+            freq_factors: cfg.rope_freq_factors.as_ref().map(|f| f.factors.as_slice().into()),
         };
         let mut ropes = vec![rope];
         let mut layer_ropes = Vec::with_capacity(cfg.n_layers);
@@ -122,7 +123,9 @@ impl Decoder {
             let index = match ropes.iter().position(|r| r.theta == layer.rope_theta) {
                 Some(i) => i,
                 None => {
-                    ropes.push(Rope { theta: layer.rope_theta, ..ropes[0].clone() });
+                    // The factors scale the model's own base only: Gemma 3's local layers
+                    // rotate with theirs unscaled, as transformers' per-layer-type RoPE does.
+                    ropes.push(Rope { theta: layer.rope_theta, freq_factors: None, ..ropes[0].clone() });
                     ropes.len() - 1
                 }
             };

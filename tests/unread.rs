@@ -1,0 +1,325 @@
+//! Nothing a model file holds is silently ignored: tensors, GGUF keys and config.json fields
+//! injected into real and tiny files of every family, in both formats, are refused by name (one
+//! line, exit 2 from the binary) or known to be inert; `info` lists them instead. And the RoPE
+//! scaling Llama 3 ships — which a loader that ignored `rope_freqs.weight` got wrong — matters on
+//! the fixture: plain RoPE is far from transformers.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use sinkscope::model::gguf::{GgufFile, Value};
+use sinkscope::model::{load, LoadOptions};
+
+/// The GGUF fixtures of every family that has a GGUF layout (tiny, and the real stories260K).
+fn gguf_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> =
+        ["llama3", "qwen3", "olmo2", "gpt_neox", "phi", "gpt2"].iter().map(|f| common::fixture(&format!("arch/{f}/model.gguf"))).collect();
+    files.push(common::data_dir().join("models/stories260K.gguf"));
+    files
+}
+
+/// The HF fixtures of every family.
+fn hf_dirs() -> Vec<PathBuf> {
+    ["llama3", "llama_f32", "mistral", "qwen3", "olmo2", "gpt_neox", "gemma3", "phi", "gpt2", "gpt_oss"]
+        .iter()
+        .map(|f| common::fixture(&format!("arch/{f}")))
+        .collect()
+}
+
+/// ggml's type id of a tensor type this test copies.
+fn ggml_id(dtype: candle_core::quantized::GgmlDType) -> u32 {
+    use candle_core::quantized::GgmlDType::*;
+    match dtype {
+        F32 => 0,
+        F16 => 1,
+        Q4_0 => 2,
+        Q4_1 => 3,
+        Q5_0 => 6,
+        Q5_1 => 7,
+        Q8_0 => 8,
+        Q4K => 12,
+        Q5K => 13,
+        Q6K => 14,
+        BF16 => 30,
+        other => panic!("the test writer does not copy {other:?}"),
+    }
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend((s.len() as u64).to_le_bytes());
+    out.extend(s.as_bytes());
+}
+
+fn value_type(v: &Value) -> u32 {
+    match v {
+        Value::U8(_) => 0,
+        Value::I8(_) => 1,
+        Value::U16(_) => 2,
+        Value::I16(_) => 3,
+        Value::U32(_) => 4,
+        Value::I32(_) => 5,
+        Value::F32(_) => 6,
+        Value::Bool(_) => 7,
+        Value::Str(_) => 8,
+        Value::Array(_) => 9,
+        Value::U64(_) => 10,
+        Value::I64(_) => 11,
+        Value::F64(_) => 12,
+    }
+}
+
+fn put_value(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::U8(x) => out.push(*x),
+        Value::I8(x) => out.push(*x as u8),
+        Value::U16(x) => out.extend(x.to_le_bytes()),
+        Value::I16(x) => out.extend(x.to_le_bytes()),
+        Value::U32(x) => out.extend(x.to_le_bytes()),
+        Value::I32(x) => out.extend(x.to_le_bytes()),
+        Value::F32(x) => out.extend(x.to_le_bytes()),
+        Value::Bool(x) => out.push(*x as u8),
+        Value::Str(s) => put_str(out, s),
+        Value::U64(x) => out.extend(x.to_le_bytes()),
+        Value::I64(x) => out.extend(x.to_le_bytes()),
+        Value::F64(x) => out.extend(x.to_le_bytes()),
+        Value::Array(items) => {
+            out.extend(items.first().map_or(0, value_type).to_le_bytes());
+            out.extend((items.len() as u64).to_le_bytes());
+            items.iter().for_each(|i| put_value(out, i));
+        }
+    }
+}
+
+/// An edit of a GGUF file: keys set (added or replaced), f32 tensors added, tensors dropped.
+#[derive(Default)]
+struct Edit<'a> {
+    keys: Vec<(String, Value)>,
+    tensors: Vec<(&'a str, Vec<usize>, Vec<f32>)>,
+    drop: Vec<&'a str>,
+}
+
+/// Writes `src` with `edit` applied to `dst` (GGUF v3, alignment 32).
+fn rewrite_gguf(src: &Path, dst: &Path, edit: &Edit) {
+    let file = GgufFile::open(src).unwrap();
+    let bytes = std::fs::read(src).unwrap();
+    let mut metadata = file.metadata.clone();
+    metadata.remove("general.alignment");
+    for (k, v) in &edit.keys {
+        metadata.insert(k.clone(), v.clone());
+    }
+    // (name, ggml shape, type id, bytes)
+    let mut tensors: Vec<(String, Vec<u64>, u32, Vec<u8>)> = file
+        .tensors
+        .iter()
+        .filter(|(n, _)| !edit.drop.contains(&n.as_str()))
+        .map(|(n, t)| (n.clone(), t.shape.iter().rev().map(|&d| d as u64).collect(), ggml_id(t.dtype), bytes[t.start..t.start + t.n_bytes].to_vec()))
+        .collect();
+    for (name, shape, values) in &edit.tensors {
+        assert_eq!(shape.iter().product::<usize>(), values.len());
+        tensors.push(((*name).to_owned(), shape.iter().rev().map(|&d| d as u64).collect(), 0, values.iter().flat_map(|v| v.to_le_bytes()).collect()));
+    }
+    let mut out = b"GGUF".to_vec();
+    out.extend(3u32.to_le_bytes());
+    out.extend((tensors.len() as u64).to_le_bytes());
+    out.extend((metadata.len() as u64).to_le_bytes());
+    for (k, v) in &metadata {
+        put_str(&mut out, k);
+        out.extend(value_type(v).to_le_bytes());
+        put_value(&mut out, v);
+    }
+    let mut offset = 0u64;
+    for (name, ne, ty, data) in &tensors {
+        put_str(&mut out, name);
+        out.extend((ne.len() as u32).to_le_bytes());
+        ne.iter().for_each(|d| out.extend(d.to_le_bytes()));
+        out.extend(ty.to_le_bytes());
+        out.extend(offset.to_le_bytes());
+        offset += (data.len() as u64).div_ceil(32) * 32;
+    }
+    out.resize(out.len().div_ceil(32) * 32, 0);
+    for (_, _, _, data) in &tensors {
+        out.extend(data);
+        out.resize(out.len().div_ceil(32) * 32, 0);
+    }
+    std::fs::write(dst, out).unwrap();
+}
+
+fn arch_of(path: &Path) -> String {
+    GgufFile::open(path).unwrap().architecture().unwrap().to_owned()
+}
+
+fn load_err(path: &Path) -> String {
+    match load(path.to_str().unwrap(), &LoadOptions::default()) {
+        Ok(_) => panic!("{}: loaded although it holds what sinkscope does not compute", path.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn gguf_tensors_and_keys_no_decoder_reads_are_refused_by_name() {
+    let dir = common::temp_dir("unread-gguf");
+    for src in gguf_files() {
+        let arch = arch_of(&src);
+        let d = GgufFile::open(&src).unwrap().get(&format!("{arch}.embedding_length")).and_then(Value::as_u64).unwrap() as usize;
+        let name = src.parent().unwrap().file_name().unwrap().to_string_lossy().into_owned();
+        let dst = dir.join(format!("{name}.gguf"));
+        // The file as it is loads; the rewriter itself changes nothing.
+        rewrite_gguf(&src, &dst, &Edit::default());
+        load(dst.to_str().unwrap(), &LoadOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        // A gated-attention model's extra tensor.
+        let gate = Edit { tensors: vec![("blk.0.attn_gate.weight", vec![d, d], vec![0.5; d * d])], ..Edit::default() };
+        rewrite_gguf(&src, &dst, &gate);
+        let err = load_err(&dst);
+        assert!(err.contains("blk.0.attn_gate.weight (an attention output gate)") && err.contains("does not compute"), "{name}: {err}");
+        // info loads it and lists it.
+        let listed = load(dst.to_str().unwrap(), &LoadOptions { report_unread: true, ..LoadOptions::default() }).unwrap();
+        assert_eq!(listed.info.unread.len(), 1, "{name}");
+        // Keys that change the arithmetic, each refused by its name.
+        for (key, value, says) in [
+            ("attn_logit_softcapping", Value::F32(50.0), "soft-capped"),
+            ("expert_count", Value::U32(8), "mixture of experts"),
+            ("ssm.conv_kernel", Value::U32(4), "state-space"),
+            ("attention.causal", Value::Bool(false), "non-causal"),
+        ] {
+            let key = format!("{arch}.{key}");
+            rewrite_gguf(&src, &dst, &Edit { keys: vec![(key.clone(), value)], ..Edit::default() });
+            let err = load_err(&dst);
+            assert!(err.contains(&key) && err.contains(says), "{name} {key}: {err}");
+        }
+        // Inert values of the same keys load.
+        let inert = Edit {
+            keys: vec![(format!("{arch}.expert_count"), Value::U32(0)), (format!("{arch}.attention.causal"), Value::Bool(true))],
+            ..Edit::default()
+        };
+        rewrite_gguf(&src, &dst, &inert);
+        load(dst.to_str().unwrap(), &LoadOptions::default()).unwrap_or_else(|e| panic!("{name} with inert keys: {e}"));
+        // A RoPE scaling sinkscope does not compute for GGUF.
+        rewrite_gguf(&src, &dst, &Edit { keys: vec![(format!("{arch}.rope.scaling.type"), Value::Str("yarn".into()))], ..Edit::default() });
+        let err = load_err(&dst);
+        assert!(err.contains("RoPE scaling 'yarn'"), "{name}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_real_smollm2_gguf_with_an_injected_tensor_is_refused_and_listed_by_the_binary() {
+    let Some(smollm) = common::model("SmolLM2-135M-Instruct.Q4_1.gguf") else { return };
+    let dir = common::temp_dir("unread-smollm2");
+    let dst = dir.join("smollm2-gated.gguf");
+    rewrite_gguf(&smollm, &dst, &Edit { tensors: vec![("blk.3.attn_gate.weight", vec![576, 576], vec![0.1; 576 * 576])], ..Edit::default() });
+    let text = common::fixture("texts/tinystories.txt");
+    let out_dir = dir.join("run");
+    let run = common::sinkscope(&["capture", "-m", dst.to_str().unwrap(), "-f", text.to_str().unwrap(), "-o", out_dir.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("blk.3.attn_gate.weight (an attention output gate)") && stderr.contains("sinkscope info"), "{stderr}");
+    assert!(!out_dir.exists(), "a refused model left a run directory");
+    let info = common::sinkscope(&["info", dst.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&info.stdout);
+    assert!(info.status.success(), "{}", String::from_utf8_lossy(&info.stderr));
+    assert!(stdout.contains("not read") && stdout.contains("blk.3.attn_gate.weight: an attention output gate"), "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Copies an HF fixture directory, letting `edit` change its config.json.
+fn edited_hf(src: &Path, dst: &Path, edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) {
+    let _ = std::fs::remove_dir_all(dst);
+    std::fs::create_dir_all(dst).unwrap();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e != "gguf") {
+            std::fs::copy(&path, dst.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let mut config: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    edit(&mut config);
+    std::fs::write(dst.join("config.json"), serde_json::to_string_pretty(&config).unwrap()).unwrap();
+}
+
+#[test]
+fn hf_fields_and_tensors_no_decoder_reads_are_refused_by_name() {
+    use serde_json::json;
+    let dir = common::temp_dir("unread-hf");
+    for src in hf_dirs() {
+        let name = src.file_name().unwrap().to_string_lossy().into_owned();
+        let dst = dir.join(&name);
+        edited_hf(&src, &dst, |_| {});
+        load(dst.to_str().unwrap(), &LoadOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        // Granite's multipliers, a field sinkscope does not read.
+        edited_hf(&src, &dst, |c| {
+            c.insert("residual_multiplier".into(), json!(0.22));
+        });
+        let err = load_err(&dst);
+        assert!(err.contains("residual_multiplier (a scaling of embeddings, residuals, attention or logits)"), "{name}: {err}");
+        // A RoPE scaling whose base changes with the sequence length.
+        edited_hf(&src, &dst, |c| {
+            c.insert("rope_scaling".into(), json!({"rope_type": "dynamic", "factor": 2.0}));
+        });
+        let err = load_err(&dst);
+        assert!(err.contains("RoPE scaling 'dynamic'"), "{name}: {err}");
+        // Another activation than the family's MLP computes.
+        edited_hf(&src, &dst, |c| {
+            c.insert("hidden_act".into(), json!("relu"));
+        });
+        let err = load_err(&dst);
+        assert!(err.contains("hidden_act = \"relu\""), "{name}: {err}");
+        // Inert fields load.
+        edited_hf(&src, &dst, |c| {
+            c.insert("attention_dropout".into(), json!(0.1));
+            c.insert("transformers_version".into(), json!("4.0.0"));
+        });
+        load(dst.to_str().unwrap(), &LoadOptions::default()).unwrap_or_else(|e| panic!("{name} with inert fields: {e}"));
+    }
+    // An extra tensor in the safetensors file, named for what it suggests.
+    let src = common::fixture("arch/llama3");
+    let dst = dir.join("llama3-gated");
+    edited_hf(&src, &dst, |_| {});
+    let st_path = dst.join("model.safetensors");
+    let bytes = std::fs::read(&st_path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let gate: Vec<u8> = vec![0.5f32; 64 * 64].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut views: Vec<(String, safetensors::tensor::TensorView)> = st.tensors();
+    views.push((
+        "model.layers.1.self_attn.gate.weight".into(),
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![64, 64], &gate).unwrap(),
+    ));
+    safetensors::tensor::serialize_to_file(views, None, &st_path).unwrap();
+    let err = load_err(&dst);
+    assert!(err.contains("model.layers.1.self_attn.gate.weight (an attention output gate)"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The fixture's scaling matters: without `rope_freqs.weight` (plain RoPE, what sinkscope ran
+/// before) the patterns are far from transformers', with it they match (tests/architectures.rs).
+#[test]
+fn llama3_rope_scaling_matters_on_the_fixture() {
+    use sinkscope::capture::collector::TensorCollector;
+    use sinkscope::model::hook::{HookFilter, HookPoint};
+    let dir = common::temp_dir("unread-llama3-plain");
+    let src = common::fixture("arch/llama3/model.gguf");
+    let plain = dir.join("plain-rope.gguf");
+    rewrite_gguf(&src, &plain, &Edit { drop: vec!["rope_freqs.weight"], ..Edit::default() });
+    let fx = common::Fixture::open(&common::fixture("arch/llama3/reference.safetensors"));
+    let tokens: Vec<u32> = fx.i64("tokens").iter().map(|&t| t as u32).collect();
+    let mut worst = 0f64;
+    for (path, scaled) in [(&src, true), (&plain, false)] {
+        let lm = load(path.to_str().unwrap(), &LoadOptions::default()).unwrap();
+        assert_eq!(lm.model.cfg.rope_freq_factors.is_some(), scaled);
+        let mut sink = TensorCollector::new(HookFilter::parse("hook_pattern", 2).unwrap(), tokens.len());
+        lm.model.forward(&tokens, None, &mut sink).unwrap();
+        let (_, ours) = sink.get(&HookPoint::Pattern(1)).unwrap();
+        let (_, reference) = fx.f32("pattern.1");
+        let diff = common::max_abs_diff("llama3 pattern 1", ours, &reference);
+        if scaled {
+            assert!(diff < 1e-4, "scaled: {diff}");
+        } else {
+            worst = diff;
+        }
+    }
+    eprintln!("llama3 fixture under plain RoPE: max |Δpattern| {worst:.3} against transformers");
+    assert!(worst > 0.05, "the fixture's RoPE scaling barely matters ({worst}); it tests nothing");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
