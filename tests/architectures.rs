@@ -73,6 +73,19 @@ fn llama3_matches_transformers() {
     matches_transformers("llama3", common::fixture("arch/llama3/model.gguf").to_str().unwrap());
 }
 
+/// Gemma 2: Gemma's sandwich norms (w − 1), GeGLU and √d embedding scale without q/k norms;
+/// attention scores and final logits soft-capped (caps that bind on the fixture), windowed
+/// (16 keys) and global layers alternating — from the HF directory and from the GGUF llama.cpp's
+/// converter wrote from it.
+#[test]
+fn gemma2_matches_transformers() {
+    matches_transformers("gemma2", common::fixture("arch/gemma2").to_str().unwrap());
+    matches_transformers("gemma2", common::fixture("arch/gemma2/model.gguf").to_str().unwrap());
+    let lm = load(common::fixture("arch/gemma2/model.gguf").to_str().unwrap(), &LoadOptions::default()).unwrap();
+    assert_eq!((lm.model.cfg.arch.attn_logit_softcap, lm.model.cfg.arch.final_logit_softcap), (Some(5.0), Some(3.0)));
+    assert_eq!(lm.model.cfg.windowed_layers(), [0, 2]);
+}
+
 /// OLMo 2: RMSNorm after attention and after the MLP instead of before them, and q/k RMSNorm
 /// over the whole projection (all heads at once), GQA, untied output.
 #[test]
@@ -186,7 +199,7 @@ fn a_qwen3_without_its_qk_norms_is_refused() {
 fn every_family_streams_like_token_by_token_decoding() {
     use sinkscope::kv::{simulate, simulate_with, Eviction, Policy, PositionMode, SimOptions};
     // Gemma 3 and Mistral attend through their own windows: see the next test.
-    for family in ["qwen3", "olmo2", "gpt_neox", "phi", "gpt2"] {
+    for family in ["llama3", "qwen3", "olmo2", "gpt_neox", "phi", "gpt2"] {
         let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
         let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
         let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(160).collect();
@@ -224,7 +237,7 @@ const GEMMA_PROMPT: &str = "The capital of France is";
 fn windowed_models_stream_like_their_forward() {
     use sinkscope::kv::{simulate, simulate_with, Eviction, Policy, PositionMode, SimOptions};
     use sinkscope::model::receiver::NoCapture;
-    for family in ["gemma3", "mistral", "gpt_oss"] {
+    for family in ["gemma2", "gemma3", "mistral", "gpt_oss"] {
         let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
         let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
         let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(150).collect();
@@ -459,7 +472,7 @@ fn windowed_streams_match_a_pytorch_loop() {
 #[test]
 fn score_policies_on_windowed_models_replay_like_decoding() {
     use sinkscope::kv::{simulate, simulate_with, Eviction, Policy, PolicyKind, PositionMode, SimOptions};
-    for family in ["gemma3", "mistral", "gpt_oss"] {
+    for family in ["gemma2", "gemma3", "mistral", "gpt_oss"] {
         let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
         let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
         let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(120).collect();

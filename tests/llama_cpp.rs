@@ -218,8 +218,18 @@ fn verify_names_what_a_broken_engine_gets_wrong() {
 }
 
 /// The families' tiny fixtures whose GGUF llama.cpp's own converter wrote
-/// (tests/fixtures/make_converted_fixtures.py).
-const CONVERTED: &[&str] = &["llama3"];
+/// (tests/fixtures/make_converted_fixtures.py), each with what sets it apart taken out of its
+/// config.json: the model llama.cpp must *not* agree with.
+const CONVERTED: &[(&str, &str, fn(&mut Value))] = &[
+    ("llama3", "plain RoPE", |c| {
+        let theta = c["rope_parameters"]["rope_theta"].clone();
+        c["rope_parameters"] = serde_json::json!({"rope_type": "default", "rope_theta": theta});
+    }),
+    ("gemma2", "no soft-capping", |c| {
+        c["attn_logit_softcapping"] = Value::Null;
+        c["final_logit_softcapping"] = Value::Null;
+    }),
+];
 
 /// Each token's log-probability under the model at `path` (the first token's is `None`).
 fn sinkscope_logprobs(path: &Path, tokens: &[u32]) -> Vec<Option<f64>> {
@@ -253,8 +263,10 @@ fn converted_fixtures_agree_with_llama_cpp() {
     let _turn = one_test_at_a_time();
     let Some(cache) = common::llama_cpp() else { return };
     let dir = common::temp_dir("llama-cpp-converted");
-    eprintln!("| family | tokens | max |Δ logprob| llama.cpp vs sinkscope (GGUF) | vs sinkscope (HF dir) | llama.cpp vs plain RoPE |");
-    for family in CONVERTED {
+    eprintln!(
+        "| family | tokens | max |Δ logprob| llama.cpp vs sinkscope (GGUF) | vs sinkscope (HF dir) | llama.cpp vs the family's quirk taken out |"
+    );
+    for (family, without, take_out) in CONVERTED {
         let model = common::fixture(&format!("arch/{family}/model.gguf"));
         let fx = common::Fixture::open(&common::fixture(&format!("arch/{family}/reference.safetensors")));
         let tokens: Vec<u32> = fx.i64("tokens").iter().map(|&t| t as u32).collect();
@@ -263,23 +275,22 @@ fn converted_fixtures_agree_with_llama_cpp() {
         let engine = logprobs(&run_engine(&cache, &model, &ids, 64, None, "none", &dir).trace);
         let gguf = worst_logprob_gap(&format!("{family} GGUF"), &engine, &sinkscope_logprobs(&model, &tokens));
         let hf = worst_logprob_gap(&format!("{family} HF"), &engine, &sinkscope_logprobs(&common::fixture(&format!("arch/{family}")), &tokens));
-        // The same HF model with its RoPE scaling taken out of config.json.
-        let plain_dir = dir.join(format!("{family}-plain"));
+        // The same HF model with what sets the family apart taken out of config.json.
+        let plain_dir = dir.join(format!("{family}-without"));
         std::fs::create_dir_all(&plain_dir).unwrap();
         for f in ["model.safetensors", "tokenizer.json"] {
             std::fs::copy(common::fixture(&format!("arch/{family}/{f}")), plain_dir.join(f)).unwrap();
         }
         let mut config: Value = serde_json::from_slice(&std::fs::read(common::fixture(&format!("arch/{family}/config.json"))).unwrap()).unwrap();
-        let theta = config["rope_parameters"]["rope_theta"].clone();
-        config["rope_parameters"] = serde_json::json!({"rope_type": "default", "rope_theta": theta});
+        take_out(&mut config);
         std::fs::write(plain_dir.join("config.json"), serde_json::to_vec(&config).unwrap()).unwrap();
-        let plain = worst_logprob_gap(&format!("{family} plain RoPE"), &engine, &sinkscope_logprobs(&plain_dir, &tokens));
-        eprintln!("| {family} | {} | {gguf:.2e} | {hf:.2e} | {plain:.2e} |", tokens.len());
+        let plain = worst_logprob_gap(&format!("{family} {without}"), &engine, &sinkscope_logprobs(&plain_dir, &tokens));
+        eprintln!("| {family} | {} | {gguf:.2e} | {hf:.2e} | {plain:.2e} ({without}) |", tokens.len());
         assert!(
             gguf <= LLAMA_CPP_LOGPROB_TOL && hf <= LLAMA_CPP_LOGPROB_TOL,
             "{family}: llama.cpp differs by {gguf} (GGUF) / {hf} (HF) > {LLAMA_CPP_LOGPROB_TOL}"
         );
-        assert!(plain > 10.0 * LLAMA_CPP_LOGPROB_TOL, "{family}: plain RoPE is within {plain} of llama.cpp: the comparison cannot tell");
+        assert!(plain > 10.0 * LLAMA_CPP_LOGPROB_TOL, "{family}: {without} is within {plain} of llama.cpp: the comparison cannot tell");
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

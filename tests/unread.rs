@@ -14,14 +14,14 @@ use sinkscope::model::{load, LoadOptions};
 /// The GGUF fixtures of every family that has a GGUF layout (tiny, and the real stories260K).
 fn gguf_files() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> =
-        ["llama3", "qwen3", "olmo2", "gpt_neox", "phi", "gpt2"].iter().map(|f| common::fixture(&format!("arch/{f}/model.gguf"))).collect();
+        ["llama3", "gemma2", "qwen3", "olmo2", "gpt_neox", "phi", "gpt2"].iter().map(|f| common::fixture(&format!("arch/{f}/model.gguf"))).collect();
     files.push(common::data_dir().join("models/stories260K.gguf"));
     files
 }
 
 /// The HF fixtures of every family.
 fn hf_dirs() -> Vec<PathBuf> {
-    ["llama3", "llama_f32", "mistral", "qwen3", "olmo2", "gpt_neox", "gemma3", "phi", "gpt2", "gpt_oss"]
+    ["llama3", "gemma2", "llama_f32", "mistral", "qwen3", "olmo2", "gpt_neox", "gemma3", "phi", "gpt2", "gpt_oss"]
         .iter()
         .map(|f| common::fixture(&format!("arch/{f}")))
         .collect()
@@ -177,7 +177,7 @@ fn gguf_tensors_and_keys_no_decoder_reads_are_refused_by_name() {
         assert_eq!(listed.info.unread.len(), 1, "{name}");
         // Keys that change the arithmetic, each refused by its name.
         for (key, value, says) in [
-            ("attn_logit_softcapping", Value::F32(50.0), "soft-capped"),
+            ("logit_scale", Value::F32(8.0), "scaled output logits"),
             ("expert_count", Value::U32(8), "mixture of experts"),
             ("ssm.conv_kernel", Value::U32(4), "state-space"),
             ("attention.causal", Value::Bool(false), "non-causal"),

@@ -62,11 +62,18 @@ pub struct CaptureOutput {
 
 pub fn capture(model: &Decoder, ids: &[u32], opts: &CaptureOptions) -> Result<CaptureOutput> {
     let estimate = memory::estimate(&model.cfg, ids.len(), opts.weight_bytes, opts.save.as_ref(), opts.heatmap_bins.map(|g| (g, opts.first_keys)));
-    if let Some(limit) = opts.memory_limit.or_else(memory::available_bytes) {
-        if estimate.total > limit {
+    // A limit given is the whole run's; what the system has available now excludes the weights,
+    // which are already loaded.
+    let (needed, limit) = match opts.memory_limit {
+        Some(limit) => (estimate.total, Some(limit)),
+        None => (estimate.total - estimate.weights, memory::available_bytes()),
+    };
+    if let Some(limit) = limit {
+        if needed > limit {
             return Err(Error::input(format!(
-                "this capture needs about {} (weights {}, activations {}, reducers {}, saved tensors {}) but only {} is available; select fewer hooks with --hooks, or fewer tokens with --max-tokens",
-                memory::human(estimate.total),
+                "this capture needs about {} (weights {} {}, activations {}, reducers {}, saved tensors {}) but only {} is available; select fewer hooks with --hooks, or fewer tokens with --max-tokens",
+                memory::human(needed),
+                if opts.memory_limit.is_some() { "included" } else { "already loaded and not counted" },
                 memory::human(estimate.weights),
                 memory::human(estimate.activations),
                 memory::human(estimate.reducers),

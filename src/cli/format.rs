@@ -120,6 +120,9 @@ pub fn format_info(i: &ModelInfo, cfg: &DecoderConfig) -> String {
             rows.push(("", format!("… and {} more (`info --json` lists them all)", bad.len() - 8)));
         }
     }
+    if let Some(note) = &i.memory_note {
+        rows.push(("memory", note.clone()));
+    }
     if !i.unread.is_empty() {
         rows.push((
             "not read",

@@ -8,7 +8,9 @@ use super::progress::TerminalProgress;
 use crate::error::Result;
 use crate::model::decoder::WeightDtype;
 use crate::model::fetch::{ensure, offline_from_env};
-use crate::model::load::{load, LoadOptions, LoadedModel};
+use crate::model::fit::{available_memory, plan};
+use crate::model::load::{load_source, LoadOptions, LoadedModel};
+use crate::model::resolve;
 
 /// Model selection shared by every command that loads one.
 #[derive(Args, Debug, Clone)]
@@ -38,16 +40,20 @@ impl ModelArgs {
     pub fn load(&self) -> Result<LoadedModel> {
         // An alias not on the model path is fetched (verified) first, unless downloads are off.
         ensure(&self.model, self.offline || offline_from_env(), &mut TerminalProgress::new())?;
-        load(
-            &self.model,
-            &LoadOptions {
-                quantized: self.quantized,
-                tokenizer: self.tokenizer.clone(),
-                dtype: self.dtype,
-                scan_weights: false,
-                report_unread: false,
-            },
-        )
+        let opts = LoadOptions {
+            quantized: self.quantized,
+            tokenizer: self.tokenizer.clone(),
+            dtype: self.dtype,
+            scan_weights: false,
+            report_unread: false,
+        };
+        let source = resolve(&self.model)?;
+        // Said before the weights load (minutes, for a model this large).
+        let (opts, note) = plan(&source, &opts, available_memory())?;
+        if let Some(note) = note {
+            eprintln!("note: {note}");
+        }
+        load_source(&source, &opts)
     }
 }
 

@@ -9,7 +9,7 @@ use candle_core::{Device, Tensor};
 use super::policy::PositionMode;
 use super::scored::ScoredCache;
 use crate::error::{Error, Result};
-use crate::model::decoder::attention::{Attend, LayerAttention};
+use crate::model::decoder::attention::{capped, Attend, LayerAttention};
 use crate::model::decoder::Decoder;
 use crate::model::receiver::{HookReceiver, NoCapture};
 use crate::model::rope::{Rope, RopeLayout};
@@ -113,7 +113,8 @@ impl Attend for BlockAttention<'_> {
                                 for (i, s) in p.iter_mut().enumerate() {
                                     // Keys a window or more slots back are hidden on windowed layers.
                                     let hidden = at.window.is_some_and(|w| q_pos - key_pos(i) >= w);
-                                    *s = if hidden { f32::NEG_INFINITY } else { dot(&q_rot, &keys[i * dh..(i + 1) * dh]) * scale };
+                                    *s =
+                                        if hidden { f32::NEG_INFINITY } else { capped(dot(&q_rot, &keys[i * dh..(i + 1) * dh]) * scale, at.softcap) };
                                 }
                                 softmax(&mut p, at.sinks.map(|s| s[head]));
                                 let o = &mut out[(r * h + head) * dh..][..dh];

@@ -113,9 +113,7 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
     if let Some(s) = json.get("query_pre_attn_scalar").and_then(Json::as_f64).filter(|&s| s != d_head as f64) {
         arch.attn_scale = Some(1.0 / s.sqrt());
     }
-    if json.get("attn_logit_softcapping").is_some_and(|v| !v.is_null()) {
-        return Err(Error::file(&path, "sets attn_logit_softcapping, which sinkscope does not compute yet; the numbers would be another model's"));
-    }
+    arch.attn_logit_softcap = json.get("attn_logit_softcapping").and_then(Json::as_f64);
     arch.final_logit_softcap = json.get("final_logit_softcapping").and_then(Json::as_f64);
     let eps = json.get("rms_norm_eps").or_else(|| json.get("layer_norm_eps")).or_else(|| json.get("layer_norm_epsilon")).and_then(Json::as_f64);
     let cfg = DecoderConfig {

@@ -40,6 +40,9 @@ pub struct ModelInfo {
     /// What the file holds that sinkscope does not read (tensors, GGUF keys, config fields);
     /// only `info` loads such a file, to list them.
     pub unread: Vec<Unread>,
+    /// Why the weights are kept otherwise than asked (they did not fit in memory); not kept in
+    /// run files (the `compute` field says how they were kept).
+    pub memory_note: Option<String>,
 }
 
 impl ModelInfo {
@@ -61,6 +64,7 @@ impl ModelInfo {
             sha256: None,
             non_finite_weights: None,
             unread: Vec::new(),
+            memory_note: None,
         }
     }
 
@@ -208,6 +212,7 @@ impl TryFrom<ModelInfoRecord> for ModelInfo {
             sha256: r.sha256,
             non_finite_weights: r.non_finite_weights,
             unread: r.unread,
+            memory_note: None,
         })
     }
 }

@@ -12,6 +12,7 @@ use super::decoder::config::{ParamSource, MAX_SIZE};
 use super::decoder::finite::scan_param;
 use super::decoder::{Decoder, DecoderConfig, LayerAttn, Param, WeightDtype};
 use super::family::Family;
+use super::fit;
 use super::gguf;
 use super::hf;
 use super::info::ModelInfo;
@@ -63,12 +64,17 @@ pub fn load(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
     load_source(&source, opts)
 }
 
+/// Loads a resolved model; weights that do not fit in memory as asked are kept as
+/// [`fit::plan`] decides (its note in [`ModelInfo::memory_note`]) or refused with the numbers.
 pub fn load_source(source: &ModelSource, opts: &LoadOptions) -> Result<LoadedModel> {
+    let (opts, memory_note) = fit::plan(source, opts, fit::available_memory())?;
+    let opts = &opts;
     let (model, own_tokenizer, mut info) = match source {
         ModelSource::Gguf(path) => load_gguf(path, opts)?,
         ModelSource::Llama2c { model } => load_llama2c(model, opts)?,
         ModelSource::HfDir(dir) => load_hf(dir, opts)?,
     };
+    info.memory_note = memory_note;
     if let (false, Some(refusal)) = (opts.report_unread, Unread::refusal(&info.unread)) {
         return Err(Error::file(source.path(), refusal));
     }
@@ -106,17 +112,6 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
     let family = Family::from_gguf(&arch).ok_or_else(|| {
         Error::file(path, format!("unknown architecture '{arch}'; sinkscope supports GGUF models of the architectures {}", Family::gguf_supported()))
     })?;
-    let window = file.get(&format!("{arch}.attention.sliding_window")).and_then(gguf::Value::as_u64).map(|w| w as usize);
-    let windows = match (window, family.gguf_windows) {
-        (Some(w), None) => {
-            return Err(Error::file(
-                path,
-                format!("the model attends through a sliding window of {w} keys ({arch}.attention.sliding_window), which sinkscope computes for {} only so far; the numbers would be another model's", Family::gguf_windowed_supported()),
-            ))
-        }
-        (Some(w), Some(layout)) => Some((w, layout)),
-        (None, _) => None,
-    };
     let key = |k: &str| format!("{arch}.{k}");
     let unread_keys = unread::gguf_keys(
         &arch,
@@ -156,10 +151,14 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
         return Err(Error::file(path, format!("model configuration is impossible: layers = {n_layers}")));
     }
     let rope_theta = file.opt_f64(&key("rope.freq_base")).unwrap_or(10000.0);
-    let layers = match windows {
-        Some((w, layout)) => LayerAttn::every_nth_global(n_layers, layout.global_every, w, rope_theta, layout.local_rope_theta),
-        None => vec![LayerAttn::global(rope_theta); n_layers],
-    };
+    let layers = gguf_layers(&file, &arch, family, n_layers, rope_theta)?;
+    // llama.cpp's rule for some sizes of a family (Gemma's 27B): queries scaled by
+    // (d_model / heads)^−½ instead of d_head^−½, as the HF configs' query_pre_attn_scalar says.
+    if family.gguf_attn_scale_layers.contains(&n_layers) && d_model / n_heads.max(1) != d_head {
+        switches.attn_scale = Some(1.0 / ((d_model / n_heads.max(1)) as f64).sqrt());
+    }
+    switches.attn_logit_softcap = file.opt_f64(&key("attn_logit_softcapping")).filter(|&c| c != 0.0);
+    switches.final_logit_softcap = file.opt_f64(&key("final_logit_softcapping")).filter(|&c| c != 0.0);
     let rope_freq_factors = gguf_freq_factors(&file, &arch, switches.rotary_dims.unwrap_or(d_head))?;
     let cfg = DecoderConfig {
         n_layers,
@@ -216,6 +215,45 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
     info.unread = unread_keys;
     info.unread.extend(unread::gguf_tensors(file.tensors.keys().map(String::as_str), &read));
     Ok((model, tokenizer, info))
+}
+
+/// How each layer of a GGUF file attends: through `{arch}.attention.sliding_window` keys (or the
+/// window llama.cpp assumes for the family) on the layers `attention.sliding_window_pattern` says
+/// (every Nth layer global, or one flag per layer) or the family fixes, rotated with
+/// `rope.freq_base_swa` or the family's local base; every layer global otherwise.
+fn gguf_layers(file: &gguf::GgufFile, arch: &str, family: Family, n_layers: usize, theta: f64) -> Result<Vec<LayerAttn>> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let window = file.get(&key("attention.sliding_window")).and_then(gguf::Value::as_u64).map(|w| w as usize);
+    let layout = match (window, family.gguf_windows) {
+        (Some(w), None) => {
+            return Err(Error::file(
+                &file.path,
+                format!("the model attends through a sliding window of {w} keys ({}), which sinkscope computes for {} only so far; the numbers would be another model's", key("attention.sliding_window"), Family::gguf_windowed_supported()),
+            ))
+        }
+        (_, None) => return Ok(vec![LayerAttn::global(theta); n_layers]),
+        (_, Some(layout)) => layout,
+    };
+    let Some(window) = window.or(layout.default_window) else { return Ok(vec![LayerAttn::global(theta); n_layers]) };
+    let local = LayerAttn { window: Some(window), rope_theta: file.opt_f64(&key("rope.freq_base_swa")).or(layout.local_rope_theta).unwrap_or(theta) };
+    let pattern_key = key("attention.sliding_window_pattern");
+    let windowed: Vec<bool> = match file.get(&pattern_key) {
+        Some(gguf::Value::Array(flags)) => {
+            let flags: Option<Vec<bool>> = flags.iter().map(gguf::Value::as_bool).collect();
+            flags
+                .filter(|f| f.len() == n_layers)
+                .ok_or_else(|| Error::file(&file.path, format!("{pattern_key} is not one flag per layer ({n_layers}); the file is corrupt")))?
+        }
+        Some(v) => {
+            let every = v
+                .as_u64()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| Error::file(&file.path, format!("{pattern_key} is not a positive count; the file is corrupt")))?;
+            (0..n_layers as u64).map(|l| l % every < every - 1).collect()
+        }
+        None => (0..n_layers).map(|l| (l + 1) % layout.global_every != 0).collect(),
+    };
+    Ok(windowed.into_iter().map(|w| if w { local } else { LayerAttn::global(theta) }).collect())
 }
 
 /// The RoPE frequency factors of a GGUF file: llama.cpp's `rope_freqs.weight` (what its

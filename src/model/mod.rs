@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod decoder;
 pub mod family;
 pub mod fetch;
+pub mod fit;
 pub mod gguf;
 pub mod hf;
 pub mod hook;

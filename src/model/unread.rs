@@ -109,6 +109,10 @@ pub const GGUF_READ_KEYS: &[&str] = &[
     "rope.scaling.factor",
     "use_parallel_residual",
     "vocab_size",
+    "attention.sliding_window_pattern",
+    "rope.freq_base_swa",
+    "attn_logit_softcapping",
+    "final_logit_softcapping",
 ];
 
 /// GGUF `{arch}.*` keys that change nothing sinkscope computes, and why (the loader checks the

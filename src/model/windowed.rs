@@ -15,7 +15,7 @@ use std::ops::Range;
 use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
-use super::decoder::attention::{Attend, LayerAttention};
+use super::decoder::attention::{soft_cap, Attend, LayerAttention};
 use super::decoder::Decoder;
 use super::receiver::{HookReceiver, NoCapture};
 use crate::error::{Error, Result};
@@ -173,11 +173,12 @@ fn within_window(view: &QueryView, t: usize, window: Option<usize>) -> (usize, u
     }
 }
 
-/// Scales the `segments` of one score row and turns them into softmax weights (zero elsewhere),
-/// with the head's learned sink logit when the layer has one.
-fn softmax_row(s: &mut [f32], segments: &[Range<usize>], scale: f32, sink: Option<f32>) {
+/// Scales (and soft-caps, where the layer does) the `segments` of one score row and turns them
+/// into softmax weights (zero elsewhere), with the head's learned sink logit when the layer has one.
+fn softmax_row(s: &mut [f32], segments: &[Range<usize>], scale: f32, softcap: Option<f32>, sink: Option<f32>) {
     for seg in segments {
         s[seg.clone()].iter_mut().for_each(|x| *x *= scale);
+        soft_cap(&mut s[seg.clone()], softcap);
     }
     match sink {
         Some(logit) => {
@@ -243,7 +244,7 @@ impl Attend for ViewAttention<'_> {
             let (pinned_from, from) = within_window(&view, t, window);
             let segments = [pinned_from..view.pinned, pinned + from - base..pinned + t + 1 - base];
             // Row (kv head, member, r) belongs to head row / b.
-            softmax_row(s, &segments, scale, sinks.map(|logits| logits[row / b]));
+            softmax_row(s, &segments, scale, at.softcap, sinks.map(|logits| logits[row / b]));
         });
         let pattern = Tensor::from_vec(a, (kvh, group * b, cols), &Device::Cpu)?;
         let out = pattern.matmul(&values)?.reshape((h, b, dh))?;
@@ -310,7 +311,7 @@ impl Attend for BranchAttention<'_> {
                 p + from.min(start) - base..p + n_window,
                 p + n_window + branch * len + own_from..p + n_window + branch * len + j + 1,
             ];
-            softmax_row(s, &segments, scale, sinks.map(|logits| logits[row / rows]));
+            softmax_row(s, &segments, scale, at.softcap, sinks.map(|logits| logits[row / rows]));
         });
         let pattern = Tensor::from_vec(a, (kvh, group * rows, cols), &Device::Cpu)?;
         let out = pattern.matmul(&values.contiguous()?)?.reshape((h, rows, dh))?;

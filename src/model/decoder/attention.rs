@@ -36,6 +36,22 @@ pub(crate) struct LayerAttention<'r> {
     pub(crate) window: Option<usize>,
     /// Learned sink logits per head, joining every softmax row's denominator (gpt-oss).
     pub(crate) sinks: Option<&'r [f32]>,
+    /// Scaled scores squashed to c · tanh(s / c) before the softmax (Gemma 2's
+    /// `attn_logit_softcapping`).
+    pub(crate) softcap: Option<f32>,
+}
+
+/// Squashes scaled attention scores to c · tanh(s / c), as Gemma 2 does before its mask and
+/// softmax.
+pub(crate) fn soft_cap(scores: &mut [f32], cap: Option<f32>) {
+    if cap.is_some() {
+        scores.iter_mut().for_each(|s| *s = capped(*s, cap));
+    }
+}
+
+/// One score through [`soft_cap`].
+pub(crate) fn capped(score: f32, cap: Option<f32>) -> f32 {
+    cap.map_or(score, |c| c * (score / c).tanh())
 }
 
 /// The part of a layer where queries meet keys: given the layer's pre-RoPE q (rows, H, dh) and
@@ -112,7 +128,7 @@ pub(crate) fn attention(
     sink: &mut dyn HookReceiver,
     mask: Option<&KeyMask>,
 ) -> Result<Tensor> {
-    let (layer, window, sinks) = (at.index, at.window, at.sinks);
+    let (layer, window, sinks, softcap) = (at.index, at.window, at.sinks, at.softcap);
     let (h, t, dh) = q.dims3()?;
     let kvh = k.dim(0)?;
     let group = h / kvh;
@@ -160,6 +176,7 @@ pub(crate) fn attention(
                         };
                         for (r, row) in s.chunks_mut(visible).enumerate() {
                             let query = past + b0 + r;
+                            soft_cap(&mut row[..query + 1], softcap);
                             let first = window.map_or(0, |w| (query + 1).saturating_sub(w));
                             // Future keys (and keys behind the window) show as −∞ in saved scores;
                             // softmax ignores them anyway.

@@ -167,6 +167,9 @@ pub struct ArchSwitches {
     pub rope_yarn: Option<Yarn>,
     /// Logits squashed to c · tanh(logits / c) (Gemma 2's `final_logit_softcapping`).
     pub final_logit_softcap: Option<f64>,
+    /// Scaled attention scores squashed to c · tanh(s / c) before the softmax (Gemma 2's
+    /// `attn_logit_softcapping`).
+    pub attn_logit_softcap: Option<f64>,
 }
 
 /// The largest count (layers, heads, widths, vocabulary) a configuration may give: larger ones are
@@ -187,6 +190,7 @@ pub const LLAMA: ArchSwitches = ArchSwitches {
     learned_sinks: false,
     rope_yarn: None,
     final_logit_softcap: None,
+    attn_logit_softcap: None,
 };
 
 impl Default for ArchSwitches {
@@ -239,8 +243,10 @@ impl DecoderConfig {
         if !self.d_head.is_multiple_of(2) {
             return Err(bad(format!("head size {} is odd (RoPE needs pairs)", self.d_head)));
         }
-        if self.arch.final_logit_softcap.is_some_and(|c| !(c > 0.0 && c.is_finite())) {
-            return Err(bad(format!("final logit soft-cap {:?}", self.arch.final_logit_softcap)));
+        for (what, cap) in [("final logit", self.arch.final_logit_softcap), ("attention score", self.arch.attn_logit_softcap)] {
+            if cap.is_some_and(|c| !(c > 0.0 && c.is_finite())) {
+                return Err(bad(format!("{what} soft-cap {cap:?}")));
+            }
         }
         if self.layers.len() != self.n_layers {
             return Err(bad(format!("{} layers but attention settings for {}", self.n_layers, self.layers.len())));

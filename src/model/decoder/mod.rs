@@ -355,6 +355,7 @@ impl Decoder {
             rope_index,
             window: self.cfg.layer_window(l),
             sinks: self.blocks[l].sinks.as_deref(),
+            softcap: self.cfg.arch.attn_logit_softcap.map(|c| c as f32),
         }
     }
 

@@ -18,18 +18,22 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_archs: &["gemma3"],
     gguf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches { qk_norm: QkNorm::PerHead, norm_placement: NormPlacement::Sandwich, mlp: MlpKind::GeGluTanh, embed_scale: true, ..LLAMA },
-    // The MLP's input norm has its own name in the sandwich.
-    hf_names: HfNames {
-        fixed: LLAMA_FIXED,
-        layer_prefix: "model.layers.",
-        tails: &[],
-        modules: &[&[("ffn_norm", "pre_feedforward_layernorm")], LLAMA_MODULES],
-    },
+    hf_names: GEMMA_NAMES,
     hf_config: layer_types_from_pattern,
     hf_tensor: norm_plus_one,
     // What llama.cpp fixes for `gemma3` instead of storing it: every 6th layer global, the local
     // layers rotated with base 10,000.
-    gguf_windows: Some(GgufWindows { global_every: 6, local_rope_theta: 10_000.0 }),
+    gguf_windows: Some(GgufWindows { global_every: 6, local_rope_theta: Some(10_000.0), default_window: None }),
+    // Gemma 3 27B.
+    gguf_attn_scale_layers: &[62],
+};
+
+/// Gemma's HF names: Llama's, with the MLP's input norm named for its place in the sandwich.
+pub(super) const GEMMA_NAMES: HfNames = HfNames {
+    fixed: LLAMA_FIXED,
+    layer_prefix: "model.layers.",
+    tails: &[],
+    modules: &[&[("ffn_norm", "pre_feedforward_layernorm")], LLAMA_MODULES],
 };
 
 /// Configs written before `layer_types` give the pattern as `sliding_window_pattern` (every Nth
@@ -47,6 +51,6 @@ fn layer_types_from_pattern(json: &mut Map<String, Json>, _: &Path) -> Result<()
 
 /// Gemma stores RMSNorm weights as w − 1 (its norm multiplies by 1 + w); the decoder's norm
 /// multiplies by w, as llama.cpp's converter also arranges.
-fn norm_plus_one(canonical: &str, t: Tensor, _: &TensorContext) -> Result<Tensor> {
+pub(super) fn norm_plus_one(canonical: &str, t: Tensor, _: &TensorContext) -> Result<Tensor> {
     Ok(if canonical.ends_with("norm.weight") { (t.to_dtype(DType::F32)? + 1.0)? } else { t })
 }

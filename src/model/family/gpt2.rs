@@ -42,6 +42,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_config: standard_keys,
     hf_tensor: conv1d_transposed,
     gguf_windows: None,
+    gguf_attn_scale_layers: &[],
 };
 
 /// GPT-2's config keys for what the other families call `hidden_size` and so on; `n_inner` null

@@ -36,6 +36,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_config: no_rewrite,
     hf_tensor: regroup_qkv,
     gguf_windows: None,
+    gguf_attn_scale_layers: &[],
 };
 
 /// NeoX fuses q|k|v per head ((head, q|k|v, d_head) rows); the decoder reads all queries, then all

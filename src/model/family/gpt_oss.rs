@@ -2,13 +2,8 @@
 //! to nothing, a mixture of clamped-SwiGLU experts with biases, q/k/v/o biases, windowed layers
 //! between global ones, YaRN RoPE (read from the config by the generic reader).
 
-use std::path::Path;
-
-use serde_json::{Map, Value as Json};
-
-use super::spec::{keep, FamilySpec, HfNames, LLAMA_FIXED, LLAMA_MODULES};
-use crate::error::Result;
-use crate::model::decoder::config::{ArchSwitches, MlpKind, Moe, LLAMA, MAX_SIZE};
+use super::spec::{alternating_layer_types, keep, FamilySpec, HfNames, LLAMA_FIXED, LLAMA_MODULES};
+use crate::model::decoder::config::{ArchSwitches, MlpKind, Moe, LLAMA};
 use crate::model::rope::RopeLayout;
 
 pub const SPEC: FamilySpec = FamilySpec {
@@ -38,16 +33,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_config: alternating_layer_types,
     hf_tensor: keep,
     gguf_windows: None,
+    gguf_attn_scale_layers: &[],
 };
-
-/// Without `layer_types`, transformers' gpt-oss alternates windowed and global layers, windowed
-/// first.
-fn alternating_layer_types(json: &mut Map<String, Json>, _: &Path) -> Result<()> {
-    if json.get("layer_types").is_none_or(Json::is_null) {
-        // An impossible count is refused by the reader; nothing is spelled out for it here.
-        let layers = json.get("num_hidden_layers").and_then(Json::as_u64).filter(|&n| n <= MAX_SIZE as u64).unwrap_or(0);
-        let types = (0..layers).map(|l| Json::from(if l % 2 == 1 { "full_attention" } else { "sliding_attention" })).collect();
-        json.insert("layer_types".into(), Json::Array(types));
-    }
-    Ok(())
-}

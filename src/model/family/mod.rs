@@ -5,6 +5,7 @@
 //! in their errors come from [`FAMILIES`]. Adding a family is a file here, a line in
 //! [`FAMILIES`], and its fixture.
 
+mod gemma2;
 mod gemma3;
 mod gpt2;
 mod gpt_neox;
@@ -20,8 +21,19 @@ mod spec;
 pub use spec::{FamilySpec, GgufWindows, HfNames, TensorContext};
 
 /// Every family the decoder runs, in the order the README lists them.
-pub const FAMILIES: [&FamilySpec; 10] =
-    [&llama::SPEC, &mistral::SPEC, &qwen2::SPEC, &qwen3::SPEC, &olmo2::SPEC, &gpt_neox::SPEC, &gemma3::SPEC, &phi::SPEC, &gpt_oss::SPEC, &gpt2::SPEC];
+pub const FAMILIES: [&FamilySpec; 11] = [
+    &llama::SPEC,
+    &mistral::SPEC,
+    &qwen2::SPEC,
+    &qwen3::SPEC,
+    &olmo2::SPEC,
+    &gpt_neox::SPEC,
+    &gemma2::SPEC,
+    &gemma3::SPEC,
+    &phi::SPEC,
+    &gpt_oss::SPEC,
+    &gpt2::SPEC,
+];
 
 /// One model family (see [`FamilySpec`] for what it carries).
 #[derive(Clone, Copy)]
@@ -97,9 +109,9 @@ mod tests {
 
     #[test]
     fn supported_lists_come_from_the_families() {
-        assert_eq!(Family::hf_supported(), "gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, llama, mistral, olmo2, phi, qwen2, qwen3, smollm");
-        assert_eq!(Family::gguf_supported(), "llama, mistral, qwen2, qwen3, olmo2, gptneox, gemma3, phi2 and gpt2");
-        assert_eq!(Family::gguf_windowed_supported(), "gemma3");
+        assert_eq!(Family::hf_supported(), "gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, llama, mistral, olmo2, phi, qwen2, qwen3, smollm");
+        assert_eq!(Family::gguf_supported(), "llama, mistral, qwen2, qwen3, olmo2, gptneox, gemma2, gemma3, phi2 and gpt2");
+        assert_eq!(Family::gguf_windowed_supported(), "gemma2 and gemma3");
     }
 
     #[test]

@@ -35,4 +35,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_config: no_rewrite,
     hf_tensor: keep,
     gguf_windows: None,
+    gguf_attn_scale_layers: &[],
 };

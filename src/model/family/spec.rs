@@ -7,7 +7,7 @@ use candle_core::Tensor;
 use serde_json::{Map, Value as Json};
 
 use crate::error::Result;
-use crate::model::decoder::config::ArchSwitches;
+use crate::model::decoder::config::{ArchSwitches, MAX_SIZE};
 use crate::model::rope::RopeLayout;
 
 /// Everything that sets one family apart from Llama, in one value.
@@ -34,6 +34,10 @@ pub struct FamilySpec {
     /// what llama.cpp fixes for the architecture instead of storing it. `None`: such a file is
     /// refused.
     pub gguf_windows: Option<GgufWindows>,
+    /// Layer counts at which llama.cpp scales a GGUF model's queries by (d_model / heads)^−½
+    /// instead of d_head^−½ (its rule for Gemma's 27B sizes, which HF states as
+    /// `query_pre_attn_scalar`).
+    pub gguf_attn_scale_layers: &'static [usize],
 }
 
 /// What a tensor fix may need to know of the model.
@@ -51,13 +55,19 @@ pub fn no_rewrite(_: &mut Map<String, Json>, _: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A GGUF architecture's fixed window layout.
+/// A GGUF architecture's window layout where the file does not state it (what llama.cpp fixes
+/// for the architecture).
 #[derive(Debug, Clone, Copy)]
 pub struct GgufWindows {
-    /// Every Nth layer (N−1, 2N−1, …) is global, the rest windowed.
+    /// Every Nth layer (N−1, 2N−1, …) is global, the rest windowed, unless the file has
+    /// `attention.sliding_window_pattern`.
     pub global_every: usize,
-    /// RoPE base of the windowed layers.
-    pub local_rope_theta: f64,
+    /// RoPE base of the windowed layers unless the file has `rope.freq_base_swa`; `None`: the
+    /// model's own.
+    pub local_rope_theta: Option<f64>,
+    /// The window when the file has no `attention.sliding_window`; `None`: then no layer is
+    /// windowed.
+    pub default_window: Option<usize>,
 }
 
 /// HF names of the form `{fixed}` for the embeddings, final norm and head, and
@@ -121,4 +131,16 @@ pub fn alias_keys(json: &mut Map<String, Json>, aliases: &[(&str, &str)]) {
             json.insert((*standard).to_owned(), v);
         }
     }
+}
+
+/// Without `layer_types`, transformers' Gemma 2 and gpt-oss alternate windowed and global layers,
+/// windowed first.
+pub fn alternating_layer_types(json: &mut Map<String, Json>, _: &Path) -> Result<()> {
+    if json.get("layer_types").is_none_or(Json::is_null) {
+        // An impossible count is refused by the reader; nothing is spelled out for it here.
+        let layers = json.get("num_hidden_layers").and_then(Json::as_u64).filter(|&n| n <= MAX_SIZE as u64).unwrap_or(0);
+        let types = (0..layers).map(|l| Json::from(if l % 2 == 1 { "full_attention" } else { "sliding_attention" })).collect();
+        json.insert("layer_types".into(), Json::Array(types));
+    }
+    Ok(())
 }
