@@ -220,7 +220,10 @@ fn verify_names_what_a_broken_engine_gets_wrong() {
 /// The families' tiny fixtures whose GGUF llama.cpp's own converter wrote
 /// (tests/fixtures/make_converted_fixtures.py), each with what sets it apart taken out of its
 /// config.json: the model llama.cpp must *not* agree with.
-const CONVERTED: &[(&str, &str, fn(&mut Value))] = &[
+/// A converted fixture: its family, what is taken out, and how (on its config.json).
+type Converted = (&'static str, &'static str, fn(&mut Value));
+
+const CONVERTED: &[Converted] = &[
     ("llama3", "plain RoPE", |c| {
         let theta = c["rope_parameters"]["rope_theta"].clone();
         c["rope_parameters"] = serde_json::json!({"rope_type": "default", "rope_theta": theta});
