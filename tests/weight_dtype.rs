@@ -145,3 +145,42 @@ fn an_unknown_dtype_is_refused_with_the_choices() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("f32 over bf16 weight matrices") && text.contains("BF16 ×"), "{text}");
 }
+
+/// A model too large for this machine's memory in f32 (a limit set through
+/// `SINKSCOPE_MEMORY_LIMIT`): loaded with bf16 matrices, said on one line before loading; with
+/// even less, with `--quantized`; with less still, refused with the numbers (exit 2, nothing
+/// written). A weight type asked for is never changed.
+#[test]
+fn a_model_that_does_not_fit_is_kept_smaller_or_refused_with_the_numbers() {
+    let Some(model) = common::model("SmolLM2-135M-Instruct.Q4_1.gguf") else { return };
+    let dir = common::temp_dir("memory-fit");
+    let text = common::fixture("texts/tinystories.txt");
+    let capture = |limit: &str, extra: &[&str], out: &str| {
+        let out_dir = dir.join(out);
+        let mut args = vec!["capture", "-m", model.to_str().unwrap(), "-f", text.to_str().unwrap(), "-o", out_dir.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let run = std::process::Command::new(env!("CARGO_BIN_EXE_sinkscope"))
+            .args(&args)
+            .env("SINKSCOPE_MEMORY_LIMIT", limit)
+            .output()
+            .expect("run sinkscope");
+        (run.status.code(), String::from_utf8_lossy(&run.stderr).into_owned(), out_dir)
+    };
+    // f32 needs 0.5 GiB (+ 0.25 headroom); bf16 0.26; --quantized 0.17.
+    let (code, err, out) = capture("650000000", &[], "half");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.starts_with("note: ") && err.contains("loading them with --dtype bf16"), "{err}");
+    let record: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("capture.json")).unwrap()).unwrap();
+    assert!(record.to_string().contains("f32 over bf16 weight matrices"), "{record}");
+    let (code, err, _) = capture("480000000", &[], "quantized");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("loading them with --quantized"), "{err}");
+    let (code, err, out) = capture("300000000", &[], "refused");
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("does not fit") && err.contains("--dtype bf16 needs 0.3 GiB") && err.contains("--quantized needs 0.2 GiB"), "{err}");
+    assert!(!out.exists());
+    let (code, err, _) = capture("650000000", &["--dtype", "f32"], "asked");
+    assert_eq!(code, Some(2), "an f32 load asked for was changed: {err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -49,11 +49,11 @@ impl ModelArgs {
         };
         let source = resolve(&self.model)?;
         // Said before the weights load (minutes, for a model this large).
-        let (opts, note) = plan(&source, &opts, available_memory())?;
+        let (keep, note) = plan(&source, &opts.keep(), available_memory())?;
         if let Some(note) = note {
             eprintln!("note: {note}");
         }
-        load_source(&source, &opts)
+        load_source(&source, &LoadOptions { quantized: keep.quantized, dtype: keep.dtype, ..opts })
     }
 }
 

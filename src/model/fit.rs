@@ -10,7 +10,6 @@ use safetensors::SafeTensors;
 
 use super::decoder::WeightDtype;
 use super::gguf::GgufFile;
-use super::load::LoadOptions;
 use super::quant_matmul::packed_bytes;
 use super::source::{shard_names, ModelSource};
 use crate::error::{Error, IoContext, Result};
@@ -19,6 +18,13 @@ use crate::error::{Error, IoContext, Result};
 /// least 256 MiB (a T = 512 capture of an 8B-shaped model peaks about 1 GiB above its weights).
 pub fn activation_headroom(weights: u64) -> u64 {
     (weights / 10).max(256 << 20)
+}
+
+/// How the weights are kept: what `--quantized` and `--dtype` say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Keep {
+    pub quantized: bool,
+    pub dtype: WeightDtype,
 }
 
 /// The memory the weights take under each way of keeping them.
@@ -37,7 +43,7 @@ pub struct Footprint {
 
 impl Footprint {
     /// The bytes under `opts`.
-    pub fn under(&self, opts: &LoadOptions) -> u64 {
+    pub fn under(&self, opts: &Keep) -> u64 {
         match (opts.quantized, opts.dtype) {
             (true, _) if self.quantized.is_some() => self.quantized.unwrap_or(self.f32),
             (_, WeightDtype::Auto) => self.auto,
@@ -135,18 +141,18 @@ fn gib(bytes: u64) -> String {
 /// when the memory cannot be read); when they do not and no weight type was asked for, bf16
 /// matrices or, for a quantized GGUF, `--quantized` — with the note saying so — else a refusal
 /// with the numbers.
-pub fn plan(source: &ModelSource, opts: &LoadOptions, available: Option<u64>) -> Result<(LoadOptions, Option<String>)> {
-    let Some(available) = available else { return Ok((opts.clone(), None)) };
+pub fn plan(source: &ModelSource, opts: &Keep, available: Option<u64>) -> Result<(Keep, Option<String>)> {
+    let Some(available) = available else { return Ok((*opts, None)) };
     let fp = footprint(source)?;
     let fits = |bytes: u64| bytes + activation_headroom(bytes) <= available;
     let asked = fp.under(opts);
     if fits(asked) {
-        return Ok((opts.clone(), None));
+        return Ok((*opts, None));
     }
     let path = source.path();
     let alternatives = [
-        (LoadOptions { dtype: WeightDtype::Bf16, quantized: false, ..opts.clone() }, "--dtype bf16", Some(fp.half)),
-        (LoadOptions { quantized: true, ..opts.clone() }, "--quantized", fp.quantized),
+        (Keep { dtype: WeightDtype::Bf16, quantized: false }, "--dtype bf16", Some(fp.half)),
+        (Keep { quantized: true, ..*opts }, "--quantized", fp.quantized),
     ];
     let options: Vec<String> = alternatives.iter().filter_map(|(_, flag, bytes)| bytes.map(|b| format!("{flag} needs {}", gib(b)))).collect();
     let chose_nothing = !opts.quantized && opts.dtype == WeightDtype::Auto;
@@ -186,7 +192,7 @@ mod tests {
         let fp = footprint(&source).unwrap();
         // An f32 GGUF: every tensor 4 bytes an element, half matrices 2.
         assert!(fp.half < fp.f32 && fp.auto == fp.f32 && fp.quantized.is_none(), "{fp:?}");
-        let opts = LoadOptions::default();
+        let opts = Keep::default();
         let roomy = plan(&source, &opts, Some(fp.f32 + activation_headroom(fp.f32))).unwrap();
         assert!(roomy.1.is_none() && roomy.0.dtype == WeightDtype::Auto);
         let (half, note) = plan(&source, &opts, Some(fp.half + activation_headroom(fp.half))).unwrap();
@@ -195,7 +201,7 @@ mod tests {
         let refused = plan(&source, &opts, Some(activation_headroom(0))).unwrap_err().to_string();
         assert!(refused.contains("does not fit") && refused.contains("--dtype bf16 needs"), "{refused}");
         // A weight type asked for is never changed behind the user's back.
-        let asked = LoadOptions { dtype: WeightDtype::F32, ..LoadOptions::default() };
+        let asked = Keep { dtype: WeightDtype::F32, quantized: false };
         assert!(plan(&source, &asked, Some(fp.half + activation_headroom(fp.half))).is_err());
     }
 }

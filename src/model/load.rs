@@ -42,6 +42,13 @@ pub struct LoadOptions {
     pub report_unread: bool,
 }
 
+impl LoadOptions {
+    /// How these options keep the weights.
+    pub fn keep(&self) -> fit::Keep {
+        fit::Keep { quantized: self.quantized, dtype: self.dtype }
+    }
+}
+
 pub struct LoadedModel {
     pub model: Decoder,
     pub tokenizer: Tokenizer,
@@ -67,8 +74,8 @@ pub fn load(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
 /// Loads a resolved model; weights that do not fit in memory as asked are kept as
 /// [`fit::plan`] decides (its note in [`ModelInfo::memory_note`]) or refused with the numbers.
 pub fn load_source(source: &ModelSource, opts: &LoadOptions) -> Result<LoadedModel> {
-    let (opts, memory_note) = fit::plan(source, opts, fit::available_memory())?;
-    let opts = &opts;
+    let (keep, memory_note) = fit::plan(source, &opts.keep(), fit::available_memory())?;
+    let opts = &LoadOptions { quantized: keep.quantized, dtype: keep.dtype, ..opts.clone() };
     let (model, own_tokenizer, mut info) = match source {
         ModelSource::Gguf(path) => load_gguf(path, opts)?,
         ModelSource::Llama2c { model } => load_llama2c(model, opts)?,
