@@ -63,11 +63,6 @@ pub fn estimate(cfg: &DecoderConfig, t: usize, weight_bytes: u64, save: Option<&
     MemoryEstimate { weights: weight_bytes, activations, reducers, saved_tensors, total }
 }
 
-/// Memory the system reports as available (Linux `MemAvailable`), if known.
-pub fn available_bytes() -> Option<u64> {
-    proc_kb("/proc/meminfo", "MemAvailable:")
-}
-
 /// This process's peak resident set size so far (Linux `VmHWM`), if known.
 pub fn peak_rss_bytes() -> Option<u64> {
     proc_kb("/proc/self/status", "VmHWM:")

@@ -66,7 +66,7 @@ pub fn capture(model: &Decoder, ids: &[u32], opts: &CaptureOptions) -> Result<Ca
     // which are already loaded.
     let (needed, limit) = match opts.memory_limit {
         Some(limit) => (estimate.total, Some(limit)),
-        None => (estimate.total - estimate.weights, memory::available_bytes()),
+        None => (estimate.total - estimate.weights, crate::model::fit::mem_available()),
     };
     if let Some(limit) = limit {
         if needed > limit {

@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::model::decoder::WeightDtype;
 use crate::model::fetch::{ensure, offline_from_env};
 use crate::model::fit::{available_memory, plan};
-use crate::model::load::{load_source, LoadOptions, LoadedModel};
+use crate::model::load::{load_kept, LoadOptions, LoadedModel};
 use crate::model::resolve;
 
 /// Model selection shared by every command that loads one.
@@ -50,10 +50,12 @@ impl ModelArgs {
         let source = resolve(&self.model)?;
         // Said before the weights load (minutes, for a model this large).
         let (keep, note) = plan(&source, &opts.keep(), available_memory())?;
-        if let Some(note) = note {
+        if let Some(note) = &note {
             eprintln!("note: {note}");
         }
-        load_source(&source, &LoadOptions { quantized: keep.quantized, dtype: keep.dtype, ..opts })
+        let mut lm = load_kept(&source, &LoadOptions { quantized: keep.quantized, dtype: keep.dtype, ..opts })?;
+        lm.info.memory_note = note;
+        Ok(lm)
     }
 }
 

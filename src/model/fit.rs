@@ -76,21 +76,19 @@ pub fn footprint(source: &ModelSource) -> Result<Footprint> {
     match source {
         ModelSource::Gguf(path) => {
             let file = GgufFile::open(path)?;
-            let any_quantized = file.tensors.values().any(|t| !matches!(t.dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16));
+            let blocks = |d: GgmlDType| !matches!(d, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
             for t in file.tensors.values() {
                 let half = matches!(t.dtype, GgmlDType::F16 | GgmlDType::BF16).then_some(2);
-                let quantized = (!matches!(t.dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16)).then_some(t.dtype);
-                add(&mut fp, &t.shape, half, quantized, t.n_bytes as u64);
+                add(&mut fp, &t.shape, half, blocks(t.dtype).then_some(t.dtype), t.n_bytes as u64);
             }
             // Beside a separate output head, a quantized embedding table is also kept in f32
             // for lookups.
             if let (Some(q), Some(embed)) = (fp.quantized.as_mut(), file.tensors.get("token_embd.weight")) {
-                let quantized = !matches!(embed.dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
-                if quantized && file.tensors.contains_key("output.weight") {
+                if blocks(embed.dtype) && file.tensors.contains_key("output.weight") {
                     *q += 4 * embed.shape.iter().product::<usize>() as u64;
                 }
             }
-            if !any_quantized {
+            if !file.tensors.values().any(|t| blocks(t.dtype)) {
                 fp.quantized = None;
             }
         }
@@ -128,6 +126,11 @@ pub fn available_memory() -> Option<u64> {
     if let Some(limit) = std::env::var("SINKSCOPE_MEMORY_LIMIT").ok().and_then(|v| v.trim().parse().ok()) {
         return Some(limit);
     }
+    mem_available()
+}
+
+/// Memory the system reports as available (Linux `MemAvailable`), if known.
+pub fn mem_available() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
     line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kib| kib * 1024)

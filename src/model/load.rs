@@ -75,13 +75,19 @@ pub fn load(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
 /// [`fit::plan`] decides (its note in [`ModelInfo::memory_note`]) or refused with the numbers.
 pub fn load_source(source: &ModelSource, opts: &LoadOptions) -> Result<LoadedModel> {
     let (keep, memory_note) = fit::plan(source, &opts.keep(), fit::available_memory())?;
-    let opts = &LoadOptions { quantized: keep.quantized, dtype: keep.dtype, ..opts.clone() };
+    let mut lm = load_kept(source, &LoadOptions { quantized: keep.quantized, dtype: keep.dtype, ..opts.clone() })?;
+    lm.info.memory_note = memory_note;
+    Ok(lm)
+}
+
+/// Loads a resolved model keeping its weights as `opts` say, with no memory plan: for callers
+/// that made one with [`fit::plan`] already (to say so before the load).
+pub fn load_kept(source: &ModelSource, opts: &LoadOptions) -> Result<LoadedModel> {
     let (model, own_tokenizer, mut info) = match source {
         ModelSource::Gguf(path) => load_gguf(path, opts)?,
         ModelSource::Llama2c { model } => load_llama2c(model, opts)?,
         ModelSource::HfDir(dir) => load_hf(dir, opts)?,
     };
-    info.memory_note = memory_note;
     if let (false, Some(refusal)) = (opts.report_unread, Unread::refusal(&info.unread)) {
         return Err(Error::file(source.path(), refusal));
     }

@@ -87,7 +87,7 @@ fn suggestion(name: &str) -> &'static str {
         ("bias", "a bias this family's decoder does not add"),
         ("norm", "a normalisation this family's decoder does not apply"),
     ];
-    HINTS.iter().find(|(fragment, _)| name.contains(fragment)).map_or("a tensor no part of the decoder reads", |(_, what)| what)
+    hint(HINTS, name, "a tensor no part of the decoder reads")
 }
 
 /// GGUF `{arch}.*` keys every family's loader reads.
@@ -169,7 +169,7 @@ fn key_suggestion(local: &str) -> &'static str {
         ("scale", "a scaling of activations"),
         ("shared_kv", "key-value caches shared across layers"),
     ];
-    HINTS.iter().find(|(fragment, _)| local.contains(fragment)).map_or("a setting no part of the decoder reads", |(_, what)| what)
+    hint(HINTS, local, "a setting no part of the decoder reads")
 }
 
 /// `config.json` fields the HF reader or a family's config rewrite reads (values it cannot
@@ -306,7 +306,12 @@ fn field_suggestion(field: &str) -> &'static str {
         ("linear", "linear-attention layers"),
         ("conv", "a convolution"),
     ];
-    HINTS.iter().find(|(fragment, _)| field.contains(fragment)).map_or("a setting no part of the decoder reads", |(_, what)| what)
+    hint(HINTS, field, "a setting no part of the decoder reads")
+}
+
+/// What the first of `hints` whose fragment `name` contains says, else `otherwise`.
+fn hint(hints: &[(&str, &'static str)], name: &str, otherwise: &'static str) -> &'static str {
+    hints.iter().find(|(fragment, _)| name.contains(fragment)).map_or(otherwise, |(_, what)| what)
 }
 
 #[cfg(test)]
