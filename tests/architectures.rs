@@ -86,6 +86,17 @@ fn gemma2_matches_transformers() {
     assert_eq!(lm.model.cfg.windowed_layers(), [0, 2]);
 }
 
+/// Phi-3 / 3.5 / 4-mini: q|k|v and gate|up each one matrix (gates first), RoPE on 3/4 of each
+/// head as in Phi-4-mini — from the HF directory and from the GGUF llama.cpp's converter wrote
+/// from it (`attn_qkv`, and `ffn_up` of 2·d_ff rows).
+#[test]
+fn phi3_matches_transformers() {
+    matches_transformers("phi3", common::fixture("arch/phi3").to_str().unwrap());
+    matches_transformers("phi3", common::fixture("arch/phi3/model.gguf").to_str().unwrap());
+    let lm = load(common::fixture("arch/phi3/model.gguf").to_str().unwrap(), &LoadOptions::default()).unwrap();
+    assert_eq!(lm.model.cfg.arch.rotary_dims, Some(12));
+}
+
 /// OLMo 2: RMSNorm after attention and after the MLP instead of before them, and q/k RMSNorm
 /// over the whole projection (all heads at once), GQA, untied output.
 #[test]
@@ -199,7 +210,7 @@ fn a_qwen3_without_its_qk_norms_is_refused() {
 fn every_family_streams_like_token_by_token_decoding() {
     use sinkscope::kv::{simulate, simulate_with, Eviction, Policy, PositionMode, SimOptions};
     // Gemma 3 and Mistral attend through their own windows: see the next test.
-    for family in ["llama3", "qwen3", "olmo2", "gpt_neox", "phi", "gpt2"] {
+    for family in ["llama3", "phi3", "qwen3", "olmo2", "gpt_neox", "phi", "gpt2"] {
         let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
         let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
         let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(160).collect();

@@ -228,6 +228,10 @@ const CONVERTED: &[Converted] = &[
         let theta = c["rope_parameters"]["rope_theta"].clone();
         c["rope_parameters"] = serde_json::json!({"rope_type": "default", "rope_theta": theta});
     }),
+    ("phi3", "RoPE on every dimension", |c| {
+        c["partial_rotary_factor"] = Value::Null;
+        c["rope_parameters"]["partial_rotary_factor"] = Value::Null;
+    }),
     ("gemma2", "no soft-capping", |c| {
         c["attn_logit_softcapping"] = Value::Null;
         c["final_logit_softcapping"] = Value::Null;

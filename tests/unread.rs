@@ -13,15 +13,17 @@ use sinkscope::model::{load, LoadOptions};
 
 /// The GGUF fixtures of every family that has a GGUF layout (tiny, and the real stories260K).
 fn gguf_files() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> =
-        ["llama3", "gemma2", "qwen3", "olmo2", "gpt_neox", "phi", "gpt2"].iter().map(|f| common::fixture(&format!("arch/{f}/model.gguf"))).collect();
+    let mut files: Vec<PathBuf> = ["llama3", "gemma2", "phi3", "qwen3", "olmo2", "gpt_neox", "phi", "gpt2"]
+        .iter()
+        .map(|f| common::fixture(&format!("arch/{f}/model.gguf")))
+        .collect();
     files.push(common::data_dir().join("models/stories260K.gguf"));
     files
 }
 
 /// The HF fixtures of every family.
 fn hf_dirs() -> Vec<PathBuf> {
-    ["llama3", "gemma2", "llama_f32", "mistral", "qwen3", "olmo2", "gpt_neox", "gemma3", "phi", "gpt2", "gpt_oss"]
+    ["llama3", "gemma2", "phi3", "llama_f32", "mistral", "qwen3", "olmo2", "gpt_neox", "gemma3", "phi", "gpt2", "gpt_oss"]
         .iter()
         .map(|f| common::fixture(&format!("arch/{f}")))
         .collect()
@@ -321,5 +323,35 @@ fn llama3_rope_scaling_matters_on_the_fixture() {
     }
     eprintln!("llama3 fixture under plain RoPE: max |Δpattern| {worst:.3} against transformers");
     assert!(worst > 0.05, "the fixture's RoPE scaling barely matters ({worst}); it tests nothing");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Phi-3's sliding window is read in both formats, not dropped: the GGUF with
+/// `phi3.attention.sliding_window` = 16 computes what the HF directory with `sliding_window` 16
+/// computes (transformers windows every layer), which is not the unwindowed model's output; 0 —
+/// what llama.cpp's converter writes for a config without a window — is no window.
+#[test]
+fn phi3_window_is_read_from_both_formats() {
+    use sinkscope::model::receiver::NoCapture;
+    let dir = common::temp_dir("unread-phi3-window");
+    let (hf, gguf) = (dir.join("phi3-hf"), dir.join("phi3.gguf"));
+    edited_hf(&common::fixture("arch/phi3"), &hf, |c| {
+        c.insert("sliding_window".into(), serde_json::json!(16));
+    });
+    let src = common::fixture("arch/phi3/model.gguf");
+    rewrite_gguf(&src, &gguf, &Edit { keys: vec![("phi3.attention.sliding_window".into(), Value::U32(16))], ..Edit::default() });
+    let fx = common::Fixture::open(&common::fixture("arch/phi3/reference.safetensors"));
+    let tokens: Vec<u32> = fx.i64("tokens").iter().map(|&t| t as u32).collect();
+    let logits = |path: &Path| -> Vec<f32> {
+        let lm = load(path.to_str().unwrap(), &LoadOptions::default()).unwrap();
+        let hidden = lm.model.forward(&tokens, None, &mut NoCapture).unwrap();
+        lm.model.logits(&hidden).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+    };
+    let (windowed_hf, windowed_gguf, plain) = (logits(&hf), logits(&gguf), logits(&src));
+    let formats = common::max_abs_diff("phi3 windowed HF vs GGUF", &windowed_gguf, &windowed_hf);
+    let window = common::max_abs_diff("phi3 windowed vs not", &windowed_gguf, &plain);
+    assert!(formats < 1e-4 && window > 1e-2, "phi3 window: formats differ by {formats}, the window changes logits by {window}");
+    let lm = load(src.to_str().unwrap(), &LoadOptions::default()).unwrap();
+    assert!(lm.model.cfg.windowed_layers().is_empty(), "sliding_window 0 windowed layers");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -13,6 +13,18 @@ use crate::report::export::Exported;
 use crate::report::markdown::equal_ppl_memory;
 use crate::report::records::CaptureReport;
 
+/// "2nd", "3rd", "6th", "11th", "22nd".
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
 /// What sets the model's family apart from Llama, in words ("as Llama" when nothing does).
 fn describe_switches(cfg: &DecoderConfig) -> String {
     let (a, d_head) = (&cfg.arch, cfg.d_head);
@@ -55,6 +67,9 @@ fn describe_switches(cfg: &DecoderConfig) -> String {
     if let Some(y) = a.rope_yarn {
         parts.push(format!("YaRN RoPE ×{} from {} positions", y.factor, y.original_context));
     }
+    if let Some(c) = a.attn_logit_softcap {
+        parts.push(format!("attention scores soft-capped at {c}"));
+    }
     if let Some(c) = a.final_logit_softcap {
         parts.push(format!("logits soft-capped at {c}"));
     }
@@ -69,7 +84,7 @@ fn describe_switches(cfg: &DecoderConfig) -> String {
         let global_every = (2..=cfg.n_layers).find(|n| (0..cfg.n_layers).all(|l| windowed.contains(&l) != (l + 1).is_multiple_of(*n)));
         let which = match global_every {
             _ if windowed.len() == cfg.n_layers => "every layer".to_string(),
-            Some(n) => format!("all but every {n}th layer"),
+            Some(n) => format!("all but every {} layer", ordinal(n)),
             None => format!("layers {}", windowed.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")),
         };
         let local_theta = windowed.first().map(|&l| cfg.layers[l].rope_theta).filter(|&t| t != cfg.rope_theta);

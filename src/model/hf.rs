@@ -227,12 +227,16 @@ fn rope_scaling(json: &Json, path: &Path) -> Result<Option<RopeScaling>> {
         let num = |k: &str| p.get(k).and_then(Json::as_f64);
         let incomplete = |what: &str| Error::file(path, format!("sets RoPE scaling ({}) without {what}; config.json is incomplete", &at[1..]));
         let kind = p.get("rope_type").or_else(|| p.get("type")).and_then(Json::as_str);
+        // transformers' order: a top-level value (Phi-3 keeps it there), the scaling's own, the
+        // context.
+        let original = json.get("original_max_position_embeddings").and_then(Json::as_f64).or_else(|| num("original_max_position_embeddings"));
+        let original = original.or_else(|| json.get("max_position_embeddings").and_then(Json::as_f64)).filter(|f| f.is_finite() && *f > 0.0);
         let local = at.ends_with("sliding_attention");
         scaling = match kind {
             None | Some("default") => continue,
             Some("yarn") if !local => {
                 let context = json.get("max_position_embeddings").and_then(Json::as_f64);
-                let original = num("original_max_position_embeddings").ok_or_else(|| incomplete("original_max_position_embeddings"))?;
+                let original = original.ok_or_else(|| incomplete("a positive original_max_position_embeddings"))?;
                 let factor = num("factor").or_else(|| context.map(|c| c / original)).ok_or_else(|| incomplete("a factor"))?;
                 Some(RopeScaling::Yarn(yarn(p, factor, original)))
             }
@@ -246,7 +250,7 @@ fn rope_scaling(json: &Json, path: &Path) -> Result<Option<RopeScaling>> {
                 if high_freq_factor <= low_freq_factor {
                     return Err(Error::file(path, format!("sets llama3 RoPE scaling with high_freq_factor {high_freq_factor} not above low_freq_factor {low_freq_factor}; config.json is corrupt")));
                 }
-                let original = need("original_max_position_embeddings")?;
+                let original = original.ok_or_else(|| incomplete("a positive original_max_position_embeddings"))?;
                 Some(RopeScaling::Interpolated(Interpolation::Llama3 { factor: need("factor")?, low_freq_factor, high_freq_factor, original }))
             }
             Some(kind) => {

@@ -236,7 +236,8 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
 /// `rope.freq_base_swa` or the family's local base; every layer global otherwise.
 fn gguf_layers(file: &gguf::GgufFile, arch: &str, family: Family, n_layers: usize, theta: f64) -> Result<Vec<LayerAttn>> {
     let key = |k: &str| format!("{arch}.{k}");
-    let window = file.get(&key("attention.sliding_window")).and_then(gguf::Value::as_u64).map(|w| w as usize);
+    // llama.cpp's converter writes 0 for "no window" (Phi-3's config without one).
+    let window = file.get(&key("attention.sliding_window")).and_then(gguf::Value::as_u64).filter(|&w| w > 0).map(|w| w as usize);
     let layout = match (window, family.gguf_windows) {
         (Some(w), None) => {
             return Err(Error::file(
@@ -264,7 +265,7 @@ fn gguf_layers(file: &gguf::GgufFile, arch: &str, family: Family, n_layers: usiz
                 .ok_or_else(|| Error::file(&file.path, format!("{pattern_key} is not a positive count; the file is corrupt")))?;
             (0..n_layers as u64).map(|l| l % every < every - 1).collect()
         }
-        None => (0..n_layers).map(|l| (l + 1) % layout.global_every != 0).collect(),
+        None => (0..n_layers).map(|l| layout.global_every == 0 || (l + 1) % layout.global_every != 0).collect(),
     };
     Ok(windowed.into_iter().map(|w| if w { local } else { LayerAttn::global(theta) }).collect())
 }

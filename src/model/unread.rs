@@ -183,6 +183,7 @@ pub const HF_READ_FIELDS: &[&str] = &[
     "intermediate_size",
     "vocab_size",
     "max_position_embeddings",
+    "original_max_position_embeddings",
     "head_dim",
     "tie_word_embeddings",
     "rms_norm_eps",

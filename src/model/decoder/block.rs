@@ -1,6 +1,7 @@
 //! One decoder block's weights as the family's switches lay them out: its norms (RMSNorm or
 //! LayerNorm, before and/or after each sublayer), the q|k|v projection (separate or fused in the
-//! file), the optional q/k norms, the output projection and the MLP (SwiGLU, GeGLU or GELU).
+//! file), the optional q/k norms, the output projection and the MLP (SwiGLU, GeGLU or GELU; gate
+//! and up separate or fused).
 
 use candle_core::Tensor;
 
@@ -169,9 +170,17 @@ impl Block {
         let down = Linear::new(take_req(get, path, &n("ffn_down.weight"), &[d, ff])?, down_bias)?;
         let mlp = match cfg.arch.mlp {
             MlpKind::SwiGlu | MlpKind::GeGluTanh => {
-                let gate = take_req(get, path, &n("ffn_gate.weight"), &[ff, d])?;
-                let up = take_req(get, path, &n("ffn_up.weight"), &[ff, d])?;
-                let gate_up = Projection::new(vec![(gate, None), (up, up_bias)])?;
+                let gate_up = match take_opt(get, path, &n("ffn_gate.weight"), &[ff, d])? {
+                    Some(gate) => Projection::new(vec![(gate, None), (take_req(get, path, &n("ffn_up.weight"), &[ff, d])?, up_bias)])?,
+                    // One matrix in the file, gate rows first (Phi-3's `gate_up_proj`, llama.cpp's
+                    // `ffn_up` of 2·d_ff rows).
+                    None => {
+                        let fused = take_req(get, path, &n("ffn_up.weight"), &[2 * ff, d])?.stored()?;
+                        let half =
+                            |from: usize| -> Result<(Param, Option<Tensor>)> { Ok((Param::Dense(fused.narrow(0, from, ff)?.contiguous()?), None)) };
+                        Projection::new(vec![half(0)?, half(ff)?])?
+                    }
+                };
                 if cfg.arch.mlp == MlpKind::GeGluTanh {
                     Mlp::GeGlu { gate_up, down }
                 } else {

@@ -14,6 +14,7 @@ mod llama;
 mod mistral;
 mod olmo2;
 mod phi;
+mod phi3;
 mod qwen2;
 mod qwen3;
 mod spec;
@@ -21,7 +22,7 @@ mod spec;
 pub use spec::{FamilySpec, GgufWindows, HfNames, TensorContext};
 
 /// Every family the decoder runs, in the order the README lists them.
-pub const FAMILIES: [&FamilySpec; 11] = [
+pub const FAMILIES: [&FamilySpec; 12] = [
     &llama::SPEC,
     &mistral::SPEC,
     &qwen2::SPEC,
@@ -31,6 +32,7 @@ pub const FAMILIES: [&FamilySpec; 11] = [
     &gemma2::SPEC,
     &gemma3::SPEC,
     &phi::SPEC,
+    &phi3::SPEC,
     &gpt_oss::SPEC,
     &gpt2::SPEC,
 ];
@@ -109,9 +111,30 @@ mod tests {
 
     #[test]
     fn supported_lists_come_from_the_families() {
-        assert_eq!(Family::hf_supported(), "gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, llama, mistral, olmo2, phi, qwen2, qwen3, smollm");
-        assert_eq!(Family::gguf_supported(), "llama, mistral, qwen2, qwen3, olmo2, gptneox, gemma2, gemma3, phi2 and gpt2");
-        assert_eq!(Family::gguf_windowed_supported(), "gemma2 and gemma3");
+        assert_eq!(
+            Family::hf_supported(),
+            "gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, llama, mistral, olmo2, phi, phi3, qwen2, qwen3, smollm"
+        );
+        assert_eq!(Family::gguf_supported(), "llama, mistral, qwen2, qwen3, olmo2, gptneox, gemma2, gemma3, phi2, phi3 and gpt2");
+        assert_eq!(Family::gguf_windowed_supported(), "gemma2, gemma3 and phi3");
+    }
+
+    /// docs/reference.md's family table cannot drift from the registry: one row per family, in
+    /// [`FAMILIES`]' order, naming exactly its HF `model_type`s and GGUF architectures.
+    #[test]
+    fn the_reference_family_table_is_the_registry() {
+        let doc = include_str!("../../../docs/reference.md");
+        let header = "| family | HF `model_type` / GGUF arch | what differs from Llama |";
+        let table = &doc[doc.find(header).expect("the family table's header") + header.len()..];
+        let rows: Vec<&str> = table.lines().skip(2).take_while(|l| l.starts_with('|')).collect();
+        let names = |cell: &str| -> Vec<String> { cell.split('`').skip(1).step_by(2).map(str::to_owned).collect() };
+        assert_eq!(rows.len(), FAMILIES.len(), "docs/reference.md lists {} families, the registry {}", rows.len(), FAMILIES.len());
+        for (row, family) in rows.iter().zip(FAMILIES) {
+            let cell = row.split(" | ").nth(1).expect("a names cell");
+            let (hf, gguf) = cell.split_once(" / ").expect("HF / GGUF");
+            assert_eq!(names(hf), family.hf_types, "{row}");
+            assert_eq!(names(gguf), family.gguf_archs, "{row}");
+        }
     }
 
     #[test]

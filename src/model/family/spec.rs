@@ -60,7 +60,7 @@ pub fn no_rewrite(_: &mut Map<String, Json>, _: &Path) -> Result<()> {
 #[derive(Debug, Clone, Copy)]
 pub struct GgufWindows {
     /// Every Nth layer (N−1, 2N−1, …) is global, the rest windowed, unless the file has
-    /// `attention.sliding_window_pattern`.
+    /// `attention.sliding_window_pattern`; 0: every layer is windowed.
     pub global_every: usize,
     /// RoPE base of the windowed layers unless the file has `rope.freq_base_swa`; `None`: the
     /// model's own.
