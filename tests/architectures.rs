@@ -97,6 +97,19 @@ fn phi3_matches_transformers() {
     assert_eq!(lm.model.cfg.arch.rotary_dims, Some(12));
 }
 
+/// Mixtures of experts beyond gpt-oss, from the HF checkpoints' layout (one matrix per expert)
+/// and from the GGUF llama.cpp's converter wrote (stacked `ffn_*_exps`): Mixtral (a `llama` GGUF
+/// with experts, weights renormalised over the chosen two), Qwen2-MoE (q/k/v biases, weights kept
+/// as their softmax over all experts, a shared expert gated by σ(x·g)), Qwen3-MoE (per-head q/k
+/// norms, renormalised) and OLMoE (q/k norms across heads, not renormalised).
+#[test]
+fn mixtures_of_experts_match_transformers() {
+    for family in ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe"] {
+        matches_transformers(family, common::fixture(&format!("arch/{family}")).to_str().unwrap());
+        matches_transformers(family, common::fixture(&format!("arch/{family}/model.gguf")).to_str().unwrap());
+    }
+}
+
 /// OLMo 2: RMSNorm after attention and after the MLP instead of before them, and q/k RMSNorm
 /// over the whole projection (all heads at once), GQA, untied output.
 #[test]
@@ -210,7 +223,7 @@ fn a_qwen3_without_its_qk_norms_is_refused() {
 fn every_family_streams_like_token_by_token_decoding() {
     use sinkscope::kv::{simulate, simulate_with, Eviction, Policy, PositionMode, SimOptions};
     // Gemma 3 and Mistral attend through their own windows: see the next test.
-    for family in ["llama3", "phi3", "qwen3", "olmo2", "gpt_neox", "phi", "gpt2"] {
+    for family in ["llama3", "phi3", "mixtral", "qwen2_moe", "qwen3", "olmo2", "gpt_neox", "phi", "gpt2"] {
         let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
         let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
         let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(160).collect();

@@ -21,12 +21,32 @@ fn gguf_files() -> Vec<PathBuf> {
     files
 }
 
+/// GGUF architectures whose files may hold experts (`llama`: Mixtral).
+const MOE_ARCHS: &[&str] = &["llama", "qwen2moe", "qwen3moe", "olmoe"];
+
 /// The HF fixtures of every family.
 fn hf_dirs() -> Vec<PathBuf> {
-    ["llama3", "gemma2", "phi3", "llama_f32", "mistral", "qwen3", "olmo2", "gpt_neox", "gemma3", "phi", "gpt2", "gpt_oss"]
-        .iter()
-        .map(|f| common::fixture(&format!("arch/{f}")))
-        .collect()
+    [
+        "llama3",
+        "gemma2",
+        "phi3",
+        "mixtral",
+        "qwen2_moe",
+        "qwen3_moe",
+        "olmoe",
+        "llama_f32",
+        "mistral",
+        "qwen3",
+        "olmo2",
+        "gpt_neox",
+        "gemma3",
+        "phi",
+        "gpt2",
+        "gpt_oss",
+    ]
+    .iter()
+    .map(|f| common::fixture(&format!("arch/{f}")))
+    .collect()
 }
 
 /// ggml's type id of a tensor type this test copies.
@@ -103,7 +123,11 @@ struct Edit<'a> {
 
 /// Writes `src` with `edit` applied to `dst` (GGUF v3, alignment 32).
 fn rewrite_gguf(src: &Path, dst: &Path, edit: &Edit) {
-    let file = GgufFile::open(src).unwrap();
+    rewrite_gguf_from(&GgufFile::open(src).unwrap(), src, dst, edit);
+}
+
+/// [`rewrite_gguf`] from `file` as read from `src` (its metadata perhaps changed).
+fn rewrite_gguf_from(file: &GgufFile, src: &Path, dst: &Path, edit: &Edit) {
     let bytes = std::fs::read(src).unwrap();
     let mut metadata = file.metadata.clone();
     metadata.remove("general.alignment");
@@ -178,22 +202,27 @@ fn gguf_tensors_and_keys_no_decoder_reads_are_refused_by_name() {
         let listed = load(dst.to_str().unwrap(), &LoadOptions { report_unread: true, ..LoadOptions::default() }).unwrap();
         assert_eq!(listed.info.unread.len(), 1, "{name}");
         // Keys that change the arithmetic, each refused by its name.
-        for (key, value, says) in [
+        // (Experts: the families that read them get their own checks below.)
+        let moe = MOE_ARCHS.contains(&arch.as_str());
+        let mut keys = vec![
             ("logit_scale", Value::F32(8.0), "scaled output logits"),
-            ("expert_count", Value::U32(8), "mixture of experts"),
             ("ssm.conv_kernel", Value::U32(4), "state-space"),
             ("attention.causal", Value::Bool(false), "non-causal"),
-        ] {
+        ];
+        if !moe {
+            keys.push(("expert_count", Value::U32(8), "mixture of experts"));
+        }
+        for (key, value, says) in keys {
             let key = format!("{arch}.{key}");
             rewrite_gguf(&src, &dst, &Edit { keys: vec![(key.clone(), value)], ..Edit::default() });
             let err = load_err(&dst);
             assert!(err.contains(&key) && err.contains(says), "{name} {key}: {err}");
         }
         // Inert values of the same keys load.
-        let inert = Edit {
-            keys: vec![(format!("{arch}.expert_count"), Value::U32(0)), (format!("{arch}.attention.causal"), Value::Bool(true))],
-            ..Edit::default()
-        };
+        let mut inert = Edit { keys: vec![(format!("{arch}.attention.causal"), Value::Bool(true))], ..Edit::default() };
+        if !moe {
+            inert.keys.push((format!("{arch}.expert_count"), Value::U32(0)));
+        }
         rewrite_gguf(&src, &dst, &inert);
         load(dst.to_str().unwrap(), &LoadOptions::default()).unwrap_or_else(|e| panic!("{name} with inert keys: {e}"));
         // A RoPE scaling sinkscope does not compute for GGUF.
@@ -353,5 +382,31 @@ fn phi3_window_is_read_from_both_formats() {
     assert!(formats < 1e-4 && window > 1e-2, "phi3 window: formats differ by {formats}, the window changes logits by {window}");
     let lm = load(src.to_str().unwrap(), &LoadOptions::default()).unwrap();
     assert!(lm.model.cfg.windowed_layers().is_empty(), "sliding_window 0 windowed layers");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A GGUF whose tensors say it is another family than its architecture key: llama.cpp writes
+/// Mixtral as `llama` with `llama.expert_count` and stacked `ffn_*_exps`, which is read as
+/// Mixtral; the same tensors without the count are refused for what they are (a dense Llama
+/// block would call them a missing `ffn_down`), and a count on a file without experts names the
+/// router it lacks.
+#[test]
+fn a_llama_gguf_with_experts_is_mixtral() {
+    let dir = common::temp_dir("unread-mixtral");
+    let src = common::fixture("arch/mixtral/model.gguf");
+    let lm = load(src.to_str().unwrap(), &LoadOptions::default()).unwrap();
+    assert_eq!(arch_of(&src), "llama");
+    assert!(matches!(lm.model.cfg.arch.mlp, sinkscope::model::decoder::MlpKind::Moe(m) if m.experts == 4 && m.top_k == 2 && m.norm_top_k));
+    let no_count = dir.join("no-count.gguf");
+    let mut file = GgufFile::open(&src).unwrap();
+    file.metadata.remove("llama.expert_count");
+    rewrite_gguf_from(&file, &src, &no_count, &Edit::default());
+    let err = load_err(&no_count);
+    assert!(err.contains("_exps.weight (a mixture of experts) but no llama.expert_count > 0"), "{err}");
+    let dense = dir.join("dense-with-count.gguf");
+    let keys = vec![("llama.expert_count".to_owned(), Value::U32(8)), ("llama.expert_used_count".to_owned(), Value::U32(2))];
+    rewrite_gguf(&common::fixture("arch/llama3/model.gguf"), &dense, &Edit { keys, ..Edit::default() });
+    let err = load_err(&dense);
+    assert!(err.contains("ffn_gate_inp.weight is missing"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -78,6 +78,7 @@ def main():
     ap.add_argument("--prompt", type=int, default=None, help="tokens decoded as one batch first [default: n_ctx/2]")
     ap.add_argument("--break", dest="brk", choices=BREAKS, default="none")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--kv-type", choices=["f16", "f32"], default="f16", help="the KV cache's type; f32 also turns flash attention off [default: f16, llama.cpp's]")
     ap.add_argument("--out", required=True)
     ap.add_argument("--summary")
     ap.add_argument("--verbose", action="store_true", help="llama.cpp's own log on stderr")
@@ -109,6 +110,10 @@ def main():
     cp.n_ctx = want_ctx
     cp.n_batch = cp.n_ubatch = 512
     cp.n_seq_max = 1
+    if a.kv_type == "f32":
+        # f32 keys and values, and no flash attention (its CPU kernel rounds to f16 on the way).
+        cp.type_k = cp.type_v = 0  # GGML_TYPE_F32
+        cp.flash_attn_type = 0  # LLAMA_FLASH_ATTN_TYPE_DISABLED
     cp.n_threads = cp.n_threads_batch = a.threads
     ctx = L.llama_init_from_model(model, cp)
     if not ctx:

@@ -7,6 +7,7 @@ use crate::kv::per_head::Frontier;
 use crate::kv::recommend::Recommendation;
 use crate::kv::simulate::StreamOutcome;
 use crate::metrics::massive;
+use crate::model::decoder::config::ExpertAct;
 use crate::model::decoder::{DecoderConfig, MlpKind, NormKind, NormPlacement, QkNorm};
 use crate::model::info::ModelInfo;
 use crate::report::export::Exported;
@@ -56,7 +57,17 @@ fn describe_switches(cfg: &DecoderConfig) -> String {
         MlpKind::Gelu => parts.push("GELU MLP".into()),
         MlpKind::GeGluTanh => parts.push("GeGLU MLP".into()),
         MlpKind::GeluTanh => parts.push("GELU (tanh) MLP".into()),
-        MlpKind::Moe(m) => parts.push(format!("mixture of {} experts, {} per token (clamped SwiGLU)", m.experts, m.top_k)),
+        MlpKind::Moe(m) => {
+            let expert = match m.expert {
+                ExpertAct::SwiGlu => "SwiGLU",
+                ExpertAct::ClampedSwiGlu { .. } => "clamped SwiGLU",
+            };
+            let weights = if m.norm_top_k { "weights renormalised over them" } else { "each weighted by its softmax over all" };
+            parts.push(format!("mixture of {} {expert} experts, {} per token, {weights}", m.experts, m.top_k));
+            if m.shared_ff > 0 {
+                parts.push(format!("a shared expert ({} wide) gated by σ(x·g)", m.shared_ff));
+            }
+        }
     }
     if a.learned_sinks {
         parts.push("a learned sink logit per head".into());

@@ -9,6 +9,7 @@ use candle_core::{Device, Tensor};
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value as Json;
 
+use super::decoder::config::ExpertAct;
 use super::decoder::config::MAX_SIZE;
 use super::decoder::{DecoderConfig, LayerAttn, MlpKind, Moe, Param};
 use super::family::{Family, TensorContext};
@@ -39,8 +40,9 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
     let family = Family::from_hf(&model_type).ok_or_else(|| {
         Error::file(&path, format!("unknown architecture model_type '{model_type}'; sinkscope reads the model_types {}", Family::hf_supported()))
     })?;
-    let unread = unread::hf_fields(map.iter().filter(|(_, v)| !v.is_null()).map(|(k, _)| k.as_str()));
     (family.hf_config)(&mut map, &path)?;
+    // After the family's rewrite: a field it consumed (checked and removed) has been read.
+    let unread = unread::hf_fields(map.iter().filter(|(_, v)| !v.is_null()).map(|(k, _)| k.as_str()));
     let json = Json::Object(map);
     check_activation(&json, &family, &path)?;
     let field = |key: &str| -> Option<&Json> { json.get(key).filter(|v| !v.is_null()) };
@@ -102,13 +104,27 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
         Some(RopeScaling::Interpolated(interpolation)) => Some(interpolation.factors(rope_theta, arch.rotary_dims.unwrap_or(d_head))),
         None => None,
     };
+    let mut d_ff = req("intermediate_size");
     if let MlpKind::Moe(defaults) = arch.mlp {
+        let num = |k: &str| json.get(k).and_then(Json::as_u64).map(|v| v as usize);
+        let expert = match defaults.expert {
+            ExpertAct::ClampedSwiGlu { alpha, limit } => ExpertAct::ClampedSwiGlu {
+                alpha: json.get("swiglu_alpha").and_then(Json::as_f64).unwrap_or(alpha),
+                limit: json.get("swiglu_limit").and_then(Json::as_f64).unwrap_or(limit),
+            },
+            ExpertAct::SwiGlu => ExpertAct::SwiGlu,
+        };
         arch.mlp = MlpKind::Moe(Moe {
-            experts: req("num_local_experts")?,
+            experts: num("num_local_experts").or_else(|| num("num_experts")).map_or_else(|| req("num_local_experts"), Ok)?,
             top_k: req("num_experts_per_tok")?,
-            alpha: json.get("swiglu_alpha").and_then(Json::as_f64).unwrap_or(defaults.alpha),
-            limit: json.get("swiglu_limit").and_then(Json::as_f64).unwrap_or(defaults.limit),
+            norm_top_k: json.get("norm_topk_prob").and_then(Json::as_bool).unwrap_or(defaults.norm_top_k),
+            expert,
+            shared_ff: num("shared_expert_intermediate_size").unwrap_or(0),
         });
+        // The experts' width; `intermediate_size` is then the dense layers' (Qwen-MoE).
+        if let Some(ff) = num("moe_intermediate_size") {
+            d_ff = Ok(ff);
+        }
     }
     if let Some(s) = json.get("query_pre_attn_scalar").and_then(Json::as_f64).filter(|&s| s != d_head as f64) {
         arch.attn_scale = Some(1.0 / s.sqrt());
@@ -122,7 +138,7 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
         n_kv_heads: json.get("num_key_value_heads").and_then(Json::as_u64).map_or(n_heads, |v| v as usize),
         d_model,
         d_head,
-        d_ff: req("intermediate_size")?,
+        d_ff: d_ff?,
         vocab_size: req("vocab_size")?,
         context_len: req("max_position_embeddings")?,
         rope_theta,

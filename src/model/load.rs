@@ -10,7 +10,7 @@ use candle_core::DType;
 
 use super::decoder::config::{ParamSource, MAX_SIZE};
 use super::decoder::finite::scan_param;
-use super::decoder::{Decoder, DecoderConfig, LayerAttn, Param, WeightDtype};
+use super::decoder::{Decoder, DecoderConfig, LayerAttn, MlpKind, Param, WeightDtype};
 use super::family::Family;
 use super::fit;
 use super::gguf;
@@ -126,8 +126,21 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
         Error::file(path, format!("unknown architecture '{arch}'; sinkscope supports GGUF models of the architectures {}", Family::gguf_supported()))
     })?;
     let key = |k: &str| format!("{arch}.{k}");
+    let experts = file.get(&key("expert_count")).and_then(gguf::Value::as_u64).unwrap_or(0);
+    let family = family.with_gguf_experts(experts);
+    // Experts without a count (what loading them as a dense block would call a missing MLP).
+    if let Some(t) = file.tensors.keys().find(|n| n.contains("_exps.")).filter(|_| !family.is_moe()) {
+        return Err(Error::file(
+            path,
+            format!(
+                "holds {t} (a mixture of experts) but no {} > 0, which sinkscope needs to compute it; the file is incomplete",
+                key("expert_count")
+            ),
+        ));
+    }
     let unread_keys = unread::gguf_keys(
         &arch,
+        family.is_moe(),
         file.metadata.keys().map(String::as_str),
         |k| file.get(k).and_then(gguf::Value::as_u64),
         |k| file.get(k).and_then(gguf::Value::as_bool),
@@ -173,13 +186,29 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
     switches.attn_logit_softcap = file.opt_f64(&key("attn_logit_softcapping")).filter(|&c| c != 0.0);
     switches.final_logit_softcap = file.opt_f64(&key("final_logit_softcapping")).filter(|&c| c != 0.0);
     let rope_freq_factors = gguf_freq_factors(&file, &arch, switches.rotary_dims.unwrap_or(d_head))?;
+    let mut d_ff = file.req_u64(&key("feed_forward_length"))? as usize;
+    if let MlpKind::Moe(moe) = &mut switches.mlp {
+        let count = |k: &str| -> Result<Option<usize>> {
+            match file.get(&key(k)) {
+                None => Ok(None),
+                Some(v) => v
+                    .as_u64()
+                    .map(|n| Some(n as usize))
+                    .ok_or_else(|| Error::file(path, format!("{} is not one count (a count per layer is not computed yet)", key(k)))),
+            }
+        };
+        moe.experts = experts as usize;
+        moe.top_k = file.req_u64(&key("expert_used_count"))? as usize;
+        moe.shared_ff = count("expert_shared_feed_forward_length")?.unwrap_or(0);
+        d_ff = count("expert_feed_forward_length")?.unwrap_or(d_ff);
+    }
     let cfg = DecoderConfig {
         n_layers,
         n_heads,
         n_kv_heads: file.get(&key("attention.head_count_kv")).and_then(gguf::Value::as_u64).map_or(n_heads, |v| v as usize),
         d_model,
         d_head,
-        d_ff: file.req_u64(&key("feed_forward_length"))? as usize,
+        d_ff,
         vocab_size,
         context_len: file.req_u64(&key("context_length"))? as usize,
         rope_theta,

@@ -126,10 +126,15 @@ const INERT_GGUF_KEYS: &[(&str, &str)] = &[
     ("expert_used_count", "no experts (any other count is refused)"),
 ];
 
+/// GGUF `{arch}.*` keys a mixture-of-experts family's loader reads.
+pub const GGUF_MOE_KEYS: &[&str] = &["expert_count", "expert_used_count", "expert_feed_forward_length", "expert_shared_feed_forward_length"];
+
 /// The `{arch}.*` keys of a GGUF file the loader neither reads nor knows to be inert, and inert
-/// keys whose value would change the arithmetic. `get_u64`/`get_bool` read a key's value.
+/// keys whose value would change the arithmetic (`moe`: the family reads [`GGUF_MOE_KEYS`]).
+/// `get_u64`/`get_bool` read a key's value.
 pub fn gguf_keys<'a>(
     arch: &str,
+    moe: bool,
     keys: impl Iterator<Item = &'a str>,
     value_u64: impl Fn(&str) -> Option<u64>,
     value_bool: impl Fn(&str) -> Option<bool>,
@@ -138,7 +143,7 @@ pub fn gguf_keys<'a>(
     let mut unread = Vec::new();
     for key in keys {
         let Some(local) = key.strip_prefix(&prefix) else { continue };
-        if GGUF_READ_KEYS.contains(&local) {
+        if GGUF_READ_KEYS.contains(&local) || (moe && GGUF_MOE_KEYS.contains(&local)) {
             continue;
         }
         let changes = match local {
@@ -212,7 +217,11 @@ pub const HF_READ_FIELDS: &[&str] = &[
     "scale_attn_by_inverse_layer_idx",
     "scale_attn_weights",
     "num_local_experts",
+    "num_experts",
     "num_experts_per_tok",
+    "norm_topk_prob",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
     "swiglu_alpha",
     "swiglu_limit",
     "use_bidirectional_attention",
@@ -236,6 +245,10 @@ const INERT_HF_FIELDS: &[(&str, &str)] = &[
     ("is_llama_config", "a nanotron export's note; transformers ignores it"),
     ("rope_interleaved", "a nanotron export's note; transformers ignores it and rotates halves"),
     ("experts_per_token", "gpt-oss's copy of num_experts_per_tok, which is read"),
+    ("router_aux_loss_coef", "training's load-balancing loss"),
+    ("output_router_logits", "whether the router's logits are returned for that loss"),
+    ("router_jitter_noise", "router noise, applied in training only"),
+    ("qkv_bias", "q/k/v biases are read wherever the file has them"),
     ("use_cache", "whether generation keeps a KV cache"),
     ("bos_token_id", "special token ids: the tokenizer's own are used"),
     ("eos_token_id", "special token ids: the tokenizer's own are used"),
@@ -341,9 +354,9 @@ mod tests {
     fn gguf_keys_are_read_inert_or_refused() {
         let keys = ["llama.block_count", "llama.expert_count", "llama.attention.causal", "llama.ssm.conv_kernel", "general.name"];
         let zero = |_: &str| Some(0);
-        let unread = gguf_keys("llama", keys.into_iter(), zero, |_| Some(true));
+        let unread = gguf_keys("llama", false, keys.into_iter(), zero, |_| Some(true));
         assert_eq!(unread.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(), ["llama.ssm.conv_kernel"]);
-        let experts = gguf_keys("llama", keys.into_iter(), |_| Some(8), |_| Some(false));
+        let experts = gguf_keys("llama", false, keys.into_iter(), |_| Some(8), |_| Some(false));
         assert_eq!(
             experts.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(),
             ["llama.expert_count", "llama.attention.causal", "llama.ssm.conv_kernel"]

@@ -53,7 +53,7 @@ pub(crate) enum Mlp {
         down: Linear,
         tanh: bool,
     },
-    Moe(MoeMlp),
+    Moe(Box<MoeMlp>),
 }
 
 impl Mlp {
@@ -164,7 +164,7 @@ impl Block {
             false => None,
         };
         if let MlpKind::Moe(shape) = cfg.arch.mlp {
-            let mlp = Mlp::Moe(MoeMlp::load(cfg, shape, l, path, get)?);
+            let mlp = Mlp::Moe(Box::new(MoeMlp::load(cfg, shape, l, path, get)?));
             return Ok(Block { attn_in, attn_out, mlp_in, mlp_out, qkv, qk_norm, o_proj, sinks, mlp });
         }
         let down = Linear::new(take_req(get, path, &n("ffn_down.weight"), &[d, ff])?, down_bias)?;

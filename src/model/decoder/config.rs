@@ -88,21 +88,35 @@ pub enum MlpKind {
     /// down(gelu_tanh(up(x) + b) + b), GELU's tanh approximation (`gelu_new`): GPT-2, Phi.
     GeluTanh,
     /// A mixture of experts: a router picks the top-k experts per token and weighs them by a
-    /// softmax over their logits; each expert is a clamped SwiGLU with biases,
-    /// (up + 1) · gate · σ(α · gate) (gpt-oss).
+    /// softmax over the experts' logits ([`Moe`]).
     Moe(Moe),
 }
 
-/// A mixture-of-experts MLP's shape and its experts' clamped SwiGLU (gpt-oss).
+/// A mixture-of-experts MLP: its shape, how the chosen experts are weighed, what each computes.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Moe {
     pub experts: usize,
     /// Experts each token is routed to.
     pub top_k: usize,
-    /// σ(α · gate) in the gate's activation.
-    pub alpha: f64,
-    /// gate clamped to ≤ limit, up to [−limit, limit].
-    pub limit: f64,
+    /// The chosen experts' softmax weights divided by their sum (a softmax over the chosen
+    /// logits: Mixtral, gpt-oss, Qwen3-MoE); otherwise each keeps its softmax over all experts
+    /// (`norm_topk_prob` false: Qwen2-MoE, OLMoE).
+    pub norm_top_k: bool,
+    pub expert: ExpertAct,
+    /// Width of a shared SwiGLU expert every token also goes through, its output weighed by
+    /// σ(x · g) (Qwen2-MoE's `shared_expert`); 0: none.
+    pub shared_ff: usize,
+}
+
+/// What one expert computes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpertAct {
+    /// down(silu(gate(x)) · up(x)), no biases (Mixtral, Qwen-MoE, OLMoE).
+    SwiGlu,
+    /// A SwiGLU with biases whose gate and up are clamped (gate ≤ limit, up to [−limit, limit]),
+    /// (up + 1) · gate · σ(α · gate) (gpt-oss).
+    ClampedSwiGlu { alpha: f64, limit: f64 },
 }
 
 /// How a family normalises queries and keys before RoPE.
@@ -265,7 +279,7 @@ impl DecoderConfig {
             return Err(bad("a layer's rope theta is not positive".into()));
         }
         if let MlpKind::Moe(m) = self.arch.mlp {
-            if m.experts == 0 || m.top_k == 0 || m.top_k > m.experts || m.experts > 1 << 16 {
+            if m.experts == 0 || m.top_k == 0 || m.top_k > m.experts || m.experts > 1 << 16 || m.shared_ff > MAX_SIZE {
                 return Err(bad(format!("{} of {} experts per token", m.top_k, m.experts)));
             }
         }

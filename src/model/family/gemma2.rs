@@ -22,4 +22,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_windows: Some(GgufWindows { global_every: 2, local_rope_theta: None, default_window: Some(4096) }),
     // Gemma 2 27B.
     gguf_attn_scale_layers: &[46],
+    gguf_experts: None,
 };

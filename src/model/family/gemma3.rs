@@ -26,6 +26,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_windows: Some(GgufWindows { global_every: 6, local_rope_theta: Some(10_000.0), default_window: None }),
     // Gemma 3 27B.
     gguf_attn_scale_layers: &[62],
+    gguf_experts: None,
 };
 
 /// Gemma's HF names: Llama's, with the MLP's input norm named for its place in the sandwich.
@@ -34,6 +35,7 @@ pub(super) const GEMMA_NAMES: HfNames = HfNames {
     layer_prefix: "model.layers.",
     tails: &[],
     modules: &[&[("ffn_norm", "pre_feedforward_layernorm")], LLAMA_MODULES],
+    experts: &[],
 };
 
 /// Configs written before `layer_types` give the pattern as `sliding_window_pattern` (every Nth

@@ -38,11 +38,13 @@ pub const SPEC: FamilySpec = FamilySpec {
             ("ffn_up", "mlp.c_fc"),
             ("ffn_down", "mlp.c_proj"),
         ]],
+        experts: &[],
     },
     hf_config: standard_keys,
     hf_tensor: conv1d_transposed,
     gguf_windows: None,
     gguf_attn_scale_layers: &[],
+    gguf_experts: None,
 };
 
 /// GPT-2's config keys for what the other families call `hidden_size` and so on; `n_inner` null

@@ -32,11 +32,13 @@ pub const SPEC: FamilySpec = FamilySpec {
             ("ffn_up", "mlp.dense_h_to_4h"),
             ("ffn_down", "mlp.dense_4h_to_h"),
         ]],
+        experts: &[],
     },
     hf_config: no_rewrite,
     hf_tensor: regroup_qkv,
     gguf_windows: None,
     gguf_attn_scale_layers: &[],
+    gguf_experts: None,
 };
 
 /// NeoX fuses q|k|v per head ((head, q|k|v, d_head) rows); the decoder reads all queries, then all

@@ -3,7 +3,7 @@
 //! between global ones, YaRN RoPE (read from the config by the generic reader).
 
 use super::spec::{alternating_layer_types, keep, FamilySpec, HfNames, LLAMA_FIXED, LLAMA_MODULES};
-use crate::model::decoder::config::{ArchSwitches, MlpKind, Moe, LLAMA};
+use crate::model::decoder::config::{ArchSwitches, ExpertAct, MlpKind, Moe, LLAMA};
 use crate::model::rope::RopeLayout;
 
 pub const SPEC: FamilySpec = FamilySpec {
@@ -14,7 +14,17 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_rope: RopeLayout::HalfSplit,
     // The number of experts and how many a token uses come from the config; α and the clamp are
     // transformers' defaults unless it sets `swiglu_alpha` / `swiglu_limit`.
-    switches: ArchSwitches { mlp: MlpKind::Moe(Moe { experts: 0, top_k: 0, alpha: 1.702, limit: 7.0 }), learned_sinks: true, ..LLAMA },
+    switches: ArchSwitches {
+        mlp: MlpKind::Moe(Moe {
+            experts: 0,
+            top_k: 0,
+            norm_top_k: true,
+            expert: ExpertAct::ClampedSwiGlu { alpha: 1.702, limit: 7.0 },
+            shared_ff: 0,
+        }),
+        learned_sinks: true,
+        ..LLAMA
+    },
     // The sink logits, the router and the experts (kept in transformers' layout, see `MoeMlp::load`).
     hf_names: HfNames {
         fixed: LLAMA_FIXED,
@@ -29,9 +39,11 @@ pub const SPEC: FamilySpec = FamilySpec {
             ("ffn_down_exps.bias", "mlp.experts.down_proj_bias"),
         ]],
         modules: &[LLAMA_MODULES],
+        experts: &[],
     },
     hf_config: alternating_layer_types,
     hf_tensor: keep,
     gguf_windows: None,
     gguf_attn_scale_layers: &[],
+    gguf_experts: None,
 };

@@ -17,4 +17,6 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_tensor: keep,
     gguf_windows: None,
     gguf_attn_scale_layers: &[],
+    // A `llama` GGUF with experts is Mixtral (llama.cpp's converter writes it so).
+    gguf_experts: Some(&super::mixtral::SPEC),
 };

@@ -12,22 +12,32 @@ mod gpt_neox;
 mod gpt_oss;
 mod llama;
 mod mistral;
+mod mixtral;
 mod olmo2;
+mod olmoe;
 mod phi;
 mod phi3;
 mod qwen2;
+mod qwen2_moe;
 mod qwen3;
+mod qwen3_moe;
 mod spec;
 
 pub use spec::{FamilySpec, GgufWindows, HfNames, TensorContext};
 
+use crate::model::decoder::config::MlpKind;
+
 /// Every family the decoder runs, in the order the README lists them.
-pub const FAMILIES: [&FamilySpec; 12] = [
+pub const FAMILIES: [&FamilySpec; 16] = [
     &llama::SPEC,
     &mistral::SPEC,
+    &mixtral::SPEC,
     &qwen2::SPEC,
+    &qwen2_moe::SPEC,
     &qwen3::SPEC,
+    &qwen3_moe::SPEC,
     &olmo2::SPEC,
+    &olmoe::SPEC,
     &gpt_neox::SPEC,
     &gemma2::SPEC,
     &gemma3::SPEC,
@@ -50,6 +60,20 @@ impl Family {
     /// The family of a GGUF `general.architecture`.
     pub fn from_gguf(arch: &str) -> Option<Family> {
         FAMILIES.iter().find(|f| f.gguf_archs.contains(&arch)).map(|f| Family(f))
+    }
+
+    /// The family a GGUF file of this architecture is, given its `expert_count` (a `llama` file
+    /// with experts is Mixtral).
+    pub fn with_gguf_experts(self, experts: u64) -> Family {
+        match self.0.gguf_experts {
+            Some(spec) if experts > 0 => Family(spec),
+            _ => self,
+        }
+    }
+
+    /// Whether the family's MLP is a mixture of experts.
+    pub fn is_moe(self) -> bool {
+        matches!(self.0.switches.mlp, MlpKind::Moe(_))
     }
 
     /// Every HF `model_type` sinkscope reads, sorted: "gemma3, gemma3_text, …".
@@ -113,9 +137,12 @@ mod tests {
     fn supported_lists_come_from_the_families() {
         assert_eq!(
             Family::hf_supported(),
-            "gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, llama, mistral, olmo2, phi, phi3, qwen2, qwen3, smollm"
+            "gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, llama, mistral, mixtral, olmo2, olmoe, phi, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm"
         );
-        assert_eq!(Family::gguf_supported(), "llama, mistral, qwen2, qwen3, olmo2, gptneox, gemma2, gemma3, phi2, phi3 and gpt2");
+        assert_eq!(
+            Family::gguf_supported(),
+            "llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, olmo2, olmoe, gptneox, gemma2, gemma3, phi2, phi3 and gpt2"
+        );
         assert_eq!(Family::gguf_windowed_supported(), "gemma2, gemma3 and phi3");
     }
 
@@ -147,5 +174,8 @@ mod tests {
         assert_eq!(name("gemma3", "blk.2.ffn_norm.weight").as_deref(), Some("model.layers.2.pre_feedforward_layernorm.weight"));
         assert_eq!(name("gpt_oss", "blk.0.attn_sinks.weight").as_deref(), Some("model.layers.0.self_attn.sinks"));
         assert_eq!(name("gpt_oss", "blk.0.attn_q.weight").as_deref(), Some("model.layers.0.self_attn.q_proj.weight"));
+        assert_eq!(name("mixtral", "blk.1.ffn_up_exps.3.weight").as_deref(), Some("model.layers.1.block_sparse_moe.experts.3.w3.weight"));
+        assert_eq!(name("qwen2_moe", "blk.0.ffn_gate_inp_shexp.weight").as_deref(), Some("model.layers.0.mlp.shared_expert_gate.weight"));
+        assert_eq!(name("olmoe", "blk.0.ffn_down_exps.x.weight"), None);
     }
 }

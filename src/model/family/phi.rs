@@ -31,9 +31,11 @@ pub const SPEC: FamilySpec = FamilySpec {
             ("ffn_up", "mlp.fc1"),
             ("ffn_down", "mlp.fc2"),
         ]],
+        experts: &[],
     },
     hf_config: no_rewrite,
     hf_tensor: keep,
     gguf_windows: None,
     gguf_attn_scale_layers: &[],
+    gguf_experts: None,
 };

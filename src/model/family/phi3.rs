@@ -19,6 +19,7 @@ pub const SPEC: FamilySpec = FamilySpec {
         layer_prefix: "model.layers.",
         tails: &[],
         modules: &[&[("attn_qkv", "self_attn.qkv_proj"), ("ffn_up", "mlp.gate_up_proj")], LLAMA_MODULES],
+        experts: &[],
     },
     hf_config: no_rewrite,
     hf_tensor: keep,
@@ -26,4 +27,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     // states one (llama.cpp 0.3.36 turns Phi-3's window off and warns that results may suffer).
     gguf_windows: Some(GgufWindows { global_every: 0, local_rope_theta: None, default_window: None }),
     gguf_attn_scale_layers: &[],
+    gguf_experts: None,
 };

@@ -21,6 +21,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_tensor: keep,
     gguf_windows: None,
     gguf_attn_scale_layers: &[],
+    gguf_experts: None,
 };
 
 /// Qwen2/3 configs carry a `sliding_window` that applies only with `use_sliding_window`, and then

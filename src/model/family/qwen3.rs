@@ -17,4 +17,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_tensor: keep,
     gguf_windows: None,
     gguf_attn_scale_layers: &[],
+    gguf_experts: None,
 };

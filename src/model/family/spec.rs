@@ -38,6 +38,9 @@ pub struct FamilySpec {
     /// instead of d_head^−½ (its rule for Gemma's 27B sizes, which HF states as
     /// `query_pre_attn_scalar`).
     pub gguf_attn_scale_layers: &'static [usize],
+    /// The family a GGUF file of this architecture is when it has experts
+    /// (`{arch}.expert_count` > 0): llama.cpp writes Mixtral as `llama`.
+    pub gguf_experts: Option<&'static FamilySpec>,
 }
 
 /// What a tensor fix may need to know of the model.
@@ -81,6 +84,9 @@ pub struct HfNames {
     pub tails: &'static [&'static [(&'static str, &'static str)]],
     /// Canonical module names mapped with their `.weight` / `.bias` kept.
     pub modules: &'static [&'static [(&'static str, &'static str)]],
+    /// Per-expert modules: the canonical `ffn_gate_exps.{x}` (expert x of a mixture the HF
+    /// checkpoint stores one matrix per expert) → the family's HF module with `{x}` in it.
+    pub experts: &'static [(&'static str, &'static str)],
 }
 
 impl HfNames {
@@ -94,6 +100,10 @@ impl HfNames {
             return Some(format!("{}{layer}.{hf}", self.layer_prefix));
         }
         let (module, kind) = tail.rsplit_once('.')?;
+        if let Some((module, expert)) = module.split_once('.').filter(|(_, x)| x.parse::<usize>().is_ok()) {
+            let (_, mapped) = self.experts.iter().find(|(c, _)| *c == module)?;
+            return Some(format!("{}{layer}.{}.{kind}", self.layer_prefix, mapped.replace("{x}", expert)));
+        }
         let (_, mapped) = self.modules.iter().flat_map(|t| t.iter()).find(|(c, _)| *c == module)?;
         Some(format!("{}{layer}.{mapped}.{kind}", self.layer_prefix))
     }
@@ -121,7 +131,25 @@ pub const LLAMA_MODULES: &[(&str, &str)] = &[
 ];
 
 /// Llama's HF names.
-pub const LLAMA_NAMES: HfNames = HfNames { fixed: LLAMA_FIXED, layer_prefix: "model.layers.", tails: &[], modules: &[LLAMA_MODULES] };
+pub const LLAMA_NAMES: HfNames = HfNames { fixed: LLAMA_FIXED, layer_prefix: "model.layers.", tails: &[], modules: &[LLAMA_MODULES], experts: &[] };
+
+/// The router, experts and shared expert of the Qwen-MoE and OLMoE checkpoints (`mlp.gate`,
+/// `mlp.experts.{x}.*`, `mlp.shared_expert.*`), before Llama's modules.
+pub const QWEN_MOE_MODULES: &[(&str, &str)] = &[
+    ("ffn_gate_inp", "mlp.gate"),
+    ("ffn_gate_shexp", "mlp.shared_expert.gate_proj"),
+    ("ffn_up_shexp", "mlp.shared_expert.up_proj"),
+    ("ffn_down_shexp", "mlp.shared_expert.down_proj"),
+    ("ffn_gate_inp_shexp", "mlp.shared_expert_gate"),
+];
+
+/// Their experts, one matrix each.
+pub const QWEN_MOE_EXPERTS: &[(&str, &str)] =
+    &[("ffn_gate_exps", "mlp.experts.{x}.gate_proj"), ("ffn_up_exps", "mlp.experts.{x}.up_proj"), ("ffn_down_exps", "mlp.experts.{x}.down_proj")];
+
+/// Their HF names.
+pub const QWEN_MOE_NAMES: HfNames =
+    HfNames { fixed: LLAMA_FIXED, layer_prefix: "model.layers.", tails: &[], modules: &[QWEN_MOE_MODULES, LLAMA_MODULES], experts: QWEN_MOE_EXPERTS };
 
 /// Copies a family's own config keys to the names the reader looks for, where those are absent.
 pub fn alias_keys(json: &mut Map<String, Json>, aliases: &[(&str, &str)]) {

@@ -82,11 +82,9 @@ pub fn read(gguf: &GgufFile) -> Result<Embedded> {
             let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
             let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| bad(&format!("cannot build BPE ({e})")))?;
             let mut inner = tokenizers::Tokenizer::new(bpe);
-            inner.with_pre_tokenizer(Some(
-                byte_level_pre_tokenizer(pre).ok_or_else(|| {
-                    bad(&format!("pre-tokenizer '{pre}' is not supported (known: default, gpt2, smollm, llama3, llama-bpe, qwen2)"))
-                })?,
-            ));
+            inner.with_pre_tokenizer(Some(byte_level_pre_tokenizer(pre).ok_or_else(|| {
+                bad(&format!("pre-tokenizer '{pre}' is not supported (known: default, gpt2, olmo, mpt, smollm, llama3, llama-bpe, qwen2)"))
+            })?));
             inner.with_decoder(Some(ByteLevel::default()));
             let specials: Vec<AddedToken> = tokens
                 .iter()
@@ -115,7 +113,8 @@ fn byte_level_pre_tokenizer(pre: &str) -> Option<PreTokenizerWrapper> {
         Some(PreTokenizerWrapper::Sequence(Sequence::new(vec![split.into(), ByteLevel::new(false, true, false).into()])))
     };
     match pre {
-        "default" | "gpt2" | "gpt-2" => Some(byte_level.into()),
+        // llama.cpp splits `olmo` and `mpt` with GPT-2's expression too.
+        "default" | "gpt2" | "gpt-2" | "olmo" | "mpt" => Some(byte_level.into()),
         // SmolLM2 (and llama.cpp's `smollm`): each digit on its own before GPT-2's split.
         "smollm" => Some(PreTokenizerWrapper::Sequence(Sequence::new(vec![Digits::new(true).into(), byte_level.into()]))),
         "llama3" | "llama-bpe" | "llama-v3" => regex_split(LLAMA3_REGEX),
