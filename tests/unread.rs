@@ -13,10 +13,11 @@ use sinkscope::model::{load, LoadOptions};
 
 /// The GGUF fixtures of every family that has a GGUF layout (tiny, and the real stories260K).
 fn gguf_files() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = ["llama3", "gemma2", "phi3", "qwen3", "olmo2", "gpt_neox", "phi", "gpt2"]
-        .iter()
-        .map(|f| common::fixture(&format!("arch/{f}/model.gguf")))
-        .collect();
+    let mut files: Vec<PathBuf> =
+        ["llama3", "gemma2", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "smollm3", "qwen3", "olmo2", "gpt_neox", "phi", "gpt2"]
+            .iter()
+            .map(|f| common::fixture(&format!("arch/{f}/model.gguf")))
+            .collect();
     files.push(common::data_dir().join("models/stories260K.gguf"));
     files
 }
@@ -34,6 +35,7 @@ fn hf_dirs() -> Vec<PathBuf> {
         "qwen2_moe",
         "qwen3_moe",
         "olmoe",
+        "smollm3",
         "llama_f32",
         "mistral",
         "qwen3",
@@ -254,22 +256,6 @@ fn the_real_smollm2_gguf_with_an_injected_tensor_is_refused_and_listed_by_the_bi
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Copies an HF fixture directory, letting `edit` change its config.json.
-fn edited_hf(src: &Path, dst: &Path, edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) {
-    let _ = std::fs::remove_dir_all(dst);
-    std::fs::create_dir_all(dst).unwrap();
-    for entry in std::fs::read_dir(src).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e != "gguf") {
-            std::fs::copy(&path, dst.join(path.file_name().unwrap())).unwrap();
-        }
-    }
-    let mut config: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
-    edit(&mut config);
-    std::fs::write(dst.join("config.json"), serde_json::to_string_pretty(&config).unwrap()).unwrap();
-}
-
 #[test]
 fn hf_fields_and_tensors_no_decoder_reads_are_refused_by_name() {
     use serde_json::json;
@@ -277,28 +263,28 @@ fn hf_fields_and_tensors_no_decoder_reads_are_refused_by_name() {
     for src in hf_dirs() {
         let name = src.file_name().unwrap().to_string_lossy().into_owned();
         let dst = dir.join(&name);
-        edited_hf(&src, &dst, |_| {});
+        common::edited_hf(&src, &dst, |_| {});
         load(dst.to_str().unwrap(), &LoadOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
         // Granite's multipliers, a field sinkscope does not read.
-        edited_hf(&src, &dst, |c| {
+        common::edited_hf(&src, &dst, |c| {
             c.insert("residual_multiplier".into(), json!(0.22));
         });
         let err = load_err(&dst);
         assert!(err.contains("residual_multiplier (a scaling of embeddings, residuals, attention or logits)"), "{name}: {err}");
         // A RoPE scaling whose base changes with the sequence length.
-        edited_hf(&src, &dst, |c| {
+        common::edited_hf(&src, &dst, |c| {
             c.insert("rope_scaling".into(), json!({"rope_type": "dynamic", "factor": 2.0}));
         });
         let err = load_err(&dst);
         assert!(err.contains("RoPE scaling 'dynamic'"), "{name}: {err}");
         // Another activation than the family's MLP computes.
-        edited_hf(&src, &dst, |c| {
+        common::edited_hf(&src, &dst, |c| {
             c.insert("hidden_act".into(), json!("relu"));
         });
         let err = load_err(&dst);
         assert!(err.contains("hidden_act = \"relu\""), "{name}: {err}");
         // Inert fields load.
-        edited_hf(&src, &dst, |c| {
+        common::edited_hf(&src, &dst, |c| {
             c.insert("attention_dropout".into(), json!(0.1));
             c.insert("transformers_version".into(), json!("4.0.0"));
         });
@@ -307,7 +293,7 @@ fn hf_fields_and_tensors_no_decoder_reads_are_refused_by_name() {
     // An extra tensor in the safetensors file, named for what it suggests.
     let src = common::fixture("arch/llama3");
     let dst = dir.join("llama3-gated");
-    edited_hf(&src, &dst, |_| {});
+    common::edited_hf(&src, &dst, |_| {});
     let st_path = dst.join("model.safetensors");
     let bytes = std::fs::read(&st_path).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
@@ -364,7 +350,7 @@ fn phi3_window_is_read_from_both_formats() {
     use sinkscope::model::receiver::NoCapture;
     let dir = common::temp_dir("unread-phi3-window");
     let (hf, gguf) = (dir.join("phi3-hf"), dir.join("phi3.gguf"));
-    edited_hf(&common::fixture("arch/phi3"), &hf, |c| {
+    common::edited_hf(&common::fixture("arch/phi3"), &hf, |c| {
         c.insert("sliding_window".into(), serde_json::json!(16));
     });
     let src = common::fixture("arch/phi3/model.gguf");

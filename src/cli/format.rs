@@ -90,22 +90,35 @@ fn describe_switches(cfg: &DecoderConfig) -> String {
     if let Some(s) = a.attn_scale {
         parts.push(format!("attention scale {s:.4}"));
     }
+    let nope = cfg.nope_layers();
+    if !nope.is_empty() {
+        parts.push(format!("no RoPE on {}", which_layers(&nope, cfg.n_layers)));
+    }
     if let Some(w) = cfg.window() {
         let windowed = cfg.windowed_layers();
-        let global_every = (2..=cfg.n_layers).find(|n| (0..cfg.n_layers).all(|l| windowed.contains(&l) != (l + 1).is_multiple_of(*n)));
-        let which = match global_every {
-            _ if windowed.len() == cfg.n_layers => "every layer".to_string(),
-            Some(n) => format!("all but every {} layer", ordinal(n)),
-            None => format!("layers {}", windowed.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")),
-        };
         let local_theta = windowed.first().map(|&l| cfg.layers[l].rope_theta).filter(|&t| t != cfg.rope_theta);
         let base = local_theta.map_or(String::new(), |t| format!(", RoPE base {t} there"));
-        parts.push(format!("sliding window of {w} keys on {which}{base}"));
+        parts.push(format!("sliding window of {w} keys on {}{base}", which_layers(&windowed, cfg.n_layers)));
     }
     if parts.is_empty() {
         "as Llama".into()
     } else {
         parts.join(", ")
+    }
+}
+
+/// Names a set of layers among `n`: "every layer", "every 4th layer", "all but every 6th layer",
+/// or the list.
+fn which_layers(set: &[usize], n: usize) -> String {
+    let every = |inside: bool| (2..=n).find(|k| (0..n).all(|l| set.contains(&l) == ((l + 1).is_multiple_of(*k) == inside)));
+    if set.len() == n {
+        "every layer".into()
+    } else if let Some(k) = every(true) {
+        format!("every {} layer", ordinal(k))
+    } else if let Some(k) = every(false) {
+        format!("all but every {} layer", ordinal(k))
+    } else {
+        format!("layers {}", set.iter().map(usize::to_string).collect::<Vec<_>>().join(", "))
     }
 }
 

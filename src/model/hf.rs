@@ -81,7 +81,8 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
         .or_else(|| json.get("rotary_emb_base"))
         .and_then(Json::as_f64)
         .unwrap_or(10000.0);
-    let layers = layer_attention(&json, n_layers, rope_theta, &path)?;
+    let mut layers = layer_attention(&json, n_layers, rope_theta, &path)?;
+    mark_nope_layers(&json, &mut layers, &path)?;
     let d_head = json.get("head_dim").and_then(Json::as_u64).map_or(d_model / n_heads.max(1), |v| v as usize);
     let mut arch = family.switches;
     if let Some(f) = json
@@ -194,7 +195,7 @@ fn layer_attention(json: &Json, n_layers: usize, rope_theta: f64, path: &Path) -
         .or_else(|| json.get("rope_local_base_freq"))
         .and_then(Json::as_f64)
         .unwrap_or(rope_theta);
-    let windowed = LayerAttn { window: Some(w as usize), rope_theta: local_theta };
+    let windowed = LayerAttn { window: Some(w as usize), rope_theta: local_theta, nope: false };
     let Some(types) = json.get("layer_types").filter(|v| !v.is_null()) else { return Ok(vec![windowed; n_layers]) };
     let types = types.as_array().ok_or_else(|| Error::file(path, "has layer_types that is not a list; config.json is corrupt"))?;
     if types.len() != n_layers {
@@ -208,6 +209,18 @@ fn layer_attention(json: &Json, n_layers: usize, rope_theta: f64, path: &Path) -
             other => Err(Error::file(path, format!("has a layer of type {other:?}, which sinkscope does not compute (it knows full_attention and sliding_attention); the numbers would be another model's"))),
         })
         .collect()
+}
+
+/// Marks the layers `no_rope_layers` (one flag per layer, SmolLM3's: 1 rotates, 0 does not)
+/// leaves unrotated.
+fn mark_nope_layers(json: &Json, layers: &mut [LayerAttn], path: &Path) -> Result<()> {
+    let Some(flags) = json.get("no_rope_layers").filter(|v| !v.is_null()) else { return Ok(()) };
+    let flags: Option<Vec<u64>> = flags.as_array().and_then(|a| a.iter().map(Json::as_u64).collect());
+    let flags = flags.filter(|f| f.len() == layers.len() && f.iter().all(|&x| x <= 1)).ok_or_else(|| {
+        Error::file(path, format!("has no_rope_layers that is not one 0/1 flag per layer ({}); config.json is corrupt", layers.len()))
+    })?;
+    layers.iter_mut().zip(flags).for_each(|(layer, rotates)| layer.nope = rotates == 0);
+    Ok(())
 }
 
 /// A RoPE scaling transformers defines and sinkscope computes.
@@ -437,7 +450,7 @@ mod tests {
         let types = r#"["sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention"]"#;
         let cfg = config(&format!(r#"{{"model_type": "gemma3_text", {SHAPE}, "num_hidden_layers": 5, "sliding_window": 16, "layer_types": {types}, "rope_theta": 1e6, "rope_local_base_freq": 1e4}}"#)).unwrap();
         assert_eq!(cfg.windowed_layers(), [0, 1, 3]);
-        assert_eq!(cfg.layers[0], LayerAttn { window: Some(16), rope_theta: 1e4 });
+        assert_eq!(cfg.layers[0], LayerAttn { window: Some(16), rope_theta: 1e4, nope: false });
         assert_eq!(cfg.layers[2], LayerAttn::global(1e6));
         // Mistral: no layer_types, every layer windowed; Qwen ignores an unused window.
         let mistral = config(&format!(r#"{{"model_type": "mistral", {SHAPE}, "num_hidden_layers": 3, "sliding_window": 8}}"#)).unwrap();

@@ -123,6 +123,8 @@ struct ModelInfoRecord {
     window: Option<usize>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     windowed_layers: Vec<usize>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    nope_layers: Vec<usize>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     learned_sinks: bool,
     #[serde(default)]
@@ -153,6 +155,7 @@ impl From<ModelInfo> for ModelInfoRecord {
             rms_eps: c.rms_eps,
             window: c.window(),
             windowed_layers: c.windowed_layers(),
+            nope_layers: c.nope_layers(),
             learned_sinks: c.arch.learned_sinks,
             source: m.source,
             format: m.format,
@@ -176,10 +179,14 @@ impl TryFrom<ModelInfoRecord> for ModelInfo {
     type Error = String;
 
     fn try_from(r: ModelInfoRecord) -> Result<Self, String> {
-        if r.n_layers > MAX_SIZE || r.windowed_layers.iter().any(|&l| l >= r.n_layers) {
+        if r.n_layers > MAX_SIZE || r.windowed_layers.iter().chain(&r.nope_layers).any(|&l| l >= r.n_layers) {
             return Err(format!("the model record's {} layers (windowed: {:?}) are impossible", r.n_layers, r.windowed_layers));
         }
-        let layer = |l: usize| LayerAttn { window: r.window.filter(|_| r.windowed_layers.contains(&l)), rope_theta: r.rope_theta };
+        let layer = |l: usize| LayerAttn {
+            window: r.window.filter(|_| r.windowed_layers.contains(&l)),
+            rope_theta: r.rope_theta,
+            nope: r.nope_layers.contains(&l),
+        };
         let config = DecoderConfig {
             n_layers: r.n_layers,
             n_heads: r.n_heads,

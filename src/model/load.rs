@@ -177,7 +177,10 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
         return Err(Error::file(path, format!("model configuration is impossible: layers = {n_layers}")));
     }
     let rope_theta = file.opt_f64(&key("rope.freq_base")).unwrap_or(10000.0);
-    let layers = gguf_layers(&file, &arch, family, n_layers, rope_theta)?;
+    let mut layers = gguf_layers(&file, &arch, family, n_layers, rope_theta)?;
+    if family.gguf_nope_every > 0 {
+        layers.iter_mut().skip(family.gguf_nope_every - 1).step_by(family.gguf_nope_every).for_each(|layer| layer.nope = true);
+    }
     // llama.cpp's rule for some sizes of a family (Gemma's 27B): queries scaled by
     // (d_model / heads)^−½ instead of d_head^−½, as the HF configs' query_pre_attn_scalar says.
     if family.gguf_attn_scale_layers.contains(&n_layers) && d_model / n_heads.max(1) != d_head {
@@ -278,7 +281,11 @@ fn gguf_layers(file: &gguf::GgufFile, arch: &str, family: Family, n_layers: usiz
         (_, Some(layout)) => layout,
     };
     let Some(window) = window.or(layout.default_window) else { return Ok(vec![LayerAttn::global(theta); n_layers]) };
-    let local = LayerAttn { window: Some(window), rope_theta: file.opt_f64(&key("rope.freq_base_swa")).or(layout.local_rope_theta).unwrap_or(theta) };
+    let local = LayerAttn {
+        window: Some(window),
+        rope_theta: file.opt_f64(&key("rope.freq_base_swa")).or(layout.local_rope_theta).unwrap_or(theta),
+        nope: false,
+    };
     let pattern_key = key("attention.sliding_window_pattern");
     let windowed: Vec<bool> = match file.get(&pattern_key) {
         Some(gguf::Value::Array(flags)) => {

@@ -203,12 +203,12 @@ impl Rope {
     }
 }
 
-/// One [`RopeTable`] per RoPE base, for caches that serve layers with different bases (Gemma 3's
-/// local and global layers).
+/// One [`RopeTable`] per RoPE base and rotary width, for caches that serve layers with different
+/// bases (Gemma 3's local and global layers) or none (SmolLM3's NoPE layers).
 #[derive(Debug, Clone)]
 pub struct RopeTables {
     d_head: usize,
-    tables: Vec<(u64, RopeTable)>,
+    tables: Vec<((u64, usize), RopeTable)>,
 }
 
 impl RopeTables {
@@ -216,9 +216,10 @@ impl RopeTables {
         RopeTables { d_head, tables: Vec::new() }
     }
 
-    /// The table of `rope`'s base.
+    /// The table of `rope`'s base and width.
     pub fn of(&mut self, rope: &Rope) -> Result<&mut RopeTable> {
-        let key = rope.theta.to_bits();
+        // A NoPE layer's rope (no rotated dimension) shares its base with the rotating ones.
+        let key = (rope.theta.to_bits(), rope.rot_dims);
         let i = match self.tables.iter().position(|(k, _)| *k == key) {
             Some(i) => i,
             None => {

@@ -209,6 +209,7 @@ pub const HF_READ_FIELDS: &[&str] = &[
     "_sliding_window_pattern",
     "use_sliding_window",
     "layer_types",
+    "no_rope_layers",
     "use_parallel_residual",
     "query_pre_attn_scalar",
     "attn_logit_softcapping",

@@ -154,6 +154,22 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// Copies an HF fixture directory, letting `edit` change its config.json.
+pub fn edited_hf(src: &Path, dst: &Path, edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) {
+    let _ = std::fs::remove_dir_all(dst);
+    std::fs::create_dir_all(dst).unwrap();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e != "gguf") {
+            std::fs::copy(&path, dst.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let mut config: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    edit(&mut config);
+    std::fs::write(dst.join("config.json"), serde_json::to_string_pretty(&config).unwrap()).unwrap();
+}
+
 /// `SINKSCOPE_MODELS` for the binary: the test models, then the user cache where [`model`]
 /// fetches (the product leaves the cache out of its search path when this variable is set).
 /// Not counted as using real weights: the binary may be run on anything.

@@ -39,7 +39,7 @@ pub struct DecoderConfig {
 }
 
 /// How one layer attends: over every earlier key or through a sliding window, rotated with which
-/// RoPE base.
+/// RoPE base, or not rotated at all.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct LayerAttn {
     /// Keys a query sees at most, its own included (sliding-window attention: Mistral's
@@ -47,19 +47,29 @@ pub struct LayerAttn {
     pub window: Option<usize>,
     /// This layer's RoPE base (Gemma 3's local layers rotate with their own).
     pub rope_theta: f64,
+    /// The layer rotates neither queries nor keys (SmolLM3's NoPE layers): its scores see content
+    /// only, so where a cache puts a key changes nothing there.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub nope: bool,
 }
 
 impl LayerAttn {
     /// A layer that sees every earlier key, rotated with base `rope_theta`.
     pub fn global(rope_theta: f64) -> LayerAttn {
-        LayerAttn { window: None, rope_theta }
+        LayerAttn { window: None, rope_theta, nope: false }
     }
 
     /// `n` layers of which every `every`th (`every` − 1, 2·`every` − 1, …) is global with base
     /// `theta` and the others see `window` keys, rotated with base `local_theta`.
     pub fn every_nth_global(n: usize, every: usize, window: usize, theta: f64, local_theta: f64) -> Vec<LayerAttn> {
         (0..n)
-            .map(|l| if (l + 1) % every.max(1) == 0 { LayerAttn::global(theta) } else { LayerAttn { window: Some(window), rope_theta: local_theta } })
+            .map(|l| {
+                if (l + 1) % every.max(1) == 0 {
+                    LayerAttn::global(theta)
+                } else {
+                    LayerAttn { window: Some(window), rope_theta: local_theta, nope: false }
+                }
+            })
             .collect()
     }
 }
@@ -227,6 +237,11 @@ impl DecoderConfig {
     /// The layers that attend through a sliding window.
     pub fn windowed_layers(&self) -> Vec<usize> {
         (0..self.n_layers).filter(|&l| self.layer_window(l).is_some()).collect()
+    }
+
+    /// Layers that rotate neither queries nor keys (SmolLM3's NoPE layers).
+    pub fn nope_layers(&self) -> Vec<usize> {
+        (0..self.n_layers).filter(|&l| self.layers.get(l).is_some_and(|a| a.nope)).collect()
     }
 
     /// The window of the windowed layers (all windowed layers share one; see `validate`).

@@ -120,12 +120,15 @@ impl Decoder {
         let mut ropes = vec![rope];
         let mut layer_ropes = Vec::with_capacity(cfg.n_layers);
         for layer in &cfg.layers {
-            let index = match ropes.iter().position(|r| r.theta == layer.rope_theta) {
+            // A NoPE layer's rope rotates no dimension: every rotation (re-rotation by a cache
+            // included) is the identity there, and YaRN's attention factor is not applied.
+            let rot_dims = if layer.nope { 0 } else { ropes[0].rot_dims };
+            let index = match ropes.iter().position(|r| r.theta == layer.rope_theta && r.rot_dims == rot_dims) {
                 Some(i) => i,
                 None => {
                     // The factors scale the model's own base only: Gemma 3's local layers
                     // rotate with theirs unscaled, as transformers' per-layer-type RoPE does.
-                    ropes.push(Rope { theta: layer.rope_theta, freq_factors: None, ..ropes[0].clone() });
+                    ropes.push(Rope { theta: layer.rope_theta, freq_factors: None, rot_dims, ..ropes[0].clone() });
                     ropes.len() - 1
                 }
             };

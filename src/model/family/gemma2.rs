@@ -23,4 +23,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     // Gemma 2 27B.
     gguf_attn_scale_layers: &[46],
     gguf_experts: None,
+    gguf_nope_every: 0,
 };

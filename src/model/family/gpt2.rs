@@ -45,6 +45,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_windows: None,
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
+    gguf_nope_every: 0,
 };
 
 /// GPT-2's config keys for what the other families call `hidden_size` and so on; `n_inner` null

@@ -19,4 +19,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     // A `llama` GGUF with experts is Mixtral (llama.cpp's converter writes it so).
     gguf_experts: Some(&super::mixtral::SPEC),
+    gguf_nope_every: 0,
 };

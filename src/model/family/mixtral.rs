@@ -35,6 +35,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_windows: None,
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
+    gguf_nope_every: 0,
 };
 
 /// transformers' Mixtral always renormalises the chosen experts' weights: a `norm_topk_prob` in

@@ -21,6 +21,7 @@ mod qwen2;
 mod qwen2_moe;
 mod qwen3;
 mod qwen3_moe;
+mod smollm3;
 mod spec;
 
 pub use spec::{FamilySpec, GgufWindows, HfNames, TensorContext};
@@ -28,7 +29,7 @@ pub use spec::{FamilySpec, GgufWindows, HfNames, TensorContext};
 use crate::model::decoder::config::MlpKind;
 
 /// Every family the decoder runs, in the order the README lists them.
-pub const FAMILIES: [&FamilySpec; 16] = [
+pub const FAMILIES: [&FamilySpec; 17] = [
     &llama::SPEC,
     &mistral::SPEC,
     &mixtral::SPEC,
@@ -38,6 +39,7 @@ pub const FAMILIES: [&FamilySpec; 16] = [
     &qwen3_moe::SPEC,
     &olmo2::SPEC,
     &olmoe::SPEC,
+    &smollm3::SPEC,
     &gpt_neox::SPEC,
     &gemma2::SPEC,
     &gemma3::SPEC,
@@ -137,11 +139,11 @@ mod tests {
     fn supported_lists_come_from_the_families() {
         assert_eq!(
             Family::hf_supported(),
-            "gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, llama, mistral, mixtral, olmo2, olmoe, phi, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm"
+            "gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, llama, mistral, mixtral, olmo2, olmoe, phi, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm, smollm3"
         );
         assert_eq!(
             Family::gguf_supported(),
-            "llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, olmo2, olmoe, gptneox, gemma2, gemma3, phi2, phi3 and gpt2"
+            "llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, olmo2, olmoe, smollm3, gptneox, gemma2, gemma3, phi2, phi3 and gpt2"
         );
         assert_eq!(Family::gguf_windowed_supported(), "gemma2, gemma3 and phi3");
     }

@@ -28,4 +28,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_windows: Some(GgufWindows { global_every: 0, local_rope_theta: None, default_window: None }),
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
+    gguf_nope_every: 0,
 };

@@ -22,6 +22,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_windows: None,
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
+    gguf_nope_every: 0,
 };
 
 /// Qwen2/3 configs carry a `sliding_window` that applies only with `use_sliding_window`, and then

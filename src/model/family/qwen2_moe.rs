@@ -25,6 +25,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_windows: None,
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
+    gguf_nope_every: 0,
 };
 
 /// Qwen-MoE configs may keep some layers dense (`mlp_only_layers`, `decoder_sparse_step`),

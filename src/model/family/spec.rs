@@ -41,6 +41,10 @@ pub struct FamilySpec {
     /// The family a GGUF file of this architecture is when it has experts
     /// (`{arch}.expert_count` > 0): llama.cpp writes Mixtral as `llama`.
     pub gguf_experts: Option<&'static FamilySpec>,
+    /// Every Nth layer (N−1, 2N−1, …) of a GGUF file of this architecture rotates neither
+    /// queries nor keys: what llama.cpp fixes for SmolLM3 instead of storing it. 0: every layer
+    /// rotates.
+    pub gguf_nope_every: usize,
 }
 
 /// What a tensor fix may need to know of the model.
