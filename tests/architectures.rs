@@ -109,6 +109,38 @@ fn smollm3_matches_transformers() {
     }
 }
 
+/// Granite: embeddings × 12, each sublayer's output × 0.22 on its way to the residual, scores ×
+/// 1/16 (1/head_dim, not 1/√head_dim) and logits ÷ 8 — from the HF directory and from the GGUF
+/// llama.cpp's converter wrote (`granite.embedding_scale`, `residual_scale`, `attention.scale`,
+/// `logit_scale`).
+#[test]
+fn granite_matches_transformers() {
+    for path in [common::fixture("arch/granite"), common::fixture("arch/granite/model.gguf")] {
+        matches_transformers("granite", path.to_str().unwrap());
+        let arch = load(path.to_str().unwrap(), &LoadOptions::default()).unwrap().model.cfg.arch;
+        let close = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-6);
+        assert!(close(arch.embed_multiplier, 12.0) && close(arch.residual_multiplier, 0.22), "{}: {arch:?}", path.display());
+        assert!(close(arch.attn_scale, 0.0625) && close(arch.logit_divisor, 8.0), "{}: {arch:?}", path.display());
+    }
+    // The NLL every analysis reads divides the logits too (not the streamed head's plain ones).
+    use sinkscope::model::receiver::NoCapture;
+    let fx = Fixture::open(&common::fixture("arch/granite/reference.safetensors"));
+    let tokens: Vec<u32> = fx.i64("tokens").iter().map(|&t| t as u32).collect();
+    let lm = load(common::fixture("arch/granite").to_str().unwrap(), &LoadOptions::default()).unwrap();
+    let hidden = lm.model.forward(&tokens, None, &mut NoCapture).unwrap();
+    let ours = lm.model.next_token_nll(&hidden.narrow(0, 0, tokens.len() - 1).unwrap(), &tokens[1..]).unwrap();
+    let (_, logits) = fx.f32("logits");
+    let reference: Vec<f64> = logits
+        .chunks(lm.model.cfg.vocab_size)
+        .zip(&tokens[1..])
+        .map(|(row, &next)| {
+            let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x as f64));
+            max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln() - row[next as usize] as f64
+        })
+        .collect();
+    assert!(common::max_abs_diff("granite nll", &ours, &reference) < 1e-5);
+}
+
 /// What re-rotation means for a NoPE layer: nothing. With every layer of SmolLM3's fixture made
 /// NoPE (`no_rope_layers` all 0) no score sees a position, so under an evicting policy `slot`,
 /// `original` and `delta` give the same NLL (to the 1e-4 that separates `delta`'s token-by-token
@@ -275,7 +307,7 @@ fn a_qwen3_without_its_qk_norms_is_refused() {
 fn every_family_streams_like_token_by_token_decoding() {
     use sinkscope::kv::{simulate, simulate_with, Eviction, Policy, PositionMode, SimOptions};
     // Gemma 3 and Mistral attend through their own windows: see the next test.
-    for family in ["llama3", "phi3", "mixtral", "qwen2_moe", "qwen3", "olmo2", "smollm3", "gpt_neox", "phi", "gpt2"] {
+    for family in ["llama3", "phi3", "mixtral", "qwen2_moe", "qwen3", "olmo2", "smollm3", "granite", "gpt_neox", "phi", "gpt2"] {
         let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
         let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
         let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(160).collect();

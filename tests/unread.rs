@@ -14,7 +14,7 @@ use sinkscope::model::{load, LoadOptions};
 /// The GGUF fixtures of every family that has a GGUF layout (tiny, and the real stories260K).
 fn gguf_files() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> =
-        ["llama3", "gemma2", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "smollm3", "qwen3", "olmo2", "gpt_neox", "phi", "gpt2"]
+        ["llama3", "gemma2", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "smollm3", "granite", "qwen3", "olmo2", "gpt_neox", "phi", "gpt2"]
             .iter()
             .map(|f| common::fixture(&format!("arch/{f}/model.gguf")))
             .collect();
@@ -24,6 +24,9 @@ fn gguf_files() -> Vec<PathBuf> {
 
 /// GGUF architectures whose files may hold experts (`llama`: Mixtral).
 const MOE_ARCHS: &[&str] = &["llama", "qwen2moe", "qwen3moe", "olmoe"];
+
+/// GGUF architectures that read Granite's scales (`logit_scale` among them).
+const MULTIPLIER_ARCHS: &[&str] = &["granite"];
 
 /// The HF fixtures of every family.
 fn hf_dirs() -> Vec<PathBuf> {
@@ -36,6 +39,7 @@ fn hf_dirs() -> Vec<PathBuf> {
         "qwen3_moe",
         "olmoe",
         "smollm3",
+        "granite",
         "llama_f32",
         "mistral",
         "qwen3",
@@ -207,7 +211,11 @@ fn gguf_tensors_and_keys_no_decoder_reads_are_refused_by_name() {
         // (Experts: the families that read them get their own checks below.)
         let moe = MOE_ARCHS.contains(&arch.as_str());
         let mut keys = vec![
-            ("logit_scale", Value::F32(8.0), "scaled output logits"),
+            match MULTIPLIER_ARCHS.contains(&arch.as_str()) {
+                // llama.cpp reads it as "no RoPE" for Granite.
+                true => ("rope.scaling.finetuned", Value::Bool(false), "a RoPE scaling setting"),
+                false => ("logit_scale", Value::F32(8.0), "scaled output logits"),
+            },
             ("ssm.conv_kernel", Value::U32(4), "state-space"),
             ("attention.causal", Value::Bool(false), "non-causal"),
         ];
@@ -265,12 +273,16 @@ fn hf_fields_and_tensors_no_decoder_reads_are_refused_by_name() {
         let dst = dir.join(&name);
         common::edited_hf(&src, &dst, |_| {});
         load(dst.to_str().unwrap(), &LoadOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        // Granite's multipliers, a field sinkscope does not read.
+        // Granite's multipliers, a field sinkscope reads for Granite only (there, MiniCPM's).
+        let (field, says) = match name.as_str() {
+            "granite" => ("scale_emb", "scale_emb (a scaling of activations)"),
+            _ => ("residual_multiplier", "residual_multiplier (a scaling of embeddings, residuals, attention or logits)"),
+        };
         common::edited_hf(&src, &dst, |c| {
-            c.insert("residual_multiplier".into(), json!(0.22));
+            c.insert(field.into(), json!(0.22));
         });
         let err = load_err(&dst);
-        assert!(err.contains("residual_multiplier (a scaling of embeddings, residuals, attention or logits)"), "{name}: {err}");
+        assert!(err.contains(says), "{name}: {err}");
         // A RoPE scaling whose base changes with the sequence length.
         common::edited_hf(&src, &dst, |c| {
             c.insert("rope_scaling".into(), json!({"rope_type": "dynamic", "factor": 2.0}));

@@ -90,6 +90,16 @@ fn describe_switches(cfg: &DecoderConfig) -> String {
     if let Some(s) = a.attn_scale {
         parts.push(format!("attention scale {s:.4}"));
     }
+    // Shortest f32 form: a GGUF stores them as f32 (0.22, not 0.2199999988).
+    if let Some(m) = a.embed_multiplier {
+        parts.push(format!("embeddings × {}", m as f32));
+    }
+    if let Some(m) = a.residual_multiplier {
+        parts.push(format!("attention and MLP outputs × {}", m as f32));
+    }
+    if let Some(d) = a.logit_divisor {
+        parts.push(format!("logits ÷ {}", d as f32));
+    }
     let nope = cfg.nope_layers();
     if !nope.is_empty() {
         parts.push(format!("no RoPE on {}", which_layers(&nope, cfg.n_layers)));

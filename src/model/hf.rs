@@ -9,8 +9,8 @@ use candle_core::{Device, Tensor};
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value as Json;
 
-use super::decoder::config::ExpertAct;
 use super::decoder::config::MAX_SIZE;
+use super::decoder::config::{ArchSwitches, ExpertAct};
 use super::decoder::{DecoderConfig, LayerAttn, MlpKind, Moe, Param};
 use super::family::{Family, TensorContext};
 use super::rope::{FreqFactors, RopeLayout, Yarn};
@@ -42,7 +42,7 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
     })?;
     (family.hf_config)(&mut map, &path)?;
     // After the family's rewrite: a field it consumed (checked and removed) has been read.
-    let unread = unread::hf_fields(map.iter().filter(|(_, v)| !v.is_null()).map(|(k, _)| k.as_str()));
+    let unread = unread::hf_fields(map.iter().filter(|(_, v)| !v.is_null()).map(|(k, _)| k.as_str()), family.multipliers);
     let json = Json::Object(map);
     check_activation(&json, &family, &path)?;
     let field = |key: &str| -> Option<&Json> { json.get(key).filter(|v| !v.is_null()) };
@@ -130,6 +130,9 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
     if let Some(s) = json.get("query_pre_attn_scalar").and_then(Json::as_f64).filter(|&s| s != d_head as f64) {
         arch.attn_scale = Some(1.0 / s.sqrt());
     }
+    if family.multipliers {
+        read_multipliers(&json, &mut arch, d_head, &path)?;
+    }
     arch.attn_logit_softcap = json.get("attn_logit_softcapping").and_then(Json::as_f64);
     arch.final_logit_softcap = json.get("final_logit_softcapping").and_then(Json::as_f64);
     let eps = json.get("rms_norm_eps").or_else(|| json.get("layer_norm_eps")).or_else(|| json.get("layer_norm_epsilon")).and_then(Json::as_f64);
@@ -151,6 +154,26 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
     };
     let tied = json.get("tie_word_embeddings").and_then(Json::as_bool).unwrap_or(false);
     Ok(HfConfig { cfg, tied, family, model_type, unread })
+}
+
+/// Granite's multipliers ([`unread::HF_MULTIPLIER_FIELDS`]); transformers' default for each,
+/// `attention_multiplier` included, is 1.0.
+fn read_multipliers(json: &Json, arch: &mut ArchSwitches, d_head: usize, path: &Path) -> Result<()> {
+    let factor = |k: &str| -> Result<f64> {
+        match json.get(k).filter(|v| !v.is_null()) {
+            None => Ok(1.0),
+            Some(v) => v
+                .as_f64()
+                .filter(|f| f.is_finite() && *f != 0.0)
+                .ok_or_else(|| Error::file(path, format!("has {k} = {v}, not a non-zero number; config.json is corrupt"))),
+        }
+    };
+    let attention = factor("attention_multiplier")?;
+    arch.attn_scale = Some(attention).filter(|&m| m != 1.0 / (d_head as f64).sqrt());
+    arch.embed_multiplier = Some(factor("embedding_multiplier")?).filter(|&m| m != 1.0);
+    arch.residual_multiplier = Some(factor("residual_multiplier")?).filter(|&m| m != 1.0);
+    arch.logit_divisor = Some(factor("logits_scaling")?).filter(|&d| d != 1.0);
+    Ok(())
 }
 
 /// Refuses an activation other than the one the family's MLP computes (`hidden_act`,
@@ -477,5 +500,16 @@ mod tests {
             let huge = config(&format!(r#"{{"model_type": "{family}", {SHAPE}, "num_hidden_layers": 1000000000000, "sliding_window": 16}}"#));
             assert!(huge.is_err_and(|e| e.to_string().contains("impossible")), "{family}");
         }
+    }
+
+    #[test]
+    fn granite_multipliers_default_to_one_and_must_be_numbers() {
+        // transformers' GraniteConfig: every multiplier 1.0, attention_multiplier included (a
+        // score scale of 1, not 1/√d_head).
+        let plain = config(&format!(r#"{{"model_type": "granite", {SHAPE}, "num_hidden_layers": 2}}"#)).unwrap();
+        assert_eq!(plain.arch.attn_scale, Some(1.0));
+        assert_eq!((plain.arch.embed_multiplier, plain.arch.residual_multiplier, plain.arch.logit_divisor), (None, None, None));
+        let zero = config(&format!(r#"{{"model_type": "granite", {SHAPE}, "num_hidden_layers": 2, "logits_scaling": 0}}"#));
+        assert!(zero.is_err_and(|e| e.to_string().contains("logits_scaling = 0")));
     }
 }

@@ -141,6 +141,7 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
     let unread_keys = unread::gguf_keys(
         &arch,
         family.is_moe(),
+        family.multipliers,
         file.metadata.keys().map(String::as_str),
         |k| file.get(k).and_then(gguf::Value::as_u64),
         |k| file.get(k).and_then(gguf::Value::as_bool),
@@ -185,6 +186,14 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
     // (d_model / heads)^−½ instead of d_head^−½, as the HF configs' query_pre_attn_scalar says.
     if family.gguf_attn_scale_layers.contains(&n_layers) && d_model / n_heads.max(1) != d_head {
         switches.attn_scale = Some(1.0 / ((d_model / n_heads.max(1)) as f64).sqrt());
+    }
+    if family.multipliers {
+        // llama.cpp's reading: 0 or absent means "not scaled" (the attention's 1/√d_head).
+        let factor = |k: &str| file.opt_f64(&key(k)).filter(|&f| f != 0.0 && f != 1.0);
+        switches.attn_scale = file.opt_f64(&key("attention.scale")).filter(|&s| s != 0.0 && s != 1.0 / (d_head as f64).sqrt());
+        switches.embed_multiplier = factor("embedding_scale");
+        switches.residual_multiplier = factor("residual_scale");
+        switches.logit_divisor = factor("logit_scale");
     }
     switches.attn_logit_softcap = file.opt_f64(&key("attn_logit_softcapping")).filter(|&c| c != 0.0);
     switches.final_logit_softcap = file.opt_f64(&key("final_logit_softcapping")).filter(|&c| c != 0.0);

@@ -194,6 +194,16 @@ pub struct ArchSwitches {
     /// Scaled attention scores squashed to c · tanh(s / c) before the softmax (Gemma 2's
     /// `attn_logit_softcapping`).
     pub attn_logit_softcap: Option<f64>,
+    /// Embeddings multiplied by this on the way in (Granite's `embedding_multiplier`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embed_multiplier: Option<f64>,
+    /// Each attention and MLP output multiplied by this before it joins the residual stream
+    /// (Granite's `residual_multiplier`; `hook_attn_out` is the scaled contribution).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub residual_multiplier: Option<f64>,
+    /// Logits divided by this (Granite's `logits_scaling`, llama.cpp's `logit_scale` for it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logit_divisor: Option<f64>,
 }
 
 /// The largest count (layers, heads, widths, vocabulary) a configuration may give: larger ones are
@@ -215,6 +225,9 @@ pub const LLAMA: ArchSwitches = ArchSwitches {
     rope_yarn: None,
     final_logit_softcap: None,
     attn_logit_softcap: None,
+    embed_multiplier: None,
+    residual_multiplier: None,
+    logit_divisor: None,
 };
 
 impl Default for ArchSwitches {
@@ -275,6 +288,16 @@ impl DecoderConfig {
         for (what, cap) in [("final logit", self.arch.final_logit_softcap), ("attention score", self.arch.attn_logit_softcap)] {
             if cap.is_some_and(|c| !(c > 0.0 && c.is_finite())) {
                 return Err(bad(format!("{what} soft-cap {cap:?}")));
+            }
+        }
+        let factors = [
+            ("embedding multiplier", self.arch.embed_multiplier),
+            ("residual multiplier", self.arch.residual_multiplier),
+            ("logit divisor", self.arch.logit_divisor),
+        ];
+        for (what, factor) in factors {
+            if factor.is_some_and(|f| !(f.is_finite() && f != 0.0)) {
+                return Err(bad(format!("{what} {factor:?}")));
             }
         }
         if self.layers.len() != self.n_layers {

@@ -288,7 +288,7 @@ impl Decoder {
             }
             let z = attend.attend(&layer, &q, &k, &v, sink)?;
             let z = intervene(sink, HookPoint::Z(l), &rows, z)?;
-            let attn_out = norm(&block.attn_out, &block.o_proj.forward(&z)?)?;
+            let attn_out = self.to_residual(norm(&block.attn_out, &block.o_proj.forward(&z)?)?)?;
             emit(sink, HookPoint::AttnOut(l), &rows, &attn_out)?;
             x = (&x + &attn_out)?;
             let attention_steps = [
@@ -310,7 +310,7 @@ impl Decoder {
             };
             let xn = intervene(sink, HookPoint::MlpIn(l), &rows, xn)?;
             let mlp_out = block.mlp.forward(&xn, &mut |act| intervene(sink, HookPoint::MlpPost(l), &rows, act))?;
-            x = (x + norm(&block.mlp_out, &mlp_out)?)?;
+            x = (x + self.to_residual(norm(&block.mlp_out, &mlp_out)?)?)?;
             refuse_non_finite(HookPoint::ResidPost(l), &x, &[(HookPoint::MlpIn(l), &xn)], &rows)?;
             emit(sink, HookPoint::ResidPost(l), &rows, &x)?;
         }
@@ -319,6 +319,14 @@ impl Decoder {
         refuse_non_finite(HookPoint::LnFinal, &out, &[], &rows)?;
         emit(sink, HookPoint::LnFinal, &rows, &out)?;
         Ok(out)
+    }
+
+    /// A sublayer's output as it joins the residual stream (scaled where the family does).
+    fn to_residual(&self, out: Tensor) -> Result<Tensor> {
+        match self.cfg.arch.residual_multiplier {
+            Some(m) => Ok((out * m)?),
+            None => Ok(out),
+        }
     }
 
     /// Embeds `tokens` at `positions` (scaled by √d_model where the family does; plus the learned
@@ -346,7 +354,10 @@ impl Decoder {
             let scale = (self.cfg.d_model as f64).sqrt() as f32;
             return Ok((x * scale as f64)?);
         }
-        Ok(x)
+        match self.cfg.arch.embed_multiplier {
+            Some(m) => Ok((x * m)?),
+            None => Ok(x),
+        }
     }
 
     /// Layer `l`'s RoPE and window.
@@ -411,7 +422,10 @@ impl Decoder {
     /// Logits (rows, vocab) for final-norm hidden states (rows, d_model). Callers with long inputs
     /// pass row chunks: a full T×vocab matrix can be gigabytes.
     pub fn logits(&self, normed: &Tensor) -> Result<Tensor> {
-        let logits = self.lm_head.forward(normed)?;
+        let mut logits = self.lm_head.forward(normed)?;
+        if let Some(d) = self.cfg.arch.logit_divisor {
+            logits = (logits / d)?;
+        }
         Ok(match self.cfg.arch.final_logit_softcap {
             Some(cap) => ((logits / cap)?.tanh()? * cap)?,
             None => logits,
@@ -428,10 +442,11 @@ impl Decoder {
         self.check_ids(targets)?;
         let vocab = self.cfg.vocab_size;
         let normed = normed.contiguous()?;
-        // The streamed head needs plain logits; a soft-capped one goes through `logits`.
-        let dense = match (&self.lm_head.weight, &self.lm_head.bias, self.cfg.arch.final_logit_softcap) {
-            (LinearWeight::Dense(w), None, None) => Some((w, true)),
-            (LinearWeight::DenseT(w), None, None) => Some((w, false)),
+        // The streamed head needs plain logits; a soft-capped or divided one goes through `logits`.
+        let plain = self.cfg.arch.final_logit_softcap.is_none() && self.cfg.arch.logit_divisor.is_none();
+        let dense = match (&self.lm_head.weight, &self.lm_head.bias) {
+            (LinearWeight::Dense(w), None) if plain => Some((w, true)),
+            (LinearWeight::DenseT(w), None) if plain => Some((w, false)),
             _ => None,
         };
         if let Some((w, out_in)) = dense {

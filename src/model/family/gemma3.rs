@@ -28,6 +28,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[62],
     gguf_experts: None,
     gguf_nope_every: 0,
+    multipliers: false,
 };
 
 /// Gemma's HF names: Llama's, with the MLP's input norm named for its place in the sandwich.

@@ -46,6 +46,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
+    multipliers: false,
 };
 
 /// GPT-2's config keys for what the other families call `hidden_size` and so on; `n_inner` null

@@ -40,6 +40,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
+    multipliers: false,
 };
 
 /// NeoX fuses q|k|v per head ((head, q|k|v, d_head) rows); the decoder reads all queries, then all

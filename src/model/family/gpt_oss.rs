@@ -47,4 +47,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
+    multipliers: false,
 };

@@ -20,4 +20,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     // A `llama` GGUF with experts is Mixtral (llama.cpp's converter writes it so).
     gguf_experts: Some(&super::mixtral::SPEC),
     gguf_nope_every: 0,
+    multipliers: false,
 };

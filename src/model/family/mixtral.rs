@@ -36,6 +36,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
+    multipliers: false,
 };
 
 /// transformers' Mixtral always renormalises the chosen experts' weights: a `norm_topk_prob` in

@@ -23,6 +23,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
+    multipliers: false,
 };
 
 /// Qwen2/3 configs carry a `sliding_window` that applies only with `use_sliding_window`, and then

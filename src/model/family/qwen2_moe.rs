@@ -26,6 +26,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
+    multipliers: false,
 };
 
 /// Qwen-MoE configs may keep some layers dense (`mlp_only_layers`, `decoder_sparse_step`),

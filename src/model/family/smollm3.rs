@@ -26,6 +26,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: NOPE_EVERY as usize,
+    multipliers: false,
 };
 
 /// transformers' default `no_rope_layer_interval`, and the step llama.cpp fixes.

@@ -45,6 +45,12 @@ pub struct FamilySpec {
     /// queries nor keys: what llama.cpp fixes for SmolLM3 instead of storing it. 0: every layer
     /// rotates.
     pub gguf_nope_every: usize,
+    /// Granite's scalings are read and computed: embeddings, each sublayer's output on its way
+    /// to the residual, attention scores and logits (the fields and keys are
+    /// [`unread::HF_MULTIPLIER_FIELDS`](crate::model::unread::HF_MULTIPLIER_FIELDS) and
+    /// [`unread::GGUF_MULTIPLIER_KEYS`](crate::model::unread::GGUF_MULTIPLIER_KEYS)); in any
+    /// other family they are refused.
+    pub multipliers: bool,
 }
 
 /// What a tensor fix may need to know of the model.
