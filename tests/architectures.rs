@@ -141,6 +141,13 @@ fn granite_matches_transformers() {
     assert!(common::max_abs_diff("granite nll", &ours, &reference) < 1e-5);
 }
 
+/// StableLM 2: LayerNorm with biases, RoPE on a quarter of each head, q/k/v biases, untied head.
+#[test]
+fn stablelm_matches_transformers() {
+    matches_transformers("stablelm", common::fixture("arch/stablelm").to_str().unwrap());
+    matches_transformers("stablelm", common::fixture("arch/stablelm/model.gguf").to_str().unwrap());
+}
+
 /// What re-rotation means for a NoPE layer: nothing. With every layer of SmolLM3's fixture made
 /// NoPE (`no_rope_layers` all 0) no score sees a position, so under an evicting policy `slot`,
 /// `original` and `delta` give the same NLL (to the 1e-4 that separates `delta`'s token-by-token
@@ -307,7 +314,7 @@ fn a_qwen3_without_its_qk_norms_is_refused() {
 fn every_family_streams_like_token_by_token_decoding() {
     use sinkscope::kv::{simulate, simulate_with, Eviction, Policy, PositionMode, SimOptions};
     // Gemma 3 and Mistral attend through their own windows: see the next test.
-    for family in ["llama3", "phi3", "mixtral", "qwen2_moe", "qwen3", "olmo2", "smollm3", "granite", "gpt_neox", "phi", "gpt2"] {
+    for family in ["llama3", "phi3", "mixtral", "qwen2_moe", "qwen3", "olmo2", "smollm3", "granite", "stablelm", "gpt_neox", "phi", "gpt2"] {
         let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
         let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
         let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(160).collect();

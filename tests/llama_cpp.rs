@@ -251,6 +251,7 @@ const CONVERTED: &[Converted] = &[
     ),
     ("smollm3", "RoPE on every layer", |c| c["no_rope_layers"] = serde_json::json!([1, 1, 1, 1]), LLAMA_CPP_TOL),
     ("granite", "residuals not scaled", |c| c["residual_multiplier"] = 1.0.into(), LLAMA_CPP_TOL),
+    ("stablelm", "RoPE on every dimension", |c| c["rope_parameters"]["partial_rotary_factor"] = 1.0.into(), LLAMA_CPP_TOL),
     ("mixtral", "one expert per token", |c| c["num_experts_per_tok"] = 1.into(), LLAMA_CPP_TOL),
     ("qwen2_moe", "chosen weights renormalised", |c| c["norm_topk_prob"] = true.into(), LLAMA_CPP_TOL),
     ("qwen3_moe", "chosen weights not renormalised", |c| c["norm_topk_prob"] = false.into(), LLAMA_CPP_TOL),

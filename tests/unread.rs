@@ -13,11 +13,26 @@ use sinkscope::model::{load, LoadOptions};
 
 /// The GGUF fixtures of every family that has a GGUF layout (tiny, and the real stories260K).
 fn gguf_files() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> =
-        ["llama3", "gemma2", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "smollm3", "granite", "qwen3", "olmo2", "gpt_neox", "phi", "gpt2"]
-            .iter()
-            .map(|f| common::fixture(&format!("arch/{f}/model.gguf")))
-            .collect();
+    let mut files: Vec<PathBuf> = [
+        "llama3",
+        "gemma2",
+        "phi3",
+        "mixtral",
+        "qwen2_moe",
+        "qwen3_moe",
+        "olmoe",
+        "smollm3",
+        "granite",
+        "stablelm",
+        "qwen3",
+        "olmo2",
+        "gpt_neox",
+        "phi",
+        "gpt2",
+    ]
+    .iter()
+    .map(|f| common::fixture(&format!("arch/{f}/model.gguf")))
+    .collect();
     files.push(common::data_dir().join("models/stories260K.gguf"));
     files
 }
@@ -40,6 +55,7 @@ fn hf_dirs() -> Vec<PathBuf> {
         "olmoe",
         "smollm3",
         "granite",
+        "stablelm",
         "llama_f32",
         "mistral",
         "qwen3",

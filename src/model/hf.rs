@@ -512,4 +512,10 @@ mod tests {
         let zero = config(&format!(r#"{{"model_type": "granite", {SHAPE}, "num_hidden_layers": 2, "logits_scaling": 0}}"#));
         assert!(zero.is_err_and(|e| e.to_string().contains("logits_scaling = 0")));
     }
+
+    #[test]
+    fn stablelm_2_12b_parallel_block_is_refused() {
+        let parallel = config(&format!(r#"{{"model_type": "stablelm", {SHAPE}, "num_hidden_layers": 2, "use_parallel_residual": true}}"#));
+        assert!(parallel.is_err_and(|e| e.to_string().contains("use_parallel_residual")));
+    }
 }

@@ -283,6 +283,7 @@ const INERT_HF_FIELDS: &[(&str, &str)] = &[
     ("pretraining_tp", "Llama 2's tensor-parallel slicing of the same products"),
     ("attention_bias", "q/k/v/o biases: every bias tensor is read where the family adds it, or refused"),
     ("mlp_bias", "MLP biases: every bias tensor is read where the family adds it, or refused"),
+    ("use_qkv_bias", "q/k/v biases: every bias tensor is read where the family adds it, or refused"),
     ("bias", "biases: every bias tensor is read where the family adds it, or refused"),
     ("max_window_layers", "Qwen's windowed layers, used only with use_sliding_window (refused)"),
     ("router_aux_loss_coef", "a training loss"),

@@ -118,7 +118,8 @@ fn byte_level_pre_tokenizer(pre: &str) -> Option<PreTokenizerWrapper> {
         // SmolLM2 (and llama.cpp's `smollm`): each digit on its own before GPT-2's split.
         "smollm" => Some(PreTokenizerWrapper::Sequence(Sequence::new(vec![Digits::new(true).into(), byte_level.into()]))),
         "llama3" | "llama-bpe" | "llama-v3" => regex_split(LLAMA3_REGEX),
-        "qwen2" => regex_split(QWEN2_REGEX),
+        // llama.cpp splits StableLM 2's vocabulary with Qwen2's expression.
+        "qwen2" | "stablelm2" => regex_split(QWEN2_REGEX),
         _ => None,
     }
 }
