@@ -148,46 +148,6 @@ fn stablelm_matches_transformers() {
     matches_transformers("stablelm", common::fixture("arch/stablelm/model.gguf").to_str().unwrap());
 }
 
-/// What re-rotation means for a NoPE layer: nothing. With every layer of SmolLM3's fixture made
-/// NoPE (`no_rope_layers` all 0) no score sees a position, so under an evicting policy `slot`,
-/// `original` and `delta` give the same NLL (to the 1e-4 that separates `delta`'s token-by-token
-/// decoding from the block replay); with its own layers (three rotate) they do not.
-/// Dense replay through the cache equals the forward, and token-by-token decoding the replay,
-/// either way.
-#[test]
-fn a_nope_layer_ignores_where_a_cache_puts_its_keys() {
-    use sinkscope::kv::{simulate, simulate_with, Eviction, Policy, PositionMode, SimOptions};
-    use sinkscope::model::receiver::NoCapture;
-    let dir = common::temp_dir("smollm3-all-nope");
-    common::edited_hf(&common::fixture("arch/smollm3"), &dir, |c| {
-        c.insert("no_rope_layers".into(), serde_json::json!([0, 0, 0, 0]));
-    });
-    let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
-    let spread = |path: &std::path::Path| {
-        let lm = load(path.to_str().unwrap(), &LoadOptions::default()).unwrap();
-        let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(120).collect();
-        let hidden = lm.model.forward(&ids, None, &mut NoCapture).unwrap();
-        let want = lm.model.next_token_nll(&hidden.narrow(0, 0, ids.len() - 1).unwrap(), &ids[1..]).unwrap();
-        let dense = simulate(&lm.model, &ids, &[Policy::new(Eviction::Dense, 0, PositionMode::Slot)], &mut |_, _| {}).unwrap().remove(0);
-        assert!(common::max_abs_diff("dense.nll", &dense.nll, &want) < 1e-4, "{}: dense replay vs forward", path.display());
-        let policies: Vec<Policy> =
-            [PositionMode::Slot, PositionMode::Original, PositionMode::Delta].map(|p| Policy::new(Eviction::Sink { sinks: 4 }, 32, p)).into();
-        let out = simulate(&lm.model, &ids, &policies, &mut |_, _| {}).unwrap();
-        let by_token = SimOptions { token_by_token: true, ..SimOptions::default() };
-        let decoded = simulate_with(&lm.model, &ids, &policies[..1], by_token, &mut |_, _| {}).unwrap().remove(0);
-        assert!(common::max_abs_diff("decoded.nll", &decoded.nll, &out[0].nll) < 1e-4, "{}: token by token vs replay", path.display());
-        let gaps = [&out[1], &out[2]].map(|o| common::max_abs_diff("nll", &o.nll, &out[0].nll));
-        eprintln!("{}: original vs slot {:.1e}, delta vs slot {:.1e}", path.display(), gaps[0], gaps[1]);
-        gaps.into_iter().fold(0.0, f64::max)
-    };
-    let all_nope = spread(&dir);
-    let own = spread(&common::fixture("arch/smollm3"));
-    std::fs::remove_dir_all(&dir).unwrap();
-    eprintln!("smollm3: largest NLL gap between slot, original and delta: {all_nope:.1e} with every layer NoPE, {own:.1e} with its own");
-    assert!(all_nope < 1e-4, "a NoPE model's NLL depends on where the cache puts keys: {all_nope}");
-    assert!(own > 1e-3, "the rotating layers should make positions matter: {own}");
-}
-
 /// Mixtures of experts beyond gpt-oss, from the HF checkpoints' layout (one matrix per expert)
 /// and from the GGUF llama.cpp's converter wrote (stacked `ffn_*_exps`): Mixtral (a `llama` GGUF
 /// with experts, weights renormalised over the chosen two), Qwen2-MoE (q/k/v biases, weights kept
