@@ -16,7 +16,6 @@ check_only=false
 
 version=0.3.36
 sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
-url=https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-$version.tar.gz
 
 cache="${SINKSCOPE_LLAMA_CPP:-${XDG_CACHE_HOME:-$HOME/.cache}/sinkscope/llama-cpp-python-$version}"
 # CPU code for AVX2 + FMA + F16C, the instruction set sinkscope's own kernels use, not `-march=native`:
@@ -42,29 +41,25 @@ cd "$cache"
 
 say() { echo "[llama.cpp] $*" >&2; }
 
-if [ ! -d src ]; then
-    say "downloading llama-cpp-python $version (source distribution, 77 MB)"
-    python3 - "$url" "$sha256" <<'EOF'
-import hashlib, sys, urllib.request
-url, want = sys.argv[1], sys.argv[2]
-data = urllib.request.urlopen(url, timeout=300).read()
-got = hashlib.sha256(data).hexdigest()
-if got != want:
-    sys.exit(f"llama-cpp-python sdist: SHA-256 {got}, expected {want}; not using it")
-open("sdist.tar.gz.part", "wb").write(data)
-EOF
-    mv sdist.tar.gz.part sdist.tar.gz
-    rm -rf src.part && mkdir src.part
-    tar xzf sdist.tar.gz -C src.part --strip-components=1
-    mv src.part src
-    rm sdist.tar.gz
-fi
-
 if [ ! -x venv/bin/cmake ]; then
     say "creating the Python environment (cmake, ninja, the bindings' dependencies) from the registry"
     rm -rf venv
     python3 -m venv venv
     venv/bin/pip install -q cmake ninja numpy typing-extensions diskcache jinja2
+fi
+if [ ! -d src ]; then
+    say "fetching llama-cpp-python $version's source distribution (77 MB) through pip"
+    rm -rf sdist.part && mkdir sdist.part
+    venv/bin/pip download -q --no-deps --no-binary llama-cpp-python "llama-cpp-python==$version" -d sdist.part
+    got=$(sha256sum sdist.part/llama_cpp_python-$version.tar.gz | cut -d' ' -f1)
+    if [ "$got" != "$sha256" ]; then
+        echo "llama-cpp-python sdist: SHA-256 $got, expected $sha256; not using it" >&2
+        exit 1
+    fi
+    rm -rf src.part && mkdir src.part
+    tar xzf sdist.part/llama_cpp_python-$version.tar.gz -C src.part --strip-components=1
+    mv src.part src
+    rm -rf sdist.part
 fi
 # The sdist's bindings, used as they are: they load libllama from LLAMA_CPP_LIB_PATH.
 site=$(venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
