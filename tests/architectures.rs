@@ -148,6 +148,33 @@ fn stablelm_matches_transformers() {
     matches_transformers("stablelm", common::fixture("arch/stablelm/model.gguf").to_str().unwrap());
 }
 
+/// StarCoder2: LayerNorm with biases, biases on q/k/v/o and both MLP layers, c_fc → GELU (tanh)
+/// → c_proj, tied head.
+#[test]
+fn starcoder2_matches_transformers() {
+    matches_transformers("starcoder2", common::fixture("arch/starcoder2").to_str().unwrap());
+    matches_transformers("starcoder2", common::fixture("arch/starcoder2/model.gguf").to_str().unwrap());
+}
+
+/// OLMo 3: OLMo 2's block with a window on three layers of four, YaRN on the global layer only
+/// (GGUF: `olmo2` with `attention.sliding_window`, one flag per layer, `rope.scaling.*`).
+#[test]
+fn olmo3_matches_transformers() {
+    matches_transformers("olmo3", common::fixture("arch/olmo3").to_str().unwrap());
+    matches_transformers("olmo3", common::fixture("arch/olmo3/model.gguf").to_str().unwrap());
+    // As transformers 4 wrote OLMo 3's configs: one `rope_scaling` and `rope_theta` at the top,
+    // which the model applies to the global layers only.
+    let dir = common::temp_dir("olmo3-flat");
+    let flat = dir.join("olmo3");
+    common::edited_hf(&common::fixture("arch/olmo3"), &flat, |c| {
+        let mut scaling = c.remove("rope_parameters").unwrap()["full_attention"].take();
+        c.insert("rope_theta".into(), scaling.as_object_mut().unwrap().remove("rope_theta").unwrap());
+        c.insert("rope_scaling".into(), scaling);
+    });
+    matches_transformers("olmo3", flat.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Mixtures of experts beyond gpt-oss, from the HF checkpoints' layout (one matrix per expert)
 /// and from the GGUF llama.cpp's converter wrote (stacked `ffn_*_exps`): Mixtral (a `llama` GGUF
 /// with experts, weights renormalised over the chosen two), Qwen2-MoE (q/k/v biases, weights kept
@@ -274,7 +301,9 @@ fn a_qwen3_without_its_qk_norms_is_refused() {
 fn every_family_streams_like_token_by_token_decoding() {
     use sinkscope::kv::{simulate, simulate_with, Eviction, Policy, PositionMode, SimOptions};
     // Gemma 3 and Mistral attend through their own windows: see the next test.
-    for family in ["llama3", "phi3", "mixtral", "qwen2_moe", "qwen3", "olmo2", "smollm3", "granite", "stablelm", "gpt_neox", "phi", "gpt2"] {
+    for family in
+        ["llama3", "phi3", "mixtral", "qwen2_moe", "qwen3", "olmo2", "smollm3", "granite", "stablelm", "starcoder2", "gpt_neox", "phi", "gpt2"]
+    {
         let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
         let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
         let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(160).collect();
@@ -312,7 +341,7 @@ const GEMMA_PROMPT: &str = "The capital of France is";
 fn windowed_models_stream_like_their_forward() {
     use sinkscope::kv::{simulate, simulate_with, Eviction, Policy, PositionMode, SimOptions};
     use sinkscope::model::receiver::NoCapture;
-    for family in ["gemma2", "gemma3", "mistral", "gpt_oss"] {
+    for family in ["gemma2", "gemma3", "mistral", "gpt_oss", "olmo3"] {
         let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
         let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
         let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(150).collect();
@@ -331,15 +360,17 @@ fn windowed_models_stream_like_their_forward() {
         for o in &out[1..] {
             assert_eq!(o.nll, out[0].nll, "{family} {}: no eviction, yet not dense", o.label);
         }
-        // Evicting policies run (budget 24 > the fixtures' 16-key windows).
+        // Evicting policies run (budget 24 > the fixtures' 12- and 16-key windows).
         let sink = Policy::new(Eviction::Sink { sinks: 2 }, 24, PositionMode::Slot);
         let o = simulate(&lm.model, &ids, &[sink], &mut |_, _| {}).unwrap().remove(0);
         assert!(o.ppl.is_finite() && o.first_eviction_step == Some(24), "{family}");
-        // Its memory: windowed layers hold 16 of the 24 entries, global layers (if any) all 24.
+        // Its memory: windowed layers hold a window of the 24 entries, global layers (if any) all 24.
         let m = o.kv_memory;
         let per_entry = 2 * 2 * (lm.model.cfg.n_kv_heads * lm.model.cfg.d_head) as u64;
-        assert_eq!(m.windowed_entries, Some(16), "{family}");
-        assert_eq!(m.bytes, (m.global_layers * 24 + m.windowed_layers * 16) as u64 * per_entry, "{family}");
+        let window = lm.model.cfg.window().unwrap();
+        assert!(window < 24, "{family}");
+        assert_eq!(m.windowed_entries, Some(window), "{family}");
+        assert_eq!(m.bytes, (m.global_layers * 24 + m.windowed_layers * window) as u64 * per_entry, "{family}");
         assert_eq!(m.bytes_without_windows, (lm.model.cfg.n_layers * 24) as u64 * per_entry, "{family}");
         // Decoding token by token through the policy cache (the window measured in cache slots,
         // local layers with their own RoPE) equals the replay under `slot`; `delta` re-rotates

@@ -226,9 +226,14 @@ fn verify_names_what_a_broken_engine_gets_wrong() {
 /// The families' tiny fixtures whose GGUF llama.cpp's own converter wrote
 /// (tests/fixtures/make_converted_fixtures.py), each with what sets it apart taken out of its
 /// config.json: the model llama.cpp must *not* agree with.
-/// A converted fixture: its family, what is taken out and how (on its config.json), and the
-/// tolerance llama.cpp's arithmetic allows on it.
-type Converted = (&'static str, &'static str, fn(&mut Value), f64);
+/// A converted fixture: its family, what is taken out and how (on its config.json, and which
+/// tensors of model.safetensors are dropped), and the tolerance llama.cpp's arithmetic allows on it.
+type Converted = (&'static str, &'static str, fn(&mut Value), fn(&str) -> bool, f64);
+
+/// Drops no tensor.
+fn none(_: &str) -> bool {
+    false
+}
 
 const CONVERTED: &[Converted] = &[
     (
@@ -238,6 +243,7 @@ const CONVERTED: &[Converted] = &[
             let theta = c["rope_parameters"]["rope_theta"].clone();
             c["rope_parameters"] = serde_json::json!({"rope_type": "default", "rope_theta": theta});
         },
+        none,
         LLAMA_CPP_TOL,
     ),
     (
@@ -247,15 +253,27 @@ const CONVERTED: &[Converted] = &[
             c["partial_rotary_factor"] = Value::Null;
             c["rope_parameters"]["partial_rotary_factor"] = Value::Null;
         },
+        none,
         LLAMA_CPP_TOL,
     ),
-    ("smollm3", "RoPE on every layer", |c| c["no_rope_layers"] = serde_json::json!([1, 1, 1, 1]), LLAMA_CPP_TOL),
-    ("granite", "residuals not scaled", |c| c["residual_multiplier"] = 1.0.into(), LLAMA_CPP_TOL),
-    ("stablelm", "RoPE on every dimension", |c| c["rope_parameters"]["partial_rotary_factor"] = 1.0.into(), LLAMA_CPP_TOL),
-    ("mixtral", "one expert per token", |c| c["num_experts_per_tok"] = 1.into(), LLAMA_CPP_TOL),
-    ("qwen2_moe", "chosen weights renormalised", |c| c["norm_topk_prob"] = true.into(), LLAMA_CPP_TOL),
-    ("qwen3_moe", "chosen weights not renormalised", |c| c["norm_topk_prob"] = false.into(), LLAMA_CPP_TOL),
-    ("olmoe", "chosen weights renormalised", |c| c["norm_topk_prob"] = true.into(), LLAMA_CPP_TOL),
+    ("smollm3", "RoPE on every layer", |c| c["no_rope_layers"] = serde_json::json!([1, 1, 1, 1]), none, LLAMA_CPP_TOL),
+    ("granite", "residuals not scaled", |c| c["residual_multiplier"] = 1.0.into(), none, LLAMA_CPP_TOL),
+    ("stablelm", "RoPE on every dimension", |c| c["rope_parameters"]["partial_rotary_factor"] = 1.0.into(), none, LLAMA_CPP_TOL),
+    ("starcoder2", "no biases", |c| c["use_bias"] = false.into(), |name| name.ends_with(".bias") && !name.contains("norm"), LLAMA_CPP_GELU_TOL),
+    (
+        "olmo3",
+        "no YaRN",
+        |c| {
+            let theta = c["rope_parameters"]["full_attention"]["rope_theta"].clone();
+            c["rope_parameters"]["full_attention"] = serde_json::json!({"rope_type": "default", "rope_theta": theta});
+        },
+        none,
+        LLAMA_CPP_TOL,
+    ),
+    ("mixtral", "one expert per token", |c| c["num_experts_per_tok"] = 1.into(), none, LLAMA_CPP_TOL),
+    ("qwen2_moe", "chosen weights renormalised", |c| c["norm_topk_prob"] = true.into(), none, LLAMA_CPP_TOL),
+    ("qwen3_moe", "chosen weights not renormalised", |c| c["norm_topk_prob"] = false.into(), none, LLAMA_CPP_TOL),
+    ("olmoe", "chosen weights renormalised", |c| c["norm_topk_prob"] = true.into(), none, LLAMA_CPP_TOL),
     (
         "gemma2",
         "no soft-capping",
@@ -263,9 +281,28 @@ const CONVERTED: &[Converted] = &[
             c["attn_logit_softcapping"] = Value::Null;
             c["final_logit_softcapping"] = Value::Null;
         },
+        none,
         LLAMA_CPP_GELU_TOL,
     ),
 ];
+
+/// Copies the f32 safetensors file `src` to `dst` without the tensors `drop_tensor` names.
+fn copy_safetensors_without(src: &Path, dst: &Path, drop_tensor: fn(&str) -> bool) {
+    let bytes = std::fs::read(src).unwrap();
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let kept: Vec<(String, Vec<usize>, Vec<f32>)> = file
+        .tensors()
+        .into_iter()
+        .filter(|(name, _)| !drop_tensor(name))
+        .map(|(name, view)| {
+            assert_eq!(view.dtype(), safetensors::Dtype::F32, "{name}: the converted fixtures are f32");
+            let data = view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            (name, view.shape().to_vec(), data)
+        })
+        .collect();
+    let views: Vec<(String, &[usize], &[f32])> = kept.iter().map(|(n, s, d)| (n.clone(), s.as_slice(), d.as_slice())).collect();
+    sinkscope::io::arrays::write_safetensors_f32(dst, &views, Default::default()).unwrap();
+}
 
 /// Each token's log-probability under the model at `path` (the first token's is `None`).
 fn sinkscope_logprobs(path: &Path, tokens: &[u32]) -> Vec<Option<f64>> {
@@ -303,7 +340,7 @@ fn converted_fixtures_agree_with_llama_cpp() {
     eprintln!(
         "| family | tokens | max |Δ logprob| llama.cpp vs sinkscope (GGUF) | vs sinkscope (HF dir) | llama.cpp vs the family's quirk taken out |"
     );
-    for &(family, without, take_out, tol) in CONVERTED {
+    for &(family, without, take_out, drop_tensor, tol) in CONVERTED {
         let model = common::fixture(&format!("arch/{family}/model.gguf"));
         let fx = common::Fixture::open(&common::fixture(&format!("arch/{family}/reference.safetensors")));
         let tokens: Vec<u32> = fx.i64("tokens").iter().map(|&t| t as u32).collect();
@@ -315,9 +352,8 @@ fn converted_fixtures_agree_with_llama_cpp() {
         // The same HF model with what sets the family apart taken out of config.json.
         let plain_dir = dir.join(format!("{family}-without"));
         std::fs::create_dir_all(&plain_dir).unwrap();
-        for f in ["model.safetensors", "tokenizer.json"] {
-            std::fs::copy(common::fixture(&format!("arch/{family}/{f}")), plain_dir.join(f)).unwrap();
-        }
+        std::fs::copy(common::fixture(&format!("arch/{family}/tokenizer.json")), plain_dir.join("tokenizer.json")).unwrap();
+        copy_safetensors_without(&common::fixture(&format!("arch/{family}/model.safetensors")), &plain_dir.join("model.safetensors"), drop_tensor);
         let mut config: Value = serde_json::from_slice(&std::fs::read(common::fixture(&format!("arch/{family}/config.json"))).unwrap()).unwrap();
         take_out(&mut config);
         std::fs::write(plain_dir.join("config.json"), serde_json::to_vec(&config).unwrap()).unwrap();

@@ -24,6 +24,8 @@ fn gguf_files() -> Vec<PathBuf> {
         "smollm3",
         "granite",
         "stablelm",
+        "starcoder2",
+        "olmo3",
         "qwen3",
         "olmo2",
         "gpt_neox",
@@ -56,6 +58,8 @@ fn hf_dirs() -> Vec<PathBuf> {
         "smollm3",
         "granite",
         "stablelm",
+        "starcoder2",
+        "olmo3",
         "llama_f32",
         "mistral",
         "qwen3",
@@ -251,10 +255,21 @@ fn gguf_tensors_and_keys_no_decoder_reads_are_refused_by_name() {
         }
         rewrite_gguf(&src, &dst, &inert);
         load(dst.to_str().unwrap(), &LoadOptions::default()).unwrap_or_else(|e| panic!("{name} with inert keys: {e}"));
-        // A RoPE scaling sinkscope does not compute for GGUF.
-        rewrite_gguf(&src, &dst, &Edit { keys: vec![(format!("{arch}.rope.scaling.type"), Value::Str("yarn".into()))], ..Edit::default() });
+        // A RoPE scaling sinkscope does not compute for GGUF; YaRN without its factor; a YaRN
+        // setting it does not read (DeepSeek's attention-factor multiplier).
+        let scaling = |kind: &str| (format!("{arch}.rope.scaling.type"), Value::Str(kind.into()));
+        rewrite_gguf(&src, &dst, &Edit { keys: vec![scaling("longrope")], ..Edit::default() });
         let err = load_err(&dst);
-        assert!(err.contains("RoPE scaling 'yarn'"), "{name}: {err}");
+        assert!(err.contains("RoPE scaling 'longrope'"), "{name}: {err}");
+        if GgufFile::open(&src).unwrap().get(&format!("{arch}.rope.scaling.factor")).is_none() {
+            rewrite_gguf(&src, &dst, &Edit { keys: vec![scaling("yarn")], ..Edit::default() });
+            let err = load_err(&dst);
+            assert!(err.contains("is yarn but") && err.contains("rope.scaling.factor is missing"), "{name}: {err}");
+        }
+        let log_mul = format!("{arch}.rope.scaling.yarn_log_multiplier");
+        rewrite_gguf(&src, &dst, &Edit { keys: vec![(log_mul.clone(), Value::F32(0.1))], ..Edit::default() });
+        let err = load_err(&dst);
+        assert!(err.contains(&log_mul) && err.contains("a RoPE scaling setting"), "{name}: {err}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

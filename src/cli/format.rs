@@ -107,7 +107,11 @@ fn describe_switches(cfg: &DecoderConfig) -> String {
     if let Some(w) = cfg.window() {
         let windowed = cfg.windowed_layers();
         let local_theta = windowed.first().map(|&l| cfg.layers[l].rope_theta).filter(|&t| t != cfg.rope_theta);
-        let base = local_theta.map_or(String::new(), |t| format!(", RoPE base {t} there"));
+        let mut base = local_theta.map_or(String::new(), |t| format!(", RoPE base {t} there"));
+        let scaled = a.rope_yarn.is_some() || cfg.rope_freq_factors.is_some();
+        if scaled && windowed.first().is_some_and(|&l| cfg.layers[l].unscaled) {
+            base.push_str(", RoPE not scaled there");
+        }
         parts.push(format!("sliding window of {w} keys on {}{base}", which_layers(&windowed, cfg.n_layers)));
     }
     if parts.is_empty() {

@@ -207,7 +207,7 @@ fn check_activation(json: &Json, family: &Family, path: &Path) -> Result<()> {
 /// How each layer attends. A `sliding_window` shorter than the context applies to the layers
 /// `layer_types` calls `sliding_attention` (any pattern), or to every layer when the config has no
 /// `layer_types` (Mistral); windowed layers rotate with their own base where the config gives one
-/// (`rope_parameters.sliding_attention`, `rope_local_base_freq`).
+/// (`rope_parameters.sliding_attention`, `rope_local_base_freq`), without the model's RoPE scaling.
 fn layer_attention(json: &Json, n_layers: usize, rope_theta: f64, path: &Path) -> Result<Vec<LayerAttn>> {
     let context = json.get("max_position_embeddings").and_then(Json::as_u64).unwrap_or(u64::MAX);
     let Some(w) = json.get("sliding_window").and_then(Json::as_u64).filter(|&w| w < context) else {
@@ -218,7 +218,11 @@ fn layer_attention(json: &Json, n_layers: usize, rope_theta: f64, path: &Path) -
         .or_else(|| json.get("rope_local_base_freq"))
         .and_then(Json::as_f64)
         .unwrap_or(rope_theta);
-    let windowed = LayerAttn { window: Some(w as usize), rope_theta: local_theta, nope: false };
+    // Windowed layers with RoPE parameters of their own (transformers' per-layer-type
+    // `rope_parameters`, Gemma 3's older `rope_local_base_freq`) rotate without the model's
+    // scaling: a scaling of theirs is refused in `rope_scaling`.
+    let own_rope = json.pointer("/rope_parameters/sliding_attention").is_some_and(Json::is_object) || json.get("rope_local_base_freq").is_some();
+    let windowed = LayerAttn { window: Some(w as usize), rope_theta: local_theta, nope: false, unscaled: own_rope };
     let Some(types) = json.get("layer_types").filter(|v| !v.is_null()) else { return Ok(vec![windowed; n_layers]) };
     let types = types.as_array().ok_or_else(|| Error::file(path, "has layer_types that is not a list; config.json is corrupt"))?;
     if types.len() != n_layers {
@@ -473,7 +477,7 @@ mod tests {
         let types = r#"["sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention"]"#;
         let cfg = config(&format!(r#"{{"model_type": "gemma3_text", {SHAPE}, "num_hidden_layers": 5, "sliding_window": 16, "layer_types": {types}, "rope_theta": 1e6, "rope_local_base_freq": 1e4}}"#)).unwrap();
         assert_eq!(cfg.windowed_layers(), [0, 1, 3]);
-        assert_eq!(cfg.layers[0], LayerAttn { window: Some(16), rope_theta: 1e4, nope: false });
+        assert_eq!(cfg.layers[0], LayerAttn { window: Some(16), rope_theta: 1e4, nope: false, unscaled: true });
         assert_eq!(cfg.layers[2], LayerAttn::global(1e6));
         // Mistral: no layer_types, every layer windowed; Qwen ignores an unused window.
         let mistral = config(&format!(r#"{{"model_type": "mistral", {SHAPE}, "num_hidden_layers": 3, "sliding_window": 8}}"#)).unwrap();

@@ -186,6 +186,8 @@ impl TryFrom<ModelInfoRecord> for ModelInfo {
             window: r.window.filter(|_| r.windowed_layers.contains(&l)),
             rope_theta: r.rope_theta,
             nope: r.nope_layers.contains(&l),
+            // The record keeps no YaRN: no layer has a scaling to go without.
+            unscaled: false,
         };
         let config = DecoderConfig {
             n_layers: r.n_layers,

@@ -17,7 +17,7 @@ use super::gguf;
 use super::hf;
 use super::info::ModelInfo;
 use super::llama2c;
-use super::rope::FreqFactors;
+use super::rope::{FreqFactors, Yarn};
 use super::source::{resolve, ModelSource};
 use super::tokenizer::Tokenizer;
 use super::unread::{self, Unread};
@@ -198,6 +198,8 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
     switches.attn_logit_softcap = file.opt_f64(&key("attn_logit_softcapping")).filter(|&c| c != 0.0);
     switches.final_logit_softcap = file.opt_f64(&key("final_logit_softcapping")).filter(|&c| c != 0.0);
     let rope_freq_factors = gguf_freq_factors(&file, &arch, switches.rotary_dims.unwrap_or(d_head))?;
+    let context_len = file.req_u64(&key("context_length"))? as usize;
+    switches.rope_yarn = gguf_yarn(&file, &arch, context_len)?;
     let mut d_ff = file.req_u64(&key("feed_forward_length"))? as usize;
     if let MlpKind::Moe(moe) = &mut switches.mlp {
         let count = |k: &str| -> Result<Option<usize>> {
@@ -222,7 +224,7 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
         d_head,
         d_ff,
         vocab_size,
-        context_len: file.req_u64(&key("context_length"))? as usize,
+        context_len,
         rope_theta,
         rope_layout: family.gguf_rope,
         rope_freq_factors,
@@ -294,6 +296,7 @@ fn gguf_layers(file: &gguf::GgufFile, arch: &str, family: Family, n_layers: usiz
         window: Some(window),
         rope_theta: file.opt_f64(&key("rope.freq_base_swa")).or(layout.local_rope_theta).unwrap_or(theta),
         nope: false,
+        unscaled: !layout.local_scaled,
     };
     let pattern_key = key("attention.sliding_window_pattern");
     let windowed: Vec<bool> = match file.get(&pattern_key) {
@@ -315,14 +318,43 @@ fn gguf_layers(file: &gguf::GgufFile, arch: &str, family: Family, n_layers: usiz
     Ok(windowed.into_iter().map(|w| if w { local } else { LayerAttn::global(theta) }).collect())
 }
 
+/// YaRN as a GGUF file states it (`rope.scaling.type` yarn): `rope.scaling.factor`, the
+/// original context (`rope.scaling.original_context_length`, else the training context, as
+/// llama.cpp reads it), the ramp's betas (`yarn_beta_fast`, `yarn_beta_slow`: 32 and 1 unless
+/// stated) and the attention factor the converter copies from the HF config
+/// (`yarn_attn_factor`; else 1 + 0.1·ln(factor), which llama.cpp computes in any case).
+fn gguf_yarn(file: &gguf::GgufFile, arch: &str, context_len: usize) -> Result<Option<Yarn>> {
+    let key = |k: &str| format!("{arch}.rope.scaling.{k}");
+    if file.get(&key("type")).and_then(gguf::Value::as_str) != Some("yarn") {
+        return Ok(None);
+    }
+    let positive = |k: &str| -> Result<Option<f64>> {
+        match file.opt_f64(&key(k)) {
+            None => Ok(None),
+            Some(v) if v.is_finite() && v > 0.0 => Ok(Some(v)),
+            Some(v) => Err(Error::file(&file.path, format!("{} = {v} is not a positive number; the file is corrupt", key(k)))),
+        }
+    };
+    let factor = positive("factor")?
+        .ok_or_else(|| Error::file(&file.path, format!("{} is yarn but {} is missing; the file is incomplete", key("type"), key("factor"))))?;
+    Ok(Some(Yarn {
+        factor,
+        original_context: positive("original_context_length")?.unwrap_or(context_len as f64),
+        beta_fast: positive("yarn_beta_fast")?.unwrap_or(32.0),
+        beta_slow: positive("yarn_beta_slow")?.unwrap_or(1.0),
+        truncate: true,
+        attention_factor: positive("yarn_attn_factor")?.unwrap_or(if factor <= 1.0 { 1.0 } else { 1.0 + 0.1 * factor.ln() }),
+    }))
+}
+
 /// The RoPE frequency factors of a GGUF file: llama.cpp's `rope_freqs.weight` (what its
 /// converter writes for Llama 3's scaling) and a linear `rope.scaling.type`, which llama.cpp
-/// applies together; any other scaling type is refused by name.
+/// applies together; YaRN is [`gguf_yarn`]'s, any other scaling type is refused by name.
 fn gguf_freq_factors(file: &gguf::GgufFile, arch: &str, rot_dims: usize) -> Result<Option<FreqFactors>> {
     let path = &file.path;
     let scaling_key = format!("{arch}.rope.scaling.type");
     let linear = match file.get(&scaling_key).and_then(gguf::Value::as_str) {
-        None | Some("none") => None,
+        None | Some("none") | Some("yarn") => None,
         Some("linear") => {
             let key = format!("{arch}.rope.scaling.factor");
             let factor = file.opt_f64(&key).filter(|f| f.is_finite() && *f > 0.0);

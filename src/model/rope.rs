@@ -203,12 +203,13 @@ impl Rope {
     }
 }
 
-/// One [`RopeTable`] per RoPE base and rotary width, for caches that serve layers with different
-/// bases (Gemma 3's local and global layers) or none (SmolLM3's NoPE layers).
+/// One [`RopeTable`] per RoPE base, rotary width and scaling, for caches that serve layers with
+/// different bases (Gemma 3's local and global layers), none (SmolLM3's NoPE layers) or without
+/// the model's scaling (OLMo 3's windowed layers). The layers of one model share one scaling.
 #[derive(Debug, Clone)]
 pub struct RopeTables {
     d_head: usize,
-    tables: Vec<((u64, usize), RopeTable)>,
+    tables: Vec<((u64, usize, bool), RopeTable)>,
 }
 
 impl RopeTables {
@@ -219,7 +220,7 @@ impl RopeTables {
     /// The table of `rope`'s base and width.
     pub fn of(&mut self, rope: &Rope) -> Result<&mut RopeTable> {
         // A NoPE layer's rope (no rotated dimension) shares its base with the rotating ones.
-        let key = (rope.theta.to_bits(), rope.rot_dims);
+        let key = (rope.theta.to_bits(), rope.rot_dims, rope.yarn.is_some() || rope.freq_factors.is_some());
         let i = match self.tables.iter().position(|(k, _)| *k == key) {
             Some(i) => i,
             None => {

@@ -107,6 +107,10 @@ pub const GGUF_READ_KEYS: &[&str] = &[
     "rope.freq_base",
     "rope.scaling.type",
     "rope.scaling.factor",
+    "rope.scaling.original_context_length",
+    "rope.scaling.yarn_attn_factor",
+    "rope.scaling.yarn_beta_fast",
+    "rope.scaling.yarn_beta_slow",
     "use_parallel_residual",
     "vocab_size",
     "attention.sliding_window_pattern",
@@ -118,7 +122,6 @@ pub const GGUF_READ_KEYS: &[&str] = &[
 /// GGUF `{arch}.*` keys that change nothing sinkscope computes, and why (the loader checks the
 /// values that would: see [`gguf_keys`]).
 const INERT_GGUF_KEYS: &[(&str, &str)] = &[
-    ("rope.scaling.original_context_length", "the context a scaling extends from; the factors themselves are read"),
     ("rope.scaling.finetuned", "whether the model was fine-tuned after scaling: a note"),
     ("tensor_data_layout", "how the converter permuted q/k rows, which the RoPE layout already says"),
     ("attention.causal", "causal attention, what every family here computes (false is refused)"),
@@ -268,6 +271,8 @@ const INERT_HF_FIELDS: &[(&str, &str)] = &[
     ("initializer_range", "training's weight initialisation"),
     ("attention_dropout", "dropout, off in evaluation"),
     ("hidden_dropout", "dropout, off in evaluation"),
+    ("residual_dropout", "dropout, off in evaluation"),
+    ("embedding_dropout", "dropout, off in evaluation"),
     ("resid_pdrop", "dropout, off in evaluation"),
     ("embd_pdrop", "dropout, off in evaluation"),
     ("attn_pdrop", "dropout, off in evaluation"),
@@ -284,6 +289,7 @@ const INERT_HF_FIELDS: &[(&str, &str)] = &[
     ("attention_bias", "q/k/v/o biases: every bias tensor is read where the family adds it, or refused"),
     ("mlp_bias", "MLP biases: every bias tensor is read where the family adds it, or refused"),
     ("use_qkv_bias", "q/k/v biases: every bias tensor is read where the family adds it, or refused"),
+    ("use_bias", "biases: every bias tensor is read where the family adds it, or refused"),
     ("bias", "biases: every bias tensor is read where the family adds it, or refused"),
     ("max_window_layers", "Qwen's windowed layers, used only with use_sliding_window (refused)"),
     ("router_aux_loss_coef", "a training loss"),
@@ -309,7 +315,7 @@ const INERT_HF_FIELDS: &[(&str, &str)] = &[
 /// (`quantization_config` among them: quantized safetensors are not dequantized; `multipliers`:
 /// the family reads [`HF_MULTIPLIER_FIELDS`]).
 pub fn hf_fields<'a>(keys: impl Iterator<Item = &'a str>, multipliers: bool) -> Vec<Unread> {
-    keys.filter(|k| !HF_READ_FIELDS.contains(k) && !(multipliers && HF_MULTIPLIER_FIELDS.contains(k)))
+    keys.filter(|k| !(HF_READ_FIELDS.contains(k) || (multipliers && HF_MULTIPLIER_FIELDS.contains(k))))
         .filter(|k| !INERT_HF_FIELDS.iter().any(|(f, _)| f == k))
         .map(|k| Unread { name: k.to_owned(), suggests: field_suggestion(k).to_owned() })
         .collect()

@@ -51,23 +51,28 @@ pub struct LayerAttn {
     /// only, so where a cache puts a key changes nothing there.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub nope: bool,
+    /// The layer rotates without the model's RoPE scaling (YaRN, linear, Llama 3's factors), as
+    /// the windowed layers of OLMo 3 and Gemma 3 do: their own RoPE parameters are plain.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unscaled: bool,
 }
 
 impl LayerAttn {
     /// A layer that sees every earlier key, rotated with base `rope_theta`.
     pub fn global(rope_theta: f64) -> LayerAttn {
-        LayerAttn { window: None, rope_theta, nope: false }
+        LayerAttn { window: None, rope_theta, nope: false, unscaled: false }
     }
 
     /// `n` layers of which every `every`th (`every` − 1, 2·`every` − 1, …) is global with base
-    /// `theta` and the others see `window` keys, rotated with base `local_theta`.
+    /// `theta` and the others see `window` keys, rotated with base `local_theta` without the
+    /// model's RoPE scaling.
     pub fn every_nth_global(n: usize, every: usize, window: usize, theta: f64, local_theta: f64) -> Vec<LayerAttn> {
         (0..n)
             .map(|l| {
                 if (l + 1) % every.max(1) == 0 {
                     LayerAttn::global(theta)
                 } else {
-                    LayerAttn { window: Some(window), rope_theta: local_theta, nope: false }
+                    LayerAttn { window: Some(window), rope_theta: local_theta, nope: false, unscaled: true }
                 }
             })
             .collect()

@@ -123,12 +123,19 @@ impl Decoder {
             // A NoPE layer's rope rotates no dimension: every rotation (re-rotation by a cache
             // included) is the identity there, and YaRN's attention factor is not applied.
             let rot_dims = if layer.nope { 0 } else { ropes[0].rot_dims };
-            let index = match ropes.iter().position(|r| r.theta == layer.rope_theta && r.rot_dims == rot_dims) {
+            // Layers marked unscaled (Gemma 3's and OLMo 3's windowed ones, whose own RoPE
+            // parameters are plain) rotate without the model's scaling.
+            let (yarn, freq_factors) = if layer.unscaled { (None, None) } else { (ropes[0].yarn, ropes[0].freq_factors.clone()) };
+            let same = |r: &Rope| {
+                r.theta == layer.rope_theta
+                    && r.rot_dims == rot_dims
+                    && r.yarn.is_some() == yarn.is_some()
+                    && r.freq_factors.is_some() == freq_factors.is_some()
+            };
+            let index = match ropes.iter().position(same) {
                 Some(i) => i,
                 None => {
-                    // The factors scale the model's own base only: Gemma 3's local layers
-                    // rotate with theirs unscaled, as transformers' per-layer-type RoPE does.
-                    ropes.push(Rope { theta: layer.rope_theta, freq_factors: None, rot_dims, ..ropes[0].clone() });
+                    ropes.push(Rope { theta: layer.rope_theta, rot_dims, yarn, freq_factors, ..ropes[0].clone() });
                     ropes.len() - 1
                 }
             };

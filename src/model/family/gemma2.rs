@@ -19,7 +19,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_tensor: norm_plus_one,
     // What llama.cpp fixes for `gemma2`: every 2nd layer global, the local layers rotated with the
     // model's own base, a window of 4,096 where the file states none.
-    gguf_windows: Some(GgufWindows { global_every: 2, local_rope_theta: None, default_window: Some(4096) }),
+    gguf_windows: Some(GgufWindows { global_every: 2, local_rope_theta: None, default_window: Some(4096), local_scaled: true }),
     // Gemma 2 27B.
     gguf_attn_scale_layers: &[46],
     gguf_experts: None,

@@ -23,7 +23,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_tensor: norm_plus_one,
     // What llama.cpp fixes for `gemma3` instead of storing it: every 6th layer global, the local
     // layers rotated with base 10,000.
-    gguf_windows: Some(GgufWindows { global_every: 6, local_rope_theta: Some(10_000.0), default_window: None }),
+    gguf_windows: Some(GgufWindows { global_every: 6, local_rope_theta: Some(10_000.0), default_window: None, local_scaled: false }),
     // Gemma 3 27B.
     gguf_attn_scale_layers: &[62],
     gguf_experts: None,

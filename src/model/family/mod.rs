@@ -25,13 +25,14 @@ mod qwen3_moe;
 mod smollm3;
 mod spec;
 mod stablelm;
+mod starcoder2;
 
 pub use spec::{FamilySpec, GgufWindows, HfNames, TensorContext};
 
 use crate::model::decoder::config::MlpKind;
 
 /// Every family the decoder runs, in the order the README lists them.
-pub const FAMILIES: [&FamilySpec; 19] = [
+pub const FAMILIES: [&FamilySpec; 20] = [
     &llama::SPEC,
     &mistral::SPEC,
     &mixtral::SPEC,
@@ -44,6 +45,7 @@ pub const FAMILIES: [&FamilySpec; 19] = [
     &smollm3::SPEC,
     &granite::SPEC,
     &stablelm::SPEC,
+    &starcoder2::SPEC,
     &gpt_neox::SPEC,
     &gemma2::SPEC,
     &gemma3::SPEC,
@@ -143,13 +145,13 @@ mod tests {
     fn supported_lists_come_from_the_families() {
         assert_eq!(
             Family::hf_supported(),
-            "gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, granite, llama, mistral, mixtral, olmo2, olmoe, phi, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm, smollm3, stablelm"
+            "gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, granite, llama, mistral, mixtral, olmo2, olmo3, olmoe, phi, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm, smollm3, stablelm, starcoder2"
         );
         assert_eq!(
             Family::gguf_supported(),
-            "llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, olmo2, olmoe, smollm3, granite, stablelm, gptneox, gemma2, gemma3, phi2, phi3 and gpt2"
+            "llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, olmo2, olmoe, smollm3, granite, stablelm, starcoder2, gptneox, gemma2, gemma3, phi2, phi3 and gpt2"
         );
-        assert_eq!(Family::gguf_windowed_supported(), "gemma2, gemma3 and phi3");
+        assert_eq!(Family::gguf_windowed_supported(), "olmo2, gemma2, gemma3 and phi3");
     }
 
     /// docs/reference.md's family table cannot drift from the registry: one row per family, in

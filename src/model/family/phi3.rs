@@ -25,7 +25,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_tensor: keep,
     // transformers windows every layer by `sliding_window`; so does sinkscope for a GGUF that
     // states one (llama.cpp 0.3.36 turns Phi-3's window off and warns that results may suffer).
-    gguf_windows: Some(GgufWindows { global_every: 0, local_rope_theta: None, default_window: None }),
+    gguf_windows: Some(GgufWindows { global_every: 0, local_rope_theta: None, default_window: None, local_scaled: false }),
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,

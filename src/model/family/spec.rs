@@ -81,6 +81,10 @@ pub struct GgufWindows {
     /// The window when the file has no `attention.sliding_window`; `None`: then no layer is
     /// windowed.
     pub default_window: Option<usize>,
+    /// The windowed layers rotate with the file's RoPE scaling (`rope.scaling.*`, `rope_freqs`),
+    /// as llama.cpp sets `rope_freq_scale_train_swa` for the architecture; `false`: plainly, its
+    /// default.
+    pub local_scaled: bool,
 }
 
 /// HF names of the form `{fixed}` for the embeddings, final norm and head, and

@@ -115,9 +115,9 @@ fn byte_level_pre_tokenizer(pre: &str) -> Option<PreTokenizerWrapper> {
     match pre {
         // llama.cpp splits `olmo` and `mpt` with GPT-2's expression too.
         "default" | "gpt2" | "gpt-2" | "olmo" | "mpt" => Some(byte_level.into()),
-        // SmolLM2 (and llama.cpp's `smollm`): each digit on its own before GPT-2's split.
-        "smollm" => Some(PreTokenizerWrapper::Sequence(Sequence::new(vec![Digits::new(true).into(), byte_level.into()]))),
-        "llama3" | "llama-bpe" | "llama-v3" => regex_split(LLAMA3_REGEX),
+        // SmolLM2 and StarCoder2 (llama.cpp's `smollm`, `starcoder`): each digit on its own before GPT-2's split.
+        "smollm" | "starcoder" => Some(PreTokenizerWrapper::Sequence(Sequence::new(vec![Digits::new(true).into(), byte_level.into()]))),
+        "llama3" | "llama-bpe" | "llama-v3" | "dbrx" => regex_split(LLAMA3_REGEX),
         // llama.cpp splits StableLM 2's vocabulary with Qwen2's expression.
         "qwen2" | "stablelm2" => regex_split(QWEN2_REGEX),
         _ => None,
