@@ -141,29 +141,29 @@ fn granite_matches_transformers() {
     assert!(common::max_abs_diff("granite nll", &ours, &reference) < 1e-5);
 }
 
-/// StableLM 2: LayerNorm with biases, RoPE on a quarter of each head, q/k/v biases, untied head.
+/// From the HF directory and the converter's GGUF: StableLM 2 (LayerNorm with biases, RoPE on a
+/// quarter of each head, q/k/v biases); StarCoder2 (biases everywhere, c_fc → GELU (tanh) →
+/// c_proj); Command R (one bias-free LayerNorm read by attention and MLP in parallel, RoPE on
+/// interleaved pairs in both formats, logits × 1/16); Falcon (one shared LayerNorm, q|k|v fused
+/// per key-value group in the HF file, exact GELU).
 #[test]
-fn stablelm_matches_transformers() {
-    matches_transformers("stablelm", common::fixture("arch/stablelm").to_str().unwrap());
-    matches_transformers("stablelm", common::fixture("arch/stablelm/model.gguf").to_str().unwrap());
+fn stablelm_starcoder2_cohere_and_falcon_match_transformers() {
+    for family in ["stablelm", "starcoder2", "cohere", "falcon"] {
+        matches_transformers(family, common::fixture(&format!("arch/{family}")).to_str().unwrap());
+        matches_transformers(family, common::fixture(&format!("arch/{family}/model.gguf")).to_str().unwrap());
+    }
 }
 
-/// StarCoder2: LayerNorm with biases, biases on q/k/v/o and both MLP layers, c_fc → GELU (tanh)
-/// → c_proj, tied head.
+/// OLMo 2: RMSNorm after attention and MLP instead of before, q/k RMSNorm across heads, GQA.
+/// OLMo 3: the same with a window on three layers of four and YaRN on the global one only (GGUF:
+/// `olmo2` with `attention.sliding_window`, one flag per layer, `rope.scaling.*`).
 #[test]
-fn starcoder2_matches_transformers() {
-    matches_transformers("starcoder2", common::fixture("arch/starcoder2").to_str().unwrap());
-    matches_transformers("starcoder2", common::fixture("arch/starcoder2/model.gguf").to_str().unwrap());
-}
-
-/// OLMo 3: OLMo 2's block with a window on three layers of four, YaRN on the global layer only
-/// (GGUF: `olmo2` with `attention.sliding_window`, one flag per layer, `rope.scaling.*`).
-#[test]
-fn olmo3_matches_transformers() {
-    matches_transformers("olmo3", common::fixture("arch/olmo3").to_str().unwrap());
-    matches_transformers("olmo3", common::fixture("arch/olmo3/model.gguf").to_str().unwrap());
-    // As transformers 4 wrote OLMo 3's configs: one `rope_scaling` and `rope_theta` at the top,
-    // which the model applies to the global layers only.
+fn olmo2_and_olmo3_match_transformers() {
+    for family in ["olmo2", "olmo3"] {
+        matches_transformers(family, common::fixture(&format!("arch/{family}")).to_str().unwrap());
+        matches_transformers(family, common::fixture(&format!("arch/{family}/model.gguf")).to_str().unwrap());
+    }
+    // As transformers 4 wrote OLMo 3's configs: one `rope_scaling` (for the global layers only).
     let dir = common::temp_dir("olmo3-flat");
     let flat = dir.join("olmo3");
     common::edited_hf(&common::fixture("arch/olmo3"), &flat, |c| {
@@ -186,14 +186,6 @@ fn mixtures_of_experts_match_transformers() {
         matches_transformers(family, common::fixture(&format!("arch/{family}")).to_str().unwrap());
         matches_transformers(family, common::fixture(&format!("arch/{family}/model.gguf")).to_str().unwrap());
     }
-}
-
-/// OLMo 2: RMSNorm after attention and after the MLP instead of before them, and q/k RMSNorm
-/// over the whole projection (all heads at once), GQA, untied output.
-#[test]
-fn olmo2_matches_transformers() {
-    matches_transformers("olmo2", common::fixture("arch/olmo2").to_str().unwrap());
-    matches_transformers("olmo2", common::fixture("arch/olmo2/model.gguf").to_str().unwrap());
 }
 
 /// GPT-NeoX (Pythia): LayerNorm with biases, RoPE on a quarter of each head, attention and MLP
@@ -301,9 +293,22 @@ fn a_qwen3_without_its_qk_norms_is_refused() {
 fn every_family_streams_like_token_by_token_decoding() {
     use sinkscope::kv::{simulate, simulate_with, Eviction, Policy, PositionMode, SimOptions};
     // Gemma 3 and Mistral attend through their own windows: see the next test.
-    for family in
-        ["llama3", "phi3", "mixtral", "qwen2_moe", "qwen3", "olmo2", "smollm3", "granite", "stablelm", "starcoder2", "gpt_neox", "phi", "gpt2"]
-    {
+    for family in [
+        "llama3",
+        "phi3",
+        "mixtral",
+        "qwen2_moe",
+        "qwen3",
+        "olmo2",
+        "smollm3",
+        "granite",
+        "stablelm",
+        "starcoder2",
+        "cohere",
+        "gpt_neox",
+        "phi",
+        "gpt2",
+    ] {
         let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
         let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
         let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(160).collect();

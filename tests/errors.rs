@@ -134,9 +134,9 @@ fn config_json_missing_fields_or_unknown_architecture() {
     missing.as_object_mut().unwrap().remove("hidden_size");
     std::fs::write(&cfg_path, missing.to_string()).unwrap();
     assert!(fails(&["info", s(&dir)]).contains("\"hidden_size\""));
-    let mut falcon = original.clone();
-    falcon["model_type"] = "falcon".into();
-    std::fs::write(&cfg_path, falcon.to_string()).unwrap();
+    let mut mamba = original.clone();
+    mamba["model_type"] = "mamba".into();
+    std::fs::write(&cfg_path, mamba.to_string()).unwrap();
     assert!(fails(&["info", s(&dir)]).contains("unknown architecture"));
     std::fs::write(&cfg_path, "{ not json").unwrap();
     assert!(fails(&["info", s(&dir)]).contains("not valid JSON"));

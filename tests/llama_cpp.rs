@@ -270,6 +270,10 @@ const CONVERTED: &[Converted] = &[
         none,
         LLAMA_CPP_TOL,
     ),
+    ("cohere", "logits not scaled", |c| c["logit_scale"] = 1.0.into(), none, LLAMA_CPP_TOL),
+    // Falcon2 11B's RoPE base, which llama.cpp's converter does not write for Falcon (llama.cpp
+    // then rotates with 10,000).
+    ("falcon", "RoPE base 500,042", |c| c["rope_parameters"]["rope_theta"] = 500042.0.into(), none, LLAMA_CPP_GELU_TOL),
     ("mixtral", "one expert per token", |c| c["num_experts_per_tok"] = 1.into(), none, LLAMA_CPP_TOL),
     ("qwen2_moe", "chosen weights renormalised", |c| c["norm_topk_prob"] = true.into(), none, LLAMA_CPP_TOL),
     ("qwen3_moe", "chosen weights not renormalised", |c| c["norm_topk_prob"] = false.into(), none, LLAMA_CPP_TOL),

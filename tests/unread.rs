@@ -26,6 +26,8 @@ fn gguf_files() -> Vec<PathBuf> {
         "stablelm",
         "starcoder2",
         "olmo3",
+        "cohere",
+        "falcon",
         "qwen3",
         "olmo2",
         "gpt_neox",
@@ -42,8 +44,9 @@ fn gguf_files() -> Vec<PathBuf> {
 /// GGUF architectures whose files may hold experts (`llama`: Mixtral).
 const MOE_ARCHS: &[&str] = &["llama", "qwen2moe", "qwen3moe", "olmoe"];
 
-/// GGUF architectures that read Granite's scales (`logit_scale` among them).
+/// GGUF architectures that read Granite's scales (`logit_scale` among them), and Cohere's one.
 const MULTIPLIER_ARCHS: &[&str] = &["granite"];
+const LOGIT_SCALE_ARCHS: &[&str] = &["command-r"];
 
 /// The HF fixtures of every family.
 fn hf_dirs() -> Vec<PathBuf> {
@@ -60,6 +63,8 @@ fn hf_dirs() -> Vec<PathBuf> {
         "stablelm",
         "starcoder2",
         "olmo3",
+        "cohere",
+        "falcon",
         "llama_f32",
         "mistral",
         "qwen3",
@@ -231,10 +236,13 @@ fn gguf_tensors_and_keys_no_decoder_reads_are_refused_by_name() {
         // (Experts: the families that read them get their own checks below.)
         let moe = MOE_ARCHS.contains(&arch.as_str());
         let mut keys = vec![
-            match MULTIPLIER_ARCHS.contains(&arch.as_str()) {
+            if MULTIPLIER_ARCHS.contains(&arch.as_str()) {
                 // llama.cpp reads it as "no RoPE" for Granite.
-                true => ("rope.scaling.finetuned", Value::Bool(false), "a RoPE scaling setting"),
-                false => ("logit_scale", Value::F32(8.0), "scaled output logits"),
+                ("rope.scaling.finetuned", Value::Bool(false), "a RoPE scaling setting")
+            } else if LOGIT_SCALE_ARCHS.contains(&arch.as_str()) {
+                ("residual_scale", Value::F32(0.5), "a scaling of activations")
+            } else {
+                ("logit_scale", Value::F32(8.0), "scaled output logits")
             },
             ("ssm.conv_kernel", Value::U32(4), "state-space"),
             ("attention.causal", Value::Bool(false), "non-causal"),
@@ -332,6 +340,30 @@ fn hf_fields_and_tensors_no_decoder_reads_are_refused_by_name() {
             c.insert("transformers_version".into(), json!("4.0.0"));
         });
         load(dst.to_str().unwrap(), &LoadOptions::default()).unwrap_or_else(|e| panic!("{name} with inert fields: {e}"));
+    }
+    // Cohere's logit scale is read for Cohere only; Command R+'s per-head q/k norms are refused.
+    let dst = dir.join("scales");
+    common::edited_hf(&common::fixture("arch/llama3"), &dst, |c| {
+        c.insert("logit_scale".into(), json!(0.0625));
+    });
+    let err = load_err(&dst);
+    assert!(err.contains("logit_scale (scaled output logits)"), "{err}");
+    common::edited_hf(&common::fixture("arch/cohere"), &dst, |c| {
+        c.insert("use_qk_norm".into(), json!(true));
+    });
+    let err = load_err(&dst);
+    assert!(err.contains("use_qk_norm = true") && err.contains("does not compute"), "{err}");
+    // Falcon's blocks other than the one computed: ALiBi, Falcon-40B's two norms, sequential.
+    for (field, value, says) in [
+        ("alibi", json!(true), "alibi = true"),
+        ("num_ln_in_parallel_attn", json!(2), "2 LayerNorms per block"),
+        ("parallel_attn", json!(false), "parallel_attn = false"),
+    ] {
+        common::edited_hf(&common::fixture("arch/falcon"), &dst, |c| {
+            c.insert(field.into(), value);
+        });
+        let err = load_err(&dst);
+        assert!(err.contains(says) && err.contains("does not compute"), "{err}");
     }
     // An extra tensor in the safetensors file, named for what it suggests.
     let src = common::fixture("arch/llama3");

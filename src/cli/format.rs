@@ -30,8 +30,10 @@ fn ordinal(n: usize) -> String {
 fn describe_switches(cfg: &DecoderConfig) -> String {
     let (a, d_head) = (&cfg.arch, cfg.d_head);
     let mut parts = Vec::new();
-    if a.norm == NormKind::Layer {
-        parts.push("LayerNorm".to_string());
+    match a.norm {
+        NormKind::Rms => {}
+        NormKind::Layer => parts.push("LayerNorm".to_string()),
+        NormKind::LayerNoBias => parts.push("LayerNorm without bias".to_string()),
     }
     match a.norm_placement {
         NormPlacement::Pre => {}
@@ -153,7 +155,7 @@ pub fn format_info(i: &ModelInfo, cfg: &DecoderConfig) -> String {
         ("in memory", format!("{:.1} MiB of weights", i.weight_bytes as f64 / (1u64 << 20) as f64)),
         ("block", describe_switches(cfg)),
         ("rope", format!("{}, theta {}", i.config.rope_layout, i.config.rope_theta)),
-        (if cfg.arch.norm == NormKind::Layer { "norm eps" } else { "rms eps" }, format!("{:e}", i.config.rms_eps)),
+        (if cfg.arch.norm == NormKind::Rms { "rms eps" } else { "norm eps" }, format!("{:e}", i.config.rms_eps)),
         ("embeddings", if i.tied_embeddings { "tied".into() } else { "untied".into() }),
         ("parameters", format!("{:.1}M", i.n_params as f64 / 1e6)),
     ];

@@ -12,8 +12,8 @@ use serde_json::Value as Json;
 use super::decoder::config::MAX_SIZE;
 use super::decoder::config::{ArchSwitches, ExpertAct};
 use super::decoder::{DecoderConfig, LayerAttn, MlpKind, Moe, Param};
-use super::family::{Family, TensorContext};
-use super::rope::{FreqFactors, RopeLayout, Yarn};
+use super::family::{Family, Multipliers, TensorContext};
+use super::rope::{FreqFactors, Yarn};
 use super::source::shard_names;
 use super::unread::{self, Unread};
 use crate::error::{Error, IoContext, Result};
@@ -130,8 +130,11 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
     if let Some(s) = json.get("query_pre_attn_scalar").and_then(Json::as_f64).filter(|&s| s != d_head as f64) {
         arch.attn_scale = Some(1.0 / s.sqrt());
     }
-    if family.multipliers {
-        read_multipliers(&json, &mut arch, d_head, &path)?;
+    match family.multipliers {
+        Some(Multipliers::Granite) => read_multipliers(&json, &mut arch, d_head, &path)?,
+        // Logits × logit_scale, as a divisor (exact for the powers of two Cohere ships).
+        Some(Multipliers::LogitScale) => arch.logit_divisor = scale_factor(&json, "logit_scale", &path)?.filter(|&s| s != 1.0).map(|s| 1.0 / s),
+        None => {}
     }
     arch.attn_logit_softcap = json.get("attn_logit_softcapping").and_then(Json::as_f64);
     arch.final_logit_softcap = json.get("final_logit_softcapping").and_then(Json::as_f64);
@@ -146,7 +149,7 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
         vocab_size: req("vocab_size")?,
         context_len: req("max_position_embeddings")?,
         rope_theta,
-        rope_layout: RopeLayout::HalfSplit,
+        rope_layout: family.hf_rope,
         rope_freq_factors,
         rms_eps: eps.unwrap_or(1e-6),
         arch,
@@ -156,24 +159,28 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
     Ok(HfConfig { cfg, tied, family, model_type, unread })
 }
 
-/// Granite's multipliers ([`unread::HF_MULTIPLIER_FIELDS`]); transformers' default for each,
+/// Granite's multipliers ([`Multipliers::hf_fields`]); transformers' default for each,
 /// `attention_multiplier` included, is 1.0.
 fn read_multipliers(json: &Json, arch: &mut ArchSwitches, d_head: usize, path: &Path) -> Result<()> {
-    let factor = |k: &str| -> Result<f64> {
-        match json.get(k).filter(|v| !v.is_null()) {
-            None => Ok(1.0),
-            Some(v) => v
-                .as_f64()
-                .filter(|f| f.is_finite() && *f != 0.0)
-                .ok_or_else(|| Error::file(path, format!("has {k} = {v}, not a non-zero number; config.json is corrupt"))),
-        }
-    };
+    let factor = |k: &str| -> Result<f64> { Ok(scale_factor(json, k, path)?.unwrap_or(1.0)) };
     let attention = factor("attention_multiplier")?;
     arch.attn_scale = Some(attention).filter(|&m| m != 1.0 / (d_head as f64).sqrt());
     arch.embed_multiplier = Some(factor("embedding_multiplier")?).filter(|&m| m != 1.0);
     arch.residual_multiplier = Some(factor("residual_multiplier")?).filter(|&m| m != 1.0);
     arch.logit_divisor = Some(factor("logits_scaling")?).filter(|&d| d != 1.0);
     Ok(())
+}
+
+/// A scaling field of config.json: absent (or null), or a finite non-zero number.
+fn scale_factor(json: &Json, k: &str, path: &Path) -> Result<Option<f64>> {
+    match json.get(k).filter(|v| !v.is_null()) {
+        None => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .filter(|f| f.is_finite() && *f != 0.0)
+            .map(Some)
+            .ok_or_else(|| Error::file(path, format!("has {k} = {v}, not a non-zero number; config.json is corrupt"))),
+    }
 }
 
 /// Refuses an activation other than the one the family's MLP computes (`hidden_act`,
@@ -360,7 +367,7 @@ pub struct HfWeights {
 }
 
 impl HfWeights {
-    pub fn open(dir: &Path, family: Family, n_heads: usize) -> Result<Self> {
+    pub fn open(dir: &Path, family: Family, context: TensorContext) -> Result<Self> {
         let single = dir.join("model.safetensors");
         let files = if single.is_file() {
             vec![single]
@@ -384,7 +391,7 @@ impl HfWeights {
             }
             shards.push((path, file, mmap));
         }
-        Ok(HfWeights { shards, index, family, context: TensorContext { n_heads } })
+        Ok(HfWeights { shards, index, family, context })
     }
 
     /// The tensor `name` in the type the file stores it (f32, f16 or bf16). Its bytes are read

@@ -11,7 +11,7 @@ use candle_core::DType;
 use super::decoder::config::{ParamSource, MAX_SIZE};
 use super::decoder::finite::scan_param;
 use super::decoder::{Decoder, DecoderConfig, LayerAttn, MlpKind, Param, WeightDtype};
-use super::family::Family;
+use super::family::{Family, Multipliers, TensorContext};
 use super::fit;
 use super::gguf;
 use super::hf;
@@ -187,13 +187,17 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
     if family.gguf_attn_scale_layers.contains(&n_layers) && d_model / n_heads.max(1) != d_head {
         switches.attn_scale = Some(1.0 / ((d_model / n_heads.max(1)) as f64).sqrt());
     }
-    if family.multipliers {
-        // llama.cpp's reading: 0 or absent means "not scaled" (the attention's 1/√d_head).
-        let factor = |k: &str| file.opt_f64(&key(k)).filter(|&f| f != 0.0 && f != 1.0);
-        switches.attn_scale = file.opt_f64(&key("attention.scale")).filter(|&s| s != 0.0 && s != 1.0 / (d_head as f64).sqrt());
-        switches.embed_multiplier = factor("embedding_scale");
-        switches.residual_multiplier = factor("residual_scale");
-        switches.logit_divisor = factor("logit_scale");
+    // llama.cpp's reading: 0 or absent means "not scaled" (the attention's 1/√d_head).
+    let factor = |k: &str| file.opt_f64(&key(k)).filter(|&f| f != 0.0 && f != 1.0);
+    match family.multipliers {
+        Some(Multipliers::Granite) => {
+            switches.attn_scale = file.opt_f64(&key("attention.scale")).filter(|&s| s != 0.0 && s != 1.0 / (d_head as f64).sqrt());
+            switches.embed_multiplier = factor("embedding_scale");
+            switches.residual_multiplier = factor("residual_scale");
+            switches.logit_divisor = factor("logit_scale");
+        }
+        Some(Multipliers::LogitScale) => switches.logit_divisor = factor("logit_scale").map(|s| 1.0 / s),
+        None => {}
     }
     switches.attn_logit_softcap = file.opt_f64(&key("attn_logit_softcapping")).filter(|&c| c != 0.0);
     switches.final_logit_softcap = file.opt_f64(&key("final_logit_softcapping")).filter(|&c| c != 0.0);
@@ -443,7 +447,7 @@ fn load_hf(dir: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Option
         Some(_) => None,
         None => Some(Tokenizer::from_json_file(&dir.join("tokenizer.json"))?),
     };
-    let weights = hf::HfWeights::open(dir, family, cfg.n_heads)?;
+    let weights = hf::HfWeights::open(dir, family, TensorContext { n_heads: cfg.n_heads, n_kv_heads: cfg.n_kv_heads })?;
     let mut info = base_info(&ModelSource::HfDir(dir.to_path_buf()), &cfg, model_type);
     info.unread = unread;
     info.tied_embeddings = tied || !weights.has_param("output.weight");

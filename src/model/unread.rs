@@ -8,6 +8,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+use super::family::Multipliers;
+
 /// One thing a file holds that sinkscope does not read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Unread {
@@ -129,19 +131,16 @@ const INERT_GGUF_KEYS: &[(&str, &str)] = &[
     ("expert_used_count", "no experts (any other count is refused)"),
 ];
 
-/// GGUF `{arch}.*` keys a family with Granite's multipliers reads (llama.cpp's names).
-pub const GGUF_MULTIPLIER_KEYS: &[&str] = &["embedding_scale", "residual_scale", "attention.scale", "logit_scale"];
-
 /// GGUF `{arch}.*` keys a mixture-of-experts family's loader reads.
 pub const GGUF_MOE_KEYS: &[&str] = &["expert_count", "expert_used_count", "expert_feed_forward_length", "expert_shared_feed_forward_length"];
 
 /// The `{arch}.*` keys of a GGUF file the loader neither reads nor knows to be inert, and inert
 /// keys whose value would change the arithmetic (`moe`: the family reads [`GGUF_MOE_KEYS`];
-/// `multipliers`: [`GGUF_MULTIPLIER_KEYS`]). `get_u64`/`get_bool` read a key's value.
+/// `multipliers`: the family reads their keys). `get_u64`/`get_bool` read a key's value.
 pub fn gguf_keys<'a>(
     arch: &str,
     moe: bool,
-    multipliers: bool,
+    multipliers: Option<Multipliers>,
     keys: impl Iterator<Item = &'a str>,
     value_u64: impl Fn(&str) -> Option<u64>,
     value_bool: impl Fn(&str) -> Option<bool>,
@@ -150,14 +149,14 @@ pub fn gguf_keys<'a>(
     let mut unread = Vec::new();
     for key in keys {
         let Some(local) = key.strip_prefix(&prefix) else { continue };
-        if GGUF_READ_KEYS.contains(&local) || (moe && GGUF_MOE_KEYS.contains(&local)) || (multipliers && GGUF_MULTIPLIER_KEYS.contains(&local)) {
+        if GGUF_READ_KEYS.contains(&local) || (moe && GGUF_MOE_KEYS.contains(&local)) || multipliers.is_some_and(|m| m.gguf_keys().contains(&local)) {
             continue;
         }
         let changes = match local {
             "expert_count" | "expert_used_count" => value_u64(key).is_none_or(|n| n > 0),
             "attention.causal" => value_bool(key) != Some(true),
             // llama.cpp reads false as "no RoPE" for Granite.
-            "rope.scaling.finetuned" if multipliers => value_bool(key) != Some(true),
+            "rope.scaling.finetuned" if multipliers == Some(Multipliers::Granite) => value_bool(key) != Some(true),
             _ => !INERT_GGUF_KEYS.iter().any(|(k, _)| *k == local),
         };
         if changes {
@@ -243,9 +242,6 @@ pub const HF_READ_FIELDS: &[&str] = &[
     "n_inner",
 ];
 
-/// `config.json` fields a family with Granite's multipliers reads.
-pub const HF_MULTIPLIER_FIELDS: &[&str] = &["embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"];
-
 /// `config.json` fields that change nothing sinkscope computes, and why.
 const INERT_HF_FIELDS: &[(&str, &str)] = &[
     ("architectures", "the class name transformers instantiates"),
@@ -313,9 +309,9 @@ const INERT_HF_FIELDS: &[(&str, &str)] = &[
 
 /// The top-level `config.json` fields (those not null) neither read nor known to be inert
 /// (`quantization_config` among them: quantized safetensors are not dequantized; `multipliers`:
-/// the family reads [`HF_MULTIPLIER_FIELDS`]).
-pub fn hf_fields<'a>(keys: impl Iterator<Item = &'a str>, multipliers: bool) -> Vec<Unread> {
-    keys.filter(|k| !(HF_READ_FIELDS.contains(k) || (multipliers && HF_MULTIPLIER_FIELDS.contains(k))))
+/// the family reads their fields).
+pub fn hf_fields<'a>(keys: impl Iterator<Item = &'a str>, multipliers: Option<Multipliers>) -> Vec<Unread> {
+    keys.filter(|k| !(HF_READ_FIELDS.contains(k) || multipliers.is_some_and(|m| m.hf_fields().contains(k))))
         .filter(|k| !INERT_HF_FIELDS.iter().any(|(f, _)| f == k))
         .map(|k| Unread { name: k.to_owned(), suggests: field_suggestion(k).to_owned() })
         .collect()
@@ -329,6 +325,7 @@ fn field_suggestion(field: &str) -> &'static str {
         ("expert", "a mixture of experts"),
         ("softcap", "soft-capped scores or logits"),
         ("multiplier", "a scaling of embeddings, residuals, attention or logits"),
+        ("logit_scale", "scaled output logits"),
         ("scale", "a scaling of activations"),
         ("rope", "a RoPE setting"),
         ("lora_rank", "low-rank (latent) projections"),
@@ -372,9 +369,9 @@ mod tests {
     fn gguf_keys_are_read_inert_or_refused() {
         let keys = ["llama.block_count", "llama.expert_count", "llama.attention.causal", "llama.ssm.conv_kernel", "general.name"];
         let zero = |_: &str| Some(0);
-        let unread = gguf_keys("llama", false, false, keys.into_iter(), zero, |_| Some(true));
+        let unread = gguf_keys("llama", false, None, keys.into_iter(), zero, |_| Some(true));
         assert_eq!(unread.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(), ["llama.ssm.conv_kernel"]);
-        let experts = gguf_keys("llama", false, false, keys.into_iter(), |_| Some(8), |_| Some(false));
+        let experts = gguf_keys("llama", false, None, keys.into_iter(), |_| Some(8), |_| Some(false));
         assert_eq!(
             experts.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(),
             ["llama.expert_count", "llama.attention.causal", "llama.ssm.conv_kernel"]

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use sinkscope::capture::heatmaps::Heatmaps;
 use sinkscope::io::arrays::write_safetensors_f32;
-use sinkscope::model::family::Family;
+use sinkscope::model::family::{Family, TensorContext};
 use sinkscope::model::gguf::GgufFile;
 use sinkscope::model::hf::{read_config, HfWeights};
 use sinkscope::model::llama2c::Llama2cFile;
@@ -442,10 +442,10 @@ pub fn targets() -> Option<Vec<Target>> {
             run: |dir, _| {
                 // GPT-NeoX's weight map reorders a fused q|k|v: both maps read the same bytes.
                 let (Some(neox), Some(llama)) = (Family::from_hf("gpt_neox"), Family::from_hf("llama")) else { return false };
-                if let Ok(neox) = HfWeights::open(dir, neox, 4) {
+                if let Ok(neox) = HfWeights::open(dir, neox, TensorContext { n_heads: 4, n_kv_heads: 4 }) {
                     let _ = neox.param("blk.0.attn_qkv.weight", false);
                 }
-                let Ok(w) = HfWeights::open(dir, llama, 4) else { return false };
+                let Ok(w) = HfWeights::open(dir, llama, TensorContext { n_heads: 4, n_kv_heads: 4 }) else { return false };
                 let _ = w.get("model.embed_tokens.weight");
                 w.param("token_embd.weight", true).is_ok()
             },

@@ -24,6 +24,8 @@ impl Norm {
         let bias = match cfg.arch.norm {
             NormKind::Rms => None,
             NormKind::Layer => Some(take_req(get, path, &format!("{name}.bias"), &[d])?.dequantize()?),
+            // A zero bias: adding it changes no bit.
+            NormKind::LayerNoBias => Some(weight.zeros_like()?),
         };
         Ok(Norm { weight, bias })
     }

@@ -87,6 +87,8 @@ pub enum NormKind {
     Rms,
     /// (x − mean) / √(var + ε) · w + b.
     Layer,
+    /// (x − mean) / √(var + ε) · w: LayerNorm without a bias (Cohere's).
+    LayerNoBias,
 }
 
 /// The feed-forward block.

@@ -12,6 +12,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["gemma2"],
     gguf_archs: &["gemma2"],
     gguf_rope: RopeLayout::HalfSplit,
+    hf_rope: RopeLayout::HalfSplit,
     // The soft-caps come from the config (`attn_logit_softcapping`, `final_logit_softcapping`).
     switches: ArchSwitches { norm_placement: NormPlacement::Sandwich, mlp: MlpKind::GeGluTanh, embed_scale: true, ..LLAMA },
     hf_names: GEMMA_NAMES,
@@ -24,5 +25,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[46],
     gguf_experts: None,
     gguf_nope_every: 0,
-    multipliers: false,
+    multipliers: None,
 };

@@ -17,6 +17,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["gemma3", "gemma3_text"],
     gguf_archs: &["gemma3"],
     gguf_rope: RopeLayout::HalfSplit,
+    hf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches { qk_norm: QkNorm::PerHead, norm_placement: NormPlacement::Sandwich, mlp: MlpKind::GeGluTanh, embed_scale: true, ..LLAMA },
     hf_names: GEMMA_NAMES,
     hf_config: layer_types_from_pattern,
@@ -28,7 +29,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[62],
     gguf_experts: None,
     gguf_nope_every: 0,
-    multipliers: false,
+    multipliers: None,
 };
 
 /// Gemma's HF names: Llama's, with the MLP's input norm named for its place in the sandwich.

@@ -18,6 +18,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_archs: &["gpt2"],
     // Nothing rotates; the layout is never used.
     gguf_rope: RopeLayout::HalfSplit,
+    hf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches { norm: NormKind::Layer, mlp: MlpKind::GeluTanh, learned_positions: true, rotary_dims: Some(0), ..LLAMA },
     // The output head is tied to `wte`.
     hf_names: HfNames {
@@ -46,7 +47,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
-    multipliers: false,
+    multipliers: None,
 };
 
 /// GPT-2's config keys for what the other families call `hidden_size` and so on; `n_inner` null

@@ -14,6 +14,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["gpt_neox"],
     gguf_archs: &["gptneox"],
     gguf_rope: RopeLayout::HalfSplit,
+    hf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches { norm: NormKind::Layer, mlp: MlpKind::Gelu, parallel_residual: true, ..LLAMA },
     hf_names: HfNames {
         fixed: &[
@@ -40,7 +41,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
-    multipliers: false,
+    multipliers: None,
 };
 
 /// NeoX fuses q|k|v per head ((head, q|k|v, d_head) rows); the decoder reads all queries, then all

@@ -12,6 +12,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     // llama.cpp's `gpt-oss` GGUF layout is not read yet.
     gguf_archs: &[],
     gguf_rope: RopeLayout::HalfSplit,
+    hf_rope: RopeLayout::HalfSplit,
     // The number of experts and how many a token uses come from the config; α and the clamp are
     // transformers' defaults unless it sets `swiglu_alpha` / `swiglu_limit`.
     switches: ArchSwitches {
@@ -47,5 +48,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
-    multipliers: false,
+    multipliers: None,
 };

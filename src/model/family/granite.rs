@@ -4,7 +4,7 @@
 //! `logits_scaling`; llama.cpp writes them as `embedding_scale`, `residual_scale`,
 //! `attention.scale` and `logit_scale`.
 
-use super::spec::{keep, no_rewrite, FamilySpec, LLAMA_NAMES};
+use super::spec::{keep, no_rewrite, FamilySpec, Multipliers, LLAMA_NAMES};
 use crate::model::decoder::config::LLAMA;
 use crate::model::rope::RopeLayout;
 
@@ -14,6 +14,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_archs: &["granite"],
     // The converter is Llama's: q/k rows permuted to adjacent pairs.
     gguf_rope: RopeLayout::Interleaved,
+    hf_rope: RopeLayout::HalfSplit,
     switches: LLAMA,
     hf_names: LLAMA_NAMES,
     hf_config: no_rewrite,
@@ -22,5 +23,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
-    multipliers: true,
+    multipliers: Some(Multipliers::Granite),
 };

@@ -11,6 +11,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_archs: &["llama"],
     // llama.cpp's converter permutes q/k rows to adjacent pairs (`LLAMA_ROPE_TYPE_NORM`).
     gguf_rope: RopeLayout::Interleaved,
+    hf_rope: RopeLayout::HalfSplit,
     switches: LLAMA,
     hf_names: LLAMA_NAMES,
     hf_config: no_rewrite,
@@ -20,5 +21,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     // A `llama` GGUF with experts is Mixtral (llama.cpp's converter writes it so).
     gguf_experts: Some(&super::mixtral::SPEC),
     gguf_nope_every: 0,
-    multipliers: false,
+    multipliers: None,
 };

@@ -10,6 +10,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["mistral"],
     gguf_archs: &["mistral"],
     gguf_rope: RopeLayout::Interleaved,
+    hf_rope: RopeLayout::HalfSplit,
     switches: LLAMA,
     hf_names: LLAMA_NAMES,
     hf_config: no_rewrite,
@@ -18,5 +19,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
-    multipliers: false,
+    multipliers: None,
 };

@@ -17,6 +17,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["mixtral"],
     gguf_archs: &[],
     gguf_rope: RopeLayout::Interleaved,
+    hf_rope: RopeLayout::HalfSplit,
     // The number of experts and how many a token uses come from the file.
     switches: ArchSwitches { mlp: MlpKind::Moe(Moe { experts: 0, top_k: 0, norm_top_k: true, expert: ExpertAct::SwiGlu, shared_ff: 0 }), ..LLAMA },
     hf_names: HfNames {
@@ -36,7 +37,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
-    multipliers: false,
+    multipliers: None,
 };
 
 /// transformers' Mixtral always renormalises the chosen experts' weights: a `norm_topk_prob` in

@@ -5,6 +5,8 @@
 //! in their errors come from [`FAMILIES`]. Adding a family is a file here, a line in
 //! [`FAMILIES`], and its fixture.
 
+mod cohere;
+mod falcon;
 mod gemma2;
 mod gemma3;
 mod gpt2;
@@ -27,12 +29,12 @@ mod spec;
 mod stablelm;
 mod starcoder2;
 
-pub use spec::{FamilySpec, GgufWindows, HfNames, TensorContext};
+pub use spec::{FamilySpec, GgufWindows, HfNames, Multipliers, TensorContext};
 
 use crate::model::decoder::config::MlpKind;
 
 /// Every family the decoder runs, in the order the README lists them.
-pub const FAMILIES: [&FamilySpec; 20] = [
+pub const FAMILIES: [&FamilySpec; 22] = [
     &llama::SPEC,
     &mistral::SPEC,
     &mixtral::SPEC,
@@ -46,6 +48,8 @@ pub const FAMILIES: [&FamilySpec; 20] = [
     &granite::SPEC,
     &stablelm::SPEC,
     &starcoder2::SPEC,
+    &cohere::SPEC,
+    &falcon::SPEC,
     &gpt_neox::SPEC,
     &gemma2::SPEC,
     &gemma3::SPEC,
@@ -145,11 +149,11 @@ mod tests {
     fn supported_lists_come_from_the_families() {
         assert_eq!(
             Family::hf_supported(),
-            "gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, granite, llama, mistral, mixtral, olmo2, olmo3, olmoe, phi, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm, smollm3, stablelm, starcoder2"
+            "cohere, falcon, gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, granite, llama, mistral, mixtral, olmo2, olmo3, olmoe, phi, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm, smollm3, stablelm, starcoder2"
         );
         assert_eq!(
             Family::gguf_supported(),
-            "llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, olmo2, olmoe, smollm3, granite, stablelm, starcoder2, gptneox, gemma2, gemma3, phi2, phi3 and gpt2"
+            "llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, olmo2, olmoe, smollm3, granite, stablelm, starcoder2, command-r, falcon, gptneox, gemma2, gemma3, phi2, phi3 and gpt2"
         );
         assert_eq!(Family::gguf_windowed_supported(), "olmo2, gemma2, gemma3 and phi3");
     }

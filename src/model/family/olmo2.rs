@@ -16,6 +16,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["olmo2", "olmo3"],
     gguf_archs: &["olmo2"],
     gguf_rope: RopeLayout::HalfSplit,
+    hf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches { qk_norm: QkNorm::AcrossHeads, norm_placement: NormPlacement::Post, ..LLAMA },
     hf_names: LLAMA_NAMES,
     hf_config: olmo3_rope_per_layer_type,
@@ -26,7 +27,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
-    multipliers: false,
+    multipliers: None,
 };
 
 /// OLMo 3's configs written by transformers 4 give one `rope_scaling` (and `rope_theta`), which

@@ -11,6 +11,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["olmoe"],
     gguf_archs: &["olmoe"],
     gguf_rope: RopeLayout::HalfSplit,
+    hf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches {
         qk_norm: QkNorm::AcrossHeads,
         mlp: MlpKind::Moe(Moe { experts: 0, top_k: 0, norm_top_k: false, expert: ExpertAct::SwiGlu, shared_ff: 0 }),
@@ -23,5 +24,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
-    multipliers: false,
+    multipliers: None,
 };

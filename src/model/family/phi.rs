@@ -11,6 +11,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["phi"],
     gguf_archs: &["phi2"],
     gguf_rope: RopeLayout::HalfSplit,
+    hf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches { norm: NormKind::Layer, norm_placement: NormPlacement::Shared, mlp: MlpKind::GeluTanh, parallel_residual: true, ..LLAMA },
     hf_names: HfNames {
         fixed: &[
@@ -39,5 +40,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
-    multipliers: false,
+    multipliers: None,
 };

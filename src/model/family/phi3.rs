@@ -11,6 +11,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["phi3"],
     gguf_archs: &["phi3"],
     gguf_rope: RopeLayout::HalfSplit,
+    hf_rope: RopeLayout::HalfSplit,
     switches: LLAMA,
     // The fused matrices under the canonical names llama.cpp gives them (`attn_qkv`; `ffn_up`
     // with 2·d_ff rows): the block splits them.
@@ -29,5 +30,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
-    multipliers: false,
+    multipliers: None,
 };

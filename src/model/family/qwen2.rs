@@ -15,6 +15,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["qwen2"],
     gguf_archs: &["qwen2"],
     gguf_rope: RopeLayout::HalfSplit,
+    hf_rope: RopeLayout::HalfSplit,
     switches: LLAMA,
     hf_names: LLAMA_NAMES,
     hf_config: qwen_window,
@@ -23,7 +24,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
-    multipliers: false,
+    multipliers: None,
 };
 
 /// Qwen2/3 configs carry a `sliding_window` that applies only with `use_sliding_window`, and then

@@ -17,6 +17,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["qwen2_moe"],
     gguf_archs: &["qwen2moe"],
     gguf_rope: RopeLayout::HalfSplit,
+    hf_rope: RopeLayout::HalfSplit,
     // The counts and the shared expert's width come from the file.
     switches: ArchSwitches { mlp: MlpKind::Moe(Moe { experts: 0, top_k: 0, norm_top_k: false, expert: ExpertAct::SwiGlu, shared_ff: 0 }), ..LLAMA },
     hf_names: QWEN_MOE_NAMES,
@@ -26,7 +27,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
-    multipliers: false,
+    multipliers: None,
 };
 
 /// Qwen-MoE configs may keep some layers dense (`mlp_only_layers`, `decoder_sparse_step`),

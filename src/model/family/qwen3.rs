@@ -11,6 +11,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["qwen3"],
     gguf_archs: &["qwen3"],
     gguf_rope: RopeLayout::HalfSplit,
+    hf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches { qk_norm: QkNorm::PerHead, ..LLAMA },
     hf_names: LLAMA_NAMES,
     hf_config: qwen_window,
@@ -19,5 +20,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
-    multipliers: false,
+    multipliers: None,
 };

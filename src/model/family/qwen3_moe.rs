@@ -12,6 +12,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["qwen3_moe"],
     gguf_archs: &["qwen3moe"],
     gguf_rope: RopeLayout::HalfSplit,
+    hf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches {
         qk_norm: QkNorm::PerHead,
         mlp: MlpKind::Moe(Moe { experts: 0, top_k: 0, norm_top_k: true, expert: ExpertAct::SwiGlu, shared_ff: 0 }),
@@ -24,5 +25,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
-    multipliers: false,
+    multipliers: None,
 };

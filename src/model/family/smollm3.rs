@@ -18,6 +18,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_archs: &["smollm3"],
     // The converter is Llama's: q/k rows permuted to adjacent pairs.
     gguf_rope: RopeLayout::Interleaved,
+    hf_rope: RopeLayout::HalfSplit,
     switches: LLAMA,
     hf_names: LLAMA_NAMES,
     hf_config: nope_layers,
@@ -26,7 +27,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: NOPE_EVERY as usize,
-    multipliers: false,
+    multipliers: None,
 };
 
 /// transformers' default `no_rope_layer_interval`, and the step llama.cpp fixes.

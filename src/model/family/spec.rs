@@ -21,6 +21,9 @@ pub struct FamilySpec {
     /// How GGUF files pair each head's dimensions for RoPE (llama.cpp permutes Llama's q/k rows
     /// to adjacent pairs; the NEOX-type families keep HF's half-split).
     pub gguf_rope: RopeLayout,
+    /// How the HF checkpoint pairs them: half-split (`rotate_half`) but for Cohere's interleaved
+    /// pairs (`repeat_interleave`).
+    pub hf_rope: RopeLayout,
     /// The decoder's switches (shape-dependent ones, such as rotary dims, come from the file).
     pub switches: ArchSwitches,
     /// Canonical (GGUF-style) tensor names → the family's HF names.
@@ -45,17 +48,45 @@ pub struct FamilySpec {
     /// queries nor keys: what llama.cpp fixes for SmolLM3 instead of storing it. 0: every layer
     /// rotates.
     pub gguf_nope_every: usize,
-    /// Granite's scalings are read and computed: embeddings, each sublayer's output on its way
-    /// to the residual, attention scores and logits (the fields and keys are
-    /// [`unread::HF_MULTIPLIER_FIELDS`](crate::model::unread::HF_MULTIPLIER_FIELDS) and
-    /// [`unread::GGUF_MULTIPLIER_KEYS`](crate::model::unread::GGUF_MULTIPLIER_KEYS)); in any
-    /// other family they are refused.
-    pub multipliers: bool,
+    /// The scalings the family reads and computes ([`Multipliers`]); in any other family their
+    /// fields and keys are refused. `None`: none.
+    pub multipliers: Option<Multipliers>,
+}
+
+/// Scalings a family's config states that others' do not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Multipliers {
+    /// Granite's: embeddings, each sublayer's output on its way to the residual, attention
+    /// scores, and logits divided.
+    Granite,
+    /// Cohere's: logits multiplied by `logit_scale` (GGUF `{arch}.logit_scale`, which llama.cpp
+    /// multiplies by for Command R and divides by for Granite).
+    LogitScale,
+}
+
+impl Multipliers {
+    /// The config.json fields these scalings are read from.
+    pub fn hf_fields(self) -> &'static [&'static str] {
+        match self {
+            Multipliers::Granite => &["embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"],
+            Multipliers::LogitScale => &["logit_scale"],
+        }
+    }
+
+    /// The GGUF `{arch}.*` keys they are read from.
+    pub fn gguf_keys(self) -> &'static [&'static str] {
+        match self {
+            // llama.cpp's names.
+            Multipliers::Granite => &["embedding_scale", "residual_scale", "attention.scale", "logit_scale"],
+            Multipliers::LogitScale => &["logit_scale"],
+        }
+    }
 }
 
 /// What a tensor fix may need to know of the model.
 pub struct TensorContext {
     pub n_heads: usize,
+    pub n_kv_heads: usize,
 }
 
 /// Keeps an HF tensor as it is.

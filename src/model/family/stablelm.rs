@@ -18,6 +18,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_archs: &["stablelm"],
     // llama.cpp's NEOX rope type: the converter keeps HF's half-split rows.
     gguf_rope: RopeLayout::HalfSplit,
+    hf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches { norm: NormKind::Layer, ..LLAMA },
     hf_names: HfNames {
         fixed: &[
@@ -37,7 +38,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
-    multipliers: false,
+    multipliers: None,
 };
 
 /// Refuses StableLM 2 12B's parallel block: there the MLP reads the attention's own norm (no

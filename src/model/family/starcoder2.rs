@@ -16,6 +16,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_archs: &["starcoder2"],
     // llama.cpp's NEOX rope type: the converter keeps HF's half-split rows.
     gguf_rope: RopeLayout::HalfSplit,
+    hf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches { norm: NormKind::Layer, mlp: MlpKind::GeluTanh, ..LLAMA },
     hf_names: HfNames {
         fixed: &[
@@ -35,7 +36,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_attn_scale_layers: &[],
     gguf_experts: None,
     gguf_nope_every: 0,
-    multipliers: false,
+    multipliers: None,
 };
 
 /// StarCoder2 names its LayerNorm epsilon `norm_epsilon`.

@@ -83,7 +83,7 @@ pub fn read(gguf: &GgufFile) -> Result<Embedded> {
             let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| bad(&format!("cannot build BPE ({e})")))?;
             let mut inner = tokenizers::Tokenizer::new(bpe);
             inner.with_pre_tokenizer(Some(byte_level_pre_tokenizer(pre).ok_or_else(|| {
-                bad(&format!("pre-tokenizer '{pre}' is not supported (known: default, gpt2, olmo, mpt, smollm, llama3, llama-bpe, qwen2)"))
+                bad(&format!("pre-tokenizer '{pre}' is not supported (known: default, gpt2, olmo, mpt, smollm, starcoder, command-r, falcon, llama3, llama-bpe, dbrx, qwen2, stablelm2)"))
             })?));
             inner.with_decoder(Some(ByteLevel::default()));
             let specials: Vec<AddedToken> = tokens
@@ -115,9 +115,18 @@ fn byte_level_pre_tokenizer(pre: &str) -> Option<PreTokenizerWrapper> {
     match pre {
         // llama.cpp splits `olmo` and `mpt` with GPT-2's expression too.
         "default" | "gpt2" | "gpt-2" | "olmo" | "mpt" => Some(byte_level.into()),
-        // SmolLM2 and StarCoder2 (llama.cpp's `smollm`, `starcoder`): each digit on its own before GPT-2's split.
-        "smollm" | "starcoder" => Some(PreTokenizerWrapper::Sequence(Sequence::new(vec![Digits::new(true).into(), byte_level.into()]))),
+        // SmolLM2, StarCoder2 and Command R (llama.cpp's `smollm`, `starcoder`, `command-r`): each
+        // digit on its own before GPT-2's split.
+        "smollm" | "starcoder" | "command-r" => Some(PreTokenizerWrapper::Sequence(Sequence::new(vec![Digits::new(true).into(), byte_level.into()]))),
         "llama3" | "llama-bpe" | "llama-v3" | "dbrx" => regex_split(LLAMA3_REGEX),
+        // Falcon's: runs of punctuation, then GPT-2's split, then digits in threes.
+        "falcon" => {
+            let split = |re: &str| {
+                Split::new(tokenizers::pre_tokenizers::split::SplitPattern::Regex(re.into()), SplitDelimiterBehavior::Isolated, false).ok()
+            };
+            let (punct, digits) = (split(r"[\p{P}\$\+<=>\^~\|`]+")?, split("[0-9][0-9][0-9]")?);
+            Some(PreTokenizerWrapper::Sequence(Sequence::new(vec![punct.into(), byte_level.into(), digits.into()])))
+        }
         // llama.cpp splits StableLM 2's vocabulary with Qwen2's expression.
         "qwen2" | "stablelm2" => regex_split(QWEN2_REGEX),
         _ => None,
