@@ -353,6 +353,20 @@ fn hf_fields_and_tensors_no_decoder_reads_are_refused_by_name() {
     });
     let err = load_err(&dst);
     assert!(err.contains("use_qk_norm = true") && err.contains("does not compute"), "{err}");
+    // Fields the released configs carry that transformers never reads load (StarCoder2 3B's,
+    // Falcon 7B's and Falcon2 11B's, Command R's).
+    let released: [(&str, serde_json::Value); 3] = [
+        (
+            "starcoder2",
+            json!({"activation_function": "gelu", "mlp_type": "default", "norm_type": "layer_norm", "attention_softmax_in_fp32": true, "scale_attention_softmax_in_fp32": true, "layer_norm_epsilon": 1e-5}),
+        ),
+        ("falcon", json!({"apply_residual_connection_post_layernorm": false, "ff_factor": 4, "multi_query": true})),
+        ("cohere", json!({"model_max_length": 131072, "use_qk_norm": false})),
+    ];
+    for (family, fields) in released {
+        common::edited_hf(&common::fixture(&format!("arch/{family}")), &dst, |c| c.extend(fields.as_object().unwrap().clone()));
+        load(dst.to_str().unwrap(), &LoadOptions::default()).unwrap_or_else(|e| panic!("{family} with its released config's fields: {e}"));
+    }
     // Falcon's blocks other than the one computed: ALiBi, Falcon-40B's two norms, sequential.
     for (field, value, says) in [
         ("alibi", json!(true), "alibi = true"),

@@ -268,6 +268,7 @@ const INERT_HF_FIELDS: &[(&str, &str)] = &[
     ("attention_dropout", "dropout, off in evaluation"),
     ("hidden_dropout", "dropout, off in evaluation"),
     ("residual_dropout", "dropout, off in evaluation"),
+    ("model_max_length", "the context the model is meant for (Cohere's), a note transformers does not read"),
     ("embedding_dropout", "dropout, off in evaluation"),
     ("resid_pdrop", "dropout, off in evaluation"),
     ("embd_pdrop", "dropout, off in evaluation"),

@@ -84,7 +84,15 @@ fn falcon_config(json: &mut Map<String, Json>, path: &Path) -> Result<()> {
     } else if let Some(d) = json.get("hidden_size").and_then(Json::as_u64) {
         json.insert("intermediate_size".into(), Json::from(4 * d));
     }
+    // Read where the tensors are: a bias is computed where the file has one.
     json.remove("bias");
+    // Fields of Falcon's original code that transformers' model never reads.
+    json.remove("apply_residual_connection_post_layernorm");
+    json.remove("ff_factor");
+    if json.get("max_position_embeddings").is_none_or(Json::is_null) {
+        // FalconConfig's default (Falcon 7B's config states none).
+        json.insert("max_position_embeddings".into(), Json::from(2048));
+    }
     json.insert("tie_word_embeddings".into(), json.get("tie_word_embeddings").cloned().unwrap_or(Json::Bool(true)));
     Ok(())
 }

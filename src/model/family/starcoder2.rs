@@ -39,9 +39,14 @@ pub const SPEC: FamilySpec = FamilySpec {
     multipliers: None,
 };
 
-/// StarCoder2 names its LayerNorm epsilon `norm_epsilon`.
+/// StarCoder2 names its LayerNorm epsilon `norm_epsilon`. Its released configs carry fields
+/// from its training code that transformers' model never reads (the MLP and norm are fixed; the
+/// activation is `hidden_act`): removed as read.
 fn norm_epsilon(json: &mut Map<String, Json>, _: &std::path::Path) -> Result<()> {
     alias_keys(json, &[("layer_norm_eps", "norm_epsilon")]);
     json.remove("norm_epsilon");
+    for unused in ["activation_function", "mlp_type", "norm_type", "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32"] {
+        json.remove(unused);
+    }
     Ok(())
 }
