@@ -134,7 +134,7 @@ fn granite_matches_transformers() {
         .chunks(lm.model.cfg.vocab_size)
         .zip(&tokens[1..])
         .map(|(row, &next)| {
-            let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x as f64));
+            let max = common::finite_max("granite logits", row);
             max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln() - row[next as usize] as f64
         })
         .collect();

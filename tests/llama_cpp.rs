@@ -316,7 +316,7 @@ fn sinkscope_logprobs(path: &Path, tokens: &[u32]) -> Vec<Option<f64>> {
     let logits: Vec<Vec<f32>> = lm.model.logits(&hidden).unwrap().to_vec2().unwrap();
     let mut out = vec![None];
     for (row, &next) in logits.iter().zip(&tokens[1..]) {
-        let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x as f64));
+        let max = common::finite_max("logits", row);
         let lse = max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
         out.push(Some(row[next as usize] as f64 - lse));
     }

@@ -184,14 +184,14 @@ fn scale_factor(json: &Json, k: &str, path: &Path) -> Result<Option<f64>> {
 }
 
 /// Refuses an activation other than the one the family's MLP computes (`hidden_act`,
-/// Gemma's `hidden_activation`, GPT-2's `activation_function`).
+/// Gemma's `hidden_activation`, GPT-2's `activation_function`, Falcon's `activation`).
 fn check_activation(json: &Json, family: &Family, path: &Path) -> Result<()> {
     let accepted: &[&str] = match family.switches.mlp {
         MlpKind::SwiGlu | MlpKind::Moe(_) => &["silu", "swish"],
         MlpKind::Gelu => &["gelu"],
         MlpKind::GeGluTanh | MlpKind::GeluTanh => &["gelu_pytorch_tanh", "gelu_new"],
     };
-    for field in ["hidden_act", "hidden_activation", "activation_function"] {
+    for field in ["hidden_act", "hidden_activation", "activation_function", "activation"] {
         match json.get(field) {
             None | Some(Json::Null) => {}
             Some(Json::String(act)) if accepted.contains(&act.as_str()) => {}

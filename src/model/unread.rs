@@ -205,6 +205,7 @@ pub const HF_READ_FIELDS: &[&str] = &[
     "hidden_act",
     "hidden_activation",
     "activation_function",
+    "activation",
     "rope_theta",
     "rope_scaling",
     "rope_parameters",

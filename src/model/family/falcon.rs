@@ -48,7 +48,7 @@ pub const SPEC: FamilySpec = FamilySpec {
 };
 
 /// Falcon's own config fields, read and removed: the block it describes (refused unless parallel
-/// with one norm, rotary, GELU), its key-value heads (`multi_query`: one; the new decoder
+/// with one norm and rotary; its `activation` is checked by the reader), its key-value heads (`multi_query`: one; the new decoder
 /// architecture: `num_kv_heads`; else one per head) and its MLP width (`ffn_hidden_size`, else
 /// 4 × hidden).
 fn falcon_config(json: &mut Map<String, Json>, path: &Path) -> Result<()> {
@@ -65,11 +65,6 @@ fn falcon_config(json: &mut Map<String, Json>, path: &Path) -> Result<()> {
     let norms = json.remove("num_ln_in_parallel_attn").and_then(|v| v.as_u64()).unwrap_or(if new_arch { 2 } else { 1 });
     if norms != 1 {
         return refuse(&format!("has {norms} LayerNorms per block (num_ln_in_parallel_attn: Falcon-40B/180B's ln_attn and ln_mlp)"));
-    }
-    match json.remove("activation") {
-        None | Some(Json::Null) => {}
-        Some(Json::String(a)) if a == "gelu" => {}
-        Some(other) => return refuse(&format!("sets activation = {other} (sinkscope computes gelu for falcon models)")),
     }
     let heads = json.get("num_attention_heads").cloned().unwrap_or(Json::Null);
     let kv_heads = json.remove("num_kv_heads");
@@ -93,7 +88,7 @@ fn falcon_config(json: &mut Map<String, Json>, path: &Path) -> Result<()> {
         // FalconConfig's default (Falcon 7B's config states none).
         json.insert("max_position_embeddings".into(), Json::from(2048));
     }
-    json.insert("tie_word_embeddings".into(), json.get("tie_word_embeddings").cloned().unwrap_or(Json::Bool(true)));
+    json.entry("tie_word_embeddings").or_insert(Json::Bool(true));
     Ok(())
 }
 
