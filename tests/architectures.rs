@@ -271,7 +271,7 @@ fn mistral_sliding_window_matches_transformers() {
 /// The same weights with the q/k norms dropped from the file are refused, not run without them.
 #[test]
 fn a_qwen3_without_its_qk_norms_is_refused() {
-    let dir = common::temp_dir("qwen3-no-qk-norm").join("model");
+    let dir = common::temp_child("qwen3-no-qk-norm", "model");
     std::fs::create_dir_all(&dir).unwrap();
     let src = common::fixture("arch/qwen3");
     for f in ["config.json", "tokenizer.json"] {
@@ -505,7 +505,7 @@ fn analyzers_know_windows_and_learned_sinks() {
 #[test]
 fn final_logit_softcapping_squashes_the_logits() {
     use sinkscope::model::receiver::NoCapture;
-    let dir = common::temp_dir("gemma3-softcap").join("model");
+    let dir = common::temp_child("gemma3-softcap", "model");
     std::fs::create_dir_all(&dir).unwrap();
     let src = common::fixture("arch/gemma3");
     for f in ["model.safetensors", "tokenizer.json"] {

@@ -46,7 +46,8 @@ fn files(dir: &Path) -> Vec<PathBuf> {
 fn two_runs_and_one_or_two_threads_give_byte_identical_results() {
     let Some(model) = common::model("stories260K.gguf") else { return };
     let text = common::corpora_dir().join("tinystories_val_subset.txt");
-    let dirs: Vec<(PathBuf, usize)> = [1, 2, 2].iter().enumerate().map(|(i, &t)| (common::temp_dir(&format!("determinism-{i}")), t)).collect();
+    let dirs: Vec<(common::TempDir, usize)> =
+        [1, 2, 2].iter().enumerate().map(|(i, &t)| (common::temp_dir(&format!("determinism-{i}")), t)).collect();
     for (dir, threads) in &dirs {
         make_run(&model, &text, dir, *threads);
     }

@@ -90,7 +90,7 @@ fn truncated_and_impossible_llama2c_checkpoints() {
 }
 
 /// Copies the HF directory so single files can be corrupted.
-fn hf_copy(tag: &str) -> Option<PathBuf> {
+fn hf_copy(tag: &str) -> Option<common::TempDir> {
     let src = common::models_dir()?.join("stories260K-hf");
     let dir = common::temp_dir(tag);
     for f in ["config.json", "model.safetensors", "tokenizer.json"] {
@@ -338,7 +338,7 @@ fn poke_f32(dir: &Path, name: &str, index: usize, value: f32) {
 fn a_non_finite_weight_is_refused_where_it_first_shows() {
     let Some(norm) = hf_copy("nan-norm") else { return };
     poke_f32(&norm, "model.layers.2.input_layernorm.weight", 5, f32::NAN);
-    let out = common::temp_dir("nan-out").join("run");
+    let out = common::temp_child("nan-out", "run");
     let e = fails(&["capture", "-m", s(&norm), "-p", "Once upon a time there was a cat.", "-o", s(&out)]);
     assert!(e.contains("non-finite (NaN) first at blocks.2.ln1.hook_normalized, position 0"), "{e}");
     assert!(!out.exists(), "nothing is written for a broken model");

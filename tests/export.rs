@@ -15,8 +15,8 @@ use sinkscope::report::run::Run;
 use sinkscope::report::tables::{tables, ColumnData};
 
 /// A private copy of the committed run (exports write into the run directory).
-fn run_copy(tag: &str) -> PathBuf {
-    let dir = common::temp_dir(tag).join("run");
+fn run_copy(tag: &str) -> common::TempDir {
+    let dir = common::temp_child(tag, "run");
     std::fs::create_dir_all(&dir).unwrap();
     for entry in std::fs::read_dir(common::fixture("run-stories260k")).unwrap() {
         let p = entry.unwrap().path();
@@ -185,7 +185,7 @@ fn export_command_writes_figures_and_an_index_that_links_them() {
 #[test]
 fn a_sampled_perplexity_is_drawn_with_its_interval() {
     let _ = model_or_skip!("stories260K.gguf");
-    let dir = common::temp_dir("export-interval").join("run");
+    let dir = common::temp_child("export-interval", "run");
     let d = dir.to_str().unwrap();
     let ok = |args: &[&str]| {
         let out = common::sinkscope(args);
@@ -268,7 +268,7 @@ fn commands_share_one_run_directory() {
     let _ = model_or_skip!("stories260K.gguf");
     // analyze first: its first probe's heatmaps; then capture, whose heatmaps take over; then a
     // second analyze must not overwrite them.
-    let dir = common::temp_dir("shared-run").join("run");
+    let dir = common::temp_child("shared-run", "run");
     let d = dir.to_str().unwrap();
     let ok = |args: &[&str]| {
         let out = common::sinkscope(args);

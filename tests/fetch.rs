@@ -84,7 +84,7 @@ fn answer(mut stream: TcpStream, mock: &Mock) -> std::io::Result<()> {
 
 /// A fresh model directory, HF home and working directory (with no `models/` or `../shared`).
 struct Sandbox {
-    root: PathBuf,
+    root: common::TempDir,
 }
 
 impl Sandbox {

@@ -169,7 +169,7 @@ fn interrupted_exports_leave_the_directory_as_it_was() {
 #[test]
 fn a_later_run_removes_what_a_killed_run_left() {
     let _ = model_or_skip!("stories260K.gguf");
-    let out = common::temp_dir("sigkill").join("out");
+    let out = common::temp_child("sigkill", "out");
     std::fs::create_dir_all(&out).unwrap();
     let mut victim = Command::new("sleep").arg("60").spawn().unwrap();
     let dead = victim.id();

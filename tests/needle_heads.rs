@@ -120,7 +120,7 @@ fn the_mixed_policy_with_every_head_whole_is_dense_and_with_none_is_sink() {
 fn the_command_measures_heads_runs_the_per_head_arms_and_reuses_the_measurement() {
     let Some(model) = common::model("stories260K.gguf") else { return };
     let filler = common::corpora_dir().join("tinystories_val_subset.txt");
-    let out = common::temp_dir("needle-heads").join("run");
+    let out = common::temp_child("needle-heads", "run");
     let args = [
         "needle",
         "-m",

@@ -11,7 +11,7 @@ mod common;
 fn survey_compares_models_and_resumes() {
     let gguf = model_or_skip!("stories260K.gguf");
     let bin = model_or_skip!("stories260K.bin");
-    let dir = common::temp_dir("survey").join("out");
+    let dir = common::temp_child("survey", "out");
     let args =
         ["survey", "-m", gguf.to_str().unwrap(), "-m", bin.to_str().unwrap(), "--cache", "32,48", "--tokens", "160", "-o", dir.to_str().unwrap()];
     let out = common::sinkscope(&args);
@@ -79,7 +79,7 @@ fn survey_compares_models_and_resumes() {
 #[test]
 fn survey_refuses_bad_input() {
     let gguf = model_or_skip!("stories260K.gguf");
-    let dir = common::temp_dir("survey-bad").join("out");
+    let dir = common::temp_child("survey-bad", "out");
     for args in [
         vec!["survey", "-o", dir.to_str().unwrap()],
         vec!["survey", "-m", "/nonexistent/model.gguf", "-o", dir.to_str().unwrap()],

@@ -252,7 +252,7 @@ fn dash_refuses_a_non_terminal_and_bad_arguments() {
     assert_eq!(out.status.code(), Some(2), "stdout is a pipe here");
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs an interactive terminal"));
     // Checked before computing anything: no run directory appears.
-    let dir = common::temp_dir("dash-no-tty").join("run");
+    let dir = common::temp_child("dash-no-tty", "run");
     let out = common::sinkscope(&["dash", "-m", "stories260k", "-f", "tests/fixtures/texts/tinystories.txt", "-o", dir.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(!dir.exists());
@@ -323,7 +323,7 @@ impl Drop for Tmux {
 #[test]
 fn dash_computes_a_run_from_a_text_then_opens_it() {
     let Some(models) = common::models_dir() else { return };
-    let dir = common::temp_dir("dash-compute").join("run");
+    let dir = common::temp_child("dash-compute", "run");
     let cmd = format!(
         "SINKSCOPE_MODELS={} {} dash -m stories260k -f tests/fixtures/texts/tinystories.txt --max-tokens 48 --no-ablation -o {}",
         models.display(),
@@ -373,7 +373,7 @@ fn tmux_smoke() {
 #[test]
 fn streaming_shows_the_per_head_frontier() {
     let Some(_) = common::model("stories260K.gguf") else { return };
-    let dir = common::temp_dir("tui-per-head").join("run");
+    let dir = common::temp_child("tui-per-head", "run");
     let text = common::corpora_dir().join("tinystories_val_subset.txt");
     let out = common::sinkscope(&[
         "recommend",
@@ -412,7 +412,7 @@ fn quant_results_show_in_the_activations_view() {
     let model = model_or_skip!("stories260K.gguf");
     let story = common::fixture("texts/tinystories.txt");
     let full = copy_without("with-quant", &[]);
-    let only = common::temp_dir("quant-only").join("run");
+    let only = common::temp_child("quant-only", "run");
     for dir in [&full, &only] {
         let out = common::sinkscope(&[
             "quant",
@@ -450,7 +450,7 @@ fn quant_results_show_in_the_activations_view() {
 fn a_survey_directory_opens_with_its_table() {
     let model = model_or_skip!("stories260K.gguf");
     let bin = model_or_skip!("stories260K.bin");
-    let dir = common::temp_dir("survey-dash").join("survey");
+    let dir = common::temp_child("survey-dash", "survey");
     let out = common::sinkscope(&[
         "survey",
         "-m",

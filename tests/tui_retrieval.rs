@@ -5,8 +5,6 @@
 mod common;
 mod dashboard;
 
-use std::path::PathBuf;
-
 use dashboard::{copy_without, draw, screen};
 use sinkscope::report::run::Run;
 use sinkscope::tui::action::Action;
@@ -16,7 +14,7 @@ use sinkscope::tui::update::update;
 
 /// A copy of the fixture run with a small `sinkscope needle` sweep (stories260K, heads measured)
 /// written into it.
-fn run_with_needle(name: &str) -> PathBuf {
+fn run_with_needle(name: &str) -> common::TempDir {
     let dir = copy_without(name, &[]);
     let model = common::model("stories260K.gguf").expect("stories260K ships with the project");
     let filler = common::corpora_dir().join("tinystories_val_subset.txt");

@@ -146,12 +146,54 @@ pub fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(rel)
 }
 
-/// A fresh, empty directory under the system temp dir, unique to this test.
-pub fn temp_dir(tag: &str) -> PathBuf {
+/// A fresh, empty directory under the system temp dir, unique to this test; removed with everything
+/// in it when dropped, so also when the test fails (a panic unwinds through the drop).
+pub fn temp_dir(tag: &str) -> TempDir {
     let dir = std::env::temp_dir().join(format!("sinkscope-test-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    TempDir { path: dir.clone(), root: dir }
+}
+
+/// `child` (not created) inside a fresh [`temp_dir`]: for a run directory whose name matters, or
+/// one a command must create itself; dropping it removes the whole temporary directory.
+pub fn temp_child(tag: &str, child: &str) -> TempDir {
+    let mut dir = temp_dir(tag);
+    dir.path = dir.root.join(child);
     dir
+}
+
+/// A test's temporary directory (see [`temp_dir`]); reads as the `Path` it holds.
+#[derive(Debug)]
+pub struct TempDir {
+    path: PathBuf,
+    /// What dropping it removes: the path itself, or the temporary directory holding it.
+    root: PathBuf,
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TempDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.path.as_os_str()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
 }
 
 /// Copies an HF fixture directory, letting `edit` change its config.json.

@@ -2,7 +2,7 @@
 //! copy without some files), drawing into ratatui's TestBackend, and the frame as plain text.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;
@@ -27,8 +27,8 @@ pub fn fixture_app() -> App {
 }
 
 /// A copy of the fixture run without `drop` files, in a directory named `name`.
-pub fn copy_without(name: &str, drop: &[&str]) -> PathBuf {
-    let dir = common::temp_dir(name).join(name);
+pub fn copy_without(name: &str, drop: &[&str]) -> common::TempDir {
+    let dir = common::temp_child(name, name);
     std::fs::create_dir_all(&dir).unwrap();
     for entry in std::fs::read_dir(common::fixture("run-stories260k")).unwrap() {
         let path = entry.unwrap().path();
