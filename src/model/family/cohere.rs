@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value as Json};
 
-use super::spec::{keep, FamilySpec, Multipliers, LLAMA_NAMES};
+use super::spec::{FamilySpec, Multipliers, BASE};
 use crate::error::{Error, Result};
 use crate::model::decoder::config::{ArchSwitches, NormKind, NormPlacement, LLAMA};
 use crate::model::rope::RopeLayout;
@@ -15,18 +15,11 @@ pub const SPEC: FamilySpec = FamilySpec {
     name: "cohere",
     hf_types: &["cohere"],
     gguf_archs: &["command-r"],
-    // llama.cpp's NORM rope type, and transformers' `repeat_interleave`: adjacent pairs in both.
-    gguf_rope: RopeLayout::Interleaved,
     hf_rope: RopeLayout::Interleaved,
     switches: ArchSwitches { norm: NormKind::LayerNoBias, norm_placement: NormPlacement::Shared, parallel_residual: true, ..LLAMA },
-    hf_names: LLAMA_NAMES,
     hf_config: refuse_qk_norm,
-    hf_tensor: keep,
-    gguf_windows: None,
-    gguf_attn_scale_layers: &[],
-    gguf_experts: None,
-    gguf_nope_every: 0,
     multipliers: Some(Multipliers::LogitScale),
+    ..BASE
 };
 
 /// Command R+'s q/k LayerNorms (one weight row per head) are not computed; `use_qk_norm` false

@@ -8,7 +8,7 @@ use std::path::Path;
 use candle_core::Tensor;
 use serde_json::{Map, Value as Json};
 
-use super::spec::{FamilySpec, HfNames, TensorContext};
+use super::spec::{FamilySpec, HfNames, TensorContext, BASE};
 use crate::error::{Error, Result};
 use crate::model::decoder::config::{ArchSwitches, MlpKind, NormKind, NormPlacement, LLAMA};
 use crate::model::rope::RopeLayout;
@@ -18,7 +18,6 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["falcon"],
     gguf_archs: &["falcon"],
     gguf_rope: RopeLayout::HalfSplit,
-    hf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches { norm: NormKind::Layer, norm_placement: NormPlacement::Shared, mlp: MlpKind::Gelu, parallel_residual: true, ..LLAMA },
     hf_names: HfNames {
         fixed: &[
@@ -40,11 +39,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     },
     hf_config: falcon_config,
     hf_tensor: ungroup_qkv,
-    gguf_windows: None,
-    gguf_attn_scale_layers: &[],
-    gguf_experts: None,
-    gguf_nope_every: 0,
-    multipliers: None,
+    ..BASE
 };
 
 /// Falcon's own config fields, read and removed: the block it describes (refused unless parallel

@@ -3,7 +3,7 @@
 //! (c · tanh(x / c)); windowed and global layers alternating, windowed first, one RoPE base.
 
 use super::gemma3::{norm_plus_one, GEMMA_NAMES};
-use super::spec::{alternating_layer_types, FamilySpec, GgufWindows};
+use super::spec::{alternating_layer_types, FamilySpec, GgufWindows, BASE};
 use crate::model::decoder::config::{ArchSwitches, MlpKind, NormPlacement, LLAMA};
 use crate::model::rope::RopeLayout;
 
@@ -12,7 +12,6 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["gemma2"],
     gguf_archs: &["gemma2"],
     gguf_rope: RopeLayout::HalfSplit,
-    hf_rope: RopeLayout::HalfSplit,
     // The soft-caps come from the config (`attn_logit_softcapping`, `final_logit_softcapping`).
     switches: ArchSwitches { norm_placement: NormPlacement::Sandwich, mlp: MlpKind::GeGluTanh, embed_scale: true, ..LLAMA },
     hf_names: GEMMA_NAMES,
@@ -23,7 +22,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_windows: Some(GgufWindows { global_every: 2, local_rope_theta: None, default_window: Some(4096), local_scaled: true }),
     // Gemma 2 27B.
     gguf_attn_scale_layers: &[46],
-    gguf_experts: None,
-    gguf_nope_every: 0,
-    multipliers: None,
+    ..BASE
 };

@@ -7,7 +7,7 @@ use std::path::Path;
 use candle_core::{DType, Tensor};
 use serde_json::{Map, Value as Json};
 
-use super::spec::{FamilySpec, GgufWindows, HfNames, TensorContext, LLAMA_FIXED, LLAMA_MODULES};
+use super::spec::{FamilySpec, GgufWindows, HfNames, TensorContext, BASE, LLAMA_FIXED, LLAMA_MODULES};
 use crate::error::Result;
 use crate::model::decoder::config::{ArchSwitches, MlpKind, NormPlacement, QkNorm, LLAMA, MAX_SIZE};
 use crate::model::rope::RopeLayout;
@@ -17,7 +17,6 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["gemma3", "gemma3_text"],
     gguf_archs: &["gemma3"],
     gguf_rope: RopeLayout::HalfSplit,
-    hf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches { qk_norm: QkNorm::PerHead, norm_placement: NormPlacement::Sandwich, mlp: MlpKind::GeGluTanh, embed_scale: true, ..LLAMA },
     hf_names: GEMMA_NAMES,
     hf_config: layer_types_from_pattern,
@@ -27,9 +26,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_windows: Some(GgufWindows { global_every: 6, local_rope_theta: Some(10_000.0), default_window: None, local_scaled: false }),
     // Gemma 3 27B.
     gguf_attn_scale_layers: &[62],
-    gguf_experts: None,
-    gguf_nope_every: 0,
-    multipliers: None,
+    ..BASE
 };
 
 /// Gemma's HF names: Llama's, with the MLP's input norm named for its place in the sandwich.

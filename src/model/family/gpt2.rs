@@ -7,7 +7,7 @@ use std::path::Path;
 use candle_core::Tensor;
 use serde_json::{Map, Value as Json};
 
-use super::spec::{alias_keys, FamilySpec, HfNames, TensorContext};
+use super::spec::{alias_keys, FamilySpec, HfNames, TensorContext, BASE};
 use crate::error::Result;
 use crate::model::decoder::config::{ArchSwitches, MlpKind, NormKind, LLAMA};
 use crate::model::rope::RopeLayout;
@@ -18,7 +18,6 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_archs: &["gpt2"],
     // Nothing rotates; the layout is never used.
     gguf_rope: RopeLayout::HalfSplit,
-    hf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches { norm: NormKind::Layer, mlp: MlpKind::GeluTanh, learned_positions: true, rotary_dims: Some(0), ..LLAMA },
     // The output head is tied to `wte`.
     hf_names: HfNames {
@@ -43,11 +42,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     },
     hf_config: standard_keys,
     hf_tensor: conv1d_transposed,
-    gguf_windows: None,
-    gguf_attn_scale_layers: &[],
-    gguf_experts: None,
-    gguf_nope_every: 0,
-    multipliers: None,
+    ..BASE
 };
 
 /// GPT-2's config keys for what the other families call `hidden_size` and so on; `n_inner` null

@@ -4,7 +4,7 @@
 
 use candle_core::Tensor;
 
-use super::spec::{no_rewrite, FamilySpec, HfNames, TensorContext};
+use super::spec::{FamilySpec, HfNames, TensorContext, BASE};
 use crate::error::Result;
 use crate::model::decoder::config::{ArchSwitches, MlpKind, NormKind, LLAMA};
 use crate::model::rope::RopeLayout;
@@ -14,7 +14,6 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["gpt_neox"],
     gguf_archs: &["gptneox"],
     gguf_rope: RopeLayout::HalfSplit,
-    hf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches { norm: NormKind::Layer, mlp: MlpKind::Gelu, parallel_residual: true, ..LLAMA },
     hf_names: HfNames {
         fixed: &[
@@ -35,13 +34,8 @@ pub const SPEC: FamilySpec = FamilySpec {
         ]],
         experts: &[],
     },
-    hf_config: no_rewrite,
     hf_tensor: regroup_qkv,
-    gguf_windows: None,
-    gguf_attn_scale_layers: &[],
-    gguf_experts: None,
-    gguf_nope_every: 0,
-    multipliers: None,
+    ..BASE
 };
 
 /// NeoX fuses q|k|v per head ((head, q|k|v, d_head) rows); the decoder reads all queries, then all

@@ -2,7 +2,7 @@
 //! to nothing, a mixture of clamped-SwiGLU experts with biases, q/k/v/o biases, windowed layers
 //! between global ones, YaRN RoPE (read from the config by the generic reader).
 
-use super::spec::{alternating_layer_types, keep, FamilySpec, HfNames, LLAMA_FIXED, LLAMA_MODULES};
+use super::spec::{alternating_layer_types, FamilySpec, HfNames, BASE, LLAMA_FIXED, LLAMA_MODULES};
 use crate::model::decoder::config::{ArchSwitches, ExpertAct, MlpKind, Moe, LLAMA};
 use crate::model::rope::RopeLayout;
 
@@ -12,7 +12,6 @@ pub const SPEC: FamilySpec = FamilySpec {
     // llama.cpp's `gpt-oss` GGUF layout is not read yet.
     gguf_archs: &[],
     gguf_rope: RopeLayout::HalfSplit,
-    hf_rope: RopeLayout::HalfSplit,
     // The number of experts and how many a token uses come from the config; α and the clamp are
     // transformers' defaults unless it sets `swiglu_alpha` / `swiglu_limit`.
     switches: ArchSwitches {
@@ -43,10 +42,5 @@ pub const SPEC: FamilySpec = FamilySpec {
         experts: &[],
     },
     hf_config: alternating_layer_types,
-    hf_tensor: keep,
-    gguf_windows: None,
-    gguf_attn_scale_layers: &[],
-    gguf_experts: None,
-    gguf_nope_every: 0,
-    multipliers: None,
+    ..BASE
 };

@@ -7,17 +7,14 @@ use std::path::Path;
 
 use serde_json::{Map, Value as Json};
 
-use super::spec::{keep, FamilySpec, HfNames, LLAMA_FIXED, LLAMA_MODULES};
+use super::spec::{FamilySpec, HfNames, BASE, LLAMA_FIXED, LLAMA_MODULES};
 use crate::error::Result;
 use crate::model::decoder::config::{ArchSwitches, ExpertAct, MlpKind, Moe, LLAMA};
-use crate::model::rope::RopeLayout;
 
 pub const SPEC: FamilySpec = FamilySpec {
     name: "mixtral",
     hf_types: &["mixtral"],
     gguf_archs: &[],
-    gguf_rope: RopeLayout::Interleaved,
-    hf_rope: RopeLayout::HalfSplit,
     // The number of experts and how many a token uses come from the file.
     switches: ArchSwitches { mlp: MlpKind::Moe(Moe { experts: 0, top_k: 0, norm_top_k: true, expert: ExpertAct::SwiGlu, shared_ff: 0 }), ..LLAMA },
     hf_names: HfNames {
@@ -32,12 +29,7 @@ pub const SPEC: FamilySpec = FamilySpec {
         ],
     },
     hf_config: renormalised_always,
-    hf_tensor: keep,
-    gguf_windows: None,
-    gguf_attn_scale_layers: &[],
-    gguf_experts: None,
-    gguf_nope_every: 0,
-    multipliers: None,
+    ..BASE
 };
 
 /// transformers' Mixtral always renormalises the chosen experts' weights: a `norm_topk_prob` in

@@ -34,7 +34,7 @@ pub use spec::{FamilySpec, GgufWindows, HfNames, Multipliers, TensorContext};
 use crate::model::decoder::config::MlpKind;
 
 /// Every family the decoder runs, in the order the README lists them.
-pub const FAMILIES: [&FamilySpec; 22] = [
+pub const FAMILIES: &[&FamilySpec] = &[
     &llama::SPEC,
     &mistral::SPEC,
     &mixtral::SPEC,

@@ -6,7 +6,7 @@
 
 use serde_json::{json, Map, Value as Json};
 
-use super::spec::{keep, FamilySpec, GgufWindows, LLAMA_NAMES};
+use super::spec::{FamilySpec, GgufWindows, BASE};
 use crate::error::Result;
 use crate::model::decoder::config::{ArchSwitches, NormPlacement, QkNorm, LLAMA};
 use crate::model::rope::RopeLayout;
@@ -16,18 +16,12 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["olmo2", "olmo3"],
     gguf_archs: &["olmo2"],
     gguf_rope: RopeLayout::HalfSplit,
-    hf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches { qk_norm: QkNorm::AcrossHeads, norm_placement: NormPlacement::Post, ..LLAMA },
-    hf_names: LLAMA_NAMES,
     hf_config: olmo3_rope_per_layer_type,
-    hf_tensor: keep,
     // What llama.cpp fixes for `olmo2` with a window: every 4th layer global unless the file
     // lists them, the windowed layers rotated without the scaling.
     gguf_windows: Some(GgufWindows { global_every: 4, local_rope_theta: None, default_window: None, local_scaled: false }),
-    gguf_attn_scale_layers: &[],
-    gguf_experts: None,
-    gguf_nope_every: 0,
-    multipliers: None,
+    ..BASE
 };
 
 /// OLMo 3's configs written by transformers 4 give one `rope_scaling` (and `rope_theta`), which

@@ -2,7 +2,7 @@
 //! fraction of each head (from the file), biases on q/k/v, the output projection, the MLP and the
 //! output head, GELU (tanh) MLP.
 
-use super::spec::{keep, no_rewrite, FamilySpec, HfNames};
+use super::spec::{FamilySpec, HfNames, BASE};
 use crate::model::decoder::config::{ArchSwitches, MlpKind, NormKind, NormPlacement, LLAMA};
 use crate::model::rope::RopeLayout;
 
@@ -11,7 +11,6 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["phi"],
     gguf_archs: &["phi2"],
     gguf_rope: RopeLayout::HalfSplit,
-    hf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches { norm: NormKind::Layer, norm_placement: NormPlacement::Shared, mlp: MlpKind::GeluTanh, parallel_residual: true, ..LLAMA },
     hf_names: HfNames {
         fixed: &[
@@ -34,11 +33,5 @@ pub const SPEC: FamilySpec = FamilySpec {
         ]],
         experts: &[],
     },
-    hf_config: no_rewrite,
-    hf_tensor: keep,
-    gguf_windows: None,
-    gguf_attn_scale_layers: &[],
-    gguf_experts: None,
-    gguf_nope_every: 0,
-    multipliers: None,
+    ..BASE
 };

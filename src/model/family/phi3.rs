@@ -2,8 +2,7 @@
 //! first), RoPE on a fraction of each head (from the file), a sliding window over every layer
 //! where the config sets one shorter than the context (Phi-3-mini-4k's 2,047 keys).
 
-use super::spec::{keep, no_rewrite, FamilySpec, GgufWindows, HfNames, LLAMA_FIXED, LLAMA_MODULES};
-use crate::model::decoder::config::LLAMA;
+use super::spec::{FamilySpec, GgufWindows, HfNames, BASE, LLAMA_FIXED, LLAMA_MODULES};
 use crate::model::rope::RopeLayout;
 
 pub const SPEC: FamilySpec = FamilySpec {
@@ -11,8 +10,6 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["phi3"],
     gguf_archs: &["phi3"],
     gguf_rope: RopeLayout::HalfSplit,
-    hf_rope: RopeLayout::HalfSplit,
-    switches: LLAMA,
     // The fused matrices under the canonical names llama.cpp gives them (`attn_qkv`; `ffn_up`
     // with 2·d_ff rows): the block splits them.
     hf_names: HfNames {
@@ -22,13 +19,8 @@ pub const SPEC: FamilySpec = FamilySpec {
         modules: &[&[("attn_qkv", "self_attn.qkv_proj"), ("ffn_up", "mlp.gate_up_proj")], LLAMA_MODULES],
         experts: &[],
     },
-    hf_config: no_rewrite,
-    hf_tensor: keep,
     // transformers windows every layer by `sliding_window`; so does sinkscope for a GGUF that
     // states one (llama.cpp 0.3.36 turns Phi-3's window off and warns that results may suffer).
     gguf_windows: Some(GgufWindows { global_every: 0, local_rope_theta: None, default_window: None, local_scaled: false }),
-    gguf_attn_scale_layers: &[],
-    gguf_experts: None,
-    gguf_nope_every: 0,
-    multipliers: None,
+    ..BASE
 };

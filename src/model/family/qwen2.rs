@@ -5,27 +5,12 @@ use std::path::Path;
 
 use serde_json::{Map, Value as Json};
 
-use super::spec::{keep, FamilySpec, LLAMA_NAMES};
+use super::spec::{FamilySpec, BASE};
 use crate::error::{Error, Result};
-use crate::model::decoder::config::LLAMA;
 use crate::model::rope::RopeLayout;
 
-pub const SPEC: FamilySpec = FamilySpec {
-    name: "qwen2",
-    hf_types: &["qwen2"],
-    gguf_archs: &["qwen2"],
-    gguf_rope: RopeLayout::HalfSplit,
-    hf_rope: RopeLayout::HalfSplit,
-    switches: LLAMA,
-    hf_names: LLAMA_NAMES,
-    hf_config: qwen_window,
-    hf_tensor: keep,
-    gguf_windows: None,
-    gguf_attn_scale_layers: &[],
-    gguf_experts: None,
-    gguf_nope_every: 0,
-    multipliers: None,
-};
+pub const SPEC: FamilySpec =
+    FamilySpec { name: "qwen2", hf_types: &["qwen2"], gguf_archs: &["qwen2"], gguf_rope: RopeLayout::HalfSplit, hf_config: qwen_window, ..BASE };
 
 /// Qwen2/3 configs carry a `sliding_window` that applies only with `use_sliding_window`, and then
 /// from `max_window_layers` on, which sinkscope does not lay out for them yet: refused; unused, it

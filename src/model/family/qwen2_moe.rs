@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::{Map, Value as Json};
 
 use super::qwen2::qwen_window;
-use super::spec::{keep, FamilySpec, QWEN_MOE_NAMES};
+use super::spec::{FamilySpec, BASE, QWEN_MOE_NAMES};
 use crate::error::{Error, Result};
 use crate::model::decoder::config::{ArchSwitches, ExpertAct, MlpKind, Moe, LLAMA};
 use crate::model::rope::RopeLayout;
@@ -17,17 +17,11 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["qwen2_moe"],
     gguf_archs: &["qwen2moe"],
     gguf_rope: RopeLayout::HalfSplit,
-    hf_rope: RopeLayout::HalfSplit,
     // The counts and the shared expert's width come from the file.
     switches: ArchSwitches { mlp: MlpKind::Moe(Moe { experts: 0, top_k: 0, norm_top_k: false, expert: ExpertAct::SwiGlu, shared_ff: 0 }), ..LLAMA },
     hf_names: QWEN_MOE_NAMES,
     hf_config: qwen_moe_config,
-    hf_tensor: keep,
-    gguf_windows: None,
-    gguf_attn_scale_layers: &[],
-    gguf_experts: None,
-    gguf_nope_every: 0,
-    multipliers: None,
+    ..BASE
 };
 
 /// Qwen-MoE configs may keep some layers dense (`mlp_only_layers`, `decoder_sparse_step`),

@@ -3,7 +3,7 @@
 //! fixed so in llama.cpp).
 
 use super::qwen2_moe::qwen_moe_config;
-use super::spec::{keep, FamilySpec, QWEN_MOE_NAMES};
+use super::spec::{FamilySpec, BASE, QWEN_MOE_NAMES};
 use crate::model::decoder::config::{ArchSwitches, ExpertAct, MlpKind, Moe, QkNorm, LLAMA};
 use crate::model::rope::RopeLayout;
 
@@ -12,7 +12,6 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["qwen3_moe"],
     gguf_archs: &["qwen3moe"],
     gguf_rope: RopeLayout::HalfSplit,
-    hf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches {
         qk_norm: QkNorm::PerHead,
         mlp: MlpKind::Moe(Moe { experts: 0, top_k: 0, norm_top_k: true, expert: ExpertAct::SwiGlu, shared_ff: 0 }),
@@ -20,10 +19,5 @@ pub const SPEC: FamilySpec = FamilySpec {
     },
     hf_names: QWEN_MOE_NAMES,
     hf_config: qwen_moe_config,
-    hf_tensor: keep,
-    gguf_windows: None,
-    gguf_attn_scale_layers: &[],
-    gguf_experts: None,
-    gguf_nope_every: 0,
-    multipliers: None,
+    ..BASE
 };

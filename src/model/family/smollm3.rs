@@ -7,27 +7,16 @@ use std::path::Path;
 
 use serde_json::{Map, Value as Json};
 
-use super::spec::{keep, FamilySpec, LLAMA_NAMES};
+use super::spec::{FamilySpec, BASE};
 use crate::error::{Error, Result};
-use crate::model::decoder::config::LLAMA;
-use crate::model::rope::RopeLayout;
 
 pub const SPEC: FamilySpec = FamilySpec {
     name: "smollm3",
     hf_types: &["smollm3"],
     gguf_archs: &["smollm3"],
-    // The converter is Llama's: q/k rows permuted to adjacent pairs.
-    gguf_rope: RopeLayout::Interleaved,
-    hf_rope: RopeLayout::HalfSplit,
-    switches: LLAMA,
-    hf_names: LLAMA_NAMES,
     hf_config: nope_layers,
-    hf_tensor: keep,
-    gguf_windows: None,
-    gguf_attn_scale_layers: &[],
-    gguf_experts: None,
     gguf_nope_every: NOPE_EVERY as usize,
-    multipliers: None,
+    ..BASE
 };
 
 /// transformers' default `no_rope_layer_interval`, and the step llama.cpp fixes.

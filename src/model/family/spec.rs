@@ -7,7 +7,7 @@ use candle_core::Tensor;
 use serde_json::{Map, Value as Json};
 
 use crate::error::Result;
-use crate::model::decoder::config::{ArchSwitches, MAX_SIZE};
+use crate::model::decoder::config::{ArchSwitches, LLAMA, MAX_SIZE};
 use crate::model::rope::RopeLayout;
 
 /// Everything that sets one family apart from Llama, in one value.
@@ -88,6 +88,27 @@ pub struct TensorContext {
     pub n_heads: usize,
     pub n_kv_heads: usize,
 }
+
+/// Llama's spec, the base every family starts from (`FamilySpec { name: …, ..BASE }`): a family
+/// file spells out only what sets it apart. The name and the lists of HF types and GGUF
+/// architectures are empty here, so a family that forgets them matches nothing.
+pub const BASE: FamilySpec = FamilySpec {
+    name: "",
+    hf_types: &[],
+    gguf_archs: &[],
+    // llama.cpp's converter permutes Llama's q/k rows to adjacent pairs (`LLAMA_ROPE_TYPE_NORM`).
+    gguf_rope: RopeLayout::Interleaved,
+    hf_rope: RopeLayout::HalfSplit,
+    switches: LLAMA,
+    hf_names: LLAMA_NAMES,
+    hf_config: no_rewrite,
+    hf_tensor: keep,
+    gguf_windows: None,
+    gguf_attn_scale_layers: &[],
+    gguf_experts: None,
+    gguf_nope_every: 0,
+    multipliers: None,
+};
 
 /// Keeps an HF tensor as it is.
 pub fn keep(_: &str, t: Tensor, _: &TensorContext) -> Result<Tensor> {

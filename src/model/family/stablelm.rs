@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value as Json};
 
-use super::spec::{keep, FamilySpec, HfNames, LLAMA_MODULES};
+use super::spec::{FamilySpec, HfNames, BASE, LLAMA_MODULES};
 use crate::error::{Error, Result};
 use crate::model::decoder::config::{ArchSwitches, NormKind, LLAMA};
 use crate::model::rope::RopeLayout;
@@ -18,7 +18,6 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_archs: &["stablelm"],
     // llama.cpp's NEOX rope type: the converter keeps HF's half-split rows.
     gguf_rope: RopeLayout::HalfSplit,
-    hf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches { norm: NormKind::Layer, ..LLAMA },
     hf_names: HfNames {
         fixed: &[
@@ -33,12 +32,7 @@ pub const SPEC: FamilySpec = FamilySpec {
         experts: &[],
     },
     hf_config: one_norm_per_sublayer,
-    hf_tensor: keep,
-    gguf_windows: None,
-    gguf_attn_scale_layers: &[],
-    gguf_experts: None,
-    gguf_nope_every: 0,
-    multipliers: None,
+    ..BASE
 };
 
 /// Refuses StableLM 2 12B's parallel block: there the MLP reads the attention's own norm (no

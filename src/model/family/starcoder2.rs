@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value as Json};
 
-use super::spec::{alias_keys, keep, FamilySpec, HfNames, LLAMA_MODULES};
+use super::spec::{alias_keys, FamilySpec, HfNames, BASE, LLAMA_MODULES};
 use crate::error::Result;
 use crate::model::decoder::config::{ArchSwitches, MlpKind, NormKind, LLAMA};
 use crate::model::rope::RopeLayout;
@@ -16,7 +16,6 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_archs: &["starcoder2"],
     // llama.cpp's NEOX rope type: the converter keeps HF's half-split rows.
     gguf_rope: RopeLayout::HalfSplit,
-    hf_rope: RopeLayout::HalfSplit,
     switches: ArchSwitches { norm: NormKind::Layer, mlp: MlpKind::GeluTanh, ..LLAMA },
     hf_names: HfNames {
         fixed: &[
@@ -31,12 +30,7 @@ pub const SPEC: FamilySpec = FamilySpec {
         experts: &[],
     },
     hf_config: norm_epsilon,
-    hf_tensor: keep,
-    gguf_windows: None,
-    gguf_attn_scale_layers: &[],
-    gguf_experts: None,
-    gguf_nope_every: 0,
-    multipliers: None,
+    ..BASE
 };
 
 /// StarCoder2 names its LayerNorm epsilon `norm_epsilon`. Its released configs carry fields
