@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use sinkscope::kv::haystack::{draw_trials, Haystack};
+use sinkscope::kv::retrieval::haystack::{draw_trials, Haystack};
 use sinkscope::kv::retrieval::{sweep, Compression};
 use sinkscope::kv::{Eviction, Policy, PositionMode};
 use sinkscope::model::receiver::NoCapture;

@@ -6,7 +6,7 @@
 
 mod common;
 
-use sinkscope::kv::haystack::{draw_trials, Haystack, REPEATED_FILLER};
+use sinkscope::kv::retrieval::haystack::{draw_trials, Haystack, REPEATED_FILLER};
 use sinkscope::kv::retrieval::{sweep, Compression};
 use sinkscope::kv::{simulate_with, Eviction, Policy, PolicyKind, PositionMode, SimOptions};
 use sinkscope::model::receiver::NoCapture;
@@ -31,7 +31,7 @@ fn answer_steps(stream_nll: &[f64], prompt_len: usize, m: usize) -> Vec<f64> {
 
 struct Case {
     haystack: Haystack,
-    trials: Vec<sinkscope::kv::haystack::Trial>,
+    trials: Vec<sinkscope::kv::retrieval::haystack::Trial>,
     insertions: Vec<usize>,
 }
 

@@ -1,4 +1,4 @@
-//! Which heads retrieve (`kv::retrieval_heads`) and the per-head mixed policy under the pass-key
+//! Which heads retrieve (`kv::retrieval::heads`) and the per-head mixed policy under the pass-key
 //! sweep: a head's effect, computed over the answer's rows alone on a shared prefix, equals a
 //! full forward over prompt + answer with the same keys hidden (an independent path: no cache,
 //! every row re-run); the mixed policy with every KV head whole is dense, with none it is `sink`;
@@ -7,10 +7,10 @@
 mod common;
 
 use sinkscope::capture::collector::TensorCollector;
-use sinkscope::kv::haystack::{draw_trials, Haystack};
 use sinkscope::kv::per_head::mixed_policy;
+use sinkscope::kv::retrieval::haystack::{draw_trials, Haystack};
+use sinkscope::kv::retrieval::heads::prompt_effects;
 use sinkscope::kv::retrieval::{sweep, sweep_from, CacheStream, Compression};
-use sinkscope::kv::retrieval_heads::prompt_effects;
 use sinkscope::kv::{Eviction, Policy, PositionMode};
 use sinkscope::model::decoder::KeyMask;
 use sinkscope::model::hook::{HookFilter, HookPoint};

@@ -1,21 +1,23 @@
-//! The diagnosis of an analysis, as one typed value built once from its report: the figures the
-//! Markdown report, the dashboard's Overview and the CLI's summary all state (sink positions,
-//! Sink_k^ε, F-Attn and its split by layer kind, learned sinks, head classes, massive activations,
-//! the strongest causal dependency). Renderers format it; none counts or averages again.
+//! The findings of a run, as typed values built once: [`AnalysisFindings`] from an analysis (sink
+//! positions, Sink_k^ε, F-Attn and its split by layer kind, learned sinks, head classes, massive
+//! activations, the strongest causal dependencies) and [`CaptureFindings`] from a capture. The
+//! Markdown report, the dashboard's Overview and the CLI's summary format them; none counts,
+//! averages or ranks again.
 
 use super::heads::HeadClass;
 use super::sinks::{learned_sinks, LearnedSinks};
 use super::AnalysisReport;
 use crate::capture::ablation::AblationResult;
+use crate::capture::summary::CaptureSummary;
 use crate::model::info::ModelInfo;
 
 /// What a diagnosis found.
 #[derive(Debug, Clone)]
-pub struct Diagnosis {
+pub struct AnalysisFindings {
     pub probes: usize,
     pub epsilon: f64,
-    /// Shortest and longest probe, in tokens.
-    pub probe_tokens: (usize, usize),
+    /// The probes' lengths in tokens, each once, shortest first.
+    pub probe_lengths: Vec<usize>,
     pub sink_positions: Vec<usize>,
     /// Sink_k^ε in percent, by k.
     pub sink_scores: Vec<(usize, f64)>,
@@ -25,8 +27,57 @@ pub struct Diagnosis {
     pub learned_sinks: Option<LearnedSinks>,
     pub classes: ClassCounts,
     pub massive: Massive,
-    /// The single head whose hidden key changed the loss most, and over how many tokens.
-    pub causal: Option<(AblationResult, usize)>,
+    /// The causal sweep's strongest effects, when the analysis ran one.
+    pub causal: Option<Causal>,
+}
+
+/// The strongest effects of hiding early keys (the causal sweep).
+#[derive(Debug, Clone)]
+pub struct Causal {
+    /// The hidden key positions.
+    pub keys: Vec<usize>,
+    /// Tokens the loss was measured over.
+    pub tokens: usize,
+    pub wall_seconds: f64,
+    /// Single heads whose hidden key changed the loss most, largest first.
+    pub top_heads: Vec<AblationResult>,
+    /// The whole layer whose hidden key changed the loss most.
+    pub top_layer: Option<AblationResult>,
+}
+
+/// What a capture's summary shows about the first token and the residual stream.
+#[derive(Debug, Clone)]
+pub struct CaptureFindings {
+    /// Mean α_0 on global and on windowed layers, for models with both kinds.
+    pub alpha0_by_kind: Option<ByLayerKind>,
+    pub learned_sinks: Option<LearnedSinks>,
+    /// Mean attention on position 0 over all layers and heads, and the layer paying the most
+    /// (layer, its mean).
+    pub first_token: Option<(f64, usize, f64)>,
+    /// The layer with the largest |h|: (layer, max |h|, position, dim, that layer's median |h|).
+    pub largest_activation: Option<(usize, f32, Option<usize>, Option<usize>, f32)>,
+}
+
+impl CaptureFindings {
+    pub fn of(model: &ModelInfo, c: &CaptureSummary) -> CaptureFindings {
+        let ls = &c.layers;
+        let alpha0 = c.heads.iter().filter_map(|h| Some((h.layer, *h.alpha.first()?)));
+        let first_token = ls.iter().max_by(|a, b| a.mean_attention_pos0.total_cmp(&b.mean_attention_pos0)).map(|peak| {
+            let mean = ls.iter().map(|l| l.mean_attention_pos0).sum::<f64>() / ls.len().max(1) as f64;
+            (mean, peak.layer, peak.mean_attention_pos0)
+        });
+        CaptureFindings {
+            alpha0_by_kind: ByLayerKind::of(model, alpha0),
+            learned_sinks: learned_sinks(
+                c.heads.iter().filter_map(|h| Some((h.layer, h.head, h.sink_mass?, h.alpha.first().copied().unwrap_or(0.0)))),
+            ),
+            first_token,
+            largest_activation: ls
+                .iter()
+                .max_by(|a, b| a.max_abs.total_cmp(&b.max_abs))
+                .map(|t| (t.layer, t.max_abs, t.max_abs_pos, t.max_abs_dim, t.median_abs)),
+        }
+    }
 }
 
 /// Means of a per-head value over the heads of global layers and of windowed ones.
@@ -83,14 +134,16 @@ pub struct Massive {
     pub positions: Vec<usize>,
 }
 
-impl Diagnosis {
-    pub fn of(a: &AnalysisReport) -> Diagnosis {
-        let tokens = a.probes.iter().map(|p| p.n_tokens);
+impl AnalysisFindings {
+    pub fn of(a: &AnalysisReport) -> AnalysisFindings {
+        let mut lengths: Vec<usize> = a.probes.iter().map(|p| p.n_tokens).collect();
+        lengths.sort_unstable();
+        lengths.dedup();
         let alpha0 = || a.heads.iter().filter_map(|h| Some((h.layer, *h.alpha.first()?)));
-        Diagnosis {
+        AnalysisFindings {
             probes: a.probes.len(),
             epsilon: a.settings.epsilon,
-            probe_tokens: (tokens.clone().min().unwrap_or(0), tokens.max().unwrap_or(0)),
+            probe_lengths: lengths,
             sink_positions: a.sink_positions.clone(),
             sink_scores: a.sink_score.iter().map(|(&k, &v)| (k, v)).collect(),
             f_attn: a.f_attn,
@@ -100,7 +153,14 @@ impl Diagnosis {
             ),
             classes: ClassCounts::of(a.heads.iter().map(|h| h.class)),
             massive: Massive { first_layer: a.massive.first_layer, dims: a.massive.dims.clone(), positions: a.massive.positions.clone() },
-            causal: a.ablation.as_ref().and_then(|ab| Some((ab.top_heads.first()?.clone(), ab.n_tokens))),
+            causal: a.ablation.as_ref().map(|ab| Causal {
+                keys: ab.keys.clone(),
+                tokens: ab.n_tokens,
+                wall_seconds: ab.wall_seconds,
+                top_heads: ab.top_heads.clone(),
+                // The first of equal layers, as a stable sort by descending ΔNLL gives it.
+                top_layer: ab.results.iter().filter(|r| r.head.is_none()).min_by(|a, b| b.delta_nll.total_cmp(&a.delta_nll)).cloned(),
+            }),
         }
     }
 }

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::kv::per_head::{gates_by_share, ranked};
 use crate::kv::policy::Policy;
+use crate::kv::retrieval::heads::HeadEffects;
 use crate::kv::retrieval::Compression;
-use crate::kv::retrieval_heads::HeadEffects;
 use crate::metrics::proportion::{wilson, Z95};
 use crate::metrics::rank::spearman;
 use crate::model::info::ModelInfo;

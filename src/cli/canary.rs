@@ -7,13 +7,15 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::model_args::ModelArgs;
+use super::policy_args::PolicyArgs;
 use super::session::Session;
 use crate::error::Result;
 use crate::kv::canary::FIRST_SLOTS;
-use crate::kv::policy::{Policy, PolicyKind, PolicyRequest, PositionMode};
+use crate::kv::policy::Policy;
 use crate::pipeline::canary::{canary_into, CanaryJob, CANARY_TRACE};
 
 #[derive(Args, Debug)]
+#[command(mut_arg("policy", |a| a.required(false).default_value("sink").help("The cache policy: dense, window, sink or keep")))]
 pub struct CanaryArgs {
     #[command(flatten)]
     pub model: ModelArgs,
@@ -30,17 +32,8 @@ pub struct CanaryArgs {
     /// Start the forced text at this character.
     #[arg(long, default_value_t = 0)]
     pub start_char: usize,
-    /// The cache policy: dense, window, sink or keep.
-    #[arg(long, value_enum, default_value_t = PolicyKind::Sink)]
-    pub policy: PolicyKind,
-    /// The cache budget W.
-    #[arg(long, default_value_t = 256)]
-    pub cache: usize,
-    /// S for sink, N for keep [default: 4].
-    #[arg(long)]
-    pub sinks: Option<usize>,
-    #[arg(long, value_enum, default_value_t = PositionMode::Slot)]
-    pub positions: PositionMode,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
     /// Sampling temperature; 0 is greedy.
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f64,
@@ -62,14 +55,7 @@ pub struct CanaryArgs {
 }
 
 pub fn run(args: CanaryArgs, s: &mut Session) -> Result<()> {
-    let policy = Policy::try_from(PolicyRequest {
-        kind: args.policy,
-        sinks: args.sinks,
-        recent: None,
-        observe: None,
-        cache: args.cache,
-        positions: args.positions,
-    })?;
+    let policy = Policy::try_from(&args.policy)?;
     let job = CanaryJob {
         prompt: args.prompt,
         force: args.force,

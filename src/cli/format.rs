@@ -1,7 +1,7 @@
 //! What each command prints: plain-text tables of a model, a capture, a diagnosis, a stream, a
 //! sweep and an export.
 
-use crate::analysis::findings::Diagnosis;
+use crate::analysis::findings::AnalysisFindings;
 use crate::analysis::AnalysisReport;
 use crate::kv::per_head::Frontier;
 use crate::kv::recommend::Recommendation;
@@ -222,9 +222,9 @@ pub fn format_table(r: &CaptureReport) -> String {
 pub fn format_summary(r: &AnalysisReport) -> String {
     let name = r.model.display_name();
     let mut s = format!("sinkscope analyze — {name}: {} probes, ε = {}\n\n", r.probes.len(), r.settings.epsilon);
-    let d = Diagnosis::of(r);
+    let d = AnalysisFindings::of(r);
     s.push_str(&format!("sink positions: {:?}\n", d.sink_positions));
-    let ts: Vec<String> = r.probes.iter().map(|p| p.n_tokens.to_string()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    let ts: Vec<String> = d.probe_lengths.iter().map(|t| t.to_string()).collect();
     s.push_str(&format!("Sink_k^ε (% of probe·layer·head with α_k > ε; T = {}):", ts.join("/")));
     for (k, score) in d.sink_scores.iter().take(8) {
         s.push_str(&format!("  k={k}: {score:.1}"));
@@ -262,12 +262,12 @@ pub fn format_summary(r: &AnalysisReport) -> String {
         let ppl = p.nll.as_ref().map_or("-".into(), |n| format!("{:.2}", n.perplexity));
         s.push_str(&format!("            {:<22} {:>4}  {:>6.3}  {:<12} {ppl}\n", p.name, p.n_tokens, p.f_attn, format!("{sinks:?}")));
     }
-    if let Some(a) = &r.ablation {
+    if let Some(c) = &d.causal {
         s.push_str(&format!(
             "\ncausal dependency ({} tokens, keys {:?}, {:.0}s): heads whose masking hurts most\n",
-            a.n_tokens, a.keys, a.wall_seconds
+            c.tokens, c.keys, c.wall_seconds
         ));
-        for t in &a.top_heads {
+        for t in &c.top_heads {
             s.push_str(&format!("  L{}H{} without key {}: ΔNLL {:+.4} nats, KL {:.4}\n", t.layer, t.head.unwrap_or(0), t.key_pos, t.delta_nll, t.kl));
         }
     }

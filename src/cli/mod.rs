@@ -18,6 +18,7 @@ mod info;
 mod interrupt;
 mod model_args;
 mod needle;
+mod policy_args;
 mod policy_values;
 mod progress;
 mod quant;

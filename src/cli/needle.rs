@@ -7,11 +7,12 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::model_args::ModelArgs;
+use super::policy_args::CacheArgs;
 use super::session::Session;
 use crate::analysis::needle::{budget_split, NeedleHeads, NeedleReport};
 use crate::error::Result;
 use crate::io::staging::check_out_dir;
-use crate::kv::policy::{Policy, PolicyKind, PolicyRequest, PositionMode};
+use crate::kv::policy::{Policy, PolicyKind};
 use crate::kv::retrieval::Compression;
 use crate::pipeline::needle::{needle_into, NeedleOptions, NEEDLE_MD};
 use crate::pipeline::needle_heads::HeadsOptions;
@@ -33,14 +34,11 @@ pub struct NeedleArgs {
     /// recompute re-runs the last W tokens for each answer token).
     #[arg(long = "policy", value_enum, value_delimiter = ',', default_value = "dense,window,sink,keep,h2o,tova,snapkv")]
     pub policies: Vec<PolicyKind>,
-    /// The cache budget W (every key a query sees, its own included).
-    #[arg(long, default_value_t = 256)]
-    pub cache: usize,
+    #[command(flatten)]
+    pub cache: CacheArgs,
     /// Pinned first tokens: S for sink and the score-based rules, N for keep.
     #[arg(long, default_value_t = 4)]
     pub sinks: usize,
-    #[arg(long, value_enum, default_value_t = PositionMode::Slot)]
-    pub positions: PositionMode,
     /// Score-based rules also with the question known: the prompt prefilled whole, then
     /// compressed once by its own queries' attention (SnapKV's setting); the streamed run is
     /// always made.
@@ -73,9 +71,9 @@ pub struct NeedleArgs {
     pub out: PathBuf,
 }
 
-/// The policies `kinds` name at budget `cache`: the score-based rules twice, unpinned and with
+/// The policies `kinds` name under `cache`: the score-based rules twice, unpinned and with
 /// `sinks` pinned (once when `sinks` is 0).
-pub fn policies(kinds: &[PolicyKind], cache: usize, sinks: usize, positions: PositionMode) -> Result<Vec<Policy>> {
+pub fn policies(kinds: &[PolicyKind], cache: &CacheArgs, sinks: usize) -> Result<Vec<Policy>> {
     let mut out = Vec::new();
     for &kind in kinds {
         let pinned: Vec<Option<usize>> = match kind {
@@ -85,7 +83,7 @@ pub fn policies(kinds: &[PolicyKind], cache: usize, sinks: usize, positions: Pos
             PolicyKind::H2o | PolicyKind::Tova | PolicyKind::Snapkv => vec![Some(0), Some(sinks)],
         };
         for s in pinned {
-            let p = Policy::try_from(PolicyRequest { kind, sinks: s, recent: None, observe: None, cache, positions })?;
+            let p = cache.swept_policy(kinds, kind, s)?;
             if !out.contains(&p) {
                 out.push(p);
             }
@@ -109,7 +107,7 @@ pub fn run(args: NeedleArgs, s: &mut Session) -> Result<()> {
         filler: args.filler.clone(),
         lengths: args.lengths.clone(),
         depths: args.depths.clone(),
-        policies: with_modes(policies(&args.policies, args.cache, args.sinks, args.positions)?, args.question_known),
+        policies: with_modes(policies(&args.policies, &args.cache, args.sinks)?, args.question_known),
         trials: args.trials,
         distractors: args.distractors,
         seed: args.seed,
@@ -117,7 +115,7 @@ pub fn run(args: NeedleArgs, s: &mut Session) -> Result<()> {
             share: args.whole_share,
             trials: args.heads_trials,
             sinks: args.sinks,
-            cache: args.cache,
+            cache: args.cache.cache,
         }),
     };
     let (lm, progress) = s.model(&args.model)?;

@@ -7,10 +7,11 @@ use clap::Args;
 
 use super::format::{format_frontier, format_outcome, format_recommendation};
 use super::model_args::ModelArgs;
+use super::policy_args::{CacheArgs, PolicyArgs};
 use super::session::Session;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::io::staging::check_out_dir;
-use crate::kv::policy::{Policy, PolicyKind, PolicyRequest, PositionMode};
+use crate::kv::policy::{Eviction, Policy, PolicyKind};
 use crate::pipeline::heads::{per_head_sweep, PerHeadSweep, CAUSAL_TOKENS, GATE_TOKENS};
 use crate::pipeline::stream::{stream_into, sweep_into, StreamSource, SweepOptions, RECOMPUTE_BUDGET};
 
@@ -42,24 +43,8 @@ pub struct StreamArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub text: StreamText,
-    #[arg(long, value_enum)]
-    pub policy: PolicyKind,
-    /// S for `sink` (kept inside the budget), N for `keep`, the pinned first tokens for `h2o`,
-    /// `tova` and `snapkv` [default: 4 for sink and keep, 0 for the score-based policies].
-    #[arg(long)]
-    pub sinks: Option<usize>,
-    /// R for `h2o`: the most recent positions every query sees [default: W/2].
-    #[arg(long)]
-    pub recent: Option<usize>,
-    /// The observation window of `snapkv`: its last N queries score the keys, its last N keys
-    /// are kept [default: 32].
-    #[arg(long)]
-    pub observe: Option<usize>,
-    /// The cache budget W: every key a query can see, its own included.
-    #[arg(long, default_value_t = 256)]
-    pub cache: usize,
-    #[arg(long, value_enum, default_value_t = PositionMode::Slot)]
-    pub positions: PositionMode,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
     /// Also print the perplexity of every N-token segment of the stream (0: not).
     #[arg(long, default_value_t = 0)]
     pub segment: usize,
@@ -71,32 +56,26 @@ pub struct StreamArgs {
     pub out: Option<PathBuf>,
 }
 
+/// `recommend`: a sweep of the pinned first tokens at one budget, or with `--per-head` a sweep of
+/// the share of KV heads keeping the whole cache (its own flags; clap refuses the other mode's).
 #[derive(Args, Debug)]
+#[command(mut_arg("cache", |a| a.required(true).default_value(None).help("The cache budget W")))]
 pub struct RecommendArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     #[command(flatten)]
     pub text: StreamText,
-    /// The cache budget W.
-    #[arg(long)]
-    pub cache: usize,
+    #[command(flatten)]
+    pub cache: CacheArgs,
     /// Sink counts to sweep (0 = a plain window, or the score-based policy unpinned).
     #[arg(long, value_delimiter = ',', default_value = "0,1,2,4,8,16")]
     pub sinks: Vec<usize>,
     /// The policy whose pinned first tokens are swept: sink (S = 0 is window), h2o, tova or snapkv.
     #[arg(long, value_enum, default_value_t = PolicyKind::Sink)]
     pub policy: PolicyKind,
-    /// R for `--policy h2o` [default: W/2].
-    #[arg(long)]
-    pub recent: Option<usize>,
-    /// The observation window of `--policy snapkv` [default: 32].
-    #[arg(long)]
-    pub observe: Option<usize>,
     /// Recommend the smallest S within this fraction of the best post-eviction perplexity.
     #[arg(long, default_value_t = 0.02)]
     pub delta: f64,
-    #[arg(long, value_enum, default_value_t = PositionMode::Slot)]
-    pub positions: PositionMode,
     /// Skip the `recompute` reference (it re-runs W tokens per step).
     #[arg(long)]
     pub no_recompute: bool,
@@ -115,28 +94,93 @@ pub struct RecommendArgs {
     pub out: Option<PathBuf>,
     /// Sweep per-head policies instead: the share of KV heads keeping the whole cache (the rest
     /// keep --head-sinks sinks + W − S recent), against KV memory, beside `sink` at equal memory.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["sinks", "policy", "recent", "observe", "positions", "delta", "no_recompute", "recompute_every", "recompute_budget"])]
     pub per_head: bool,
     /// S of the streaming heads under --per-head.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, requires = "per_head")]
     pub head_sinks: usize,
     /// Shares of retrieval heads swept under --per-head.
-    #[arg(long, value_delimiter = ',', default_value = "0,0.125,0.25,0.5,1")]
+    #[arg(long, value_delimiter = ',', default_value = "0,0.125,0.25,0.5,1", requires = "per_head")]
     pub shares: Vec<f64>,
     /// Under --per-head, rank KV heads by the ΔNLL when each alone keeps only the sinks and the
     /// recent window (measured on --causal-tokens tokens) instead of the attention outside them.
-    #[arg(long)]
+    #[arg(long, requires = "per_head")]
     pub causal: bool,
     /// Tokens the causal ranking is measured on.
-    #[arg(long, default_value_t = CAUSAL_TOKENS)]
+    #[arg(long, default_value_t = CAUSAL_TOKENS, requires = "causal")]
     pub causal_tokens: usize,
     /// Under --per-head, rank the heads on this text (its first tokens) instead of the one the
     /// policies are evaluated on.
-    #[arg(long)]
+    #[arg(long, requires = "per_head")]
     pub calibrate: Option<PathBuf>,
     /// Start the calibration text at this character (past a licence header, say).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, requires = "calibrate")]
     pub calibrate_start_char: usize,
+}
+
+/// What `recommend` runs, its flags checked: one mode or the other.
+enum Recommend {
+    Sinks(SweepOptions),
+    PerHead(PerHeadSweep),
+}
+
+impl RecommendArgs {
+    fn mode(&self) -> Result<Recommend> {
+        if self.per_head {
+            return Ok(Recommend::PerHead(PerHeadSweep {
+                cache: self.cache.cache,
+                sinks: self.head_sinks,
+                shares: self.shares.clone(),
+                causal_tokens: self.causal.then_some(self.causal_tokens),
+                calibration: self.calibrate.clone().map(|file| StreamSource {
+                    file,
+                    start_char: self.calibrate_start_char,
+                    tokens: GATE_TOKENS,
+                    token_by_token: false,
+                    token_ids: false,
+                }),
+            }));
+        }
+        if !(self.delta >= 0.0 && self.delta.is_finite()) {
+            return Err(Error::input("--delta must be a finite number ≥ 0"));
+        }
+        if self.recompute_every == Some(0) {
+            return Err(Error::input("--recompute-every must be at least 1"));
+        }
+        if self.recompute_budget == 0 {
+            return Err(Error::input("--recompute-budget must be at least 1 token"));
+        }
+        Ok(Recommend::Sinks(SweepOptions {
+            source: self.text.source(),
+            cache: self.cache.cache,
+            policies: self.swept_policies()?,
+            recompute: (!self.no_recompute).then(|| Policy::new(Eviction::Recompute, self.cache.cache, self.cache.positions)),
+            delta: self.delta,
+            recompute_every: self.recompute_every,
+            recompute_budget: self.recompute_budget,
+        }))
+    }
+
+    /// The rule at each asked S, in increasing S (S = 0 of `sink` is `window`).
+    fn swept_policies(&self) -> Result<Vec<Policy>> {
+        if self.sinks.is_empty() {
+            return Err(Error::input("--sinks needs at least one value"));
+        }
+        if !matches!(self.policy, PolicyKind::Sink | PolicyKind::Window | PolicyKind::H2o | PolicyKind::Tova | PolicyKind::Snapkv) {
+            return Err(Error::input(format!("recommend sweeps the S of sink, h2o, tova or snapkv; --policy {} has none", self.policy.name())));
+        }
+        let mut sinks = self.sinks.clone();
+        sinks.sort_unstable();
+        sinks.dedup();
+        sinks
+            .into_iter()
+            .map(|s| match self.policy {
+                PolicyKind::Sink | PolicyKind::Window if s == 0 => self.cache.policy(PolicyKind::Window, None),
+                PolicyKind::Sink | PolicyKind::Window => self.cache.policy(PolicyKind::Sink, Some(s)),
+                kind => self.cache.policy(kind, Some(s)),
+            })
+            .collect()
+    }
 }
 
 impl StreamText {
@@ -155,14 +199,7 @@ pub fn run_stream(args: StreamArgs, s: &mut Session) -> Result<()> {
     if let Some(out) = &args.out {
         check_out_dir(out)?;
     }
-    let policy = Policy::try_from(PolicyRequest {
-        kind: args.policy,
-        sinks: args.sinks,
-        recent: args.recent,
-        observe: args.observe,
-        cache: args.cache,
-        positions: args.positions,
-    })?;
+    let policy = Policy::try_from(&args.policy)?;
     let (lm, progress) = s.model(&args.model)?;
     let outcome = stream_into(lm, &args.text.source(), policy, args.out.as_deref(), progress)?;
     if !s.prints() {
@@ -182,64 +219,30 @@ pub fn run_stream(args: StreamArgs, s: &mut Session) -> Result<()> {
 }
 
 pub fn run_recommend(args: RecommendArgs, s: &mut Session) -> Result<()> {
-    if !args.per_head && (args.causal || args.calibrate.is_some()) {
-        return Err(crate::error::Error::input("--causal and --calibrate choose the heads of --per-head; add --per-head"));
-    }
-    if args.per_head {
-        if let Some(out) = &args.out {
-            check_out_dir(out)?;
-        }
-        let (lm, progress) = s.model(&args.model)?;
-        let sweep = PerHeadSweep {
-            cache: args.cache,
-            sinks: args.head_sinks,
-            shares: args.shares.clone(),
-            causal_tokens: args.causal.then_some(args.causal_tokens),
-            calibration: args.calibrate.clone().map(|file| StreamSource {
-                file,
-                start_char: args.calibrate_start_char,
-                tokens: GATE_TOKENS,
-                token_by_token: false,
-                token_ids: false,
-            }),
-        };
-        let f = per_head_sweep(lm, &args.text.source(), &sweep, args.out.as_deref(), progress)?;
-        if !s.prints() {
-            return Ok(());
-        }
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&f)?);
-        } else {
-            print!("{}", format_frontier(&f));
-        }
-        return Ok(());
-    }
-    let opts = SweepOptions {
-        source: args.text.source(),
-        cache: args.cache,
-        sinks: args.sinks.clone(),
-        policy: args.policy,
-        recent: args.recent,
-        observe: args.observe,
-        delta: args.delta,
-        positions: args.positions,
-        recompute: !args.no_recompute,
-        recompute_every: args.recompute_every,
-        recompute_budget: args.recompute_budget,
-    };
-    opts.validate()?;
+    let mode = args.mode()?;
     if let Some(out) = &args.out {
         check_out_dir(out)?;
     }
     let (lm, progress) = s.model(&args.model)?;
-    let rec = sweep_into(lm, &opts, args.out.as_deref(), progress)?;
-    if !s.prints() {
-        return Ok(());
-    }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&rec)?);
-    } else {
-        print!("{}", format_recommendation(&rec));
+    match mode {
+        Recommend::PerHead(sweep) => {
+            let f = per_head_sweep(lm, &args.text.source(), &sweep, args.out.as_deref(), progress)?;
+            if s.prints() {
+                match args.json {
+                    true => println!("{}", serde_json::to_string_pretty(&f)?),
+                    false => print!("{}", format_frontier(&f)),
+                }
+            }
+        }
+        Recommend::Sinks(opts) => {
+            let rec = sweep_into(lm, &opts, args.out.as_deref(), progress)?;
+            if s.prints() {
+                match args.json {
+                    true => println!("{}", serde_json::to_string_pretty(&rec)?),
+                    false => print!("{}", format_recommendation(&rec)),
+                }
+            }
+        }
     }
     Ok(())
 }

@@ -7,17 +7,25 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::model_args::ModelArgs;
+use super::policy_args::PolicyArgs;
 use super::session::Session;
 use crate::analysis::conformance::Verdict;
 use crate::error::Result;
 use crate::io::staging::check_out_dir;
-use crate::kv::policy::{Policy, PolicyKind, PolicyRequest, PositionMode};
+use crate::kv::policy::Policy;
 use crate::pipeline::verify::{verify_into, VerifyOptions, VerifyReport};
 
 /// Exit status of `verify` when the engine diverges from the declared policy.
 pub const DIVERGES_EXIT: u8 = 3;
 
 #[derive(Args, Debug)]
+#[command(mut_arg("policy", |a| a.help("The cache policy the engine says it runs")))]
+#[command(mut_arg("cache", |a| a
+    .required(true)
+    .default_value(None)
+    .help("The cache budget W (every key a query sees, its own included): llama.cpp's n_ctx − 1")))]
+#[command(mut_arg("sinks", |a| a.help("S for `sink`, N for `keep` (llama.cpp: `--keep`, plus 1 when the model adds BOS)")))]
+#[command(mut_arg("positions", |a| a.default_value("delta").help("How the engine positions kept keys (llama.cpp's context shift: delta)")))]
 pub struct VerifyArgs {
     /// The engine's trace with token ids and logprobs: llama.cpp server `/completion` responses
     /// (`n_probs` > 0), OpenAI-style responses whose tokens carry ids, or JSONL `{id, logprob}`
@@ -25,18 +33,8 @@ pub struct VerifyArgs {
     pub trace: PathBuf,
     #[command(flatten)]
     pub model: ModelArgs,
-    /// The cache policy the engine says it runs.
-    #[arg(long, value_enum)]
-    pub policy: PolicyKind,
-    /// The cache budget W (every key a query sees, its own included): llama.cpp's n_ctx − 1.
-    #[arg(long)]
-    pub cache: usize,
-    /// S for `sink`, N for `keep` (llama.cpp: `--keep`, plus 1 when the model adds BOS).
-    #[arg(long)]
-    pub sinks: Option<usize>,
-    /// How the engine positions kept keys (llama.cpp's context shift: delta).
-    #[arg(long, value_enum, default_value_t = PositionMode::Delta)]
-    pub positions: PositionMode,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
     /// The prompt's token ids (a JSON list, llama.cpp's `/tokenize` answer, or whitespace-separated)
     /// when the trace holds only the generated tokens.
     #[arg(long, value_name = "FILE")]
@@ -55,14 +53,7 @@ pub fn run(args: VerifyArgs, s: &mut Session) -> Result<u8> {
     if let Some(out) = &args.out {
         check_out_dir(out)?;
     }
-    let policy = Policy::try_from(PolicyRequest {
-        kind: args.policy,
-        sinks: args.sinks,
-        recent: None,
-        observe: None,
-        cache: args.cache,
-        positions: args.positions,
-    })?;
+    let policy = Policy::try_from(&args.policy)?;
     let opts = VerifyOptions { trace: args.trace.clone(), prompt_ids: args.prompt_ids.clone(), request: args.request.clone(), policy };
     let (lm, progress) = s.model(&args.model)?;
     let report = verify_into(lm, &opts, args.out.as_deref(), progress)?;

@@ -1,23 +1,21 @@
 //! KV-cache eviction: policies and position modes (and a declared policy's near misses), the
 //! policy-managed cache, its memory, the streaming simulator, the sink-count recommendation built
-//! on it, the live canary, retrieval (pass-key prompts) under a policy, and which heads retrieve.
+//! on it and the live canary; `retrieval/` holds pass-key retrieval under a policy (prompts,
+//! compression, which heads retrieve).
 
 pub mod alternatives;
 pub mod cache;
 mod cache_decode;
 pub mod canary;
-pub mod compress;
-pub mod haystack;
 pub mod memory;
 pub mod per_head;
 pub mod policy;
 pub mod recommend;
 pub mod retrieval;
-pub mod retrieval_heads;
 pub mod scored;
 mod scored_replay;
 pub mod simulate;
 pub mod trace;
 
-pub use policy::{Eviction, Policy, PolicyKind, PolicyRequest, PositionMode, Scorer};
+pub use policy::{Eviction, Policy, PolicyKind, PositionMode, Scorer};
 pub use simulate::{recompute_stride, simulate, simulate_with, SimOptions, StreamOutcome};

@@ -1,7 +1,7 @@
 //! KV-cache eviction policies and RoPE position modes (DESIGN §7). The budget W counts every key a
 //! query can see, its own included; sink tokens sit *inside* the budget (S sinks + W−S recent).
-//! A policy is built and checked once, from a [`PolicyRequest`] (what the command line asked for);
-//! run files keep the flat record they always had.
+//! A policy is built from the command line's flags once (`cli::policy_args`) and checked by
+//! [`Policy::check`]; run files keep the flat record they always had.
 
 use serde::{Deserialize, Serialize};
 
@@ -65,7 +65,7 @@ impl PolicyKind {
     }
 
     /// Pinned first tokens when none are asked for: 4 for sink and keep, none for the score-based rules.
-    fn default_pinned(self) -> usize {
+    pub fn default_pinned(self) -> usize {
         match self {
             Self::Sink | Self::Keep => 4,
             Self::Dense | Self::Window | Self::Recompute | Self::H2o | Self::Tova | Self::Snapkv => 0,
@@ -198,43 +198,6 @@ pub struct Policy {
     pub positions: PositionMode,
 }
 
-/// A policy as a command asks for it, every parameter optional; `Policy::try_from` fills in the
-/// defaults and refuses parameters the rule does not take and budgets it cannot keep.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PolicyRequest {
-    pub kind: PolicyKind,
-    /// `--sinks`: S, or keep's N.
-    pub sinks: Option<usize>,
-    /// `--recent`: h2o's R.
-    pub recent: Option<usize>,
-    /// `--observe`: snapkv's observation window.
-    pub observe: Option<usize>,
-    pub cache: usize,
-    pub positions: PositionMode,
-}
-
-impl TryFrom<PolicyRequest> for Policy {
-    type Error = Error;
-
-    fn try_from(r: PolicyRequest) -> Result<Policy> {
-        let name = r.kind.name();
-        if r.sinks.is_some() && !r.kind.pins() {
-            return Err(Error::input(format!("--policy {name} pins no tokens; --sinks is for sink, keep, h2o, tova and snapkv")));
-        }
-        if (r.recent.is_some() && r.kind != PolicyKind::H2o) || (r.observe.is_some() && r.kind != PolicyKind::Snapkv) {
-            return Err(Error::input("--recent is for --policy h2o, --observe for --policy snapkv"));
-        }
-        let window = if r.kind == PolicyKind::H2o { r.recent } else { r.observe };
-        let policy = Policy {
-            eviction: Eviction::of_kind(r.kind, r.sinks.unwrap_or(r.kind.default_pinned()), window),
-            cache: r.cache,
-            positions: r.positions,
-        };
-        policy.check()?;
-        Ok(policy)
-    }
-}
-
 /// The flat record run files have always held: `sinks` is S or N, `recent` h2o's R or snapkv's
 /// observation window (0 or absent: the default).
 #[derive(Serialize, Deserialize)]
@@ -291,9 +254,9 @@ impl Policy {
             Eviction::Sink { sinks } => format!("sink S={sinks} + {} recent, W={w} ({pos})", w - sinks.min(w)),
             Eviction::Recompute => format!("recompute W={w}"),
             Eviction::Keep { n_keep } => format!("keep N={n_keep} half-discard, W={w} ({pos})"),
-            Eviction::H2o { sinks, .. } => format!("h2o S={sinks} R={}, W={w} ({pos})", self.recent_window()),
+            Eviction::H2o { sinks, .. } => format!("h2o S={sinks} R={}, W={w} ({pos})", self.score_window()),
             Eviction::Tova { sinks } => format!("tova S={sinks}, W={w} ({pos})"),
-            Eviction::SnapKv { sinks, .. } => format!("snapkv S={sinks} observe {}, W={w} ({pos})", self.recent_window()),
+            Eviction::SnapKv { sinks, .. } => format!("snapkv S={sinks} observe {}, W={w} ({pos})", self.score_window()),
         }
     }
 
@@ -313,7 +276,7 @@ impl Policy {
     }
 
     /// R for `h2o` and the observation window for `snapkv`, defaults applied; 0 for the rest.
-    pub fn recent_window(&self) -> usize {
+    pub fn score_window(&self) -> usize {
         match self.eviction {
             Eviction::H2o { recent, .. } => recent.unwrap_or(self.cache / 2),
             Eviction::SnapKv { observe, .. } => observe.unwrap_or(SNAPKV_OBSERVE),
@@ -340,7 +303,7 @@ impl Policy {
                 "score-based policies (h2o, tova, snapkv) keep a different set of keys per KV head; use --positions slot or original",
             ));
         }
-        let r = self.recent_window();
+        let r = self.score_window();
         // h2o may spend all of W − S on its recent window (that is the sink policy); snapkv
         // must leave room to choose.
         let bad = match self.eviction {
@@ -409,10 +372,6 @@ mod tests {
         Policy::new(Eviction::of_kind(kind, sinks, None), cache, PositionMode::Slot)
     }
 
-    fn request(kind: PolicyKind) -> PolicyRequest {
-        PolicyRequest { kind, sinks: None, recent: None, observe: None, cache: 64, positions: PositionMode::Slot }
-    }
-
     #[test]
     fn evictions_keep_the_budget() {
         assert_eq!(p(PolicyKind::Window, 0, 4).evict(3), 0..0);
@@ -430,23 +389,6 @@ mod tests {
         assert!(p(PolicyKind::Sink, 600, 1000).validate(2000, 512).is_err());
         assert_eq!(p(PolicyKind::Sink, 4, 256).validate(100, 512).unwrap().len(), 1);
         assert!(p(PolicyKind::Dense, 0, 0).validate(1000, 512).unwrap()[0].contains("past the trained context"));
-    }
-
-    #[test]
-    fn a_request_gets_its_defaults_and_loses_parameters_it_does_not_take() {
-        let sink = Policy::try_from(request(PolicyKind::Sink)).unwrap();
-        assert_eq!(sink.eviction, Eviction::Sink { sinks: 4 });
-        assert_eq!(Policy::try_from(request(PolicyKind::Tova)).unwrap().eviction, Eviction::Tova { sinks: 0 });
-        let h2o = Policy::try_from(PolicyRequest { recent: Some(10), ..request(PolicyKind::H2o) }).unwrap();
-        assert_eq!((h2o.eviction, h2o.recent_window()), (Eviction::H2o { sinks: 0, recent: Some(10) }, 10));
-        let window_with_sinks = Policy::try_from(PolicyRequest { sinks: Some(4), ..request(PolicyKind::Window) }).unwrap_err();
-        assert!(window_with_sinks.to_string().contains("--policy window pins no tokens"), "{window_with_sinks}");
-        for bad in [PolicyRequest { recent: Some(8), ..request(PolicyKind::Snapkv) }, PolicyRequest { observe: Some(8), ..request(PolicyKind::H2o) }]
-        {
-            assert!(Policy::try_from(bad).unwrap_err().to_string().contains("--recent is for --policy h2o"));
-        }
-        assert!(Policy::try_from(PolicyRequest { recent: Some(0), ..request(PolicyKind::H2o) }).is_err(), "R = 0 is no recent window");
-        assert!(Policy::try_from(PolicyRequest { positions: PositionMode::Delta, ..request(PolicyKind::H2o) }).is_err());
     }
 
     /// Run files keep the flat record: `sinks` is S or N, `recent` R or the observation window

@@ -105,7 +105,7 @@ impl HeadSet {
                 self.last.extend_from_slice(w);
             }
             Scorer::SnapKv => {
-                let observe = policy.recent_window();
+                let observe = policy.score_window();
                 for (ring, &x) in self.recent.iter_mut().zip(w) {
                     ring.push_back(x);
                     if ring.len() > observe {
@@ -204,7 +204,7 @@ impl ScoredCache {
     }
 
     /// Gives (layer, KV head) the keys `keys` (stream position, key before RoPE, value), in
-    /// stream order (a cache compressed at once; see `kv::compress`).
+    /// stream order (a cache compressed at once; see `kv::retrieval::compress`).
     pub(super) fn fill(&mut self, layer: usize, kv: usize, keys: &[(usize, Vec<f32>, Vec<f32>)]) -> Result<()> {
         let dh = self.d_head;
         let set = self.sets.get_mut(layer).and_then(|l| l.get_mut(kv)).ok_or_else(|| Error::Internal("no such (layer, KV head)".into()))?;
@@ -274,8 +274,8 @@ pub(super) fn victim(policy: &Policy, scorer: Scorer, set: &HeadSet) -> usize {
     let n = set.pos.len();
     let protected_tail = match scorer {
         // The next query's recent window holds R positions, its own included: R − 1 kept ones.
-        Scorer::H2o => policy.recent_window().saturating_sub(1),
-        Scorer::SnapKv => policy.recent_window(),
+        Scorer::H2o => policy.score_window().saturating_sub(1),
+        Scorer::SnapKv => policy.score_window(),
         Scorer::Tova => 0,
     };
     let score: Vec<f64> = match scorer {

@@ -63,7 +63,7 @@ impl Attend for BlockAttention<'_> {
         self.start..self.start + self.b
     }
 
-    fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _sink: &mut dyn HookReceiver) -> Result<Tensor> {
+    fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _hooks: &mut dyn HookReceiver) -> Result<Tensor> {
         let (b, h, dh) = q.dims3()?;
         let kvh = k.dim(1)?;
         let (l, policy, scorer, group) = (at.index, self.cache.policy, self.cache.scorer, self.cache.group);

@@ -3,7 +3,7 @@
 //!
 //! The tokens are known in advance (teacher forcing), and keys and values never change once
 //! computed, so a cached policy is replayed a block of queries at a time: each query sees exactly
-//! the keys the policy would hold at its step ([`PolicyTrace`] → `model::windowed`), which is the
+//! the keys the policy would hold at its step ([`PolicyTrace`] → `model::policy_forward`), which is the
 //! arithmetic of decoding token by token, run at matrix-multiply speed. Policies are identical
 //! until their first eviction, so that prefix runs once. `delta` positions (whose point is the
 //! rounding of re-rotated keys) decode through the policy's own cache (`kv::cache_decode`: the
@@ -23,8 +23,8 @@ use super::scored::{KeptStats, ScoredCache, StepAttention};
 use super::trace::PolicyTrace;
 use crate::error::{Error, Result};
 use crate::model::decoder::{Decoder, DecoderConfig};
+use crate::model::policy_forward::{QueryView, StreamKv};
 use crate::model::receiver::NoCapture;
-use crate::model::windowed::{QueryView, StreamKv};
 
 /// Queries per block when replaying a policy (the window's keys are re-read once per block).
 const STREAM_BLOCK: usize = 128;

@@ -4,7 +4,7 @@
 
 use super::policy::{Policy, PositionMode};
 use crate::error::{Error, Result};
-use crate::model::windowed::QueryView;
+use crate::model::policy_forward::QueryView;
 
 /// The stream indices a policy's cache holds, slot by slot.
 #[derive(Debug, Clone)]

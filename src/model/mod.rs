@@ -15,6 +15,7 @@ pub mod info;
 pub mod llama2c;
 pub mod load;
 pub mod matmul;
+pub mod policy_forward;
 pub mod quant_blocks;
 pub mod quant_matmul;
 pub mod receiver;
@@ -24,7 +25,6 @@ pub mod source;
 pub mod tokenizer;
 pub mod unread;
 pub mod verified;
-pub mod windowed;
 
 pub use decoder::{Decoder, DecoderConfig, KeyMask, KvCache, Param};
 pub use info::{ModelInfo, NllSummary, TokenInfo};

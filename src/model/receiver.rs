@@ -49,9 +49,9 @@ impl HookReceiver for FanOut<'_> {
         self.0.iter().any(|s| s.wants(hook))
     }
     fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()> {
-        for sink in self.0.iter_mut() {
-            if sink.wants(hook) {
-                sink.record(hook, rows.clone(), value)?;
+        for receiver in self.0.iter_mut() {
+            if receiver.wants(hook) {
+                receiver.record(hook, rows.clone(), value)?;
             }
         }
         Ok(())
@@ -59,9 +59,9 @@ impl HookReceiver for FanOut<'_> {
     /// Each sink's rewrite applies to what the sinks before it left.
     fn rewrite(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<Option<Tensor>> {
         let mut current: Option<Tensor> = None;
-        for sink in self.0.iter_mut() {
-            if sink.wants(hook) {
-                if let Some(new) = sink.rewrite(hook, rows.clone(), current.as_ref().unwrap_or(value))? {
+        for receiver in self.0.iter_mut() {
+            if receiver.wants(hook) {
+                if let Some(new) = receiver.rewrite(hook, rows.clone(), current.as_ref().unwrap_or(value))? {
                     current = Some(new);
                 }
             }

@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use super::analyze::{analyze_into, AnalyzeOptions};
 use super::capture::capture_to_dir;
 use super::progress::{Finished, Progress};
-use super::stream::{sweep_into, StreamSource, SweepOptions, RECOMPUTE_BUDGET};
+use super::stream::{sink_sweep, sweep_into, StreamSource, SweepOptions};
 use crate::capture::run::CaptureOptions;
 use crate::error::Result;
 use crate::io::write_atomic;
-use crate::kv::policy::{PolicyKind, PositionMode};
+use crate::kv::policy::{Eviction, Policy, PositionMode};
 use crate::model::load::LoadedModel;
 use crate::probe::ProbeSet;
 use crate::report::bundle::{ExportOptions, INDEX_FILE};
@@ -65,18 +65,10 @@ pub fn run_demo(lm: &mut LoadedModel, opts: &DemoOptions, out: &Path, progress: 
         progress.stage(&format!("[3/4] sink-count sweep: {} tokens at W = {}", opts.stream_tokens, opts.cache));
         let text = out.join(STREAM_TEXT_FILE);
         write_atomic(&text, STREAM_TEXT.as_bytes())?;
+        let source = StreamSource { file: text, start_char: 0, tokens: opts.stream_tokens, token_by_token: false, token_ids: false };
         let sweep = SweepOptions {
-            source: StreamSource { file: text, start_char: 0, tokens: opts.stream_tokens, token_by_token: false, token_ids: false },
-            cache: opts.cache,
-            sinks: vec![0, 1, 2, 4, 8],
-            policy: PolicyKind::Sink,
-            recent: None,
-            observe: None,
-            delta: 0.02,
-            positions: PositionMode::Slot,
-            recompute: true,
-            recompute_every: None,
-            recompute_budget: RECOMPUTE_BUDGET,
+            recompute: Some(Policy::new(Eviction::Recompute, opts.cache, PositionMode::Slot)),
+            ..sink_sweep(source, &[0, 1, 2, 4, 8], opts.cache)?
         };
         let rec = sweep_into(lm, &sweep, Some(out), progress)?;
         progress.finished(Finished::Sweep(&rec));

@@ -16,8 +16,8 @@ use crate::error::{Error, Result};
 use crate::io::staging::Staging;
 use crate::io::text::read_text_file;
 use crate::io::{write_atomic, write_json_atomic};
-use crate::kv::haystack::{draw_trials, Haystack, Trial, REPEATED_FILLER};
 use crate::kv::policy::{Eviction, Policy};
+use crate::kv::retrieval::haystack::{draw_trials, Haystack, Trial, REPEATED_FILLER};
 use crate::kv::retrieval::{compression_applies, sweep, sweep_from, CacheStream, Compression};
 use crate::model::load::LoadedModel;
 

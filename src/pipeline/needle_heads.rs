@@ -1,4 +1,4 @@
-//! `needle --retrieval-heads` as a job step: which KV heads retrieve (`kv::retrieval_heads` on
+//! `needle --retrieval-heads` as a job step: which KV heads retrieve (`kv::retrieval::heads` on
 //! calibration prompts whose keys are drawn apart from the sweep's), the heads `heads` would keep
 //! whole (attention outside S + R on a calibration prompt), and the arms that put both to the
 //! test — the per-head mixed policy with either evidence's heads whole, and `sink` S at the same
@@ -12,11 +12,11 @@ use super::progress::Progress;
 use crate::analysis::needle::{NeedleHeads, NeedleSettings};
 use crate::error::{Error, Result};
 use crate::io::write_json_atomic;
-use crate::kv::haystack::{draw_trials, Haystack};
 use crate::kv::per_head::{measure, mixed_policy};
 use crate::kv::policy::{Eviction, Policy, PositionMode};
+use crate::kv::retrieval::haystack::{draw_trials, Haystack};
+use crate::kv::retrieval::heads::{head_effects, HeadEffects};
 use crate::kv::retrieval::Compression;
-use crate::kv::retrieval_heads::{head_effects, HeadEffects};
 use crate::model::load::LoadedModel;
 
 /// Where the measurement waits for a rerun.

@@ -9,7 +9,7 @@ use super::progress::Progress;
 use crate::error::{Error, Result};
 use crate::io::staging::Staging;
 use crate::io::write_json_atomic;
-use crate::kv::policy::{Eviction, Policy, PolicyKind, PolicyRequest, PositionMode};
+use crate::kv::policy::{Eviction, Policy, PositionMode};
 use crate::kv::recommend::{cliffs_against_best, recommend, Recommendation};
 use crate::kv::simulate::{recompute_stride, simulate_with, SimOptions, StreamOutcome};
 use crate::model::info::TokenInfo;
@@ -32,25 +32,20 @@ pub struct StreamSource {
     pub token_ids: bool,
 }
 
-/// A sink-count sweep at one cache budget.
+/// A sweep of policies at one cache budget (their S, in increasing order), with the `recompute`
+/// reference beside them; the policies come checked from the command line (`cli::policy_args`) or
+/// from [`sink_sweep`].
 #[derive(Debug, Clone)]
 pub struct SweepOptions {
     pub source: StreamSource,
-    /// The cache budget W.
+    /// The cache budget W the policies share.
     pub cache: usize,
-    /// Sink counts to sweep (0 = a plain window, or the score-based policy unpinned).
-    pub sinks: Vec<usize>,
-    /// The policy whose S is swept: `sink` (S = 0 is `window`), `h2o`, `tova` or `snapkv`.
-    pub policy: PolicyKind,
-    /// R for `h2o` (`None`: W/2).
-    pub recent: Option<usize>,
-    /// The observation window of `snapkv` (`None`: its default).
-    pub observe: Option<usize>,
+    /// The swept policies, in increasing S.
+    pub policies: Vec<Policy>,
+    /// The `recompute` reference, when asked for.
+    pub recompute: Option<Policy>,
     /// Recommend the smallest S within this fraction of the best post-eviction perplexity.
     pub delta: f64,
-    pub positions: PositionMode,
-    /// Add the `recompute` reference.
-    pub recompute: bool,
     /// Score `recompute` on every K-th step after the first eviction only; `None`: every step
     /// when that fits [`SweepOptions::recompute_budget`], else the smallest K that does.
     pub recompute_every: Option<usize>,
@@ -63,55 +58,21 @@ pub struct SweepOptions {
 /// 135M-parameter model on two CPU cores (batched; `cargo bench --bench recompute`).
 pub const RECOMPUTE_BUDGET: usize = 1 << 16;
 
-impl SweepOptions {
-    /// Refuses settings no sweep can use; the swept policies are checked as a command's policy is.
-    pub fn validate(&self) -> Result<()> {
-        self.policies().map(|_| ())
+/// StreamingLLM's sweep: `sink S` at budget `cache` for each S in increasing order (S = 0 is
+/// `window`), positions by cache slot, with the default δ and no `recompute` reference.
+pub fn sink_sweep(source: StreamSource, sinks: &[usize], cache: usize) -> Result<SweepOptions> {
+    if sinks.is_empty() {
+        return Err(Error::input("a sink sweep needs at least one S"));
     }
-
-    /// The swept policies (S = 0 of `sink` is `window`), then `recompute` when asked for.
-    pub fn policies(&self) -> Result<Vec<Policy>> {
-        if !(self.delta >= 0.0 && self.delta.is_finite()) {
-            return Err(Error::input("--delta must be a finite number ≥ 0"));
-        }
-        if self.sinks.is_empty() {
-            return Err(Error::input("--sinks needs at least one value"));
-        }
-        if !matches!(self.policy, PolicyKind::Sink | PolicyKind::Window | PolicyKind::H2o | PolicyKind::Tova | PolicyKind::Snapkv) {
-            return Err(Error::input(format!("recommend sweeps the S of sink, h2o, tova or snapkv; --policy {} has none", self.policy.name())));
-        }
-        if self.recompute_every == Some(0) {
-            return Err(Error::input("--recompute-every must be at least 1"));
-        }
-        if self.recompute_budget == 0 {
-            return Err(Error::input("--recompute-budget must be at least 1 token"));
-        }
-        let mut sinks = self.sinks.clone();
-        sinks.sort_unstable();
-        sinks.dedup();
-        let request = |kind: PolicyKind, sinks: Option<usize>| PolicyRequest {
-            kind,
-            sinks,
-            recent: self.recent,
-            observe: self.observe,
-            cache: self.cache,
-            positions: self.positions,
-        };
-        let mut policies = sinks
-            .into_iter()
-            .map(|s| {
-                Policy::try_from(match self.policy {
-                    PolicyKind::Sink | PolicyKind::Window if s == 0 => request(PolicyKind::Window, None),
-                    PolicyKind::Sink | PolicyKind::Window => request(PolicyKind::Sink, Some(s)),
-                    kind => request(kind, Some(s)),
-                })
-            })
-            .collect::<Result<Vec<Policy>>>()?;
-        if self.recompute {
-            policies.push(Policy::new(Eviction::Recompute, self.cache, self.positions));
-        }
-        Ok(policies)
+    let mut sinks = sinks.to_vec();
+    sinks.sort_unstable();
+    sinks.dedup();
+    let rule = |s| if s == 0 { Eviction::Window } else { Eviction::Sink { sinks: s } };
+    let policies: Vec<Policy> = sinks.into_iter().map(|s| Policy::new(rule(s), cache, PositionMode::Slot)).collect();
+    for p in &policies {
+        p.check()?;
     }
+    Ok(SweepOptions { source, cache, policies, recompute: None, delta: 0.02, recompute_every: None, recompute_budget: RECOMPUTE_BUDGET })
 }
 
 /// Tokenizes the stream text from `start_char`, keeping `tokens` tokens.
@@ -187,7 +148,10 @@ pub fn stream_into(
 
 /// Runs the sink-count sweep (of `sink`, or of a score-based policy's pinned keys) on a loaded model (writing stream.json into `out` when given).
 pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>, progress: &mut dyn Progress) -> Result<Recommendation> {
-    let policies = opts.policies()?;
+    if opts.policies.is_empty() {
+        return Err(Error::input("a sweep needs at least one policy"));
+    }
+    let policies: Vec<Policy> = opts.policies.iter().copied().chain(opts.recompute).collect();
     let start = Instant::now();
     let ids = stream_tokens(lm, &opts.source, progress)?;
     let mut warnings = Vec::new();
@@ -209,7 +173,7 @@ pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>,
         progress.warning(w);
     }
     let every = opts.recompute_every.unwrap_or_else(|| recompute_stride(ids.len(), opts.cache, opts.recompute_budget));
-    if opts.recompute && every > 1 && opts.recompute_every.is_none() {
+    if opts.recompute.is_some() && every > 1 && opts.recompute_every.is_none() {
         progress.warning(&format!(
             "recompute is scored on 1 step in {every} after the first eviction: every step would run {} window tokens, over the budget of {} (`recommend --recompute-budget`); its perplexity comes with a 95% interval, and `recommend --recompute-every 1` scores every step",
             (ids.len() - 1 - opts.cache.min(ids.len() - 1)) * opts.cache,
@@ -219,7 +183,7 @@ pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>,
     let sim = SimOptions { recompute_every: every, token_by_token: opts.source.token_by_token };
     let label = format!("sweep of {} policies", policies.len());
     let mut outcomes = simulate_with(&lm.model, &ids, &policies, sim, &mut |done, total| progress.steps(&label, done, total))?;
-    let recompute = if opts.recompute { outcomes.pop() } else { None };
+    let recompute = if opts.recompute.is_some() { outcomes.pop() } else { None };
     cliffs_against_best(&mut outcomes);
     let mut rec = recommend(&outcomes, recompute.as_ref(), opts.cache, opts.delta);
     rec.model_windows = model_windows_note(&lm.model.cfg);

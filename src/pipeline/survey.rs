@@ -9,14 +9,13 @@ use std::path::{Path, PathBuf};
 use super::analyze::{analyze_into, AnalyzeOptions};
 use super::demo::STREAM_TEXT;
 use super::progress::Progress;
-use super::stream::{stream_tokens, sweep_into, StreamSource, SweepOptions, RECOMPUTE_BUDGET};
+use super::stream::{sink_sweep, stream_tokens, sweep_into, StreamSource, SweepOptions};
 use crate::analysis::survey::{StreamingHeads, Survey, SurveyRow, SurveySweep};
 use crate::analysis::AnalysisReport;
 use crate::error::{Error, Result};
 use crate::io::staging::Staging;
 use crate::io::{write_atomic, write_json_atomic};
 use crate::kv::per_head::measure;
-use crate::kv::policy::{PolicyKind, PositionMode};
 use crate::model::load::{load_source, LoadOptions, LoadedModel};
 use crate::model::source::{resolve, ModelSource};
 use crate::model::verified::weights_sha256;
@@ -169,7 +168,7 @@ fn check_inputs(opts: &SurveyOptions, picked: &[usize]) -> Result<Vec<ModelSourc
         }
         crate::io::text::read_text_file(text)?;
     }
-    sweep_options(opts, PathBuf::new(), opts.caches[0]).validate()?;
+    sweep_options(opts, PathBuf::new(), opts.caches[0])?;
     Ok(sources)
 }
 
@@ -254,7 +253,7 @@ impl<'o> ModelJob<'o> {
             None => {
                 let lm = self.model(progress)?;
                 progress.stage(&format!("{tag}: sink-count sweep, {} tokens of {} at W = {cache}", opts.tokens, text.display()));
-                sweep_into(lm, &sweep_options(opts, text.to_path_buf(), cache), Some(&sweep_dir), progress)?
+                sweep_into(lm, &sweep_options(opts, text.to_path_buf(), cache)?, Some(&sweep_dir), progress)?
             }
         };
         let (sinks, recent) = StreamingHeads::keys_for(cache);
@@ -303,20 +302,8 @@ fn streaming_heads(
 }
 
 /// One sink-count sweep of `sink S` over `file` at budget `cache`.
-fn sweep_options(opts: &SurveyOptions, file: PathBuf, cache: usize) -> SweepOptions {
-    SweepOptions {
-        source: StreamSource { file, start_char: 0, tokens: opts.tokens, token_by_token: false, token_ids: false },
-        cache,
-        sinks: opts.sinks.clone(),
-        policy: PolicyKind::Sink,
-        recent: None,
-        observe: None,
-        delta: 0.02,
-        positions: PositionMode::Slot,
-        recompute: false,
-        recompute_every: None,
-        recompute_budget: RECOMPUTE_BUDGET,
-    }
+fn sweep_options(opts: &SurveyOptions, file: PathBuf, cache: usize) -> Result<SweepOptions> {
+    sink_sweep(StreamSource { file, start_char: 0, tokens: opts.tokens, token_by_token: false, token_ids: false }, &opts.sinks, cache)
 }
 
 /// survey.json, tables/survey.parquet, survey.md and the figures, landing together.

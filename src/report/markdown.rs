@@ -9,8 +9,8 @@ use super::bundle::{FigureSpec, FIGURES_DIR, TABLES_DIR};
 use super::run::Run;
 use super::tables::Table;
 use super::tokens::label;
-use crate::analysis::findings::{ByLayerKind, Diagnosis};
-use crate::analysis::sinks::{learned_sinks, LearnedSinks};
+use crate::analysis::findings::{AnalysisFindings, ByLayerKind, CaptureFindings};
+use crate::analysis::sinks::LearnedSinks;
 use crate::kv::per_head::FrontierRow;
 use crate::metrics::massive;
 use crate::model::info::ModelInfo;
@@ -90,45 +90,36 @@ fn findings(run: &Run, s: &mut String) {
     if let Some(c) = &run.capture {
         let ppl = c.nll.as_ref().map_or(String::new(), |n| format!(", perplexity {:.2}", n.perplexity));
         let _ = writeln!(s, "**Captured text.** {} — {} tokens{ppl}.\n", c.text_source, c.n_tokens);
-        let ls = &c.summary.layers;
-        let alpha0 = c.summary.heads.iter().filter_map(|h| Some((h.layer, *h.alpha.first()?)));
-        if let Some(kinds) = ByLayerKind::of(run.model(), alpha0) {
-            let _ = writeln!(s, "- **Attention on position 0 by layer kind.** {}", by_window_kind(&kinds));
+        let f = CaptureFindings::of(run.model(), &c.summary);
+        if let Some(kinds) = &f.alpha0_by_kind {
+            let _ = writeln!(s, "- **Attention on position 0 by layer kind.** {}", by_window_kind(kinds));
         }
-        if let Some(ls) =
-            learned_sinks(c.summary.heads.iter().filter_map(|h| Some((h.layer, h.head, h.sink_mass?, h.alpha.first().copied().unwrap_or(0.0)))))
-        {
-            let _ = writeln!(s, "- **Learned sinks.** {}", learned_sink_line(&ls));
+        if let Some(ls) = &f.learned_sinks {
+            let _ = writeln!(s, "- **Learned sinks.** {}", learned_sink_line(ls));
         }
-        if let Some(peak) = ls.iter().max_by(|a, b| a.mean_attention_pos0.total_cmp(&b.mean_attention_pos0)) {
-            let mean = ls.iter().map(|l| l.mean_attention_pos0).sum::<f64>() / ls.len().max(1) as f64;
+        if let Some((mean, layer, peak)) = f.first_token {
             let first = c.tokens.first().map_or(String::new(), |t| format!(" (`{}`)", label(&t.piece, run.byte_level())));
             let _ = writeln!(
                 s,
-                "- **Attention on the first token{first}.** Averaged over all layers and heads, a query pays {:.1}% of its attention to position 0; layer {} is the most sink-bound at {:.1}%.",
+                "- **Attention on the first token{first}.** Averaged over all layers and heads, a query pays {:.1}% of its attention to position 0; layer {layer} is the most sink-bound at {:.1}%.",
                 100.0 * mean,
-                peak.layer,
-                100.0 * peak.mean_attention_pos0
+                100.0 * peak
             );
         }
-        if let Some(top) = ls.iter().max_by(|a, b| a.max_abs.total_cmp(&b.max_abs)) {
-            let ratio = if top.median_abs > 0.0 {
-                format!(", {:.0}× that layer's median |h| of {:.3}", top.max_abs / top.median_abs, top.median_abs)
-            } else {
-                String::new()
-            };
-            let at = match (top.max_abs_pos, top.max_abs_dim) {
+        if let Some((layer, max_abs, pos, dim, median)) = f.largest_activation {
+            let ratio = if median > 0.0 { format!(", {:.0}× that layer's median |h| of {:.3}", max_abs / median, median) } else { String::new() };
+            let at = match (pos, dim) {
                 (Some(p), Some(d)) => {
                     format!(" at position {p} (`{}`), dim {d}", c.tokens.get(p).map_or(String::new(), |t| label(&t.piece, run.byte_level())))
                 }
                 _ => String::new(),
             };
-            let _ = writeln!(s, "- **Largest activation.** |h| = {:.1} after layer {}{at}{ratio}.", top.max_abs, top.layer);
+            let _ = writeln!(s, "- **Largest activation.** |h| = {max_abs:.1} after layer {layer}{at}{ratio}.");
         }
         s.push('\n');
     }
     if let Some(a) = &run.analysis {
-        diagnosis_section(&Diagnosis::of(a), s);
+        diagnosis_section(&AnalysisFindings::of(a), s);
     }
     if let Some(st) = &run.stream {
         let _ = writeln!(s, "**Streaming** over {} tokens of `{}`.\n", st.tokens.len(), st.text_source);
@@ -304,7 +295,7 @@ fn layer_ranges(layers: &[usize]) -> String {
 }
 
 /// The diagnosis's findings as a list.
-fn diagnosis_section(d: &Diagnosis, s: &mut String) {
+fn diagnosis_section(d: &AnalysisFindings, s: &mut String) {
     let _ = writeln!(s, "**Sink diagnosis** over {} probes (ε = {}).\n", d.probes, d.epsilon);
     let positions: Vec<String> = d.sink_positions.iter().map(|p| p.to_string()).collect();
     let _ = writeln!(
@@ -340,7 +331,7 @@ fn diagnosis_section(d: &Diagnosis, s: &mut String) {
             let _ = writeln!(s, "- **Massive activations:** none (no element with {}).", massive::criterion());
         }
     }
-    if let Some((top, n_tokens)) = &d.causal {
+    if let Some((top, n_tokens)) = d.causal.as_ref().and_then(|c| Some((c.top_heads.first()?, c.tokens))) {
         // Below a hundredth of a nat no head can be said to depend on the hidden key.
         let reading = if top.delta_nll >= 0.01 { "the head that depends most on an early key" } else { "negligible: no head depends on these keys" };
         let _ = writeln!(

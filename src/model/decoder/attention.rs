@@ -2,6 +2,8 @@
 //! softmax attention over stacked sequences computed in query blocks (no layer ever holds a full
 //! T×T pattern), each head of a block its own task.
 
+use std::ops::Range;
+
 use candle_core::{Device, Tensor};
 use gemm::Parallelism;
 use rayon::prelude::*;
@@ -56,11 +58,11 @@ pub(crate) fn capped(score: f32, cap: Option<f32>) -> f32 {
 
 /// The part of a layer where queries meet keys: given the layer's pre-RoPE q (rows, H, dh) and
 /// k, v (rows, KVH, dh), return the attention output (rows, H·dh). Plain and cached runs
-/// ([`SeqAttention`]) and teacher-forced policy streams (`model::windowed`) differ only here.
+/// ([`SeqAttention`]) and teacher-forced policy streams (`model::policy_forward`) differ only here.
 pub(crate) trait Attend {
     /// Positions of the rows, for hooks.
     fn rows(&self) -> std::ops::Range<usize>;
-    fn attend(&mut self, layer: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, sink: &mut dyn HookReceiver) -> Result<Tensor>;
+    fn attend(&mut self, layer: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, hooks: &mut dyn HookReceiver) -> Result<Tensor>;
     /// Called once every layer has run.
     fn finish(&mut self) {}
 }
@@ -83,7 +85,7 @@ impl Attend for SeqAttention<'_, '_> {
         first..first + self.t
     }
 
-    fn attend(&mut self, layer: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, sink: &mut dyn HookReceiver) -> Result<Tensor> {
+    fn attend(&mut self, layer: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, hooks: &mut dyn HookReceiver) -> Result<Tensor> {
         let (t, l, rope) = (self.t, layer.index, layer.rope);
         let tables = self.tables.get(layer.rope_index).ok_or_else(|| Error::Internal("a layer's RoPE has no tables".into()))?;
         let mut outs = Vec::with_capacity(self.seqs.len());
@@ -97,7 +99,7 @@ impl Attend for SeqAttention<'_, '_> {
             };
             let past = k_all.dim(1)? - t;
             let layer_mask = seq.mask.filter(|m| m.layer == l);
-            outs.push(attention(self.block_bytes, layer, &q, &k_all, &v_all, past, sink, layer_mask)?);
+            outs.push(attention(self.block_bytes, layer, &q, &k_all, &v_all, past, hooks, layer_mask)?);
         }
         Ok(if outs.len() == 1 { outs.swap_remove(0) } else { Tensor::cat(&outs, 0)? })
     }
@@ -125,121 +127,160 @@ pub(crate) fn attention(
     k: &Tensor,
     v: &Tensor,
     past: usize,
-    sink: &mut dyn HookReceiver,
+    hooks: &mut dyn HookReceiver,
     mask: Option<&KeyMask>,
 ) -> Result<Tensor> {
-    let (layer, window, sinks, softcap) = (at.index, at.window, at.sinks, at.softcap);
+    let layer = at.index;
     let (h, t, dh) = q.dims3()?;
-    let kvh = k.dim(0)?;
-    let group = h / kvh;
-    let n_keys = past + t;
-    let scale = 1.0 / (dh as f32).sqrt();
-    let want_pattern = sink.wants(&HookPoint::Pattern(layer));
-    let want_scores = sink.wants(&HookPoint::AttnScores(layer));
-    let want_sink_prob = sinks.is_some() && sink.wants(&HookPoint::SinkProb(layer));
-    let per_row = h * n_keys * std::mem::size_of::<f32>() * if want_scores { 2 } else { 1 };
+    let shape = Shape {
+        at,
+        h,
+        t,
+        dh,
+        group: h / k.dim(0)?,
+        n_keys: past + t,
+        past,
+        scale: 1.0 / (dh as f32).sqrt(),
+        want_scores: hooks.wants(&HookPoint::AttnScores(layer)),
+        mask,
+    };
+    let want_pattern = hooks.wants(&HookPoint::Pattern(layer));
+    let want_sink_prob = at.sinks.is_some() && hooks.wants(&HookPoint::SinkProb(layer));
+    let per_row = h * shape.n_keys * std::mem::size_of::<f32>() * if shape.want_scores { 2 } else { 1 };
     // Small enough blocks also skip most of the masked upper triangle (keys beyond the block's
     // last query are never multiplied).
     let block = (block_bytes / per_row.max(1)).clamp(1, MAX_BLOCK_ROWS.min(t));
     let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
-    let width = h * dh;
-    let mut out = vec![0f32; t * width];
+    let mut out = vec![0f32; t * h * dh];
     with_f32(&q, |q| {
         with_f32(&k, |k| {
             with_f32(&v, |v| -> Result<()> {
                 for b0 in (0..t).step_by(block) {
-                    let b = block.min(t - b0);
-                    let visible = past + b0 + b;
-                    let head_len = b * visible;
-                    let mut a = vec![0f32; h * head_len];
-                    // The sink's share of each (head, row) softmax, for hook_sink_prob.
-                    let mut sink_mass = vec![0f32; h * b];
-                    // Scores: (b × dh) · (dh × visible) per head, scaled by the kernel; then the
-                    // knocked-out key and softmax (or, when raw scores are saved, the causal −∞ first).
-                    a.par_chunks_mut(head_len).zip(sink_mass.par_chunks_mut(b)).enumerate().for_each(|(head, (s, mass))| {
-                        let kv = head / group;
-                        let qh = &q[(head * t + b0) * dh..][..b * dh];
-                        let kh = &k[kv * n_keys * dh..][..visible * dh];
-                        // SAFETY: s is b×visible, qh b×dh, kh visible×dh (read transposed).
-                        // The 1/√dh scale is applied by the kernel to each finished dot product.
-                        unsafe {
-                            gemm_f32(
-                                b,
-                                visible,
-                                dh,
-                                (s.as_mut_ptr(), visible, 1),
-                                (qh.as_ptr(), dh, 1),
-                                (kh.as_ptr(), 1, dh),
-                                scale,
-                                Parallelism::None,
-                            )
-                        };
-                        for (r, row) in s.chunks_mut(visible).enumerate() {
-                            let query = past + b0 + r;
-                            soft_cap(&mut row[..query + 1], softcap);
-                            let first = window.map_or(0, |w| (query + 1).saturating_sub(w));
-                            // Future keys (and keys behind the window) show as −∞ in saved scores;
-                            // softmax ignores them anyway.
-                            if want_scores {
-                                row[query + 1..].fill(f32::NEG_INFINITY);
-                                row[..first].fill(f32::NEG_INFINITY);
-                            }
-                            // Knocked-out keys are hidden from the chosen heads' later queries.
-                            if let Some(m) = mask.filter(|m| m.heads.contains(&head)) {
-                                row[m.hidden(query)].fill(f32::NEG_INFINITY);
-                            }
-                            // Softmax while the row is in cache, unless the raw scores are wanted first.
-                            if !want_scores {
-                                mass[r] = softmax_visible(row, first, query + 1, sinks.map(|s| s[head]));
-                            }
-                        }
-                    });
-                    let rows = past + b0..past + b0 + b;
-                    if want_scores {
+                    let rows = b0..b0 + block.min(t - b0);
+                    let (mut a, mut sink_mass) = shape.scores(q, k, rows.clone());
+                    let (b, visible) = (rows.len(), past + rows.end);
+                    let stream_rows = past + rows.start..past + rows.end;
+                    if shape.want_scores {
                         let scores = Tensor::from_vec(a.clone(), (h, b, visible), &Device::Cpu)?;
-                        sink.record(&HookPoint::AttnScores(layer), rows.clone(), &scores)?;
-                        // Rows are (head, query), as the sink masses.
-                        a.par_chunks_mut(visible).zip(sink_mass.par_iter_mut()).enumerate().for_each(|(row, (s, mass))| {
-                            let query = past + b0 + row % b;
-                            *mass = softmax_visible(s, window.map_or(0, |w| (query + 1).saturating_sub(w)), query + 1, sinks.map(|s| s[row / b]));
-                        });
+                        hooks.record(&HookPoint::AttnScores(layer), stream_rows.clone(), &scores)?;
+                        shape.softmax_saved(&mut a, &mut sink_mass, rows.clone());
                     }
                     if want_sink_prob {
-                        sink.record(&HookPoint::SinkProb(layer), past + b0..past + b0 + b, &Tensor::from_vec(sink_mass, (h, b), &Device::Cpu)?)?;
+                        hooks.record(&HookPoint::SinkProb(layer), stream_rows.clone(), &Tensor::from_vec(sink_mass, (h, b), &Device::Cpu)?)?;
                     }
                     let pattern = Tensor::from_vec(a, (h, b, visible), &Device::Cpu)?;
                     if want_pattern {
-                        sink.record(&HookPoint::Pattern(layer), rows, &pattern)?;
+                        hooks.record(&HookPoint::Pattern(layer), stream_rows, &pattern)?;
                     }
-                    // Output: (b × visible) · (visible × dh) per head, into its columns.
-                    let dst = SendPtr(out.as_mut_ptr());
-                    with_f32(&pattern, |a| {
-                        (0..h).into_par_iter().for_each(|head| {
-                            let kv = head / group;
-                            let ah = &a[head * head_len..][..head_len];
-                            let vh = &v[kv * n_keys * dh..][..visible * dh];
-                            // SAFETY: each head writes rows b0..b0+b, columns head·dh..(head+1)·dh
-                            // of the (t, h·dh) output: disjoint across heads.
-                            unsafe {
-                                gemm_f32(
-                                    b,
-                                    dh,
-                                    visible,
-                                    (dst.at(b0 * width + head * dh), width, 1),
-                                    (ah.as_ptr(), visible, 1),
-                                    (vh.as_ptr(), dh, 1),
-                                    1.0,
-                                    Parallelism::None,
-                                )
-                            };
-                        })
-                    })?;
+                    with_f32(&pattern, |a| shape.values(a, v, SendPtr(out.as_mut_ptr()), rows))?;
                 }
                 Ok(())
             })
         })
     })????;
-    Ok(Tensor::from_vec(out, (t, width), &Device::Cpu)?)
+    Ok(Tensor::from_vec(out, (t, h * dh), &Device::Cpu)?)
+}
+
+/// One layer's attention shapes and settings, shared by every query block.
+struct Shape<'a> {
+    at: &'a LayerAttention<'a>,
+    h: usize,
+    t: usize,
+    dh: usize,
+    /// Query heads per KV head.
+    group: usize,
+    n_keys: usize,
+    past: usize,
+    scale: f32,
+    /// Raw scores are saved (`hook_attn_scores`): the softmax waits until they are recorded.
+    want_scores: bool,
+    mask: Option<&'a KeyMask>,
+}
+
+impl Shape<'_> {
+    /// The block `rows` of queries' scores, (b × dh) · (dh × visible) per head, scaled by the
+    /// kernel; then the knocked-out keys and the softmax (or, when raw scores are saved, the
+    /// causal −∞ first). Returns the (head, row, key) matrix and each (head, row)'s sink mass.
+    fn scores(&self, q: &[f32], k: &[f32], rows: Range<usize>) -> (Vec<f32>, Vec<f32>) {
+        let (dh, b) = (self.dh, rows.len());
+        let visible = self.past + rows.end;
+        let head_len = b * visible;
+        let mut a = vec![0f32; self.h * head_len];
+        // The sink's share of each (head, row) softmax, for hook_sink_prob.
+        let mut sink_mass = vec![0f32; self.h * b];
+        a.par_chunks_mut(head_len).zip(sink_mass.par_chunks_mut(b)).enumerate().for_each(|(head, (s, mass))| {
+            let kv = head / self.group;
+            let qh = &q[(head * self.t + rows.start) * dh..][..b * dh];
+            let kh = &k[kv * self.n_keys * dh..][..visible * dh];
+            // SAFETY: s is b×visible, qh b×dh, kh visible×dh (read transposed).
+            // The 1/√dh scale is applied by the kernel to each finished dot product.
+            unsafe {
+                gemm_f32(b, visible, dh, (s.as_mut_ptr(), visible, 1), (qh.as_ptr(), dh, 1), (kh.as_ptr(), 1, dh), self.scale, Parallelism::None)
+            };
+            for (r, row) in s.chunks_mut(visible).enumerate() {
+                let query = self.past + rows.start + r;
+                soft_cap(&mut row[..query + 1], self.at.softcap);
+                let first = self.first_key(query);
+                // Future keys (and keys behind the window) show as −∞ in saved scores;
+                // softmax ignores them anyway.
+                if self.want_scores {
+                    row[query + 1..].fill(f32::NEG_INFINITY);
+                    row[..first].fill(f32::NEG_INFINITY);
+                }
+                // Knocked-out keys are hidden from the chosen heads' later queries.
+                if let Some(m) = self.mask.filter(|m| m.heads.contains(&head)) {
+                    row[m.hidden(query)].fill(f32::NEG_INFINITY);
+                }
+                // Softmax while the row is in cache, unless the raw scores are wanted first.
+                if !self.want_scores {
+                    mass[r] = softmax_visible(row, first, query + 1, self.at.sinks.map(|s| s[head]));
+                }
+            }
+        });
+        (a, sink_mass)
+    }
+
+    /// The softmax of saved scores, once they are recorded; rows are (head, query), as the sink
+    /// masses.
+    fn softmax_saved(&self, a: &mut [f32], sink_mass: &mut [f32], rows: Range<usize>) {
+        let (b, visible) = (rows.len(), self.past + rows.end);
+        a.par_chunks_mut(visible).zip(sink_mass.par_iter_mut()).enumerate().for_each(|(row, (s, mass))| {
+            let query = self.past + rows.start + row % b;
+            *mass = softmax_visible(s, self.first_key(query), query + 1, self.at.sinks.map(|s| s[row / b]));
+        });
+    }
+
+    /// The first key a query sees: behind it, the layer's window hides the rest.
+    fn first_key(&self, query: usize) -> usize {
+        self.at.window.map_or(0, |w| (query + 1).saturating_sub(w))
+    }
+
+    /// The block's output: (b × visible) · (visible × dh) per head, into its columns of `out`
+    /// (t, h·dh).
+    fn values(&self, a: &[f32], v: &[f32], out: SendPtr, rows: Range<usize>) {
+        let (dh, b, width) = (self.dh, rows.len(), self.h * self.dh);
+        let visible = self.past + rows.end;
+        let head_len = b * visible;
+        (0..self.h).into_par_iter().for_each(|head| {
+            let kv = head / self.group;
+            let ah = &a[head * head_len..][..head_len];
+            let vh = &v[kv * self.n_keys * dh..][..visible * dh];
+            // SAFETY: each head writes rows b0..b0+b, columns head·dh..(head+1)·dh of the
+            // (t, h·dh) output: disjoint across heads.
+            unsafe {
+                gemm_f32(
+                    b,
+                    dh,
+                    visible,
+                    (out.at(rows.start * width + head * dh), width, 1),
+                    (ah.as_ptr(), visible, 1),
+                    (vh.as_ptr(), dh, 1),
+                    1.0,
+                    Parallelism::None,
+                )
+            };
+        })
+    }
 }
 
 /// Softmax over keys `first..end` of a score row, with a learned sink logit in the denominator

@@ -157,22 +157,22 @@ impl Decoder {
     }
 
     /// Runs `tokens` after whatever `cache` holds (positions continue from `cache.len()`), pushing
-    /// hooks into `sink`, and returns the final-norm hidden states (T, d_model). With `cache` =
+    /// hooks into `hooks`, and returns the final-norm hidden states (T, d_model). With `cache` =
     /// `None` nothing is kept for later calls. Logits come from [`Decoder::logits`].
-    pub fn forward(&self, tokens: &[u32], cache: Option<&mut KvCache>, sink: &mut dyn HookReceiver) -> Result<Tensor> {
-        self.forward_with(tokens, cache.map(|c| c as &mut dyn KvStore), sink)
+    pub fn forward(&self, tokens: &[u32], cache: Option<&mut KvCache>, hooks: &mut dyn HookReceiver) -> Result<Tensor> {
+        self.forward_with(tokens, cache.map(|c| c as &mut dyn KvStore), hooks)
     }
 
     /// [`Decoder::forward`] with any [`KvStore`] (e.g. a policy-managed cache being prefilled).
-    pub fn forward_with(&self, tokens: &[u32], store: Option<&mut dyn KvStore>, sink: &mut dyn HookReceiver) -> Result<Tensor> {
+    pub fn forward_with(&self, tokens: &[u32], store: Option<&mut dyn KvStore>, hooks: &mut dyn HookReceiver) -> Result<Tensor> {
         if tokens.is_empty() {
             return Err(Error::input("no tokens to run: the text is empty"));
         }
         let positions = store.as_ref().map_or_else(|| (0..tokens.len()).collect::<Vec<_>>(), |s| s.next_positions(tokens.len()));
         let rows = positions[0]..positions[0] + tokens.len();
         let x = self.embed_tokens(tokens, &positions)?;
-        emit(sink, HookPoint::Embed, &rows, &x)?;
-        self.run_layers(x, 0, &mut [Seq { store, mask: None }], sink)
+        emit(hooks, HookPoint::Embed, &rows, &x)?;
+        self.run_layers(x, 0, &mut [Seq { store, mask: None }], hooks)
     }
 
     /// Re-runs layers `layer..` from that layer's input (`resid_pre`, (T, d_model), positions
@@ -244,7 +244,7 @@ impl Decoder {
     /// Runs blocks `first_layer..` over `x`, which holds `seqs.len()` sequences of equal length
     /// stacked along rows. Projections and MLPs run on all rows at once; RoPE, the KV store and
     /// attention (with that sequence's mask) run per sequence.
-    fn run_layers(&self, x: Tensor, first_layer: usize, seqs: &mut [Seq<'_>], sink: &mut dyn HookReceiver) -> Result<Tensor> {
+    fn run_layers(&self, x: Tensor, first_layer: usize, seqs: &mut [Seq<'_>], hooks: &mut dyn HookReceiver) -> Result<Tensor> {
         let n_seq = seqs.len().max(1);
         let t = x.dim(0)? / n_seq;
         let positions: Vec<Vec<usize>> = seqs.iter().map(|s| s.store.as_ref().map_or_else(|| (0..t).collect(), |st| st.next_positions(t))).collect();
@@ -254,23 +254,23 @@ impl Decoder {
             .map(|rope| positions.iter().map(|p| rope.tables(p, &Device::Cpu)).collect::<Result<Vec<_>>>())
             .collect::<Result<Vec<_>>>()?;
         let mut attend = SeqAttention { seqs, positions, tables, t, block_bytes: self.attention_block_bytes };
-        self.run_blocks(x, first_layer, &mut attend, sink)
+        self.run_blocks(x, first_layer, &mut attend, hooks)
     }
 
     /// The layer stack over `x` (rows = tokens): the family's norms, fused projections, `attend` for the
     /// part where queries meet keys, output projection, the MLP, hooks at every named point.
-    pub(crate) fn run_blocks(&self, mut x: Tensor, first_layer: usize, attend: &mut dyn Attend, sink: &mut dyn HookReceiver) -> Result<Tensor> {
+    pub(crate) fn run_blocks(&self, mut x: Tensor, first_layer: usize, attend: &mut dyn Attend, hooks: &mut dyn HookReceiver) -> Result<Tensor> {
         let total = x.dim(0)?;
         let rows = attend.rows();
         let eps = self.cfg.rms_eps as f32;
         let (h, kvh, dh) = (self.cfg.n_heads, self.cfg.n_kv_heads, self.cfg.d_head);
         refuse_non_finite(if first_layer == 0 { HookPoint::Embed } else { HookPoint::ResidPre(first_layer) }, &x, &[], &rows)?;
         for (l, block) in self.blocks.iter().enumerate().skip(first_layer) {
-            emit(sink, HookPoint::ResidPre(l), &rows, &x)?;
+            emit(hooks, HookPoint::ResidPre(l), &rows, &x)?;
             let norm = |n: &Option<Norm>, x: &Tensor| -> Result<Tensor> { n.as_ref().map_or_else(|| Ok(x.clone()), |n| n.forward(x, eps)) };
             let block_in = x.clone();
             let attn_in_raw = norm(&block.attn_in, &x)?;
-            let attn_in = intervene(sink, HookPoint::AttnIn(l), &rows, attn_in_raw.clone())?;
+            let attn_in = intervene(hooks, HookPoint::AttnIn(l), &rows, attn_in_raw.clone())?;
             let qkv = block.qkv.forward(&attn_in)?;
             let (nq, nkv) = (h * dh, kvh * dh);
             // Queries and keys normalised before RoPE (hook_q / hook_k see them normalised): over
@@ -285,18 +285,18 @@ impl Decoder {
                 (q, k) = block.norm_qk(&q, &k, eps)?;
             }
             let v = qkv.narrow(1, nq + nkv, nkv)?.reshape((total, kvh, dh))?;
-            emit(sink, HookPoint::Q(l), &rows, &q)?;
-            let k = intervene(sink, HookPoint::K(l), &rows, k)?;
-            let v = intervene(sink, HookPoint::V(l), &rows, v)?;
+            emit(hooks, HookPoint::Q(l), &rows, &q)?;
+            let k = intervene(hooks, HookPoint::K(l), &rows, k)?;
+            let v = intervene(hooks, HookPoint::V(l), &rows, v)?;
             let layer = self.layer_attention(l);
             if let Some(scale) = self.cfg.arch.attn_scale {
                 // The kernels scale scores by 1/√d_head; this family wants `scale` instead.
                 q = (q * (scale * (dh as f64).sqrt()))?;
             }
-            let z = attend.attend(&layer, &q, &k, &v, sink)?;
-            let z = intervene(sink, HookPoint::Z(l), &rows, z)?;
+            let z = attend.attend(&layer, &q, &k, &v, hooks)?;
+            let z = intervene(hooks, HookPoint::Z(l), &rows, z)?;
             let attn_out = self.to_residual(norm(&block.attn_out, &block.o_proj.forward(&z)?)?)?;
-            emit(sink, HookPoint::AttnOut(l), &rows, &attn_out)?;
+            emit(hooks, HookPoint::AttnOut(l), &rows, &attn_out)?;
             x = (&x + &attn_out)?;
             let attention_steps = [
                 (HookPoint::AttnIn(l), &attn_in),
@@ -307,7 +307,7 @@ impl Decoder {
                 (HookPoint::AttnOut(l), &attn_out),
             ];
             refuse_non_finite(HookPoint::ResidMid(l), &x, &attention_steps, &rows)?;
-            emit(sink, HookPoint::ResidMid(l), &rows, &x)?;
+            emit(hooks, HookPoint::ResidMid(l), &rows, &x)?;
             // Under a parallel residual the MLP reads the block's input, not x + attn — through
             // the attention's own norm where the family shares one (before that hook's rewrite:
             // each projection input is rewritten once, at its own hook).
@@ -315,16 +315,16 @@ impl Decoder {
                 NormPlacement::Shared => attn_in_raw,
                 _ => norm(&block.mlp_in, if self.cfg.arch.parallel_residual { &block_in } else { &x })?,
             };
-            let xn = intervene(sink, HookPoint::MlpIn(l), &rows, xn)?;
-            let mlp_out = block.mlp.forward(&xn, &mut |act| intervene(sink, HookPoint::MlpPost(l), &rows, act))?;
+            let xn = intervene(hooks, HookPoint::MlpIn(l), &rows, xn)?;
+            let mlp_out = block.mlp.forward(&xn, &mut |act| intervene(hooks, HookPoint::MlpPost(l), &rows, act))?;
             x = (x + self.to_residual(norm(&block.mlp_out, &mlp_out)?)?)?;
             refuse_non_finite(HookPoint::ResidPost(l), &x, &[(HookPoint::MlpIn(l), &xn)], &rows)?;
-            emit(sink, HookPoint::ResidPost(l), &rows, &x)?;
+            emit(hooks, HookPoint::ResidPost(l), &rows, &x)?;
         }
         attend.finish();
         let out = self.final_norm.forward(&x, eps)?;
         refuse_non_finite(HookPoint::LnFinal, &out, &[], &rows)?;
-        emit(sink, HookPoint::LnFinal, &rows, &out)?;
+        emit(hooks, HookPoint::LnFinal, &rows, &out)?;
         Ok(out)
     }
 
@@ -477,22 +477,22 @@ impl Decoder {
     }
 }
 
-/// Lets `sink` replace the tensor at `hook` (see [`HookReceiver::rewrite`]), records what the
+/// Lets `hooks` replace the tensor at `hook` (see [`HookReceiver::rewrite`]), records what the
 /// forward pass will use, and returns it.
-fn intervene(sink: &mut dyn HookReceiver, hook: HookPoint, rows: &std::ops::Range<usize>, value: Tensor) -> Result<Tensor> {
-    if !sink.wants(&hook) {
+fn intervene(hooks: &mut dyn HookReceiver, hook: HookPoint, rows: &std::ops::Range<usize>, value: Tensor) -> Result<Tensor> {
+    if !hooks.wants(&hook) {
         return Ok(value);
     }
     let value = if value.is_contiguous() { value } else { value.contiguous()? };
-    let value = sink.rewrite(&hook, rows.clone(), &value)?.unwrap_or(value);
-    sink.record(&hook, rows.clone(), &value)?;
+    let value = hooks.rewrite(&hook, rows.clone(), &value)?.unwrap_or(value);
+    hooks.record(&hook, rows.clone(), &value)?;
     Ok(value)
 }
 
-fn emit(sink: &mut dyn HookReceiver, hook: HookPoint, rows: &std::ops::Range<usize>, value: &Tensor) -> Result<()> {
-    if sink.wants(&hook) {
+fn emit(hooks: &mut dyn HookReceiver, hook: HookPoint, rows: &std::ops::Range<usize>, value: &Tensor) -> Result<()> {
+    if hooks.wants(&hook) {
         let value = if value.is_contiguous() { value.clone() } else { value.contiguous()? };
-        sink.record(&hook, rows.clone(), &value)?;
+        hooks.record(&hook, rows.clone(), &value)?;
     }
     Ok(())
 }

@@ -10,7 +10,7 @@ use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::{block, heading, kv, quoted, DIM, WARN};
-use crate::analysis::findings::ClassCounts;
+use crate::analysis::findings::{AnalysisFindings, ClassCounts};
 use crate::metrics::massive;
 use crate::tui::state::App;
 use crate::tui::widgets::colour::short;
@@ -137,8 +137,9 @@ fn findings_lines(app: &App) -> Vec<Line<'static>> {
         v.push(Line::from(""));
     }
     v.push(heading("Sinks"));
-    match &run.analysis {
-        Some(a) => {
+    let diagnosis = run.analysis.as_ref().map(|a| (a, AnalysisFindings::of(a)));
+    match &diagnosis {
+        Some((a, d)) => {
             let token_of = |pos: usize| {
                 a.probes
                     .iter()
@@ -146,21 +147,22 @@ fn findings_lines(app: &App) -> Vec<Line<'static>> {
                     .find(|s| s.pos == pos)
                     .map(|s| crate::tui::data::display_piece(&s.token, data.byte_level))
             };
-            let list: Vec<String> = a.sink_positions.iter().take(12).map(|&p| format!("{p} {}", quoted(token_of(p).as_ref()))).collect();
-            let more = a.sink_positions.len().saturating_sub(12);
+            let list: Vec<String> = d.sink_positions.iter().take(12).map(|&p| format!("{p} {}", quoted(token_of(p).as_ref()))).collect();
+            let more = d.sink_positions.len().saturating_sub(12);
             v.push(kv(
-                &format!("positions ({} probes)", a.probes.len()),
+                &format!("positions ({} probes)", d.probes),
                 format!("{}{}", list.join(", "), if more > 0 { format!(" +{more}") } else { String::new() }),
             ));
-            let t: Vec<usize> = a.probes.iter().map(|p| p.n_tokens).collect();
-            let (tmin, tmax) = (t.iter().min().copied().unwrap_or(0), t.iter().max().copied().unwrap_or(0));
-            let t = if tmin == tmax { format!("T = {tmin}") } else { format!("T = {tmin}–{tmax}") };
-            v.push(kv("Sink_k^ε", format!("% of (probe, layer, head) with α_k > ε, ε = {}, {t}", a.settings.epsilon)));
-            let cells: Vec<String> = a.sink_score.iter().map(|(k, s)| format!("{k}:{s:.1}")).collect();
+            let t = match (d.probe_lengths.first(), d.probe_lengths.last()) {
+                (Some(tmin), Some(tmax)) if tmin != tmax => format!("T = {tmin}–{tmax}"),
+                (tmin, _) => format!("T = {}", tmin.copied().unwrap_or(0)),
+            };
+            v.push(kv("Sink_k^ε", format!("% of (probe, layer, head) with α_k > ε, ε = {}, {t}", d.epsilon)));
+            let cells: Vec<String> = d.sink_scores.iter().map(|(k, s)| format!("{k}:{s:.1}")).collect();
             for chunk in cells.chunks(8) {
                 v.push(Line::from(format!("  {}", chunk.join("  "))));
             }
-            v.push(kv("F-Attn", format!("{:.3} (mean attention to position 0 over layers, heads, probes)", a.f_attn)));
+            v.push(kv("F-Attn", format!("{:.3} (mean attention to position 0 over layers, heads, probes)", d.f_attn)));
         }
         None => v.push(Line::from(Span::styled("no analysis (report.json): sinkscope analyze -m MODEL -f TEXT -o RUN_DIR", Style::new().fg(WARN)))),
     }
@@ -181,16 +183,14 @@ fn findings_lines(app: &App) -> Vec<Line<'static>> {
     }
     v.push(Line::from(""));
     v.push(heading("Causal dependency (key masked → ΔNLL)"));
-    match run.analysis.as_ref().and_then(|a| a.ablation.as_ref()) {
-        Some(ab) => {
-            v.push(kv("sweep", format!("keys {:?} on {} tokens", ab.keys, ab.n_tokens)));
-            for r in ab.top_heads.iter().take(5) {
+    match diagnosis.as_ref().and_then(|(_, d)| d.causal.as_ref()) {
+        Some(c) => {
+            v.push(kv("sweep", format!("keys {:?} on {} tokens", c.keys, c.tokens)));
+            for r in c.top_heads.iter().take(5) {
                 let who = r.head.map_or(format!("layer {}", r.layer), |h| format!("L{}H{h}", r.layer));
                 v.push(Line::from(format!("  {who} key {}: ΔNLL {:+.4} · KL {}", r.key_pos, r.delta_nll, short(r.kl))));
             }
-            let mut layers: Vec<_> = ab.results.iter().filter(|r| r.head.is_none()).collect();
-            layers.sort_by(|a, b| b.delta_nll.total_cmp(&a.delta_nll));
-            if let Some(r) = layers.first() {
+            if let Some(r) = &c.top_layer {
                 v.push(Line::from(format!("  whole layer {} key {}: ΔNLL {:+.4}", r.layer, r.key_pos, r.delta_nll)));
             }
         }
@@ -200,11 +200,11 @@ fn findings_lines(app: &App) -> Vec<Line<'static>> {
     v.push(heading(&format!("Massive activations ({})", massive::criterion())));
     let massive_layers: Vec<&crate::tui::data::LayerRow> =
         data.layers.iter().filter(|l| !l.massive_dims.is_empty() || l.massive().next().is_some()).collect();
-    match (&run.analysis, massive_layers.first()) {
-        (Some(a), _) if a.massive.first_layer.is_some() => {
-            v.push(kv("first layer", a.massive.first_layer.map_or("-".into(), |l| l.to_string())));
-            v.push(kv("dims", a.massive.dims.iter().take(8).map(|d| d.to_string()).collect::<Vec<_>>().join(", ")));
-            v.push(kv("positions", a.massive.positions.iter().take(8).map(|p| p.to_string()).collect::<Vec<_>>().join(", ")));
+    match (diagnosis.as_ref().map(|(_, d)| &d.massive), massive_layers.first()) {
+        (Some(m), _) if m.first_layer.is_some() => {
+            v.push(kv("first layer", m.first_layer.map_or("-".into(), |l| l.to_string())));
+            v.push(kv("dims", m.dims.iter().take(8).map(|d| d.to_string()).collect::<Vec<_>>().join(", ")));
+            v.push(kv("positions", m.positions.iter().take(8).map(|p| p.to_string()).collect::<Vec<_>>().join(", ")));
         }
         (_, Some(first)) => {
             let mut dims: Vec<usize> = massive_layers.iter().flat_map(|l| l.massive_dims.iter().copied()).collect();

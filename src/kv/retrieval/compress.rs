@@ -11,9 +11,9 @@ use std::ops::Range;
 
 use candle_core::Tensor;
 
-use super::policy::{Policy, Scorer};
-use super::scored::{snapkv_pooled, ScoredCache};
 use crate::error::{Error, Result};
+use crate::kv::policy::{Policy, Scorer};
+use crate::kv::scored::{snapkv_pooled, ScoredCache};
 use crate::model::decoder::Decoder;
 use crate::model::hook::HookPoint;
 use crate::model::receiver::HookReceiver;
@@ -73,7 +73,7 @@ pub fn compress_prefilled(model: &Decoder, policy: Policy, ids: &[u32], extra: u
     let from = match scorer {
         Scorer::H2o => 0,
         Scorer::Tova => n - 1,
-        Scorer::SnapKv => n.saturating_sub(policy.recent_window()),
+        Scorer::SnapKv => n.saturating_sub(policy.score_window()),
     };
     let mut rec = PrefillScores {
         n,
@@ -113,7 +113,7 @@ fn kept_positions(policy: &Policy, scorer: Scorer, scores: &[f64]) -> Vec<usize>
     }
     let pinned = policy.pinned().min(w);
     let tail = match scorer {
-        Scorer::H2o | Scorer::SnapKv => policy.recent_window(),
+        Scorer::H2o | Scorer::SnapKv => policy.score_window(),
         Scorer::Tova => 0,
     }
     .min(w - pinned);

@@ -204,7 +204,7 @@ impl Attend for ViewAttention<'_> {
         self.start..self.start + self.views.len()
     }
 
-    fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _sink: &mut dyn HookReceiver) -> Result<Tensor> {
+    fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _hooks: &mut dyn HookReceiver) -> Result<Tensor> {
         let (rope, layer) = (at.rope, at.index);
         let block = heads_first(at, &self.tables, q, k, v)?;
         let (b, h, dh, kvh, group, at_pinned) = (block.rows, block.heads, block.d_head, block.kv_heads, block.group(), block.at_pinned);
@@ -271,7 +271,7 @@ impl Attend for BranchAttention<'_> {
         self.kv.len..self.kv.len + self.views.len()
     }
 
-    fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _sink: &mut dyn HookReceiver) -> Result<Tensor> {
+    fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _hooks: &mut dyn HookReceiver) -> Result<Tensor> {
         let (rope, layer) = (at.rope, at.index);
         let block = heads_first(at, &self.tables, q, k, v)?;
         let (rows, h, dh, kvh, group, at_pinned) = (block.rows, block.heads, block.d_head, block.kv_heads, block.group(), block.at_pinned);

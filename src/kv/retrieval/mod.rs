@@ -1,4 +1,5 @@
-//! Retrieval under a cache policy: each pass-key prompt streams through the policy's cache as a
+//! Retrieval under a cache policy (this folder: the pass-key prompts, `haystack`; the prompt
+//! compressed once when the question is known, `compress`; which heads retrieve, `heads`): each pass-key prompt streams through the policy's cache as a
 //! serving engine streams a long prompt into a bounded cache (the simulator's exact arithmetic,
 //! a block of queries at a time), then every candidate answer is scored teacher-forced from the
 //! state the prompt left (`recompute`, which keeps no cache, predicts each answer token from a
@@ -10,18 +11,22 @@
 //! token given the prompt and the answer's earlier tokens is the answer's own; so the exact match
 //! of greedy decoding is read from the true answer's teacher-forced pass (no second decode).
 
+pub mod compress;
+pub mod haystack;
+pub mod heads;
+
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
-use super::compress::compress_prefilled;
-use super::haystack::{Haystack, Trial};
+use self::compress::compress_prefilled;
+use self::haystack::{Haystack, Trial};
 use super::policy::{Eviction, Policy, PositionMode};
 use super::scored::ScoredCache;
 use super::trace::PolicyTrace;
 use crate::error::{Error, Result};
 use crate::model::decoder::Decoder;
+use crate::model::policy_forward::{QueryView, StreamKv};
 use crate::model::scoring::token_nll;
-use crate::model::windowed::{QueryView, StreamKv};
 use crate::numerics::sampling::argmax;
 use crate::numerics::tensor::with_f32;
 
@@ -217,7 +222,7 @@ pub enum Compression {
     /// before the question arrived is gone (query-agnostic).
     Streamed,
     /// The prompt is prefilled whole and then compressed once, scored by its own queries' attention
-    /// — the question's (SnapKV's setting; `kv::compress`); score-based policies only.
+    /// — the question's (SnapKV's setting; `kv::retrieval::compress`); score-based policies only.
     QuestionKnown,
 }
 
