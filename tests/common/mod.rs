@@ -27,6 +27,12 @@ pub fn skip(why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
 }
 
+/// Whether the slow references run at full length (`SINKSCOPE_LONG_TESTS=1`): by default they
+/// run on the smallest inputs that still show what they test, so the suite fits its time.
+pub fn long_tests() -> bool {
+    std::env::var("SINKSCOPE_LONG_TESTS").is_ok_and(|v| v == "1")
+}
+
 /// Where the real data is: `$SINKSCOPE_SHARED`, else `../shared` beside the repository when it
 /// holds the models (the developers' and CI's folder), else the repository's own `tests/data`
 /// (stories260K in its three layouts and the texts the tests read;
