@@ -54,8 +54,19 @@ pub struct CaptureFindings {
     /// Mean attention on position 0 over all layers and heads, and the layer paying the most
     /// (layer, its mean).
     pub first_token: Option<(f64, usize, f64)>,
-    /// The layer with the largest |h|: (layer, max |h|, position, dim, that layer's median |h|).
-    pub largest_activation: Option<(usize, f32, Option<usize>, Option<usize>, f32)>,
+    /// The layer with the largest |h|.
+    pub largest_activation: Option<Largest>,
+}
+
+/// The largest residual activation of a capture.
+#[derive(Debug, Clone, Copy)]
+pub struct Largest {
+    pub layer: usize,
+    pub max_abs: f32,
+    pub pos: Option<usize>,
+    pub dim: Option<usize>,
+    /// That layer's median |h|.
+    pub median_abs: f32,
 }
 
 impl CaptureFindings {
@@ -72,10 +83,13 @@ impl CaptureFindings {
                 c.heads.iter().filter_map(|h| Some((h.layer, h.head, h.sink_mass?, h.alpha.first().copied().unwrap_or(0.0)))),
             ),
             first_token,
-            largest_activation: ls
-                .iter()
-                .max_by(|a, b| a.max_abs.total_cmp(&b.max_abs))
-                .map(|t| (t.layer, t.max_abs, t.max_abs_pos, t.max_abs_dim, t.median_abs)),
+            largest_activation: ls.iter().max_by(|a, b| a.max_abs.total_cmp(&b.max_abs)).map(|t| Largest {
+                layer: t.layer,
+                max_abs: t.max_abs,
+                pos: t.max_abs_pos,
+                dim: t.max_abs_dim,
+                median_abs: t.median_abs,
+            }),
         }
     }
 }

@@ -21,55 +21,100 @@ pub enum PolicyKind {
     Snapkv,
 }
 
+/// One eviction rule's facts: its name on the command line and in run files, what it keeps (the
+/// command line's help), whether it pins first tokens (S for sink and the score-based rules, N
+/// for keep) and how many when none are asked for.
+struct Rule {
+    kind: PolicyKind,
+    name: &'static str,
+    summary: &'static str,
+    pins: bool,
+    default_pinned: usize,
+}
+
+/// Every rule, in [`PolicyKind`] order: a new rule is a row here, a variant there and its
+/// [`Eviction`] arms.
+const RULES: [Rule; 8] = [
+    Rule {
+        kind: PolicyKind::Dense,
+        name: "dense",
+        summary: "Keep everything (positions are stream indices; degrades past the trained context)",
+        pins: false,
+        default_pinned: 0,
+    },
+    Rule { kind: PolicyKind::Window, name: "window", summary: "Keep the last W", pins: false, default_pinned: 0 },
+    Rule { kind: PolicyKind::Sink, name: "sink", summary: "Keep the first S forever plus the last W−S (StreamingLLM)", pins: true, default_pinned: 4 },
+    Rule {
+        kind: PolicyKind::Recompute,
+        name: "recompute",
+        summary: "No cache: re-run the last W tokens from scratch at every step (the strong baseline)",
+        pins: false,
+        default_pinned: 0,
+    },
+    Rule {
+        kind: PolicyKind::Keep,
+        name: "keep",
+        summary: "llama.cpp's `--keep N`: when full, discard half of the entries after the first N",
+        pins: true,
+        default_pinned: 4,
+    },
+    Rule {
+        kind: PolicyKind::H2o,
+        name: "h2o",
+        summary: "H2O (Zhang et al. 2023): per KV head, the S pinned keys, the R most recent and the best-scoring rest, a key's score being all the attention it has received",
+        pins: true,
+        default_pinned: 0,
+    },
+    Rule {
+        kind: PolicyKind::Tova,
+        name: "tova",
+        summary: "TOVA (Oren et al. 2024): per KV head, evict the key the current query attends to least",
+        pins: true,
+        default_pinned: 0,
+    },
+    Rule {
+        kind: PolicyKind::Snapkv,
+        name: "snapkv",
+        summary: "SnapKV (Li et al. 2024), streaming: per KV head, keep the last `observe` keys and the rest that the last `observe` queries attended to most (max-pooled over 7 neighbours)",
+        pins: true,
+        default_pinned: 0,
+    },
+];
+
 impl PolicyKind {
-    pub const ALL: [PolicyKind; 8] = [Self::Dense, Self::Window, Self::Sink, Self::Recompute, Self::Keep, Self::H2o, Self::Tova, Self::Snapkv];
+    /// Every rule, in declaration order (from [`RULES`]).
+    pub const ALL: [PolicyKind; 8] = {
+        let mut all = [PolicyKind::Dense; 8];
+        let mut i = 0;
+        while i < all.len() {
+            all[i] = RULES[i].kind;
+            i += 1;
+        }
+        all
+    };
+
+    fn rule(self) -> &'static Rule {
+        &RULES[self as usize]
+    }
 
     /// The name on the command line and in run files.
     pub fn name(self) -> &'static str {
-        match self {
-            Self::Dense => "dense",
-            Self::Window => "window",
-            Self::Sink => "sink",
-            Self::Recompute => "recompute",
-            Self::Keep => "keep",
-            Self::H2o => "h2o",
-            Self::Tova => "tova",
-            Self::Snapkv => "snapkv",
-        }
+        self.rule().name
     }
 
     /// What the rule keeps, in one line (the command line's help).
     pub fn summary(self) -> &'static str {
-        match self {
-            Self::Dense => "Keep everything (positions are stream indices; degrades past the trained context)",
-            Self::Window => "Keep the last W",
-            Self::Sink => "Keep the first S forever plus the last W−S (StreamingLLM)",
-            Self::Recompute => "No cache: re-run the last W tokens from scratch at every step (the strong baseline)",
-            Self::Keep => "llama.cpp's `--keep N`: when full, discard half of the entries after the first N",
-            Self::H2o => {
-                "H2O (Zhang et al. 2023): per KV head, the S pinned keys, the R most recent and the best-scoring rest, a key's score being all the attention it has received"
-            }
-            Self::Tova => "TOVA (Oren et al. 2024): per KV head, evict the key the current query attends to least",
-            Self::Snapkv => {
-                "SnapKV (Li et al. 2024), streaming: per KV head, keep the last `observe` keys and the rest that the last `observe` queries attended to most (max-pooled over 7 neighbours)"
-            }
-        }
+        self.rule().summary
     }
 
     /// Whether the rule pins first tokens (S for sink and the score-based rules, N for keep).
     pub fn pins(self) -> bool {
-        match self {
-            Self::Sink | Self::Keep | Self::H2o | Self::Tova | Self::Snapkv => true,
-            Self::Dense | Self::Window | Self::Recompute => false,
-        }
+        self.rule().pins
     }
 
     /// Pinned first tokens when none are asked for: 4 for sink and keep, none for the score-based rules.
     pub fn default_pinned(self) -> usize {
-        match self {
-            Self::Sink | Self::Keep => 4,
-            Self::Dense | Self::Window | Self::Recompute | Self::H2o | Self::Tova | Self::Snapkv => 0,
-        }
+        self.rule().default_pinned
     }
 }
 
@@ -370,6 +415,13 @@ mod tests {
 
     fn p(kind: PolicyKind, sinks: usize, cache: usize) -> Policy {
         Policy::new(Eviction::of_kind(kind, sinks, None), cache, PositionMode::Slot)
+    }
+
+    #[test]
+    fn each_rule_s_row_is_at_its_own_index() {
+        for (i, rule) in RULES.iter().enumerate() {
+            assert_eq!(rule.kind as usize, i, "{}", rule.name);
+        }
     }
 
     #[test]

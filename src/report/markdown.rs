@@ -9,7 +9,7 @@ use super::bundle::{FigureSpec, FIGURES_DIR, TABLES_DIR};
 use super::run::Run;
 use super::tables::Table;
 use super::tokens::label;
-use crate::analysis::findings::{AnalysisFindings, ByLayerKind, CaptureFindings};
+use crate::analysis::findings::{AnalysisFindings, ByLayerKind, CaptureFindings, Largest};
 use crate::analysis::sinks::LearnedSinks;
 use crate::kv::per_head::FrontierRow;
 use crate::metrics::massive;
@@ -106,7 +106,7 @@ fn findings(run: &Run, s: &mut String) {
                 100.0 * peak
             );
         }
-        if let Some((layer, max_abs, pos, dim, median)) = f.largest_activation {
+        if let Some(Largest { layer, max_abs, pos, dim, median_abs: median }) = f.largest_activation {
             let ratio = if median > 0.0 { format!(", {:.0}× that layer's median |h| of {:.3}", max_abs / median, median) } else { String::new() };
             let at = match (pos, dim) {
                 (Some(p), Some(d)) => {
