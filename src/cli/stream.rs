@@ -152,7 +152,6 @@ impl RecommendArgs {
         }
         Ok(Recommend::Sinks(SweepOptions {
             source: self.text.source(),
-            cache: self.cache.cache,
             policies: self.swept_policies()?,
             recompute: (!self.no_recompute).then(|| Policy::new(Eviction::Recompute, self.cache.cache, self.cache.positions)),
             delta: self.delta,
@@ -175,8 +174,10 @@ impl RecommendArgs {
         sinks
             .into_iter()
             .map(|s| match self.policy {
-                PolicyKind::Sink | PolicyKind::Window if s == 0 => self.cache.policy(PolicyKind::Window, None),
-                PolicyKind::Sink | PolicyKind::Window => self.cache.policy(PolicyKind::Sink, Some(s)),
+                PolicyKind::Sink | PolicyKind::Window => {
+                    let rule = Eviction::sink_or_window(s).kind();
+                    self.cache.policy(rule, rule.pins().then_some(s))
+                }
                 kind => self.cache.policy(kind, Some(s)),
             })
             .collect()

@@ -217,6 +217,16 @@ impl Eviction {
         }
     }
 
+    /// StreamingLLM's rule with `sinks` pinned first tokens; with none it is a plain window
+    /// (the S = 0 row of a sink-count sweep).
+    pub fn sink_or_window(sinks: usize) -> Self {
+        if sinks == 0 {
+            Self::Window
+        } else {
+            Self::Sink { sinks }
+        }
+    }
+
     /// The rule `kind` with `pinned` first tokens (ignored by the rules that pin nothing) and the
     /// score window `window` (R for h2o, the observation window for snapkv; ignored by the rest).
     pub fn of_kind(kind: PolicyKind, pinned: usize, window: Option<usize>) -> Self {

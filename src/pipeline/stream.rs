@@ -38,9 +38,7 @@ pub struct StreamSource {
 #[derive(Debug, Clone)]
 pub struct SweepOptions {
     pub source: StreamSource,
-    /// The cache budget W the policies share.
-    pub cache: usize,
-    /// The swept policies, in increasing S.
+    /// The swept policies, in increasing S, all at one budget W.
     pub policies: Vec<Policy>,
     /// The `recompute` reference, when asked for.
     pub recompute: Option<Policy>,
@@ -67,12 +65,11 @@ pub fn sink_sweep(source: StreamSource, sinks: &[usize], cache: usize) -> Result
     let mut sinks = sinks.to_vec();
     sinks.sort_unstable();
     sinks.dedup();
-    let rule = |s| if s == 0 { Eviction::Window } else { Eviction::Sink { sinks: s } };
-    let policies: Vec<Policy> = sinks.into_iter().map(|s| Policy::new(rule(s), cache, PositionMode::Slot)).collect();
+    let policies: Vec<Policy> = sinks.into_iter().map(|s| Policy::new(Eviction::sink_or_window(s), cache, PositionMode::Slot)).collect();
     for p in &policies {
         p.check()?;
     }
-    Ok(SweepOptions { source, cache, policies, recompute: None, delta: 0.02, recompute_every: None, recompute_budget: RECOMPUTE_BUDGET })
+    Ok(SweepOptions { source, policies, recompute: None, delta: 0.02, recompute_every: None, recompute_budget: RECOMPUTE_BUDGET })
 }
 
 /// Tokenizes the stream text from `start_char`, keeping `tokens` tokens.
@@ -151,6 +148,10 @@ pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>,
     if opts.policies.is_empty() {
         return Err(Error::input("a sweep needs at least one policy"));
     }
+    let cache = opts.policies[0].cache;
+    if opts.policies.iter().chain(&opts.recompute).any(|p| p.cache != cache) {
+        return Err(Error::input("a sweep's policies share one cache budget"));
+    }
     let policies: Vec<Policy> = opts.policies.iter().copied().chain(opts.recompute).collect();
     let start = Instant::now();
     let ids = stream_tokens(lm, &opts.source, progress)?;
@@ -162,21 +163,21 @@ pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>,
             }
         }
     }
-    if ids.len() <= opts.cache + 1 {
+    if ids.len() <= cache + 1 {
         return Err(Error::input(format!(
             "the stream has {} tokens, too few for --cache {}: nothing would be evicted; use more --tokens or a smaller --cache",
             ids.len(),
-            opts.cache
+            cache
         )));
     }
     for w in &warnings {
         progress.warning(w);
     }
-    let every = opts.recompute_every.unwrap_or_else(|| recompute_stride(ids.len(), opts.cache, opts.recompute_budget));
+    let every = opts.recompute_every.unwrap_or_else(|| recompute_stride(ids.len(), cache, opts.recompute_budget));
     if opts.recompute.is_some() && every > 1 && opts.recompute_every.is_none() {
         progress.warning(&format!(
             "recompute is scored on 1 step in {every} after the first eviction: every step would run {} window tokens, over the budget of {} (`recommend --recompute-budget`); its perplexity comes with a 95% interval, and `recommend --recompute-every 1` scores every step",
-            (ids.len() - 1 - opts.cache.min(ids.len() - 1)) * opts.cache,
+            (ids.len() - 1 - cache.min(ids.len() - 1)) * cache,
             opts.recompute_budget
         ));
     }
@@ -185,7 +186,7 @@ pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>,
     let mut outcomes = simulate_with(&lm.model, &ids, &policies, sim, &mut |done, total| progress.steps(&label, done, total))?;
     let recompute = if opts.recompute.is_some() { outcomes.pop() } else { None };
     cliffs_against_best(&mut outcomes);
-    let mut rec = recommend(&outcomes, recompute.as_ref(), opts.cache, opts.delta);
+    let mut rec = recommend(&outcomes, recompute.as_ref(), cache, opts.delta);
     rec.model_windows = model_windows_note(&lm.model.cfg);
     if let Some(dir) = out {
         outcomes.extend(recompute);

@@ -2,6 +2,7 @@
 //! classes, per-position attention mass, the text's own sink positions, per-layer magnitudes and
 //! the streaming curves' raw NLL. Pure (no terminal, no model); the views only read it.
 
+use crate::analysis::findings::AnalysisFindings;
 use crate::analysis::heads::{HeadClass, HeadEvidence};
 use crate::analysis::sinks::{discover_sink_positions, SinkPosition};
 use crate::metrics::massive::is_massive;
@@ -82,6 +83,8 @@ pub struct Data {
     pub flow: Vec<String>,
     pub epsilon: f64,
     pub layers: Vec<LayerRow>,
+    /// The analysis's findings, built once when the run is opened (the Overview renders them).
+    pub findings: Option<AnalysisFindings>,
 }
 
 pub use crate::report::tokens::{display_piece, is_byte_level};
@@ -173,6 +176,7 @@ impl Data {
             flow,
             epsilon,
             layers,
+            findings: run.analysis.as_ref().map(AnalysisFindings::of),
         }
     }
 

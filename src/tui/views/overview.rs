@@ -10,7 +10,7 @@ use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::{block, heading, kv, quoted, DIM, WARN};
-use crate::analysis::findings::{AnalysisFindings, ClassCounts};
+use crate::analysis::findings::ClassCounts;
 use crate::metrics::massive;
 use crate::tui::state::App;
 use crate::tui::widgets::colour::short;
@@ -137,8 +137,8 @@ fn findings_lines(app: &App) -> Vec<Line<'static>> {
         v.push(Line::from(""));
     }
     v.push(heading("Sinks"));
-    let diagnosis = run.analysis.as_ref().map(|a| (a, AnalysisFindings::of(a)));
-    match &diagnosis {
+    let diagnosis = run.analysis.as_ref().zip(data.findings.as_ref());
+    match diagnosis {
         Some((a, d)) => {
             let token_of = |pos: usize| {
                 a.probes
@@ -183,7 +183,7 @@ fn findings_lines(app: &App) -> Vec<Line<'static>> {
     }
     v.push(Line::from(""));
     v.push(heading("Causal dependency (key masked → ΔNLL)"));
-    match diagnosis.as_ref().and_then(|(_, d)| d.causal.as_ref()) {
+    match diagnosis.and_then(|(_, d)| d.causal.as_ref()) {
         Some(c) => {
             v.push(kv("sweep", format!("keys {:?} on {} tokens", c.keys, c.tokens)));
             for r in c.top_heads.iter().take(5) {
@@ -200,7 +200,7 @@ fn findings_lines(app: &App) -> Vec<Line<'static>> {
     v.push(heading(&format!("Massive activations ({})", massive::criterion())));
     let massive_layers: Vec<&crate::tui::data::LayerRow> =
         data.layers.iter().filter(|l| !l.massive_dims.is_empty() || l.massive().next().is_some()).collect();
-    match (diagnosis.as_ref().map(|(_, d)| &d.massive), massive_layers.first()) {
+    match (diagnosis.map(|(_, d)| &d.massive), massive_layers.first()) {
         (Some(m), _) if m.first_layer.is_some() => {
             v.push(kv("first layer", m.first_layer.map_or("-".into(), |l| l.to_string())));
             v.push(kv("dims", m.dims.iter().take(8).map(|d| d.to_string()).collect::<Vec<_>>().join(", ")));
