@@ -372,7 +372,7 @@ fn windowed_models_stream_like_their_forward() {
         // Its memory: windowed layers hold a window of the 24 entries, global layers (if any) all 24.
         let m = o.kv_memory;
         let per_entry = 2 * 2 * (lm.model.cfg.n_kv_heads * lm.model.cfg.d_head) as u64;
-        let window = lm.model.cfg.window().unwrap();
+        let &[window] = lm.model.cfg.windows().as_slice() else { panic!("{family}: one window size") };
         assert!(window < 24, "{family}");
         assert_eq!(m.windowed_entries, Some(window), "{family}");
         assert_eq!(m.bytes, (m.global_layers * 24 + m.windowed_layers * window) as u64 * per_entry, "{family}");

@@ -1,7 +1,8 @@
 //! The committed run files (the stories260K fixture run and `notebooks-data/`) read back into the
 //! records the commands write and serialize to the same bytes: a change to a record's Rust shape
 //! (a policy's variants, the model description) must keep old run files loading and new ones
-//! identical.
+//! identical. After a deliberate change to what a record holds, `SINKSCOPE_REWRITE_RUN_FILES=1
+//! cargo test --release --test run_files` writes each file back as it now reads (review the diff).
 
 use std::path::{Path, PathBuf};
 
@@ -59,6 +60,10 @@ fn round_trip<T: Serialize + DeserializeOwned>(name: &str) -> usize {
         let record: T = serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{} does not load: {e}", path.display()));
         let mut again = serde_json::to_vec_pretty(&record).unwrap();
         again.push(b'\n');
+        if std::env::var_os("SINKSCOPE_REWRITE_RUN_FILES").is_some() {
+            std::fs::write(path, &again).unwrap();
+            continue;
+        }
         let (was, now) = (String::from_utf8_lossy(&bytes), String::from_utf8_lossy(&again));
         let (was, now): (Vec<&str>, Vec<&str>) = (was.lines().collect(), now.lines().collect());
         assert_eq!(was.len(), now.len(), "{} reads back to {} lines, not {}", path.display(), now.len(), was.len());

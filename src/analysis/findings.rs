@@ -95,9 +95,10 @@ impl CaptureFindings {
 }
 
 /// Means of a per-head value over the heads of global layers and of windowed ones.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ByLayerKind {
-    pub window: usize,
+    /// The windowed layers' sliding windows, smallest first.
+    pub windows: Vec<usize>,
     pub windowed_layers: usize,
     pub n_layers: usize,
     /// (mean, heads) per kind; `None` for a kind without heads.
@@ -108,9 +109,9 @@ pub struct ByLayerKind {
 impl ByLayerKind {
     /// The split of (layer, value) per head, for a model with windowed layers.
     pub fn of(model: &ModelInfo, values: impl Iterator<Item = (usize, f64)>) -> Option<ByLayerKind> {
-        let window = model.config.window().filter(|_| !model.config.windowed_layers().is_empty())?;
+        let windows = Some(model.config.windows()).filter(|w| !w.is_empty())?;
         let [global, windowed] = model.mean_by_layer_kind(values);
-        Some(ByLayerKind { window, windowed_layers: model.config.windowed_layers().len(), n_layers: model.config.n_layers, global, windowed })
+        Some(ByLayerKind { windows, windowed_layers: model.config.windowed_layers().len(), n_layers: model.config.n_layers, global, windowed })
     }
 }
 
@@ -177,6 +178,16 @@ impl AnalysisFindings {
             }),
         }
     }
+}
+
+/// Every head as (layer, head, α_0) from an α table ([layer][head][k]), the strongest sink first,
+/// ties in (layer, head) order: the one ranking the dashboard, its opening head and the figures'
+/// picks share. A head without α_0 counts as 0.
+pub fn heads_by_alpha0(alphas: &[Vec<Vec<f64>>]) -> Vec<(usize, usize, f64)> {
+    let mut heads: Vec<(usize, usize, f64)> =
+        alphas.iter().enumerate().flat_map(|(l, hs)| hs.iter().enumerate().map(move |(h, a)| (l, h, a.first().copied().unwrap_or(0.0)))).collect();
+    heads.sort_by(|a, b| b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
+    heads
 }
 
 #[cfg(test)]

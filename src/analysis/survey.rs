@@ -118,7 +118,9 @@ pub struct SurveyRow {
     pub n_heads: usize,
     /// Layers attending through a sliding window of the model's own (empty: all global).
     pub windowed_layers: Vec<usize>,
-    pub window: Option<usize>,
+    /// Their sliding windows, smallest first (surveys from before it hold one `window`).
+    #[serde(default, alias = "window", deserialize_with = "one_or_many")]
+    pub windows: Vec<usize>,
     pub learned_sinks: bool,
     /// Sink_0^ε in percent over every (probe, layer, head).
     #[serde(deserialize_with = "crate::io::serde_nan::nan_if_null")]
@@ -166,7 +168,7 @@ impl SurveyRow {
             n_layers: m.config.n_layers,
             n_heads: m.config.n_heads,
             windowed_layers: m.config.windowed_layers(),
-            window: m.config.window(),
+            windows: m.config.windows(),
             learned_sinks: m.config.arch.learned_sinks,
             sink_0,
             f_attn: a.f_attn,
@@ -206,4 +208,38 @@ pub struct Survey {
     /// ε of Sink_0^ε.
     pub epsilon: f64,
     pub rows: Vec<SurveyRow>,
+}
+
+/// Reads a list of counts that older records held as one optional count (`null`, `512`, `[512, 4096]`).
+fn one_or_many<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<usize>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(Option<usize>),
+        Many(Vec<usize>),
+    }
+    Ok(match OneOrMany::deserialize(deserializer)? {
+        OneOrMany::One(one) => one.into_iter().collect(),
+        OneOrMany::Many(many) => many,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Surveys written before a model could have two windows held one optional `window`.
+    #[test]
+    fn windows_read_from_one_or_many() {
+        #[derive(Deserialize)]
+        struct Row {
+            #[serde(default, alias = "window", deserialize_with = "one_or_many")]
+            windows: Vec<usize>,
+        }
+        let read = |json: &str| serde_json::from_str::<Row>(json).unwrap().windows;
+        assert_eq!(read(r#"{"window": null}"#), Vec::<usize>::new());
+        assert_eq!(read(r#"{"window": 512}"#), [512]);
+        assert_eq!(read(r#"{"windows": [128, 512]}"#), [128, 512]);
+        assert_eq!(read("{}"), Vec::<usize>::new());
+    }
 }

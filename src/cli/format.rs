@@ -7,7 +7,7 @@ use crate::kv::per_head::Frontier;
 use crate::kv::recommend::Recommendation;
 use crate::kv::simulate::StreamOutcome;
 use crate::metrics::massive;
-use crate::model::decoder::config::ExpertAct;
+use crate::model::decoder::config::{describe_windows, ExpertAct};
 use crate::model::decoder::{DecoderConfig, MlpKind, NormKind, NormPlacement, QkNorm};
 use crate::model::info::ModelInfo;
 use crate::report::export::Exported;
@@ -106,8 +106,8 @@ fn describe_switches(cfg: &DecoderConfig) -> String {
     if !nope.is_empty() {
         parts.push(format!("no RoPE on {}", which_layers(&nope, cfg.n_layers)));
     }
-    if let Some(w) = cfg.window() {
-        let windowed = cfg.windowed_layers();
+    for w in cfg.windows() {
+        let windowed: Vec<usize> = (0..cfg.n_layers).filter(|&l| cfg.layer_window(l) == Some(w)).collect();
         let local_theta = windowed.first().map(|&l| cfg.layers[l].rope_theta).filter(|&t| t != cfg.rope_theta);
         let mut base = local_theta.map_or(String::new(), |t| format!(", RoPE base {t} there"));
         let scaled = a.rope_yarn.is_some() || cfg.rope_freq_factors.is_some();
@@ -138,7 +138,8 @@ fn which_layers(set: &[usize], n: usize) -> String {
     }
 }
 
-pub fn format_info(i: &ModelInfo, cfg: &DecoderConfig) -> String {
+pub fn format_info(i: &ModelInfo) -> String {
+    let cfg = &i.config;
     let rows: Vec<(&str, String)> = vec![
         ("source", format!("{} ({})", i.source, i.format)),
         ("name", i.name.clone().unwrap_or_else(|| "-".into())),
@@ -237,7 +238,7 @@ pub fn format_summary(r: &AnalysisReport) -> String {
             mean(k.global),
             k.windowed_layers,
             k.n_layers,
-            k.window,
+            describe_windows(&k.windows),
             mean(k.windowed)
         ));
     }

@@ -31,7 +31,7 @@ pub fn run(args: InfoArgs) -> Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&lm.info)?);
     } else {
-        print!("{}", format_info(&lm.info, &lm.model.cfg));
+        print!("{}", format_info(&lm.info));
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::decoder::config::describe_windows;
 use crate::model::decoder::DecoderConfig;
 
 /// Bytes of one stored key or value element: f16, the cache type llama.cpp and vLLM default to.
@@ -14,7 +15,7 @@ pub const CACHE_ELEMENT_BYTES: u64 = 2;
 pub struct KvMemory {
     /// Entries a global layer holds at the peak.
     pub global_entries: usize,
-    /// Entries a windowed layer holds at the peak (at most its window); `None` without windows.
+    /// The most entries a windowed layer holds at the peak (at most its window); `None` without windows.
     pub windowed_entries: Option<usize>,
     /// Layers of each kind.
     pub global_layers: usize,
@@ -28,10 +29,11 @@ pub struct KvMemory {
 /// The memory of a cache whose queries see at most `peak` entries, on `cfg`'s layers.
 pub fn kv_memory(cfg: &DecoderConfig, peak: usize) -> KvMemory {
     let per_entry = 2 * (cfg.n_kv_heads * cfg.d_head) as u64 * CACHE_ELEMENT_BYTES;
+    let held: Vec<usize> = cfg.layer_windows().iter().map(|w| w.map_or(peak, |w| w.min(peak))).collect();
     let windowed_layers = cfg.windowed_layers().len();
     let global_layers = cfg.n_layers - windowed_layers;
-    let windowed_entries = cfg.window().filter(|_| windowed_layers > 0).map(|w| w.min(peak));
-    let entries = global_layers * peak + windowed_layers * windowed_entries.unwrap_or(0);
+    let windowed_entries = cfg.windowed_layers().iter().map(|&l| held[l]).max();
+    let entries: usize = held.iter().sum();
     KvMemory {
         global_entries: peak,
         windowed_entries,
@@ -52,7 +54,7 @@ impl KvMemory {
         };
         match self.windowed_entries {
             Some(w) if self.bytes < self.bytes_without_windows => format!(
-                "{} (f16; {} windowed layer{} hold{} {w} entries, {} global layer{} {}: {} if every layer held them)",
+                "{} (f16; {} windowed layer{} hold{} up to {w} entries, {} global layer{} {}: {} if every layer held them)",
                 mib(self.bytes),
                 self.windowed_layers,
                 if self.windowed_layers == 1 { "" } else { "s" },
@@ -69,7 +71,8 @@ impl KvMemory {
 
 /// What a model's own windows imply for any cache policy, in a sentence (`None`: no windows).
 pub fn model_windows_note(cfg: &DecoderConfig) -> Option<String> {
-    let w = cfg.window()?;
+    let windows = cfg.windows();
+    let w = describe_windows(&windows);
     let windowed = cfg.windowed_layers().len();
     (windowed > 0).then(|| {
         format!(
@@ -121,11 +124,17 @@ mod tests {
         assert_eq!(kv_memory(&cfg(Some(512), Some(6)), 256).bytes, 6 * 256 * 64);
         assert!(model_windows_note(&cfg(Some(512), Some(6))).is_some_and(|n| n.contains("5 of its 6 layers")));
         assert!(model_windows_note(&cfg(None, None)).is_none());
+        // Two windows: each windowed layer holds its own.
+        let mut two = cfg(Some(512), Some(6));
+        two.layers[0].window = Some(128);
+        let mixed = kv_memory(&two, 1000);
+        assert_eq!((mixed.bytes, mixed.windowed_entries), ((1000 + 128 + 4 * 512) * 64, Some(512)));
+        assert!(model_windows_note(&two).is_some_and(|n| n.contains("more than 128 and 512 back")));
         assert_eq!(kv_memory(&cfg(None, None), 16).describe(), "6.0 KiB (f16)");
         assert!(
             gemma
                 .describe()
-                .starts_with("222.5 KiB (f16; 5 windowed layers hold 512 entries, 1 global layer 1000: 375.0 KiB if every layer held them)"),
+                .starts_with("222.5 KiB (f16; 5 windowed layers hold up to 512 entries, 1 global layer 1000: 375.0 KiB if every layer held them)"),
             "{}",
             gemma.describe()
         );

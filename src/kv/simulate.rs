@@ -22,6 +22,7 @@ use super::policy::{Eviction, Policy, PositionMode};
 use super::scored::{KeptStats, ScoredCache, StepAttention};
 use super::trace::PolicyTrace;
 use crate::error::{Error, Result};
+use crate::model::decoder::config::describe_windows;
 use crate::model::decoder::{Decoder, DecoderConfig};
 use crate::model::policy_forward::{QueryView, StreamKv};
 use crate::model::receiver::NoCapture;
@@ -163,8 +164,8 @@ fn with_scored_apart(
 fn refuse_unmodelled_windows(model: &Decoder, policies: &[Policy], opts: SimOptions) -> Result<()> {
     if model.has_sliding_window() && opts.token_by_token && policies.iter().any(|p| p.is_cached() && p.positions == PositionMode::Original) {
         return Err(Error::input(format!(
-            "this model attends through a sliding window of {} keys on some layers, which token-by-token decoding with --positions original does not model (it measures the window in cache slots); drop --token-by-token, or use --positions slot",
-            model.cfg.window().unwrap_or(0)
+            "this model attends through a sliding window of {} keys on some layers, which token-by-token decoding at original positions does not model (it measures the window in cache slots); replay the stream instead of decoding token by token, or use slot positions",
+            describe_windows(&model.cfg.windows())
         )));
     }
     Ok(())
@@ -261,7 +262,7 @@ fn scored(model: &Decoder, ids: &[u32], policy: Policy, opts: SimOptions, progre
     let cfg = &model.cfg;
     if model.has_sliding_window() && policy.positions == PositionMode::Original {
         return Err(Error::input(
-            "score-based policies on a model with its own sliding windows measure the window in cache slots; use --positions slot",
+            "score-based policies on a model with its own sliding windows measure the window in cache slots; use slot positions",
         ));
     }
     let (n, steps) = (ids.len(), ids.len() - 1);

@@ -3,23 +3,20 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::decoder::config::{ArchSwitches, DecoderConfig, LayerAttn, LLAMA, MAX_SIZE};
+use super::decoder::config::{DecoderConfig, LayerAttn, MAX_SIZE};
 use super::decoder::finite::NonFiniteWeight;
-use super::rope::{FreqFactors, RopeLayout};
 use super::unread::Unread;
 
 /// What `sinkscope info` reports: where the model came from and how it was loaded, around the
 /// decoder's configuration itself.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(into = "ModelInfoRecord", try_from = "ModelInfoRecord")]
 pub struct ModelInfo {
     pub source: String,
     pub format: String,
     pub architecture: String,
     pub name: Option<String>,
-    /// The decoder's configuration. Read back from a run file it holds what run files record
-    /// (shapes, RoPE, which layers are windowed, learned sinks); the family's other switches are
-    /// not recorded and read back as Llama's.
+    /// The decoder's configuration, its fields beside the loading facts in run files.
+    #[serde(flatten, deserialize_with = "read_config")]
     pub config: DecoderConfig,
     pub tokenizer: String,
     pub adds_bos: bool,
@@ -29,19 +26,24 @@ pub struct ModelInfo {
     /// matrices (`--dtype`).
     pub compute: String,
     /// Bytes the weights occupy in memory as loaded (see `--dtype`); 0 in records from before it.
+    #[serde(default)]
     pub weight_bytes: u64,
     pub tied_embeddings: bool,
     pub n_params: usize,
     /// SHA-256 of the weight files (set by the commands that write runs; see [`LoadedModel::fingerprint`]).
+    #[serde(default)]
     pub sha256: Option<String>,
     /// The weights holding NaN or ∞, when the loader was asked to search them (`info`); not
     /// kept in run files (a run is never made from such a model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub non_finite_weights: Option<Vec<NonFiniteWeight>>,
     /// What the file holds that sinkscope does not read (tensors, GGUF keys, config fields);
     /// only `info` loads such a file, to list them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unread: Vec<Unread>,
     /// Why the weights are kept otherwise than asked (they did not fit in memory); not kept in
     /// run files (the `compute` field says how they were kept).
+    #[serde(skip)]
     pub memory_note: Option<String>,
 }
 
@@ -90,140 +92,45 @@ impl ModelInfo {
     }
 }
 
-/// The flat record run files have always held for a model: the configuration's numbers beside
-/// the loading facts, the per-layer attention as one window and the list of windowed layers.
-#[derive(Serialize, Deserialize)]
-struct ModelInfoRecord {
-    source: String,
-    format: String,
-    architecture: String,
-    name: Option<String>,
-    n_layers: usize,
-    n_heads: usize,
-    n_kv_heads: usize,
-    d_model: usize,
-    d_head: usize,
-    d_ff: usize,
-    context_len: usize,
-    vocab_size: usize,
-    tokenizer: String,
-    adds_bos: bool,
-    quantization: String,
-    compute: String,
+/// The model's configuration as run files hold it: the decoder's own fields, or in files written
+/// before those recorded `arch` and `layers`, the flat fields from which the layers are rebuilt
+/// (one window for the windowed layers, the NoPE layers, learned sinks; the other switches
+/// Llama's, as those files assumed).
+#[derive(Deserialize)]
+struct RecordedConfig {
+    #[serde(flatten)]
+    config: DecoderConfig,
     #[serde(default)]
-    weight_bytes: u64,
-    rope_layout: RopeLayout,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    rope_freq_factors: Option<FreqFactors>,
-    rope_theta: f64,
-    rms_eps: f64,
-    tied_embeddings: bool,
-    n_params: usize,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     window: Option<usize>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    windowed_layers: Vec<usize>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    nope_layers: Vec<usize>,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    learned_sinks: bool,
     #[serde(default)]
-    sha256: Option<String>,
-    /// Only `info` fills it (see [`ModelInfo::non_finite_weights`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    non_finite_weights: Option<Vec<NonFiniteWeight>>,
-    /// Only `info` fills it (see [`ModelInfo::unread`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    unread: Vec<Unread>,
+    windowed_layers: Vec<usize>,
+    #[serde(default)]
+    nope_layers: Vec<usize>,
+    #[serde(default)]
+    learned_sinks: bool,
 }
 
-impl From<ModelInfo> for ModelInfoRecord {
-    fn from(m: ModelInfo) -> Self {
-        let c = &m.config;
-        ModelInfoRecord {
-            n_layers: c.n_layers,
-            n_heads: c.n_heads,
-            n_kv_heads: c.n_kv_heads,
-            d_model: c.d_model,
-            d_head: c.d_head,
-            d_ff: c.d_ff,
-            context_len: c.context_len,
-            vocab_size: c.vocab_size,
-            rope_layout: c.rope_layout,
-            rope_freq_factors: c.rope_freq_factors.clone(),
-            rope_theta: c.rope_theta,
-            rms_eps: c.rms_eps,
-            window: c.window(),
-            windowed_layers: c.windowed_layers(),
-            nope_layers: c.nope_layers(),
-            learned_sinks: c.arch.learned_sinks,
-            source: m.source,
-            format: m.format,
-            architecture: m.architecture,
-            name: m.name,
-            tokenizer: m.tokenizer,
-            adds_bos: m.adds_bos,
-            quantization: m.quantization,
-            compute: m.compute,
-            weight_bytes: m.weight_bytes,
-            tied_embeddings: m.tied_embeddings,
-            n_params: m.n_params,
-            sha256: m.sha256,
-            non_finite_weights: m.non_finite_weights,
-            unread: m.unread,
-        }
-    }
-}
-
-impl TryFrom<ModelInfoRecord> for ModelInfo {
-    type Error = String;
-
-    fn try_from(r: ModelInfoRecord) -> Result<Self, String> {
-        if r.n_layers > MAX_SIZE || r.windowed_layers.iter().chain(&r.nope_layers).any(|&l| l >= r.n_layers) {
-            return Err(format!("the model record's {} layers (windowed: {:?}) are impossible", r.n_layers, r.windowed_layers));
+/// Reads the configuration of a model record, rebuilding the layers of an older one, and
+/// refuses one the decoder could not have run.
+fn read_config<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<DecoderConfig, D::Error> {
+    let RecordedConfig { mut config, window, windowed_layers, nope_layers, learned_sinks } = RecordedConfig::deserialize(deserializer)?;
+    if config.layers.is_empty() && config.n_layers <= MAX_SIZE {
+        if windowed_layers.iter().chain(&nope_layers).any(|&l| l >= config.n_layers) {
+            let msg = format!("the model record's {} layers (windowed: {windowed_layers:?}) are impossible", config.n_layers);
+            return Err(serde::de::Error::custom(msg));
         }
         let layer = |l: usize| LayerAttn {
-            window: r.window.filter(|_| r.windowed_layers.contains(&l)),
-            rope_theta: r.rope_theta,
-            nope: r.nope_layers.contains(&l),
-            // The record keeps no YaRN: no layer has a scaling to go without.
+            window: window.filter(|_| windowed_layers.contains(&l)),
+            rope_theta: config.rope_theta,
+            nope: nope_layers.contains(&l),
+            // Those records kept no RoPE scaling: no layer has one to go without.
             unscaled: false,
         };
-        let config = DecoderConfig {
-            n_layers: r.n_layers,
-            n_heads: r.n_heads,
-            n_kv_heads: r.n_kv_heads,
-            d_model: r.d_model,
-            d_head: r.d_head,
-            d_ff: r.d_ff,
-            vocab_size: r.vocab_size,
-            context_len: r.context_len,
-            rope_theta: r.rope_theta,
-            rope_layout: r.rope_layout,
-            rope_freq_factors: r.rope_freq_factors,
-            rms_eps: r.rms_eps,
-            arch: ArchSwitches { learned_sinks: r.learned_sinks, ..LLAMA },
-            layers: (0..r.n_layers).map(layer).collect(),
-        };
-        Ok(ModelInfo {
-            source: r.source,
-            format: r.format,
-            architecture: r.architecture,
-            name: r.name,
-            config,
-            tokenizer: r.tokenizer,
-            adds_bos: r.adds_bos,
-            quantization: r.quantization,
-            compute: r.compute,
-            weight_bytes: r.weight_bytes,
-            tied_embeddings: r.tied_embeddings,
-            n_params: r.n_params,
-            sha256: r.sha256,
-            non_finite_weights: r.non_finite_weights,
-            unread: r.unread,
-            memory_note: None,
-        })
+        config.layers = (0..config.n_layers).map(layer).collect();
+        config.arch.learned_sinks = learned_sinks;
     }
+    config.validate(std::path::Path::new("the model record")).map_err(serde::de::Error::custom)?;
+    Ok(config)
 }
 
 /// One token of the captured text.
@@ -246,4 +153,76 @@ pub struct NllSummary {
     /// captures from before it was kept.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub per_token: Vec<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::decoder::config::{ArchSwitches, NormPlacement, LLAMA};
+    use crate::model::rope::RopeLayout;
+
+    /// A Gemma-3-like model: sandwich norms, scaled embeddings, local layers with their own RoPE
+    /// base, and (beyond Gemma) two window sizes.
+    fn gemma_like() -> ModelInfo {
+        let mut layers = LayerAttn::every_nth_global(6, 3, 512, 1e6, 1e4);
+        layers[0].window = Some(128);
+        let config = DecoderConfig {
+            n_layers: 6,
+            n_heads: 4,
+            n_kv_heads: 1,
+            d_model: 64,
+            d_head: 16,
+            d_ff: 128,
+            vocab_size: 10,
+            context_len: 4096,
+            rope_theta: 1e6,
+            rope_layout: RopeLayout::HalfSplit,
+            rope_freq_factors: None,
+            rms_eps: 1e-6,
+            arch: ArchSwitches { norm_placement: NormPlacement::Sandwich, embed_scale: true, attn_scale: Some(0.25), ..LLAMA },
+            layers,
+        };
+        ModelInfo::new("m.gguf".into(), "gguf".into(), "gemma3".into(), config)
+    }
+
+    #[test]
+    fn the_model_record_reads_back_as_it_was_written() {
+        let info = gemma_like();
+        let json = serde_json::to_string(&info).unwrap();
+        let back: ModelInfo = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.config.arch, info.config.arch, "the family's switches");
+        assert_eq!(back.config.layers, info.config.layers, "each layer's window and RoPE base");
+        assert_eq!(back.config.windows(), [128, 512]);
+        assert_eq!(serde_json::to_string(&back).unwrap(), json);
+    }
+
+    /// Run files written before `arch` and `layers` were recorded keep opening: the layers are
+    /// rebuilt from their flat window fields, the switches are Llama's but for learned sinks.
+    #[test]
+    fn an_older_record_rebuilds_its_layers() {
+        let mut json: serde_json::Value = serde_json::to_value(gemma_like()).unwrap();
+        let record = json.as_object_mut().unwrap();
+        record.remove("arch");
+        record.remove("layers");
+        record.insert("window".into(), 512.into());
+        record.insert("windowed_layers".into(), serde_json::json!([0, 1, 3, 4]));
+        record.insert("nope_layers".into(), serde_json::json!([5]));
+        record.insert("learned_sinks".into(), true.into());
+        let back: ModelInfo = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(back.config.layer_windows(), [Some(512), Some(512), None, Some(512), Some(512), None]);
+        assert_eq!(back.config.nope_layers(), [5]);
+        assert!(back.config.layers.iter().all(|l| l.rope_theta == 1e6));
+        assert_eq!(back.config.arch, ArchSwitches { learned_sinks: true, ..LLAMA });
+        json["windowed_layers"] = serde_json::json!([6]);
+        let err = serde_json::from_value::<ModelInfo>(json).unwrap_err().to_string();
+        assert!(err.contains("impossible"), "{err}");
+    }
+
+    #[test]
+    fn a_record_the_decoder_could_not_run_is_refused() {
+        let mut json = serde_json::to_value(gemma_like()).unwrap();
+        json["layers"].as_array_mut().unwrap().pop();
+        let err = serde_json::from_value::<ModelInfo>(json).unwrap_err().to_string();
+        assert!(err.contains("6 layers but attention settings for 5"), "{err}");
+    }
 }

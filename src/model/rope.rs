@@ -85,7 +85,7 @@ impl FreqFactors {
 /// YaRN (Peng et al. 2023) as transformers computes it: frequencies interpolated by `factor`
 /// below a ramp between the dimensions that turn `beta_slow` and `beta_fast` times over the
 /// original context, kept above it; cos and sin (so q and k) scaled by `attention_factor`.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Yarn {
     pub factor: f64,
     pub original_context: f64,

@@ -9,6 +9,7 @@ use super::plot::{HeadGrid, HeadHeatmap, Scale, MAX_LABELLED_TOKENS};
 use super::run::Run;
 #[cfg(feature = "plots")]
 use super::tokens::label;
+use crate::analysis::findings::heads_by_alpha0;
 #[cfg(feature = "plots")]
 use crate::analysis::sink_loss::RequestReport;
 #[cfg(feature = "plots")]
@@ -28,17 +29,15 @@ pub fn head_alphas(run: &Run) -> Option<Vec<Vec<Vec<f64>>>> {
 /// that order.
 pub fn default_heads(run: &Run) -> Vec<(usize, usize)> {
     let Some(alphas) = head_alphas(run) else { return Vec::new() };
-    let mut all: Vec<((usize, usize), f64)> =
-        alphas.iter().enumerate().flat_map(|(l, hs)| hs.iter().enumerate().map(move |(h, a)| ((l, h), a.first().copied().unwrap_or(0.0)))).collect();
-    all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    let mut heads: Vec<(usize, usize)> = all.iter().take(3).map(|x| x.0).collect();
+    let all = heads_by_alpha0(&alphas);
+    let mut heads: Vec<(usize, usize)> = all.iter().take(3).map(|&(l, h, _)| (l, h)).collect();
     if let Some(top) = run.analysis.as_ref().and_then(|a| a.ablation.as_ref()).and_then(|ab| ab.top_heads.first()) {
         if let Some(h) = top.head {
             heads.push((top.layer, h));
         }
     }
-    if let Some(last) = all.last() {
-        heads.push(last.0);
+    if let Some(&(l, h, _)) = all.last() {
+        heads.push((l, h));
     }
     let mut seen = Vec::new();
     heads.retain(|h| {

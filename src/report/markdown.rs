@@ -265,13 +265,21 @@ pub fn equal_ppl_memory(r: &FrontierRow) -> String {
 /// How the layers attend: all globally, or some through a sliding window (which), and whether
 /// heads carry learned sink logits.
 fn attention_kind(m: &ModelInfo) -> String {
-    let (windowed, global): (Vec<usize>, Vec<usize>) = (0..m.config.n_layers).partition(|&l| m.config.layer_window(l).is_some());
-    let mut out = match m.config.window() {
-        Some(w) if !windowed.is_empty() => {
-            let global = if global.is_empty() { "none".into() } else { layer_ranges(&global) };
-            format!("sliding window of {w} keys on layers {}; global layers: {global}", layer_ranges(&windowed))
-        }
-        _ => "global (causal) on every layer".to_string(),
+    let config = &m.config;
+    let global: Vec<usize> = (0..config.n_layers).filter(|&l| config.layer_window(l).is_none()).collect();
+    let windows: Vec<String> = config
+        .windows()
+        .into_iter()
+        .map(|w| {
+            let layers: Vec<usize> = (0..config.n_layers).filter(|&l| config.layer_window(l) == Some(w)).collect();
+            format!("sliding window of {w} keys on layers {}", layer_ranges(&layers))
+        })
+        .collect();
+    let mut out = if windows.is_empty() {
+        "global (causal) on every layer".to_string()
+    } else {
+        let global = if global.is_empty() { "none".into() } else { layer_ranges(&global) };
+        format!("{}; global layers: {global}", windows.join("; "))
     };
     if m.config.arch.learned_sinks {
         out.push_str("; a learned sink logit per head");

@@ -6,6 +6,7 @@ use std::fmt::Write;
 #[cfg(feature = "plots")]
 use super::charts::LineChart;
 use crate::analysis::survey::{Survey, SurveyRow};
+use crate::model::decoder::config::describe_windows;
 
 /// survey.md.
 pub fn markdown(s: &Survey) -> String {
@@ -23,7 +24,7 @@ pub fn markdown(s: &Survey) -> String {
         let windowed = if r.windowed_layers.is_empty() {
             "none".to_string()
         } else {
-            format!("{} of {} (W = {})", r.windowed_layers.len(), r.n_layers, r.window.unwrap_or(0))
+            format!("{} of {} (W = {})", r.windowed_layers.len(), r.n_layers, describe_windows(&r.windows))
         };
         let beyond = if r.sink_positions_beyond_0.is_empty() {
             "none".to_string()

@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Tensor};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::model::quant_matmul::packed_bytes;
 use crate::model::rope::{FreqFactors, RopeLayout, Yarn};
 
 /// Shape and numerics of a decoder-only transformer, and the switches that make it one family.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DecoderConfig {
     pub n_layers: usize,
     pub n_heads: usize,
@@ -34,13 +34,15 @@ pub struct DecoderConfig {
     /// Where the family departs from Llama (all off: Llama).
     #[serde(default)]
     pub arch: ArchSwitches,
-    /// How each layer attends, one entry per layer.
+    /// How each layer attends, one entry per layer (absent from run files written before it was
+    /// recorded: `model::info` rebuilds it from their flat fields).
+    #[serde(default)]
     pub layers: Vec<LayerAttn>,
 }
 
 /// How one layer attends: over every earlier key or through a sliding window, rotated with which
 /// RoPE base, or not rotated at all.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LayerAttn {
     /// Keys a query sees at most, its own included (sliding-window attention: Mistral's
     /// `sliding_window`, Gemma 3's local layers); `None`: every earlier key.
@@ -49,11 +51,11 @@ pub struct LayerAttn {
     pub rope_theta: f64,
     /// The layer rotates neither queries nor keys (SmolLM3's NoPE layers): its scores see content
     /// only, so where a cache puts a key changes nothing there.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub nope: bool,
     /// The layer rotates without the model's RoPE scaling (YaRN, linear, Llama 3's factors), as
     /// the windowed layers of OLMo 3 and Gemma 3 do: their own RoPE parameters are plain.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unscaled: bool,
 }
 
@@ -80,7 +82,7 @@ impl LayerAttn {
 }
 
 /// The normalisation a family uses everywhere (blocks and the final norm).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NormKind {
     #[default]
@@ -92,7 +94,7 @@ pub enum NormKind {
 }
 
 /// The feed-forward block.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MlpKind {
     /// down(silu(gate(x)) · up(x)): Llama, Qwen, OLMo.
@@ -110,7 +112,7 @@ pub enum MlpKind {
 }
 
 /// A mixture-of-experts MLP: its shape, how the chosen experts are weighed, what each computes.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Moe {
     pub experts: usize,
     /// Experts each token is routed to.
@@ -126,7 +128,7 @@ pub struct Moe {
 }
 
 /// What one expert computes.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ExpertAct {
     /// down(silu(gate(x)) · up(x)), no biases (Mixtral, Qwen-MoE, OLMoE).
@@ -137,7 +139,7 @@ pub enum ExpertAct {
 }
 
 /// How a family normalises queries and keys before RoPE.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum QkNorm {
     #[default]
@@ -150,7 +152,7 @@ pub enum QkNorm {
 
 /// Where a block's RMSNorms sit. `hook_attn_out` and `hook_mlp_out`-style contributions are
 /// what is added to the residual stream, after a post-norm where there is one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NormPlacement {
     /// Normalise each sublayer's input (`attn_norm`, `ffn_norm`): Llama, Qwen.
@@ -168,7 +170,8 @@ pub enum NormPlacement {
 
 /// The switches that make the one decoder another family (TransformerLens-style: one
 /// configurable model, a weight map per family in `model::family`). `Default` is [`LLAMA`].
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ArchSwitches {
     /// RMSNorm of queries and keys before RoPE (the blocks carry `attn_q_norm` / `attn_k_norm`).
     pub qk_norm: QkNorm,
@@ -211,6 +214,15 @@ pub struct ArchSwitches {
     /// Logits divided by this (Granite's `logits_scaling`, llama.cpp's `logit_scale` for it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logit_divisor: Option<f64>,
+}
+
+/// Sliding windows as a phrase: "512", "512 and 4096", "128, 512 and 4096".
+pub fn describe_windows(windows: &[usize]) -> String {
+    let text: Vec<String> = windows.iter().map(usize::to_string).collect();
+    match text.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => text.join(""),
+    }
 }
 
 /// The largest count (layers, heads, widths, vocabulary) a configuration may give: larger ones are
@@ -264,9 +276,12 @@ impl DecoderConfig {
         (0..self.n_layers).filter(|&l| self.layers.get(l).is_some_and(|a| a.nope)).collect()
     }
 
-    /// The window of the windowed layers (all windowed layers share one; see `validate`).
-    pub fn window(&self) -> Option<usize> {
-        self.layers.iter().find_map(|a| a.window)
+    /// The distinct sliding windows of the windowed layers, smallest first (empty: none).
+    pub fn windows(&self) -> Vec<usize> {
+        let mut windows: Vec<usize> = self.layers.iter().filter_map(|a| a.window).collect();
+        windows.sort_unstable();
+        windows.dedup();
+        windows
     }
 
     /// Checks the numbers are usable before any tensor is read.
@@ -312,13 +327,6 @@ impl DecoderConfig {
         }
         if self.layers.iter().any(|a| a.window == Some(0)) {
             return Err(bad("a sliding window of 0 keys".into()));
-        }
-        if let Some(other) = self.layers.iter().filter_map(|a| a.window).find(|&w| Some(w) != self.window()) {
-            // Run records keep one window for the windowed layers.
-            return Err(bad(format!(
-                "sliding windows of {} and {other} keys on different layers, which sinkscope does not record yet",
-                self.window().unwrap_or(0)
-            )));
         }
         if self.layers.iter().any(|a| a.rope_theta.is_nan() || a.rope_theta <= 0.0) {
             return Err(bad("a layer's rope theta is not positive".into()));

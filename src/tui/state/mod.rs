@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use super::data::Data;
 pub use super::tab::Tab;
+use crate::analysis::findings::heads_by_alpha0;
 use crate::report::run::Run;
 pub use grid::{GridColour, GridState};
 pub use heatmap::{HeatmapView, MAX_ZOOM, PAN_STEP};
@@ -91,17 +92,7 @@ impl App {
 
     /// The head with the largest α_0.
     fn strongest_head(&self) -> Option<(usize, usize)> {
-        let mut best: Option<(f64, usize, usize)> = None;
-        for l in 0..self.data.n_layers {
-            for h in 0..self.data.n_heads {
-                if let Some(a) = self.data.alpha(l, h, 0) {
-                    if best.is_none_or(|(b, _, _)| a > b) {
-                        best = Some((a, l, h));
-                    }
-                }
-            }
-        }
-        best.map(|(_, l, h)| (l, h))
+        heads_by_alpha0(&self.data.alpha).first().map(|&(l, h, _)| (l, h))
     }
 
     /// The heatmap's source size (rows, columns) for the selected head and mode.

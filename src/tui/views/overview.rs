@@ -10,7 +10,7 @@ use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::{block, heading, kv, quoted, DIM, WARN};
-use crate::analysis::findings::ClassCounts;
+use crate::analysis::findings::heads_by_alpha0;
 use crate::metrics::massive;
 use crate::tui::state::App;
 use crate::tui::widgets::colour::short;
@@ -173,13 +173,10 @@ fn findings_lines(app: &App) -> Vec<Line<'static>> {
     }
     v.push(Line::from(""));
     v.push(heading("Strongest sink heads (α_0)"));
-    let mut heads: Vec<(f64, usize, usize)> =
-        (0..data.n_layers).flat_map(|l| (0..data.n_heads).filter_map(move |h| Some((data.alpha(l, h, 0)?, l, h)))).collect();
-    heads.sort_by(|a, b| b.0.total_cmp(&a.0));
-    let top: Vec<String> = heads.iter().take(5).map(|(a, l, h)| format!("L{l}H{h} {a:.2}")).collect();
+    let top: Vec<String> = heads_by_alpha0(&data.alpha).iter().take(5).map(|(l, h, a)| format!("L{l}H{h} {a:.2}")).collect();
     v.push(Line::from(format!("  {}", top.join(" · "))));
-    if let Some(classes) = &data.classes {
-        v.push(kv("head classes", ClassCounts::of(classes.iter().flatten().copied()).describe(" · ")));
+    if let Some(d) = &data.findings {
+        v.push(kv("head classes", d.classes.describe(" · ")));
     }
     v.push(Line::from(""));
     v.push(heading("Causal dependency (key masked → ΔNLL)"));

@@ -12,6 +12,7 @@ use ratatui::Frame;
 
 use super::{block, fit, kv, missing, DIM};
 use crate::analysis::survey::{Survey, SurveyRow};
+use crate::model::decoder::config::describe_windows;
 use crate::tui::layout;
 use crate::tui::state::App;
 use crate::tui::widgets::colour::series;
@@ -180,7 +181,7 @@ fn details(f: &mut Frame, area: Rect, row: Option<&SurveyRow>) {
     let windowed = if r.windowed_layers.is_empty() {
         "all layers global".to_string()
     } else {
-        format!("{} of {} layers windowed (W = {})", r.windowed_layers.len(), r.n_layers, r.window.unwrap_or(0))
+        format!("{} of {} layers windowed (W = {})", r.windowed_layers.len(), r.n_layers, describe_windows(&r.windows))
     };
     let massive = r.first_massive_layer.map_or("no massive activations".into(), |l| format!("massive from layer {l}"));
     v.push(Line::from(Span::styled(
