@@ -216,7 +216,7 @@ fn a_sliding_window_is_computed_or_refused_never_ignored() {
         "original",
         "--token-by-token",
     ]);
-    assert!(e.contains("sliding window of 24 keys") && e.contains("--positions slot"), "{e}");
+    assert!(e.contains("sliding window of 24 keys") && e.contains("use slot positions"), "{e}");
     // Qwen2's window (from max_window_layers on) is refused outright.
     with(&|c| {
         c["model_type"] = "qwen2".into();
@@ -310,7 +310,7 @@ fn policy_flags_the_rule_does_not_take_are_refused_before_loading() {
         (&["--policy", "sink", "--recent", "8"][..], "--recent is for --policy h2o"),
         (&["--policy", "h2o", "--observe", "8"][..], "--observe for --policy snapkv"),
         (&["--policy", "h2o", "--recent", "0"][..], "--recent 0"),
-        (&["--policy", "sink", "--sinks", "256"][..], "must be smaller than --cache 256"),
+        (&["--policy", "sink", "--sinks", "256"][..], "S = 256 pinned tokens must be fewer than the budget W = 256"),
     ] {
         let args: Vec<&str> = base.iter().chain(extra).copied().collect();
         let err = fails(&args);

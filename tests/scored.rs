@@ -112,10 +112,10 @@ fn score_policies_reduce_to_dense_window_and_sink() {
 #[test]
 fn impossible_score_settings_are_refused() {
     for (p, why) in [
-        (Policy { positions: PositionMode::Delta, ..policy(PolicyKind::H2o, 0, 32, 0) }, "--positions slot or original"),
-        (policy(PolicyKind::H2o, 4, 32, 30), "--recent 30"),
-        (policy(PolicyKind::Snapkv, 0, 32, 32), "--observe 32"),
-        (policy(PolicyKind::Tova, 32, 32, 0), "--sinks 32"),
+        (Policy { positions: PositionMode::Delta, ..policy(PolicyKind::H2o, 0, 32, 0) }, "use slot or original positions"),
+        (policy(PolicyKind::H2o, 4, 32, 30), "recent window R of 30"),
+        (policy(PolicyKind::Snapkv, 0, 32, 32), "observation window of 32"),
+        (policy(PolicyKind::Tova, 32, 32, 0), "S = 32 pinned tokens"),
     ] {
         let e = p.validate(1000, 4096).expect_err(why);
         assert!(e.to_string().contains(why), "{e}");

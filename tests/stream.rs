@@ -339,7 +339,7 @@ fn recommend_json_has_the_recommendation_and_table() {
     // 2,500 / 48 = 52 windows at most → K = ceil(151 / 52) = 3 → 51 scored steps.
     assert_eq!(third["scored_steps"].as_u64(), Some(51), "{third}");
     assert!(third["label"].as_str().unwrap().ends_with("(1 step in 3 scored)") && third["ppl_after_eviction_ci"].is_array(), "{third}");
-    assert!(said.contains("recompute is scored on 1 step in 3") && said.contains("the budget of 2500"), "{said}");
+    assert!(said.contains("recompute is scored on 1 step in 3") && said.contains("the recompute budget of 2500"), "{said}");
 }
 
 /// Per-token NLL against an independent PyTorch loop with a hand-managed cache

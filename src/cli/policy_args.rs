@@ -13,17 +13,17 @@ use crate::kv::policy::{Eviction, Policy, PolicyKind, PositionMode};
 #[derive(Args, Debug, Clone, PartialEq)]
 pub struct CacheArgs {
     /// The cache budget W: every key a query can see, its own included.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, value_name = "W", default_value_t = 256)]
     pub cache: usize,
     /// How kept keys get their RoPE positions.
     #[arg(long, value_enum, default_value_t = PositionMode::Slot)]
     pub positions: PositionMode,
     /// R for `h2o`: the most recent positions every query sees [default: W/2].
-    #[arg(long)]
+    #[arg(long, value_name = "R")]
     pub recent: Option<usize>,
     /// The observation window of `snapkv`: its last N queries score the keys, its last N keys
     /// are kept [default: 32].
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     pub observe: Option<usize>,
 }
 
@@ -35,7 +35,7 @@ pub struct PolicyArgs {
     pub policy: PolicyKind,
     /// S for `sink` (kept inside the budget), N for `keep`, the pinned first tokens for `h2o`,
     /// `tova` and `snapkv` [default: 4 for sink and keep, 0 for the score-based policies].
-    #[arg(long)]
+    #[arg(long, value_name = "S")]
     pub sinks: Option<usize>,
     #[command(flatten)]
     pub cache: CacheArgs,
@@ -59,6 +59,11 @@ impl CacheArgs {
         }
         if (self.recent.is_some() && kind != PolicyKind::H2o) || (self.observe.is_some() && kind != PolicyKind::Snapkv) {
             return Err(Error::input("--recent is for --policy h2o, --observe for --policy snapkv"));
+        }
+        for (given, flag) in [(self.recent, "--recent"), (self.observe, "--observe")] {
+            if given == Some(0) {
+                return Err(Error::input(format!("{flag} 0 is no window: it must be at least 1")));
+            }
         }
         let window = if kind == PolicyKind::H2o { self.recent } else { self.observe };
         let policy = Policy::new(Eviction::of_kind(kind, sinks.unwrap_or(kind.default_pinned()), window), self.cache, self.positions);
@@ -86,6 +91,7 @@ impl CacheArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kv::policy::Scorer;
 
     fn args(kind: PolicyKind) -> PolicyArgs {
         PolicyArgs { policy: kind, sinks: None, cache: CacheArgs { cache: 64, positions: PositionMode::Slot, recent: None, observe: None } }
@@ -100,9 +106,9 @@ mod tests {
     #[test]
     fn flags_get_their_defaults_and_a_rule_refuses_parameters_it_does_not_take() {
         assert_eq!(with(PolicyKind::Sink, |_| ()).unwrap().eviction, Eviction::Sink { sinks: 4 });
-        assert_eq!(with(PolicyKind::Tova, |_| ()).unwrap().eviction, Eviction::Tova { sinks: 0 });
+        assert_eq!(with(PolicyKind::Tova, |_| ()).unwrap().eviction, Eviction::Scored { sinks: 0, scorer: Scorer::Tova });
         let h2o = with(PolicyKind::H2o, |a| a.cache.recent = Some(10)).unwrap();
-        assert_eq!((h2o.eviction, h2o.score_window()), (Eviction::H2o { sinks: 0, recent: Some(10) }, 10));
+        assert_eq!((h2o.eviction, h2o.score_window()), (Eviction::Scored { sinks: 0, scorer: Scorer::H2o { recent: Some(10) } }, 10));
         let window_with_sinks = with(PolicyKind::Window, |a| a.sinks = Some(4)).unwrap_err();
         assert!(window_with_sinks.to_string().contains("--policy window pins no tokens"), "{window_with_sinks}");
         assert!(with(PolicyKind::Snapkv, |a| a.cache.recent = Some(8)).unwrap_err().to_string().contains("--recent is for --policy h2o"));
@@ -116,7 +122,10 @@ mod tests {
         let cache = CacheArgs { recent: Some(10), ..args(PolicyKind::Sink).cache };
         let kinds = [PolicyKind::Sink, PolicyKind::H2o];
         assert_eq!(cache.swept_policy(&kinds, PolicyKind::Sink, Some(4)).unwrap().eviction, Eviction::Sink { sinks: 4 });
-        assert_eq!(cache.swept_policy(&kinds, PolicyKind::H2o, Some(4)).unwrap().eviction, Eviction::H2o { sinks: 4, recent: Some(10) });
+        assert_eq!(
+            cache.swept_policy(&kinds, PolicyKind::H2o, Some(4)).unwrap().eviction,
+            Eviction::Scored { sinks: 4, scorer: Scorer::H2o { recent: Some(10) } }
+        );
         let err = cache.swept_policy(&[PolicyKind::Sink], PolicyKind::Sink, Some(4)).unwrap_err();
         assert!(err.to_string().contains("--recent is for --policy h2o"), "{err}");
     }

@@ -29,7 +29,7 @@ pub fn near_misses(declared: &Policy) -> Vec<Alternative> {
     let with = |eviction: Eviction, cache: usize, positions: PositionMode| Policy::new(eviction, cache, positions);
     match declared.eviction {
         Eviction::Window | Eviction::Sink { .. } | Eviction::Keep { .. } => {}
-        Eviction::Dense | Eviction::Recompute | Eviction::H2o { .. } | Eviction::Tova { .. } | Eviction::SnapKv { .. } => return out,
+        Eviction::Dense | Eviction::Recompute | Eviction::Scored { .. } => return out,
     }
     for p in PositionMode::ALL.into_iter().filter(|&p| p != pos) {
         add(with(declared.eviction, w, p), position_cause(p).into());
@@ -70,6 +70,7 @@ fn position_cause(p: PositionMode) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kv::policy::Scorer;
 
     #[test]
     fn keep_has_every_near_miss_once() {
@@ -94,7 +95,7 @@ mod tests {
 
     #[test]
     fn scored_policies_stand_alone() {
-        let declared = Policy::new(Eviction::Tova { sinks: 4 }, 64, PositionMode::Slot);
+        let declared = Policy::new(Eviction::Scored { sinks: 4, scorer: Scorer::Tova }, 64, PositionMode::Slot);
         assert_eq!(near_misses(&declared).len(), 1);
     }
 }

@@ -119,7 +119,7 @@ pub fn run_canary(model: &Decoder, opts: &CanaryOptions, progress: &mut dyn FnMu
         return Err(Error::input("the canary needs a prompt of at least one token"));
     }
     if opts.layer >= model.cfg.n_layers {
-        return Err(Error::input(format!("--layer {} is past the model's {} layers", opts.layer, model.cfg.n_layers)));
+        return Err(Error::input(format!("the canary's layer {} is past the model's {} layers", opts.layer, model.cfg.n_layers)));
     }
     let steps = opts.forced.as_ref().map_or(opts.steps, Vec::len).max(opts.steps);
     if steps > MAX_CANARY_STEPS {

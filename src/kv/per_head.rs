@@ -10,7 +10,7 @@ use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 use super::memory::{KvMemory, CACHE_ELEMENT_BYTES};
-use super::policy::{Eviction, Policy, PositionMode};
+use super::policy::{Eviction, Policy, PositionMode, Scorer};
 use super::scored::ScoredCache;
 use super::simulate::{ppl, replay_scored, StreamOutcome, Track};
 use crate::error::{Error, Result};
@@ -199,7 +199,7 @@ pub struct MixedOutcome {
 /// exactly what `sink` S keeps (at slot positions); retrieval heads are set on its cache with
 /// [`ScoredCache::with_full_heads`].
 pub fn mixed_policy(sinks: usize, cache: usize) -> Policy {
-    Policy::new(Eviction::H2o { sinks, recent: Some(cache.saturating_sub(sinks)) }, cache, PositionMode::Slot)
+    Policy::new(Eviction::Scored { sinks, scorer: Scorer::H2o { recent: Some(cache.saturating_sub(sinks)) } }, cache, PositionMode::Slot)
 }
 
 /// Streams `ids` with retrieval heads (`full`) keeping every key and the others S sinks + the
@@ -207,7 +207,9 @@ pub fn mixed_policy(sinks: usize, cache: usize) -> Policy {
 pub fn simulate_mixed(model: &Decoder, ids: &[u32], full: &[Vec<bool>], sinks: usize, cache: usize) -> Result<MixedOutcome> {
     let cfg = &model.cfg;
     if ids.len() < 2 || sinks >= cache {
-        return Err(Error::input(format!("a per-head policy needs at least 2 tokens and --sinks {sinks} below the streaming heads' budget {cache}")));
+        return Err(Error::input(format!(
+            "a per-head policy needs at least 2 tokens and S = {sinks} pinned tokens below the streaming heads' budget W = {cache}"
+        )));
     }
     let policy = mixed_policy(sinks, cache);
     let mut store = ScoredCache::new(policy, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head)?.with_full_heads(full)?;

@@ -1,7 +1,9 @@
 //! KV-cache eviction policies and RoPE position modes (DESIGN §7). The budget W counts every key a
 //! query can see, its own included; sink tokens sit *inside* the budget (S sinks + W−S recent).
 //! A policy is built from the command line's flags once (`cli::policy_args`) and checked by
-//! [`Policy::check`]; run files keep the flat record they always had.
+//! [`Policy::check`], whose messages speak of W, S, R and the observation window, never of a
+//! flag (the Python package passes the same values by other names); run files keep the flat
+//! record they always had.
 
 use serde::{Deserialize, Serialize};
 
@@ -33,7 +35,7 @@ struct Rule {
 }
 
 /// Every rule, in [`PolicyKind`] order: a new rule is a row here, a variant there and its
-/// [`Eviction`] arms.
+/// [`Eviction`] arms (a score-based rule: its [`Scorer`] arms).
 const RULES: [Rule; 8] = [
     Rule {
         kind: PolicyKind::Dense,
@@ -149,16 +151,46 @@ impl PositionMode {
     }
 }
 
-/// How a score-based policy scores the keys it may evict (every match on it is exhaustive, so a
-/// new scorer cannot fall into another's arm).
+/// How a score-based rule scores the keys it may evict, with the window it takes (every match on
+/// it is exhaustive, so a new scorer cannot fall into another's arm).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scorer {
-    /// All the attention a key has received (H2O).
-    H2o,
+    /// All the attention a key has received (H2O); R recent keys every query sees (`None`: W/2).
+    H2o { recent: Option<usize> },
     /// The attention of the current query (TOVA).
     Tova,
-    /// The attention of the last `observe` queries, max-pooled over neighbours (SnapKV).
-    SnapKv,
+    /// The attention of the last `observe` queries, max-pooled over neighbours (SnapKV); they
+    /// also keep the last `observe` keys (`None`: [`SNAPKV_OBSERVE`]).
+    SnapKv { observe: Option<usize> },
+}
+
+impl Scorer {
+    pub fn kind(self) -> PolicyKind {
+        match self {
+            Self::H2o { .. } => PolicyKind::H2o,
+            Self::Tova => PolicyKind::Tova,
+            Self::SnapKv { .. } => PolicyKind::Snapkv,
+        }
+    }
+
+    /// R for h2o and the observation window for snapkv under a budget of `cache`, defaults
+    /// applied; 0 for tova.
+    pub fn window(self, cache: usize) -> usize {
+        match self {
+            Self::H2o { recent } => recent.unwrap_or(cache / 2),
+            Self::SnapKv { observe } => observe.unwrap_or(SNAPKV_OBSERVE),
+            Self::Tova => 0,
+        }
+    }
+
+    /// The window as given (`None`: the default, and for tova, which takes none).
+    fn given_window(self) -> Option<usize> {
+        match self {
+            Self::H2o { recent } => recent,
+            Self::SnapKv { observe } => observe,
+            Self::Tova => None,
+        }
+    }
 }
 
 /// Which keys a policy keeps, each rule with the parameters it takes and no others
@@ -176,18 +208,10 @@ pub enum Eviction {
     Keep {
         n_keep: usize,
     },
-    /// S pinned keys; R recent keys every query sees (`None`: W/2).
-    H2o {
+    /// S pinned keys per KV head, the rest chosen by `scorer` (h2o, tova, snapkv).
+    Scored {
         sinks: usize,
-        recent: Option<usize>,
-    },
-    Tova {
-        sinks: usize,
-    },
-    /// S pinned keys; the observation window (`None`: [`SNAPKV_OBSERVE`]).
-    SnapKv {
-        sinks: usize,
-        observe: Option<usize>,
+        scorer: Scorer,
     },
 }
 
@@ -202,16 +226,14 @@ impl Eviction {
             Self::Sink { .. } => PolicyKind::Sink,
             Self::Recompute => PolicyKind::Recompute,
             Self::Keep { .. } => PolicyKind::Keep,
-            Self::H2o { .. } => PolicyKind::H2o,
-            Self::Tova { .. } => PolicyKind::Tova,
-            Self::SnapKv { .. } => PolicyKind::Snapkv,
+            Self::Scored { scorer, .. } => scorer.kind(),
         }
     }
 
     /// The first tokens kept forever: S, or keep's N; 0 for the rules that pin nothing.
     pub fn pinned(&self) -> usize {
         match *self {
-            Self::Sink { sinks } | Self::H2o { sinks, .. } | Self::Tova { sinks } | Self::SnapKv { sinks, .. } => sinks,
+            Self::Sink { sinks } | Self::Scored { sinks, .. } => sinks,
             Self::Keep { n_keep } => n_keep,
             Self::Dense | Self::Window | Self::Recompute => 0,
         }
@@ -236,9 +258,9 @@ impl Eviction {
             PolicyKind::Sink => Self::Sink { sinks: pinned },
             PolicyKind::Recompute => Self::Recompute,
             PolicyKind::Keep => Self::Keep { n_keep: pinned },
-            PolicyKind::H2o => Self::H2o { sinks: pinned, recent: window },
-            PolicyKind::Tova => Self::Tova { sinks: pinned },
-            PolicyKind::Snapkv => Self::SnapKv { sinks: pinned, observe: window },
+            PolicyKind::H2o => Self::Scored { sinks: pinned, scorer: Scorer::H2o { recent: window } },
+            PolicyKind::Tova => Self::Scored { sinks: pinned, scorer: Scorer::Tova },
+            PolicyKind::Snapkv => Self::Scored { sinks: pinned, scorer: Scorer::SnapKv { observe: window } },
         }
     }
 }
@@ -271,11 +293,7 @@ fn is_zero(v: &usize) -> bool {
 
 impl From<Policy> for PolicyRecord {
     fn from(p: Policy) -> Self {
-        let recent = match p.eviction {
-            Eviction::H2o { recent, .. } => recent.unwrap_or(0),
-            Eviction::SnapKv { observe, .. } => observe.unwrap_or(0),
-            Eviction::Dense | Eviction::Window | Eviction::Sink { .. } | Eviction::Recompute | Eviction::Keep { .. } | Eviction::Tova { .. } => 0,
-        };
+        let recent = p.scorer().and_then(Scorer::given_window).unwrap_or(0);
         PolicyRecord { kind: p.kind(), sinks: p.pinned(), cache: p.cache, positions: p.positions, recent }
     }
 }
@@ -309,9 +327,11 @@ impl Policy {
             Eviction::Sink { sinks } => format!("sink S={sinks} + {} recent, W={w} ({pos})", w - sinks.min(w)),
             Eviction::Recompute => format!("recompute W={w}"),
             Eviction::Keep { n_keep } => format!("keep N={n_keep} half-discard, W={w} ({pos})"),
-            Eviction::H2o { sinks, .. } => format!("h2o S={sinks} R={}, W={w} ({pos})", self.score_window()),
-            Eviction::Tova { sinks } => format!("tova S={sinks}, W={w} ({pos})"),
-            Eviction::SnapKv { sinks, .. } => format!("snapkv S={sinks} observe {}, W={w} ({pos})", self.score_window()),
+            Eviction::Scored { sinks, scorer } => match scorer {
+                Scorer::H2o { .. } => format!("h2o S={sinks} R={}, W={w} ({pos})", scorer.window(w)),
+                Scorer::Tova => format!("tova S={sinks}, W={w} ({pos})"),
+                Scorer::SnapKv { .. } => format!("snapkv S={sinks} observe {}, W={w} ({pos})", scorer.window(w)),
+            },
         }
     }
 
@@ -323,20 +343,14 @@ impl Policy {
     /// How a score-based policy scores keys; `None` for the positional kinds.
     pub fn scorer(&self) -> Option<Scorer> {
         match self.eviction {
-            Eviction::H2o { .. } => Some(Scorer::H2o),
-            Eviction::Tova { .. } => Some(Scorer::Tova),
-            Eviction::SnapKv { .. } => Some(Scorer::SnapKv),
+            Eviction::Scored { scorer, .. } => Some(scorer),
             Eviction::Dense | Eviction::Window | Eviction::Sink { .. } | Eviction::Recompute | Eviction::Keep { .. } => None,
         }
     }
 
     /// R for `h2o` and the observation window for `snapkv`, defaults applied; 0 for the rest.
     pub fn score_window(&self) -> usize {
-        match self.eviction {
-            Eviction::H2o { recent, .. } => recent.unwrap_or(self.cache / 2),
-            Eviction::SnapKv { observe, .. } => observe.unwrap_or(SNAPKV_OBSERVE),
-            Eviction::Dense | Eviction::Window | Eviction::Sink { .. } | Eviction::Recompute | Eviction::Keep { .. } | Eviction::Tova { .. } => 0,
-        }
+        self.scorer().map_or(0, |s| s.window(self.cache))
     }
 
     /// Whether this policy keeps a KV cache (everything but `recompute`).
@@ -351,27 +365,29 @@ impl Policy {
             return Ok(());
         }
         if w < 2 {
-            return Err(Error::input(format!("--cache {w} is too small: the budget must hold at least 2 entries")));
+            return Err(Error::input(format!("a cache budget of W = {w} is too small: it must hold at least 2 entries")));
         }
         if self.is_scored() && self.positions == PositionMode::Delta {
             return Err(Error::input(
-                "score-based policies (h2o, tova, snapkv) keep a different set of keys per KV head; use --positions slot or original",
+                "score-based policies (h2o, tova, snapkv) keep a different set of keys per KV head, which delta positions cannot re-rotate; use slot or original positions",
             ));
         }
         let r = self.score_window();
         // h2o may spend all of W − S on its recent window (that is the sink policy); snapkv
         // must leave room to choose.
-        let bad = match self.eviction {
-            Eviction::H2o { .. } => (r == 0 || r + s > w).then_some(("recent window", "--recent", "at most")),
-            Eviction::SnapKv { .. } => (r == 0 || r + s >= w).then_some(("observation window", "--observe", "less than")),
-            Eviction::Dense | Eviction::Window | Eviction::Sink { .. } | Eviction::Recompute | Eviction::Keep { .. } | Eviction::Tova { .. } => None,
+        let bad = match self.scorer() {
+            Some(Scorer::H2o { .. }) => (r == 0 || r + s > w).then_some(("recent window R", "at most")),
+            Some(Scorer::SnapKv { .. }) => (r == 0 || r + s >= w).then_some(("observation window", "less than")),
+            Some(Scorer::Tova) | None => None,
         };
-        if let Some((what, flag, bound)) = bad {
-            return Err(Error::input(format!("the {what} ({flag} {r}) must be at least 1 and, with --sinks {s}, add up to {bound} --cache {w}")));
+        if let Some((what, bound)) = bad {
+            return Err(Error::input(format!(
+                "the {what} of {r} must be at least 1 and, with S = {s} pinned tokens, add up to {bound} the budget W = {w}"
+            )));
         }
         if self.kind().pins() && s >= w {
             return Err(Error::input(format!(
-                "--sinks {s} must be smaller than --cache {w}: sink tokens are part of the budget (S sinks + W−S recent)"
+                "S = {s} pinned tokens must be fewer than the budget W = {w}: pinned tokens are part of the budget (S pinned + W−S recent)"
             )));
         }
         Ok(())
@@ -385,14 +401,16 @@ impl Policy {
         let mut warnings = Vec::new();
         if self.eviction != Eviction::Dense {
             if w > context {
-                warnings.push(format!("--cache {w} exceeds the model's trained context of {context}: positions past it are untrained"));
+                warnings.push(format!("the budget W = {w} exceeds the model's trained context of {context}: positions past it are untrained"));
             }
             if w >= n_tokens {
-                warnings.push(format!("--cache {w} holds the whole {n_tokens}-token stream: nothing is ever evicted, so every policy equals dense"));
+                warnings.push(format!(
+                    "the budget W = {w} holds the whole {n_tokens}-token stream: nothing is ever evicted, so every policy equals dense"
+                ));
             }
         }
         if self.pinned() > context {
-            return Err(Error::input(format!("--sinks {} exceeds the model's trained context of {context}", self.pinned())));
+            return Err(Error::input(format!("S = {} pinned tokens exceed the model's trained context of {context}", self.pinned())));
         }
         if self.eviction == Eviction::Dense && n_tokens > context {
             warnings.push(format!("dense attention over {n_tokens} tokens goes past the trained context of {context}: expect it to degrade"));
@@ -408,7 +426,7 @@ impl Policy {
         }
         match self.eviction {
             // Score-based kinds choose per KV head (`kv::scored`).
-            Eviction::Dense | Eviction::Recompute | Eviction::H2o { .. } | Eviction::Tova { .. } | Eviction::SnapKv { .. } => 0..0,
+            Eviction::Dense | Eviction::Recompute | Eviction::Scored { .. } => 0..0,
             Eviction::Window => 0..len + 1 - self.cache,
             Eviction::Sink { sinks } => sinks..sinks + len + 1 - self.cache,
             Eviction::Keep { n_keep } => {
@@ -460,7 +478,7 @@ mod tests {
         let json = |p: &Policy| serde_json::to_string(p).unwrap();
         assert_eq!(json(&p(PolicyKind::Sink, 4, 256)), r#"{"kind":"sink","sinks":4,"cache":256,"positions":"slot"}"#);
         assert_eq!(json(&p(PolicyKind::Keep, 2, 64)), r#"{"kind":"keep","sinks":2,"cache":64,"positions":"slot"}"#);
-        let snap = Policy::new(Eviction::SnapKv { sinks: 1, observe: Some(8) }, 64, PositionMode::Original);
+        let snap = Policy::new(Eviction::Scored { sinks: 1, scorer: Scorer::SnapKv { observe: Some(8) } }, 64, PositionMode::Original);
         assert_eq!(json(&snap), r#"{"kind":"snapkv","sinks":1,"cache":64,"positions":"original","recent":8}"#);
         for kind in PolicyKind::ALL {
             let policy = Policy::new(Eviction::of_kind(kind, usize::from(kind.pins()) * 3, kind.pins().then_some(5)), 64, PositionMode::Slot);

@@ -156,7 +156,7 @@ fn verdict(
     tokens: usize,
 ) -> String {
     let Some(s) = rec else {
-        return format!("No eviction happened: the {tokens}-token stream fits the {cache}-entry cache, so the sweep says nothing. Use a longer text or a smaller --cache.");
+        return format!("No eviction happened: the {tokens}-token stream fits the {cache}-entry cache, so the sweep says nothing. Use a longer text or a smaller budget.");
     };
     let pct = |x: f64| format!("{:.1}%", 100.0 * x);
     let at = |s: usize| sweep.iter().find(|o| o.policy.pinned() == s).and_then(|o| o.ppl_after_eviction);
@@ -211,7 +211,7 @@ fn verdict(
                     if ratio < 1.0 { "lower" } else { "higher" }
                 )),
                 Some((ratio, [lo, hi], n)) => v.push_str(&format!(
-                    " Recomputing the window from scratch (scored on {scored} of {steps} steps) and S={s} cannot be told apart on those same steps: ratio {ratio:.3}, 95% interval {lo:.3}–{hi:.3} over {n} steps; score more steps (--recompute-every) to decide."
+                    " Recomputing the window from scratch (scored on {scored} of {steps} steps) and S={s} cannot be told apart on those same steps: ratio {ratio:.3}, 95% interval {lo:.3}–{hi:.3} over {n} steps; score more steps of recompute to decide."
                 )),
                 None => v.push_str(&format!(" Recomputing the window was scored on {scored} of {steps} steps: too few to compare.")),
             }

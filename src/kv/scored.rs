@@ -99,12 +99,12 @@ impl HeadSet {
     /// head's query heads).
     pub(super) fn observe(&mut self, policy: &Policy, scorer: Scorer, w: &[f32]) {
         match scorer {
-            Scorer::H2o => self.total.iter_mut().zip(w).for_each(|(s, &x)| *s += x as f64),
+            Scorer::H2o { .. } => self.total.iter_mut().zip(w).for_each(|(s, &x)| *s += x as f64),
             Scorer::Tova => {
                 self.last.clear();
                 self.last.extend_from_slice(w);
             }
-            Scorer::SnapKv => {
+            Scorer::SnapKv { .. } => {
                 let observe = policy.score_window();
                 for (ring, &x) in self.recent.iter_mut().zip(w) {
                     ring.push_back(x);
@@ -274,14 +274,14 @@ pub(super) fn victim(policy: &Policy, scorer: Scorer, set: &HeadSet) -> usize {
     let n = set.pos.len();
     let protected_tail = match scorer {
         // The next query's recent window holds R positions, its own included: R − 1 kept ones.
-        Scorer::H2o => policy.score_window().saturating_sub(1),
-        Scorer::SnapKv => policy.score_window(),
+        Scorer::H2o { .. } => policy.score_window().saturating_sub(1),
+        Scorer::SnapKv { .. } => policy.score_window(),
         Scorer::Tova => 0,
     };
     let score: Vec<f64> = match scorer {
-        Scorer::H2o => set.total.clone(),
+        Scorer::H2o { .. } => set.total.clone(),
         Scorer::Tova => set.last.iter().map(|&x| x as f64).collect(),
-        Scorer::SnapKv => snapkv_pooled(&set.recent.iter().map(|r| r.iter().map(|&x| x as f64).sum()).collect::<Vec<f64>>()),
+        Scorer::SnapKv { .. } => snapkv_pooled(&set.recent.iter().map(|r| r.iter().map(|&x| x as f64).sum()).collect::<Vec<f64>>()),
     };
     let candidates = (0..n.saturating_sub(protected_tail)).filter(|&i| set.pos[i] >= policy.pinned());
     let mut best: Option<usize> = None;
@@ -384,19 +384,23 @@ mod tests {
         Policy::new(Eviction::of_kind(kind, sinks, (recent != 0).then_some(recent)), 6, PositionMode::Slot)
     }
 
+    fn victim_of(policy: Policy, set: &HeadSet) -> usize {
+        victim(&policy, policy.scorer().unwrap(), set)
+    }
+
     /// Ties go to the older key; pinned keys and the protected recent ones are never chosen.
     #[test]
     fn victims_follow_the_rules() {
         let s = set(&[0, 1, 5, 7, 8, 9], &[0.1, 0.5, 0.5, 0.2, 0.0, 0.0], &[0.3, 0.2, 0.2, 0.9, 0.2, 0.1]);
         // h2o, R = 3: the 2 newest kept keys (8, 9) are protected; lowest score 0.1 at position 0.
-        assert_eq!(victim(&policy(PolicyKind::H2o, 0, 3), Scorer::H2o, &s), 0);
+        assert_eq!(victim_of(policy(PolicyKind::H2o, 0, 3), &s), 0);
         // Pin position 0: then 0.2 at position 7 is the lowest left.
-        assert_eq!(victim(&policy(PolicyKind::H2o, 1, 3), Scorer::H2o, &s), 3);
+        assert_eq!(victim_of(policy(PolicyKind::H2o, 1, 3), &s), 3);
         // tova: lowest weight 0.1 (position 9, nothing protected); with ties 0.2 at 1, 5, 8 → the oldest.
-        assert_eq!(victim(&policy(PolicyKind::Tova, 0, 0), Scorer::Tova, &s), 5);
+        assert_eq!(victim_of(policy(PolicyKind::Tova, 0, 0), &s), 5);
         let tied = set(&[0, 1, 5, 7], &[0.0; 4], &[0.4, 0.2, 0.2, 0.2]);
-        assert_eq!(victim(&policy(PolicyKind::Tova, 0, 0), Scorer::Tova, &tied), 1);
+        assert_eq!(victim_of(policy(PolicyKind::Tova, 0, 0), &tied), 1);
         // R = W − S leaves nothing to score: the oldest key not pinned, as `sink` evicts.
-        assert_eq!(victim(&policy(PolicyKind::H2o, 1, 6), Scorer::H2o, &s), 1);
+        assert_eq!(victim_of(policy(PolicyKind::H2o, 1, 6), &s), 1);
     }
 }

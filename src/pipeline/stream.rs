@@ -78,10 +78,11 @@ pub fn stream_tokens(lm: &LoadedModel, t: &StreamSource, progress: &mut dyn Prog
         return stream_ids(lm, t, progress);
     }
     let text = crate::io::text::read_text_file(&t.file)?;
-    let from = crate::io::text::from_char(&text, t.start_char)
-        .ok_or_else(|| Error::file(&t.file, format!("has only {} characters, fewer than --start-char {}", text.chars().count(), t.start_char)))?;
+    let from = crate::io::text::from_char(&text, t.start_char).ok_or_else(|| {
+        Error::file(&t.file, format!("has only {} characters, fewer than the start character {}", text.chars().count(), t.start_char))
+    })?;
     if t.tokens < 2 {
-        return Err(Error::input("--tokens must be at least 2"));
+        return Err(Error::input("a stream needs at least 2 tokens"));
     }
     // Only as much of the file as the stream needs is tokenized (a 4 MB book whole costs ~0.4 GB).
     let ids = lm.tokenizer.encode_prefix(from, t.tokens)?;
@@ -97,10 +98,10 @@ pub fn stream_tokens(lm: &LoadedModel, t: &StreamSource, progress: &mut dyn Prog
 /// The first `tokens` ids of a token-id file, each checked against the model's vocabulary.
 fn stream_ids(lm: &LoadedModel, t: &StreamSource, progress: &mut dyn Progress) -> Result<Vec<u32>> {
     if t.start_char != 0 {
-        return Err(Error::input("--start-char applies to a text (-f), not to token ids (--ids)"));
+        return Err(Error::input("a start character applies to a text, not to a file of token ids"));
     }
     if t.tokens < 2 {
-        return Err(Error::input("--tokens must be at least 2"));
+        return Err(Error::input("a stream needs at least 2 tokens"));
     }
     let mut ids = crate::io::token_ids::read_token_ids(&t.file)?;
     let vocab = lm.model.cfg.vocab_size;
@@ -165,7 +166,7 @@ pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>,
     }
     if ids.len() <= cache + 1 {
         return Err(Error::input(format!(
-            "the stream has {} tokens, too few for --cache {}: nothing would be evicted; use more --tokens or a smaller --cache",
+            "the stream has {} tokens, too few for the budget W = {}: nothing would be evicted; stream more tokens or use a smaller budget",
             ids.len(),
             cache
         )));
@@ -176,7 +177,7 @@ pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>,
     let every = opts.recompute_every.unwrap_or_else(|| recompute_stride(ids.len(), cache, opts.recompute_budget));
     if opts.recompute.is_some() && every > 1 && opts.recompute_every.is_none() {
         progress.warning(&format!(
-            "recompute is scored on 1 step in {every} after the first eviction: every step would run {} window tokens, over the budget of {} (`recommend --recompute-budget`); its perplexity comes with a 95% interval, and `recommend --recompute-every 1` scores every step",
+            "recompute is scored on 1 step in {every} after the first eviction: every step would run {} window tokens, over the recompute budget of {}; its perplexity comes with a 95% interval, and scoring recompute on every step gives the exact value",
             (ids.len() - 1 - cache.min(ids.len() - 1)) * cache,
             opts.recompute_budget
         ));

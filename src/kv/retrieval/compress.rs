@@ -71,9 +71,9 @@ pub fn compress_prefilled(model: &Decoder, policy: Policy, ids: &[u32], extra: u
     let n = ids.len();
     let (kvh, dh) = (cfg.n_kv_heads, cfg.d_head);
     let from = match scorer {
-        Scorer::H2o => 0,
+        Scorer::H2o { .. } => 0,
         Scorer::Tova => n - 1,
-        Scorer::SnapKv => n.saturating_sub(policy.score_window()),
+        Scorer::SnapKv { .. } => n.saturating_sub(policy.score_window()),
     };
     let mut rec = PrefillScores {
         n,
@@ -113,13 +113,13 @@ fn kept_positions(policy: &Policy, scorer: Scorer, scores: &[f64]) -> Vec<usize>
     }
     let pinned = policy.pinned().min(w);
     let tail = match scorer {
-        Scorer::H2o | Scorer::SnapKv => policy.score_window(),
+        Scorer::H2o { .. } | Scorer::SnapKv { .. } => policy.score_window(),
         Scorer::Tova => 0,
     }
     .min(w - pinned);
     let ranked: Vec<f64> = match scorer {
-        Scorer::SnapKv => snapkv_pooled(scores),
-        Scorer::H2o | Scorer::Tova => scores.to_vec(),
+        Scorer::SnapKv { .. } => snapkv_pooled(scores),
+        Scorer::H2o { .. } | Scorer::Tova => scores.to_vec(),
     };
     let mut middle: Vec<usize> = (pinned..n - tail).collect();
     // Best first; among equals the newer, as the streaming rule evicts the older.
@@ -138,16 +138,19 @@ mod tests {
     #[test]
     fn kept_positions_follow_each_rule() {
         let scores = [0.0, 0.1, 0.9, 0.2, 0.9, 0.05, 0.3, 0.4];
-        let p = |e: Eviction| Policy::new(e, 5, PositionMode::Slot);
+        let kept = |e: Eviction, scores: &[f64]| {
+            let policy = Policy::new(e, 5, PositionMode::Slot);
+            kept_positions(&policy, policy.scorer().unwrap(), scores)
+        };
         // h2o, S = 1, R = 2: position 0, the last two (6, 7), the best two of 1..6: 4 and 2
         // tie, both kept.
-        assert_eq!(kept_positions(&p(Eviction::H2o { sinks: 1, recent: Some(2) }), Scorer::H2o, &scores), vec![0, 2, 4, 6, 7]);
+        assert_eq!(kept(Eviction::Scored { sinks: 1, scorer: Scorer::H2o { recent: Some(2) } }, &scores), vec![0, 2, 4, 6, 7]);
         // tova, nothing pinned: the five best, the tie at 0.9 kept, 0.3 and 0.4 and 0.2.
-        assert_eq!(kept_positions(&p(Eviction::Tova { sinks: 0 }), Scorer::Tova, &scores), vec![2, 3, 4, 6, 7]);
+        assert_eq!(kept(Eviction::Scored { sinks: 0, scorer: Scorer::Tova }, &scores), vec![2, 3, 4, 6, 7]);
         // Within the budget everything stays.
-        assert_eq!(kept_positions(&p(Eviction::Tova { sinks: 0 }), Scorer::Tova, &scores[..5]), vec![0, 1, 2, 3, 4]);
+        assert_eq!(kept(Eviction::Scored { sinks: 0, scorer: Scorer::Tova }, &scores[..5]), vec![0, 1, 2, 3, 4]);
         // snapkv, window 2: pooling spreads 0.9 over ±3 positions, so the newest of the pooled
         // ties win: 4 and 5 beside the window 6, 7 and the pinned 0.
-        assert_eq!(kept_positions(&p(Eviction::SnapKv { sinks: 1, observe: Some(2) }), Scorer::SnapKv, &scores), vec![0, 4, 5, 6, 7]);
+        assert_eq!(kept(Eviction::Scored { sinks: 1, scorer: Scorer::SnapKv { observe: Some(2) } }, &scores), vec![0, 4, 5, 6, 7]);
     }
 }

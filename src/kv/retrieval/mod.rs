@@ -50,7 +50,7 @@ impl CacheStream {
     pub fn new(model: &Decoder, policy: Policy) -> Result<Self> {
         policy.check()?;
         if policy.positions == PositionMode::Delta {
-            return Err(Error::input("retrieval streams prompts at slot or original positions; delta positions (the same angles as slot, with rounding) are decoded token by token, which is too slow for a sweep: use --positions slot"));
+            return Err(Error::input("retrieval streams prompts at slot or original positions; delta positions (the same angles as slot, with rounding) are decoded token by token, which is too slow for a sweep: use slot positions"));
         }
         let cfg = &model.cfg;
         match policy.eviction {
@@ -59,10 +59,10 @@ impl CacheStream {
             Eviction::Window | Eviction::Sink { .. } | Eviction::Keep { .. } => {
                 Ok(CacheStream::Positional { kv: StreamKv::new(policy.pinned()), trace: Some(PolicyTrace::after_prefix(policy, 0)) })
             }
-            Eviction::H2o { .. } | Eviction::Tova { .. } | Eviction::SnapKv { .. } => {
+            Eviction::Scored { .. } => {
                 if model.has_sliding_window() && policy.positions == PositionMode::Original {
                     return Err(Error::input(
-                        "score-based policies on a model with its own sliding windows run at slot positions; use --positions slot",
+                        "score-based policies on a model with its own sliding windows run at slot positions; use slot positions",
                     ));
                 }
                 Ok(CacheStream::Scored(ScoredCache::new(policy, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head)?))
