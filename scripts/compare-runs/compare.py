@@ -1,11 +1,20 @@
 """Compares two run trees written by runs.sh (before/ and after/ a change): JSON with the timing
 fields dropped and the tree's own path replaced, text with durations masked, every other file
-byte for byte. Usage: python3 compare.py BEFORE_DIR AFTER_DIR"""
+byte for byte. Usage: python3 compare.py [--model-record] BEFORE_DIR AFTER_DIR
+
+--model-record: compare model records without the fields that say how the layers attend (the flat
+window fields before, `arch` and `layers` since the record holds the whole decoder config)."""
 import json,os,re,sys
-B,A=os.path.abspath(sys.argv[1]),os.path.abspath(sys.argv[2])
+args=sys.argv[1:]
+MODEL_RECORD='--model-record' in args
+args=[a for a in args if a!='--model-record']
+B,A=os.path.abspath(args[0]),os.path.abspath(args[1])
+LAYOUT=('arch','layers','window','windowed_layers','nope_layers','learned_sinks')
 TIMING=re.compile(r'(seconds|tokens_per_s|wall|elapsed|rss|_s$|^s$|timestamp|per_s)')
 def strip(x):
-    if isinstance(x,dict): return {k:strip(v) for k,v in x.items() if not TIMING.search(k)}
+    if isinstance(x,dict):
+        layout=MODEL_RECORD and 'n_kv_heads' in x
+        return {k:strip(v) for k,v in x.items() if not TIMING.search(k) and not (layout and k in LAYOUT)}
     if isinstance(x,list): return [strip(v) for v in x]
     return x
 def text(p):

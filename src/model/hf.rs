@@ -52,21 +52,7 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
             .map(|v| v as usize)
             .ok_or_else(|| Error::file(&path, format!("missing or non-integer field \"{key}\"; config.json is incomplete")))
     };
-    for (flag, set_means) in [
-        ("qk_layernorm", "LayerNorms of queries and keys"),
-        ("scale_attn_by_inverse_layer_idx", "attention scores divided by the layer number"),
-        ("use_bidirectional_attention", "queries that see later keys"),
-    ] {
-        if json.get(flag).and_then(Json::as_bool) == Some(true) {
-            return Err(Error::file(
-                &path,
-                format!("sets {flag} ({set_means}), which sinkscope does not compute yet; the numbers would be another model's"),
-            ));
-        }
-    }
-    if json.get("scale_attn_weights").and_then(Json::as_bool) == Some(false) {
-        return Err(Error::file(&path, "sets scale_attn_weights = false (unscaled attention scores), which sinkscope does not compute yet"));
-    }
+    refuse_attention_switches(&json, &path)?;
     let scaling = rope_scaling(&json, &path)?;
     let d_model = req("hidden_size")?;
     let n_heads = req("num_attention_heads")?;
@@ -107,24 +93,11 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
     };
     let mut d_ff = req("intermediate_size");
     if let MlpKind::Moe(defaults) = arch.mlp {
-        let num = |k: &str| json.get(k).and_then(Json::as_u64).map(|v| v as usize);
-        let expert = match defaults.expert {
-            ExpertAct::ClampedSwiGlu { alpha, limit } => ExpertAct::ClampedSwiGlu {
-                alpha: json.get("swiglu_alpha").and_then(Json::as_f64).unwrap_or(alpha),
-                limit: json.get("swiglu_limit").and_then(Json::as_f64).unwrap_or(limit),
-            },
-            ExpertAct::SwiGlu => ExpertAct::SwiGlu,
-        };
-        arch.mlp = MlpKind::Moe(Moe {
-            experts: num("num_local_experts").or_else(|| num("num_experts")).map_or_else(|| req("num_local_experts"), Ok)?,
-            top_k: req("num_experts_per_tok")?,
-            norm_top_k: json.get("norm_topk_prob").and_then(Json::as_bool).unwrap_or(defaults.norm_top_k),
-            expert,
-            shared_ff: num("shared_expert_intermediate_size").unwrap_or(0),
-        });
+        let moe = read_experts(&json, defaults, &req)?;
+        arch.mlp = MlpKind::Moe(moe);
         // The experts' width; `intermediate_size` is then the dense layers' (Qwen-MoE).
-        if let Some(ff) = num("moe_intermediate_size") {
-            d_ff = Ok(ff);
+        if let Some(ff) = json.get("moe_intermediate_size").and_then(Json::as_u64) {
+            d_ff = Ok(ff as usize);
         }
     }
     if let Some(s) = json.get("query_pre_attn_scalar").and_then(Json::as_f64).filter(|&s| s != d_head as f64) {
@@ -157,6 +130,45 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
     };
     let tied = json.get("tie_word_embeddings").and_then(Json::as_bool).unwrap_or(false);
     Ok(HfConfig { cfg, tied, family, model_type, unread })
+}
+
+/// Refuses attention switches some configs set that sinkscope does not compute.
+fn refuse_attention_switches(json: &Json, path: &Path) -> Result<()> {
+    for (flag, set_means) in [
+        ("qk_layernorm", "LayerNorms of queries and keys"),
+        ("scale_attn_by_inverse_layer_idx", "attention scores divided by the layer number"),
+        ("use_bidirectional_attention", "queries that see later keys"),
+    ] {
+        if json.get(flag).and_then(Json::as_bool) == Some(true) {
+            return Err(Error::file(
+                path,
+                format!("sets {flag} ({set_means}), which sinkscope does not compute yet; the numbers would be another model's"),
+            ));
+        }
+    }
+    if json.get("scale_attn_weights").and_then(Json::as_bool) == Some(false) {
+        return Err(Error::file(path, "sets scale_attn_weights = false (unscaled attention scores), which sinkscope does not compute yet"));
+    }
+    Ok(())
+}
+
+/// A mixture of experts as the config states it, the family's `defaults` where it is silent.
+fn read_experts(json: &Json, defaults: Moe, req: &dyn Fn(&str) -> Result<usize>) -> Result<Moe> {
+    let num = |k: &str| json.get(k).and_then(Json::as_u64).map(|v| v as usize);
+    let expert = match defaults.expert {
+        ExpertAct::ClampedSwiGlu { alpha, limit } => ExpertAct::ClampedSwiGlu {
+            alpha: json.get("swiglu_alpha").and_then(Json::as_f64).unwrap_or(alpha),
+            limit: json.get("swiglu_limit").and_then(Json::as_f64).unwrap_or(limit),
+        },
+        ExpertAct::SwiGlu => ExpertAct::SwiGlu,
+    };
+    Ok(Moe {
+        experts: num("num_local_experts").or_else(|| num("num_experts")).map_or_else(|| req("num_local_experts"), Ok)?,
+        top_k: req("num_experts_per_tok")?,
+        norm_top_k: json.get("norm_topk_prob").and_then(Json::as_bool).unwrap_or(defaults.norm_top_k),
+        expert,
+        shared_ff: num("shared_expert_intermediate_size").unwrap_or(0),
+    })
 }
 
 /// Granite's multipliers ([`Multipliers::hf_fields`]); transformers' default for each,

@@ -8,16 +8,16 @@ use std::sync::Arc;
 use candle_core::quantized::GgmlDType;
 use candle_core::DType;
 
-use super::decoder::config::{ParamSource, MAX_SIZE};
+use super::decoder::config::ParamSource;
 use super::decoder::finite::scan_param;
-use super::decoder::{Decoder, DecoderConfig, LayerAttn, MlpKind, Param, WeightDtype};
-use super::family::{Family, Multipliers, TensorContext};
+use super::decoder::{Decoder, DecoderConfig, Param, WeightDtype};
+use super::family::TensorContext;
 use super::fit;
 use super::gguf;
+use super::gguf_config::{self, GgufModel};
 use super::hf;
 use super::info::ModelInfo;
 use super::llama2c;
-use super::rope::{FreqFactors, Yarn};
 use super::source::{resolve, ModelSource};
 use super::tokenizer::Tokenizer;
 use super::unread::{self, Unread};
@@ -121,124 +121,7 @@ fn base_info(source: &ModelSource, cfg: &DecoderConfig, architecture: String) ->
 
 fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Option<Tokenizer>, ModelInfo)> {
     let file = gguf::GgufFile::open(path)?;
-    let arch = file.architecture()?.to_owned();
-    let family = Family::from_gguf(&arch).ok_or_else(|| {
-        Error::file(path, format!("unknown architecture '{arch}'; sinkscope supports GGUF models of the architectures {}", Family::gguf_supported()))
-    })?;
-    let key = |k: &str| format!("{arch}.{k}");
-    let experts = file.get(&key("expert_count")).and_then(gguf::Value::as_u64).unwrap_or(0);
-    let family = family.with_gguf_experts(experts);
-    // Experts without a count (what loading them as a dense block would call a missing MLP).
-    if let Some(t) = file.tensors.keys().find(|n| n.contains("_exps.")).filter(|_| !family.is_moe()) {
-        return Err(Error::file(
-            path,
-            format!(
-                "holds {t} (a mixture of experts) but no {} > 0, which sinkscope needs to compute it; the file is incomplete",
-                key("expert_count")
-            ),
-        ));
-    }
-    let unread_keys = unread::gguf_keys(
-        &arch,
-        family.is_moe(),
-        family.multipliers,
-        file.metadata.keys().map(String::as_str),
-        |k| file.get(k).and_then(gguf::Value::as_u64),
-        |k| file.get(k).and_then(gguf::Value::as_bool),
-    );
-    let n_heads = file.req_u64(&key("attention.head_count"))? as usize;
-    let d_model = file.req_u64(&key("embedding_length"))? as usize;
-    let vocab_size = file
-        .tensors
-        .get("token_embd.weight")
-        .map(|t| t.shape[0])
-        .ok_or_else(|| Error::file(path, "tensor token_embd.weight is missing; the GGUF file is incomplete"))?;
-    let d_head = file.get(&key("attention.key_length")).and_then(gguf::Value::as_u64).map_or(d_model / n_heads.max(1), |v| v as usize);
-    if let Some(v) = file.get(&key("attention.value_length")).and_then(gguf::Value::as_u64).filter(|&v| v as usize != d_head) {
-        return Err(Error::file(
-            path,
-            format!(
-                "{} = {v} differs from the key length {d_head}, which sinkscope does not compute yet; the numbers would be another model's",
-                key("attention.value_length")
-            ),
-        ));
-    }
-    if let Some(v) = file.get(&key("vocab_size")).and_then(gguf::Value::as_u64).filter(|&v| v as usize != vocab_size) {
-        return Err(Error::file(path, format!("{} = {v} but token_embd.weight has {vocab_size} rows; the file is inconsistent", key("vocab_size"))));
-    }
-    let mut switches = family.switches;
-    if let Some(r) = file.get(&key("rope.dimension_count")).and_then(gguf::Value::as_u64) {
-        switches.rotary_dims = Some(r as usize).filter(|&r| r != d_head);
-    }
-    if let Some(parallel) = file.get(&key("use_parallel_residual")).and_then(gguf::Value::as_bool) {
-        switches.parallel_residual = parallel;
-    }
-    let n_layers = file.req_u64(&key("block_count"))? as usize;
-    if n_layers == 0 || n_layers > MAX_SIZE {
-        return Err(Error::file(path, format!("model configuration is impossible: layers = {n_layers}")));
-    }
-    let rope_theta = file.opt_f64(&key("rope.freq_base")).unwrap_or(10000.0);
-    let mut layers = gguf_layers(&file, &arch, family, n_layers, rope_theta)?;
-    if family.gguf_nope_every > 0 {
-        layers.iter_mut().skip(family.gguf_nope_every - 1).step_by(family.gguf_nope_every).for_each(|layer| layer.nope = true);
-    }
-    // llama.cpp's rule for some sizes of a family (Gemma's 27B): queries scaled by
-    // (d_model / heads)^−½ instead of d_head^−½, as the HF configs' query_pre_attn_scalar says.
-    if family.gguf_attn_scale_layers.contains(&n_layers) && d_model / n_heads.max(1) != d_head {
-        switches.attn_scale = Some(1.0 / ((d_model / n_heads.max(1)) as f64).sqrt());
-    }
-    // llama.cpp's reading: 0 or absent means "not scaled" (the attention's 1/√d_head).
-    let factor = |k: &str| file.opt_f64(&key(k)).filter(|&f| f != 0.0 && f != 1.0);
-    match family.multipliers {
-        Some(Multipliers::Granite) => {
-            switches.attn_scale = file.opt_f64(&key("attention.scale")).filter(|&s| s != 0.0 && s != 1.0 / (d_head as f64).sqrt());
-            switches.embed_multiplier = factor("embedding_scale");
-            switches.residual_multiplier = factor("residual_scale");
-            switches.logit_divisor = factor("logit_scale");
-        }
-        Some(Multipliers::LogitScale) => switches.logit_divisor = factor("logit_scale").map(|s| 1.0 / s),
-        None => {}
-    }
-    switches.attn_logit_softcap = file.opt_f64(&key("attn_logit_softcapping")).filter(|&c| c != 0.0);
-    switches.final_logit_softcap = file.opt_f64(&key("final_logit_softcapping")).filter(|&c| c != 0.0);
-    let rope_freq_factors = gguf_freq_factors(&file, &arch, switches.rotary_dims.unwrap_or(d_head))?;
-    let context_len = file.req_u64(&key("context_length"))? as usize;
-    switches.rope_yarn = gguf_yarn(&file, &arch, context_len)?;
-    let mut d_ff = file.req_u64(&key("feed_forward_length"))? as usize;
-    if let MlpKind::Moe(moe) = &mut switches.mlp {
-        let count = |k: &str| -> Result<Option<usize>> {
-            match file.get(&key(k)) {
-                None => Ok(None),
-                Some(v) => v
-                    .as_u64()
-                    .map(|n| Some(n as usize))
-                    .ok_or_else(|| Error::file(path, format!("{} is not one count (a count per layer is not computed yet)", key(k)))),
-            }
-        };
-        moe.experts = experts as usize;
-        moe.top_k = file.req_u64(&key("expert_used_count"))? as usize;
-        moe.shared_ff = count("expert_shared_feed_forward_length")?.unwrap_or(0);
-        d_ff = count("expert_feed_forward_length")?.unwrap_or(d_ff);
-    }
-    let cfg = DecoderConfig {
-        n_layers,
-        n_heads,
-        n_kv_heads: file.get(&key("attention.head_count_kv")).and_then(gguf::Value::as_u64).map_or(n_heads, |v| v as usize),
-        d_model,
-        d_head,
-        d_ff,
-        vocab_size,
-        context_len,
-        rope_theta,
-        rope_layout: family.gguf_rope,
-        rope_freq_factors,
-        rms_eps: file
-            .opt_f64(&key("attention.layer_norm_rms_epsilon"))
-            .or_else(|| file.opt_f64(&key("attention.layer_norm_epsilon")))
-            .unwrap_or(1e-5),
-        arch: switches,
-        layers,
-    };
+    let GgufModel { arch, cfg, unread: unread_keys } = gguf_config::read_config(&file)?;
     let tokenizer = match &opts.tokenizer {
         Some(_) => None,
         None => Some(Tokenizer::from_gguf(&file)?),
@@ -252,7 +135,8 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
         info.compute = "quantized matmuls (--quantized)".into();
     }
     let quantized = opts.quantized;
-    // The factors were read above; every other tensor is read by the decoder or unread.
+    // The RoPE factors were read with the configuration; every other tensor is read by the
+    // decoder or unread.
     let mut read: BTreeSet<String> = ["rope_freqs.weight".to_owned()].into();
     let model = load_decoder(cfg, path, opts, &mut info, &mut |name| {
         if !file.has_tensor(name) {
@@ -275,124 +159,6 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
     info.unread = unread_keys;
     info.unread.extend(unread::gguf_tensors(file.tensors.keys().map(String::as_str), &read));
     Ok((model, tokenizer, info))
-}
-
-/// How each layer of a GGUF file attends: through `{arch}.attention.sliding_window` keys (or the
-/// window llama.cpp assumes for the family) on the layers `attention.sliding_window_pattern` says
-/// (every Nth layer global, or one flag per layer) or the family fixes, rotated with
-/// `rope.freq_base_swa` or the family's local base; every layer global otherwise.
-fn gguf_layers(file: &gguf::GgufFile, arch: &str, family: Family, n_layers: usize, theta: f64) -> Result<Vec<LayerAttn>> {
-    let key = |k: &str| format!("{arch}.{k}");
-    // llama.cpp's converter writes 0 for "no window" (Phi-3's config without one).
-    let window = file.get(&key("attention.sliding_window")).and_then(gguf::Value::as_u64).filter(|&w| w > 0).map(|w| w as usize);
-    let layout = match (window, family.gguf_windows) {
-        (Some(w), None) => {
-            return Err(Error::file(
-                &file.path,
-                format!("the model attends through a sliding window of {w} keys ({}), which sinkscope computes for {} only so far; the numbers would be another model's", key("attention.sliding_window"), Family::gguf_windowed_supported()),
-            ))
-        }
-        (_, None) => return Ok(vec![LayerAttn::global(theta); n_layers]),
-        (_, Some(layout)) => layout,
-    };
-    let Some(window) = window.or(layout.default_window) else { return Ok(vec![LayerAttn::global(theta); n_layers]) };
-    let local = LayerAttn {
-        window: Some(window),
-        rope_theta: file.opt_f64(&key("rope.freq_base_swa")).or(layout.local_rope_theta).unwrap_or(theta),
-        nope: false,
-        unscaled: !layout.local_scaled,
-    };
-    let pattern_key = key("attention.sliding_window_pattern");
-    let windowed: Vec<bool> = match file.get(&pattern_key) {
-        Some(gguf::Value::Array(flags)) => {
-            let flags: Option<Vec<bool>> = flags.iter().map(gguf::Value::as_bool).collect();
-            flags
-                .filter(|f| f.len() == n_layers)
-                .ok_or_else(|| Error::file(&file.path, format!("{pattern_key} is not one flag per layer ({n_layers}); the file is corrupt")))?
-        }
-        Some(v) => {
-            let every = v
-                .as_u64()
-                .filter(|&n| n > 0)
-                .ok_or_else(|| Error::file(&file.path, format!("{pattern_key} is not a positive count; the file is corrupt")))?;
-            (0..n_layers as u64).map(|l| l % every < every - 1).collect()
-        }
-        None => (0..n_layers).map(|l| layout.global_every == 0 || (l + 1) % layout.global_every != 0).collect(),
-    };
-    Ok(windowed.into_iter().map(|w| if w { local } else { LayerAttn::global(theta) }).collect())
-}
-
-/// YaRN as a GGUF file states it (`rope.scaling.type` yarn): `rope.scaling.factor`, the
-/// original context (`rope.scaling.original_context_length`, else the training context, as
-/// llama.cpp reads it), the ramp's betas (`yarn_beta_fast`, `yarn_beta_slow`: 32 and 1 unless
-/// stated) and the attention factor the converter copies from the HF config
-/// (`yarn_attn_factor`; else 1 + 0.1·ln(factor), which llama.cpp computes in any case).
-fn gguf_yarn(file: &gguf::GgufFile, arch: &str, context_len: usize) -> Result<Option<Yarn>> {
-    let key = |k: &str| format!("{arch}.rope.scaling.{k}");
-    if file.get(&key("type")).and_then(gguf::Value::as_str) != Some("yarn") {
-        return Ok(None);
-    }
-    let positive = |k: &str| -> Result<Option<f64>> {
-        match file.opt_f64(&key(k)) {
-            None => Ok(None),
-            Some(v) if v.is_finite() && v > 0.0 => Ok(Some(v)),
-            Some(v) => Err(Error::file(&file.path, format!("{} = {v} is not a positive number; the file is corrupt", key(k)))),
-        }
-    };
-    let factor = positive("factor")?
-        .ok_or_else(|| Error::file(&file.path, format!("{} is yarn but {} is missing; the file is incomplete", key("type"), key("factor"))))?;
-    Ok(Some(Yarn {
-        factor,
-        original_context: positive("original_context_length")?.unwrap_or(context_len as f64),
-        beta_fast: positive("yarn_beta_fast")?.unwrap_or(32.0),
-        beta_slow: positive("yarn_beta_slow")?.unwrap_or(1.0),
-        truncate: true,
-        attention_factor: positive("yarn_attn_factor")?.unwrap_or(if factor <= 1.0 { 1.0 } else { 1.0 + 0.1 * factor.ln() }),
-    }))
-}
-
-/// The RoPE frequency factors of a GGUF file: llama.cpp's `rope_freqs.weight` (what its
-/// converter writes for Llama 3's scaling) and a linear `rope.scaling.type`, which llama.cpp
-/// applies together; YaRN is [`gguf_yarn`]'s, any other scaling type is refused by name.
-fn gguf_freq_factors(file: &gguf::GgufFile, arch: &str, rot_dims: usize) -> Result<Option<FreqFactors>> {
-    let path = &file.path;
-    let scaling_key = format!("{arch}.rope.scaling.type");
-    let linear = match file.get(&scaling_key).and_then(gguf::Value::as_str) {
-        None | Some("none") | Some("yarn") => None,
-        Some("linear") => {
-            let key = format!("{arch}.rope.scaling.factor");
-            let factor = file.opt_f64(&key).filter(|f| f.is_finite() && *f > 0.0);
-            Some(factor.ok_or_else(|| Error::file(path, format!("{scaling_key} is linear but {key} is missing or not positive; the file is incomplete")))?)
-        }
-        Some(kind) => {
-            return Err(Error::file(path, format!("{scaling_key} = {kind}: RoPE scaling '{kind}', which sinkscope does not compute for GGUF files yet; the numbers would be another model's")))
-        }
-    };
-    let tensor = match file.tensors.get("rope_freqs.weight") {
-        None => None,
-        Some(t) if t.shape.iter().product::<usize>() == rot_dims / 2 => {
-            let values = file.qtensor("rope_freqs.weight")?.dequantize(&candle_core::Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
-            Some(values.into_iter().map(f64::from).collect::<Vec<_>>())
-        }
-        Some(t) => {
-            return Err(Error::file(
-                path,
-                format!(
-                    "tensor rope_freqs.weight has shape {:?} but the model rotates {} pairs of dimensions; the file is inconsistent",
-                    t.shape,
-                    rot_dims / 2
-                ),
-            ))
-        }
-    };
-    Ok(match (tensor, linear) {
-        (None, None) => None,
-        (None, Some(f)) => Some(FreqFactors::linear(f, rot_dims / 2)),
-        (Some(factors), None) => Some(FreqFactors { source: "rope_freqs.weight".into(), factors }),
-        (Some(factors), Some(f)) => {
-            Some(FreqFactors { source: format!("rope_freqs.weight, linear ×{f}"), factors: factors.iter().map(|x| x * f).collect() })
-        }
-    })
 }
 
 /// Builds the decoder from a loader's tensor getter; with `opts.scan_weights`, every tensor is

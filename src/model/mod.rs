@@ -9,6 +9,7 @@ pub mod family;
 pub mod fetch;
 pub mod fit;
 pub mod gguf;
+pub mod gguf_config;
 pub mod hf;
 pub mod hook;
 pub mod info;

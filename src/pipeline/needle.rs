@@ -121,40 +121,12 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
         if let (Some(h), Some(found)) = (&opts.retrieval_heads, &heads) {
             arms.extend(per_head_arms(found, h, haystack.prompt_len(trials[0].needle.len()))?);
         }
+        let parts = PartContext { opts, trials: &trials, sha: &sha, settings: &settings, dir: &parts_dir };
         for arm in &arms {
-            let label = &arm.label;
-            let file = parts_dir.join(format!("{}-L{length}.json", crate::report::needle::slug(label)));
-            let done = std::fs::read(&file).ok().and_then(|b| serde_json::from_slice::<Part>(&b).ok()).filter(|part| {
-                part.format == PART_FORMAT
-                    && part.model_sha256 == sha
-                    && same_prompts(&part.settings, &settings)
-                    && &part.policy == label
-                    && part.length == length
-            });
-            let part = match done {
-                Some(part) => {
-                    progress.stage(&format!("{label} at {length} tokens: already done"));
-                    part
-                }
-                None => {
-                    progress.stage(&format!("{label} at {length} tokens"));
-                    let part = run_part(lm, arm, &haystack, opts, &trials, &sha, &settings, progress)?;
-                    write_json_atomic(&file, &part)?;
-                    part
-                }
-            };
+            let part = parts.part(lm, arm, &haystack, length, progress)?;
             tokens_run += part.tokens_run;
             tokens_separate += part.tokens_separate;
-            let i = policies.iter().position(|p| &p.label == label).unwrap_or_else(|| {
-                let p = NeedlePolicy { label: label.clone(), policy: arm.policy, compression: arm.compression, budget: arm.budget, seconds: 0.0 };
-                policies.push(p);
-                policies.len() - 1
-            });
-            // A budget that changes with the length is each trial's own.
-            if policies[i].budget != arm.budget {
-                policies[i].budget = None;
-            }
-            policies[i].seconds += part.seconds;
+            add_seconds(&mut policies, arm, part.seconds);
             all.extend(part.trials);
         }
     }
@@ -172,6 +144,53 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
     };
     write_report(&report, out)?;
     Ok(report)
+}
+
+/// What every part of one needle run shares: the options, the drawn trials, the model's hash, the
+/// settings that decide the prompts, and the directory parts are kept in.
+struct PartContext<'a> {
+    opts: &'a NeedleOptions,
+    trials: &'a [Trial],
+    sha: &'a str,
+    settings: &'a NeedleSettings,
+    dir: &'a Path,
+}
+
+impl PartContext<'_> {
+    /// `arm` at `length` tokens: the part an earlier run kept for the same model, prompts and
+    /// arm, else run now and kept.
+    fn part(&self, lm: &LoadedModel, arm: &Arm, haystack: &Haystack, length: usize, progress: &mut dyn Progress) -> Result<Part> {
+        let label = &arm.label;
+        let file = self.dir.join(format!("{}-L{length}.json", crate::report::needle::slug(label)));
+        let done = std::fs::read(&file).ok().and_then(|b| serde_json::from_slice::<Part>(&b).ok()).filter(|part| {
+            part.format == PART_FORMAT
+                && part.model_sha256 == self.sha
+                && same_prompts(&part.settings, self.settings)
+                && &part.policy == label
+                && part.length == length
+        });
+        if let Some(part) = done {
+            progress.stage(&format!("{label} at {length} tokens: already done"));
+            return Ok(part);
+        }
+        progress.stage(&format!("{label} at {length} tokens"));
+        let part = run_part(lm, arm, haystack, self.opts, self.trials, self.sha, self.settings, progress)?;
+        write_json_atomic(&file, &part)?;
+        Ok(part)
+    }
+}
+
+/// Adds one part's time to its arm's policy row (made on the arm's first part); a budget that
+/// changes with the length is each trial's own.
+fn add_seconds(policies: &mut Vec<NeedlePolicy>, arm: &Arm, seconds: f64) {
+    let i = policies.iter().position(|p| p.label == arm.label).unwrap_or_else(|| {
+        policies.push(NeedlePolicy { label: arm.label.clone(), policy: arm.policy, compression: arm.compression, budget: arm.budget, seconds: 0.0 });
+        policies.len() - 1
+    });
+    if policies[i].budget != arm.budget {
+        policies[i].budget = None;
+    }
+    policies[i].seconds += seconds;
 }
 
 /// A book's opening, enough for `length` tokens (and the same for this length whatever the other

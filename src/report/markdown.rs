@@ -6,12 +6,13 @@ use std::fmt::Write;
 use std::path::Path;
 
 use super::bundle::{FigureSpec, FIGURES_DIR, TABLES_DIR};
+use super::records::{CaptureReport, StreamReport};
 use super::run::Run;
 use super::tables::Table;
 use super::tokens::label;
 use crate::analysis::findings::{AnalysisFindings, ByLayerKind, CaptureFindings, Largest};
 use crate::analysis::sinks::LearnedSinks;
-use crate::kv::per_head::FrontierRow;
+use crate::kv::per_head::{Frontier, FrontierRow};
 use crate::metrics::massive;
 use crate::model::info::ModelInfo;
 
@@ -88,116 +89,16 @@ pub fn index(run: &Run, figures: &[FigureSpec], tables: &[Table], exists: &dyn F
 fn findings(run: &Run, s: &mut String) {
     s.push_str("## Findings\n\n");
     if let Some(c) = &run.capture {
-        let ppl = c.nll.as_ref().map_or(String::new(), |n| format!(", perplexity {:.2}", n.perplexity));
-        let _ = writeln!(s, "**Captured text.** {} — {} tokens{ppl}.\n", c.text_source, c.n_tokens);
-        let f = CaptureFindings::of(run.model(), &c.summary);
-        if let Some(kinds) = &f.alpha0_by_kind {
-            let _ = writeln!(s, "- **Attention on position 0 by layer kind.** {}", by_window_kind(kinds));
-        }
-        if let Some(ls) = &f.learned_sinks {
-            let _ = writeln!(s, "- **Learned sinks.** {}", learned_sink_line(ls));
-        }
-        if let Some((mean, layer, peak)) = f.first_token {
-            let first = c.tokens.first().map_or(String::new(), |t| format!(" (`{}`)", label(&t.piece, run.byte_level())));
-            let _ = writeln!(
-                s,
-                "- **Attention on the first token{first}.** Averaged over all layers and heads, a query pays {:.1}% of its attention to position 0; layer {layer} is the most sink-bound at {:.1}%.",
-                100.0 * mean,
-                100.0 * peak
-            );
-        }
-        if let Some(Largest { layer, max_abs, pos, dim, median_abs: median }) = f.largest_activation {
-            let ratio = if median > 0.0 { format!(", {:.0}× that layer's median |h| of {:.3}", max_abs / median, median) } else { String::new() };
-            let at = match (pos, dim) {
-                (Some(p), Some(d)) => {
-                    format!(" at position {p} (`{}`), dim {d}", c.tokens.get(p).map_or(String::new(), |t| label(&t.piece, run.byte_level())))
-                }
-                _ => String::new(),
-            };
-            let _ = writeln!(s, "- **Largest activation.** |h| = {max_abs:.1} after layer {layer}{at}{ratio}.");
-        }
-        s.push('\n');
+        capture_findings(run, c, s);
     }
     if let Some(a) = &run.analysis {
         diagnosis_section(&AnalysisFindings::of(a), s);
     }
     if let Some(st) = &run.stream {
-        let _ = writeln!(s, "**Streaming** over {} tokens of `{}`.\n", st.tokens.len(), st.text_source);
-        if let Some(r) = &st.recommendation {
-            let _ = writeln!(
-                s,
-                "- **Recommended sink count at W = {}: {}.** {}\n",
-                r.cache,
-                r.recommended_sinks.map_or("-".into(), |v| v.to_string()),
-                r.verdict
-            );
-            s.push_str("| policy | perplexity | after first eviction | × best | cliff |\n|---|---:|---:|---:|---|\n");
-            for row in &r.table {
-                let _ = writeln!(
-                    s,
-                    "| {} | {:.3} | {} | {} | {} |",
-                    row.label,
-                    row.ppl,
-                    match (row.ppl_after_eviction, row.ppl_after_eviction_ci, row.scored_steps) {
-                        (Some(p), Some([lo, hi]), Some(n)) => format!("{p:.3} (a sample of {n} steps; 95% interval {lo:.2}–{hi:.2})"),
-                        (p, _, _) => p.map_or("-".into(), |p| format!("{p:.3}")),
-                    },
-                    row.ratio_to_best.map_or("-".into(), |x| format!("{x:.3}")),
-                    row.cliff_step.map_or("none".into(), |c| format!("step {c}"))
-                );
-            }
-        } else {
-            s.push_str("| policy | perplexity | after first eviction | cliff | KV memory at peak |\n|---|---:|---:|---|---|\n");
-            for o in &st.outcomes {
-                let _ = writeln!(
-                    s,
-                    "| {} | {:.3} | {} | {} | {} |",
-                    o.label,
-                    o.ppl,
-                    o.ppl_after_eviction.map_or("-".into(), |p| format!("{p:.3}")),
-                    o.cliff_step.map_or("none".into(), |c| format!("step {c}")),
-                    o.kv_memory.describe()
-                );
-            }
-        }
-        let kept = super::figures::unpinned_kept(run);
-        if !kept.is_empty() {
-            s.push_str("\nWhat score-based policies with nothing pinned kept (share of layer × KV head × step after the first eviction holding positions 0 / 1 / 2 / 3; mean age of the kept keys):\n\n");
-            for (label, k) in kept {
-                let shares: Vec<String> = k.kept_first_share.iter().map(|v| format!("{:.0}%", 100.0 * v)).collect();
-                let _ = writeln!(s, "- {label}: {}; mean key age {:.1} tokens", shares.join(" / "), k.mean_age);
-            }
-        }
-        if let Some(m) = st.recommendation.as_ref().and_then(|r| Some((r.cache, r.kv_memory?))) {
-            let _ = writeln!(s, "\nKV memory at W = {}: {} per sequence.", m.0, m.1.describe());
-        }
-        if let Some(note) = st.recommendation.as_ref().and_then(|r| r.model_windows.as_ref()) {
-            let _ = writeln!(s, "\nNote: {note}.");
-        }
-        s.push('\n');
+        stream_findings(run, st, s);
     }
     if let Some(f) = &run.per_head {
-        let kv = f.gates.score.iter().map(Vec::len).sum::<usize>();
-        let _ = writeln!(
-            s,
-            "**Per-head policies** over {} tokens: retrieval KV heads keep every key, the others {} sinks + {} recent (W = {}); heads ranked by {}.\n",
-            f.tokens, f.sinks, f.cache - f.sinks, f.cache, f.gates.ranked_by_text()
-        );
-        let _ = writeln!(s, "| retrieval KV heads | KV memory (f16) | perplexity from step {} | uniform sink S = {}, same memory | its W | uniform memory at equal perplexity |\n|---|---:|---:|---:|---:|---:|", f.cache, f.sinks);
-        for r in &f.rows {
-            let _ = writeln!(
-                s,
-                "| {} of {kv} ({:.1}%) | {:.2} MiB | {:.3} | {:.3} | {} | {} |",
-                r.retrieval_heads,
-                100.0 * r.share,
-                r.bytes as f64 / (1 << 20) as f64,
-                r.ppl_from_w,
-                r.uniform_ppl_from_w,
-                r.uniform_cache,
-                equal_ppl_memory(r)
-            );
-        }
-        s.push('\n');
+        per_head_findings(f, s);
     }
     if let Some(q) = &run.quant {
         quant_section(s, q);
@@ -206,6 +107,124 @@ fn findings(run: &Run, s: &mut String) {
         s.push_str(&super::needle::markdown(n));
         s.push('\n');
     }
+}
+
+/// The captured text: attention on position 0 (by layer kind), learned sinks, the largest
+/// activation.
+fn capture_findings(run: &Run, c: &CaptureReport, s: &mut String) {
+    let ppl = c.nll.as_ref().map_or(String::new(), |n| format!(", perplexity {:.2}", n.perplexity));
+    let _ = writeln!(s, "**Captured text.** {} — {} tokens{ppl}.\n", c.text_source, c.n_tokens);
+    let f = CaptureFindings::of(run.model(), &c.summary);
+    if let Some(kinds) = &f.alpha0_by_kind {
+        let _ = writeln!(s, "- **Attention on position 0 by layer kind.** {}", by_window_kind(kinds));
+    }
+    if let Some(ls) = &f.learned_sinks {
+        let _ = writeln!(s, "- **Learned sinks.** {}", learned_sink_line(ls));
+    }
+    if let Some((mean, layer, peak)) = f.first_token {
+        let first = c.tokens.first().map_or(String::new(), |t| format!(" (`{}`)", label(&t.piece, run.byte_level())));
+        let _ = writeln!(
+            s,
+            "- **Attention on the first token{first}.** Averaged over all layers and heads, a query pays {:.1}% of its attention to position 0; layer {layer} is the most sink-bound at {:.1}%.",
+            100.0 * mean,
+            100.0 * peak
+        );
+    }
+    if let Some(Largest { layer, max_abs, pos, dim, median_abs: median }) = f.largest_activation {
+        let ratio = if median > 0.0 { format!(", {:.0}× that layer's median |h| of {:.3}", max_abs / median, median) } else { String::new() };
+        let at = match (pos, dim) {
+            (Some(p), Some(d)) => {
+                format!(" at position {p} (`{}`), dim {d}", c.tokens.get(p).map_or(String::new(), |t| label(&t.piece, run.byte_level())))
+            }
+            _ => String::new(),
+        };
+        let _ = writeln!(s, "- **Largest activation.** |h| = {max_abs:.1} after layer {layer}{at}{ratio}.");
+    }
+    s.push('\n');
+}
+
+/// The streaming sweep: the recommendation and its table (or each policy's outcome), what
+/// unpinned score-based policies kept, KV memory.
+fn stream_findings(run: &Run, st: &StreamReport, s: &mut String) {
+    let _ = writeln!(s, "**Streaming** over {} tokens of `{}`.\n", st.tokens.len(), st.text_source);
+    if let Some(r) = &st.recommendation {
+        let _ = writeln!(
+            s,
+            "- **Recommended sink count at W = {}: {}.** {}\n",
+            r.cache,
+            r.recommended_sinks.map_or("-".into(), |v| v.to_string()),
+            r.verdict
+        );
+        s.push_str("| policy | perplexity | after first eviction | × best | cliff |\n|---|---:|---:|---:|---|\n");
+        for row in &r.table {
+            let _ = writeln!(
+                s,
+                "| {} | {:.3} | {} | {} | {} |",
+                row.label,
+                row.ppl,
+                match (row.ppl_after_eviction, row.ppl_after_eviction_ci, row.scored_steps) {
+                    (Some(p), Some([lo, hi]), Some(n)) => format!("{p:.3} (a sample of {n} steps; 95% interval {lo:.2}–{hi:.2})"),
+                    (p, _, _) => p.map_or("-".into(), |p| format!("{p:.3}")),
+                },
+                row.ratio_to_best.map_or("-".into(), |x| format!("{x:.3}")),
+                row.cliff_step.map_or("none".into(), |c| format!("step {c}"))
+            );
+        }
+    } else {
+        s.push_str("| policy | perplexity | after first eviction | cliff | KV memory at peak |\n|---|---:|---:|---|---|\n");
+        for o in &st.outcomes {
+            let _ = writeln!(
+                s,
+                "| {} | {:.3} | {} | {} | {} |",
+                o.label,
+                o.ppl,
+                o.ppl_after_eviction.map_or("-".into(), |p| format!("{p:.3}")),
+                o.cliff_step.map_or("none".into(), |c| format!("step {c}")),
+                o.kv_memory.describe()
+            );
+        }
+    }
+    let kept = super::figures::unpinned_kept(run);
+    if !kept.is_empty() {
+        s.push_str("\nWhat score-based policies with nothing pinned kept (share of layer × KV head × step after the first eviction holding positions 0 / 1 / 2 / 3; mean age of the kept keys):\n\n");
+        for (label, k) in kept {
+            let shares: Vec<String> = k.kept_first_share.iter().map(|v| format!("{:.0}%", 100.0 * v)).collect();
+            let _ = writeln!(s, "- {label}: {}; mean key age {:.1} tokens", shares.join(" / "), k.mean_age);
+        }
+    }
+    if let Some(m) = st.recommendation.as_ref().and_then(|r| Some((r.cache, r.kv_memory?))) {
+        let _ = writeln!(s, "\nKV memory at W = {}: {} per sequence.", m.0, m.1.describe());
+    }
+    if let Some(note) = st.recommendation.as_ref().and_then(|r| r.model_windows.as_ref()) {
+        let _ = writeln!(s, "\nNote: {note}.");
+    }
+    s.push('\n');
+}
+
+/// Per-head policies against uniform ones at the same memory.
+fn per_head_findings(f: &Frontier, s: &mut String) {
+    let kv = f.gates.score.iter().map(Vec::len).sum::<usize>();
+    let _ =
+        writeln!(
+        s,
+        "**Per-head policies** over {} tokens: retrieval KV heads keep every key, the others {} sinks + {} recent (W = {}); heads ranked by {}.\n",
+        f.tokens, f.sinks, f.cache - f.sinks, f.cache, f.gates.ranked_by_text()
+    );
+    let _ = writeln!(s, "| retrieval KV heads | KV memory (f16) | perplexity from step {} | uniform sink S = {}, same memory | its W | uniform memory at equal perplexity |\n|---|---:|---:|---:|---:|---:|", f.cache, f.sinks);
+    for r in &f.rows {
+        let _ = writeln!(
+            s,
+            "| {} of {kv} ({:.1}%) | {:.2} MiB | {:.3} | {:.3} | {} | {} |",
+            r.retrieval_heads,
+            100.0 * r.share,
+            r.bytes as f64 / (1 << 20) as f64,
+            r.ppl_from_w,
+            r.uniform_ppl_from_w,
+            r.uniform_cache,
+            equal_ppl_memory(r)
+        );
+    }
+    s.push('\n');
 }
 
 /// `quant`'s table of settings and its findings.

@@ -10,8 +10,10 @@ use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::{block, heading, kv, quoted, DIM, WARN};
-use crate::analysis::findings::heads_by_alpha0;
+use crate::analysis::findings::{heads_by_alpha0, AnalysisFindings};
+use crate::analysis::survey::Survey;
 use crate::metrics::massive;
+use crate::tui::data::{Data, LayerRow};
 use crate::tui::state::App;
 use crate::tui::widgets::colour::short;
 
@@ -118,27 +120,44 @@ fn model_lines(app: &App) -> Vec<Line<'static>> {
     v
 }
 
+/// The findings column: the survey (when the run is one), sinks, the strongest heads, the
+/// causal sweep and massive activations, each rendered from the run's findings values.
 fn findings_lines(app: &App) -> Vec<Line<'static>> {
-    let (run, data) = (&app.run, &app.data);
     let mut v = Vec::new();
-    if let Some(s) = &run.survey {
-        v.push(heading(&format!("Survey of {} models (the Survey view, 7, compares them; Enter there opens another's run)", s.rows.len())));
-        v.push(Line::from(Span::styled(
-            "  model · Sink_0^ε · F-Attn · window/best after eviction · recommended S · streaming heads · run_dir",
-            Style::new().fg(DIM),
-        )));
-        for r in &s.rows {
-            let ratio = r.worst_window_ratio().map_or("-".into(), |x| format!("{x:.2}×"));
-            let sinks = r.recommended_sinks().map_or("-".into(), |s| s.to_string());
-            let streaming: Vec<String> = r.sweeps.iter().filter_map(|w| Some(format!("{:.0}%@W{}", w.streaming_heads?, w.cache))).collect();
-            let streaming = if streaming.is_empty() { "-".to_string() } else { streaming.join(" ") };
-            v.push(Line::from(format!("  {} · {:.1}% · {:.3} · {ratio} · S = {sinks} · {streaming} · {}", r.model, r.sink_0, r.f_attn, r.run_dir)));
-        }
-        v.push(Line::from(""));
+    if let Some(s) = &app.run.survey {
+        survey_lines(s, &mut v);
     }
+    sink_lines(app, &mut v);
+    v.push(Line::from(""));
+    head_lines(&app.data, &mut v);
+    v.push(Line::from(""));
+    causal_lines(app.data.findings.as_ref(), &mut v);
+    v.push(Line::from(""));
+    massive_lines(&app.data, &mut v);
+    v
+}
+
+fn survey_lines(s: &Survey, v: &mut Vec<Line<'static>>) {
+    v.push(heading(&format!("Survey of {} models (the Survey view, 7, compares them; Enter there opens another's run)", s.rows.len())));
+    v.push(Line::from(Span::styled(
+        "  model · Sink_0^ε · F-Attn · window/best after eviction · recommended S · streaming heads · run_dir",
+        Style::new().fg(DIM),
+    )));
+    for r in &s.rows {
+        let ratio = r.worst_window_ratio().map_or("-".into(), |x| format!("{x:.2}×"));
+        let sinks = r.recommended_sinks().map_or("-".into(), |s| s.to_string());
+        let streaming: Vec<String> = r.sweeps.iter().filter_map(|w| Some(format!("{:.0}%@W{}", w.streaming_heads?, w.cache))).collect();
+        let streaming = if streaming.is_empty() { "-".to_string() } else { streaming.join(" ") };
+        v.push(Line::from(format!("  {} · {:.1}% · {:.3} · {ratio} · S = {sinks} · {streaming} · {}", r.model, r.sink_0, r.f_attn, r.run_dir)));
+    }
+    v.push(Line::from(""));
+}
+
+/// Where the probes sink (positions, Sink_k^ε, F-Attn) and where this text does.
+fn sink_lines(app: &App, v: &mut Vec<Line<'static>>) {
+    let (run, data) = (&app.run, &app.data);
     v.push(heading("Sinks"));
-    let diagnosis = run.analysis.as_ref().zip(data.findings.as_ref());
-    match diagnosis {
+    match run.analysis.as_ref().zip(data.findings.as_ref()) {
         Some((a, d)) => {
             let token_of = |pos: usize| {
                 a.probes
@@ -171,16 +190,22 @@ fn findings_lines(app: &App) -> Vec<Line<'static>> {
             data.text_sinks.iter().take(6).map(|s| format!("{} {} ({} heads)", s.pos, quoted(data.display.get(s.pos)), s.heads.len())).collect();
         v.push(kv("this text", list.join(", ")));
     }
-    v.push(Line::from(""));
+}
+
+/// The five heads with the largest α_0 and the head classes.
+fn head_lines(data: &Data, v: &mut Vec<Line<'static>>) {
     v.push(heading("Strongest sink heads (α_0)"));
     let top: Vec<String> = heads_by_alpha0(&data.alpha).iter().take(5).map(|(l, h, a)| format!("L{l}H{h} {a:.2}")).collect();
     v.push(Line::from(format!("  {}", top.join(" · "))));
     if let Some(d) = &data.findings {
         v.push(kv("head classes", d.classes.describe(" · ")));
     }
-    v.push(Line::from(""));
+}
+
+/// The causal sweep's strongest single heads and whole layer.
+fn causal_lines(findings: Option<&AnalysisFindings>, v: &mut Vec<Line<'static>>) {
     v.push(heading("Causal dependency (key masked → ΔNLL)"));
-    match diagnosis.and_then(|(_, d)| d.causal.as_ref()) {
+    match findings.and_then(|d| d.causal.as_ref()) {
         Some(c) => {
             v.push(kv("sweep", format!("keys {:?} on {} tokens", c.keys, c.tokens)));
             for r in c.top_heads.iter().take(5) {
@@ -193,11 +218,14 @@ fn findings_lines(app: &App) -> Vec<Line<'static>> {
         }
         None => v.push(Line::from(Span::styled("no causal sweep: sinkscope analyze -m MODEL -f TEXT -o RUN_DIR", Style::new().fg(DIM)))),
     }
-    v.push(Line::from(""));
+}
+
+/// Massive activations: the analysis's, else this text's per-layer magnitudes.
+fn massive_lines(data: &Data, v: &mut Vec<Line<'static>>) {
     v.push(heading(&format!("Massive activations ({})", massive::criterion())));
-    let massive_layers: Vec<&crate::tui::data::LayerRow> =
-        data.layers.iter().filter(|l| !l.massive_dims.is_empty() || l.massive().next().is_some()).collect();
-    match (diagnosis.map(|(_, d)| &d.massive), massive_layers.first()) {
+    let massive_layers: Vec<&LayerRow> = data.layers.iter().filter(|l| !l.massive_dims.is_empty() || l.massive().next().is_some()).collect();
+    let analysed = data.findings.as_ref().map(|d| &d.massive);
+    match (analysed, massive_layers.first()) {
         (Some(m), _) if m.first_layer.is_some() => {
             v.push(kv("first layer", m.first_layer.map_or("-".into(), |l| l.to_string())));
             v.push(kv("dims", m.dims.iter().take(8).map(|d| d.to_string()).collect::<Vec<_>>().join(", ")));
@@ -222,5 +250,4 @@ fn findings_lines(app: &App) -> Vec<Line<'static>> {
             )));
         }
     }
-    v
 }
