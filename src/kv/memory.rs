@@ -86,29 +86,14 @@ pub fn model_windows_note(cfg: &DecoderConfig) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::decoder::{ArchSwitches, LayerAttn};
-    use crate::model::rope::RopeLayout;
+    use crate::model::decoder::LayerAttn;
 
     fn cfg(window: Option<usize>, global_every: Option<usize>) -> DecoderConfig {
-        DecoderConfig {
-            n_layers: 6,
-            n_heads: 4,
-            n_kv_heads: 1,
-            d_model: 64,
-            d_head: 16,
-            d_ff: 128,
-            vocab_size: 10,
-            context_len: 4096,
-            rope_theta: 1e4,
-            rope_layout: RopeLayout::HalfSplit,
-            rope_freq_factors: None,
-            rms_eps: 1e-6,
-            arch: ArchSwitches::default(),
-            layers: match window {
-                Some(w) => LayerAttn::every_nth_global(6, global_every.unwrap_or(usize::MAX), w, 1e4, 1e4),
-                None => vec![LayerAttn::global(1e4); 6],
-            },
-        }
+        let layers = match window {
+            Some(w) => LayerAttn::every_nth_global(6, global_every.unwrap_or(usize::MAX), w, 1e4, 1e4),
+            None => vec![LayerAttn::global(1e4); 6],
+        };
+        DecoderConfig::tiny(1e4, layers)
     }
 
     #[test]

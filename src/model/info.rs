@@ -159,29 +159,14 @@ pub struct NllSummary {
 mod tests {
     use super::*;
     use crate::model::decoder::config::{ArchSwitches, NormPlacement, LLAMA};
-    use crate::model::rope::RopeLayout;
 
     /// A Gemma-3-like model: sandwich norms, scaled embeddings, local layers with their own RoPE
     /// base, and (beyond Gemma) two window sizes.
     fn gemma_like() -> ModelInfo {
         let mut layers = LayerAttn::every_nth_global(6, 3, 512, 1e6, 1e4);
         layers[0].window = Some(128);
-        let config = DecoderConfig {
-            n_layers: 6,
-            n_heads: 4,
-            n_kv_heads: 1,
-            d_model: 64,
-            d_head: 16,
-            d_ff: 128,
-            vocab_size: 10,
-            context_len: 4096,
-            rope_theta: 1e6,
-            rope_layout: RopeLayout::HalfSplit,
-            rope_freq_factors: None,
-            rms_eps: 1e-6,
-            arch: ArchSwitches { norm_placement: NormPlacement::Sandwich, embed_scale: true, attn_scale: Some(0.25), ..LLAMA },
-            layers,
-        };
+        let arch = ArchSwitches { norm_placement: NormPlacement::Sandwich, embed_scale: true, attn_scale: Some(0.25), ..LLAMA };
+        let config = DecoderConfig { arch, ..DecoderConfig::tiny(1e6, layers) };
         ModelInfo::new("m.gguf".into(), "gguf".into(), "gemma3".into(), config)
     }
 

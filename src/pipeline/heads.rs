@@ -124,14 +124,14 @@ pub fn per_head_sweep(
     let start = std::time::Instant::now();
     let (cache, sinks, shares) = (sweep.cache, sweep.sinks, &sweep.shares);
     if sinks >= cache {
-        return Err(Error::input(format!("--head-sinks {sinks} must be smaller than --cache {cache}")));
+        return Err(Error::input(format!("the streaming heads' S = {sinks} pinned tokens must be fewer than the budget W = {cache}")));
     }
     if let Some(bad) = shares.iter().find(|s| !(0.0..=1.0).contains(*s)) {
         return Err(Error::input(format!("--shares {bad} must lie between 0 and 1")));
     }
     let ids = stream_tokens(lm, source, progress)?;
     if ids.len() <= cache + 1 {
-        return Err(Error::input(format!("{} tokens never fill --cache {cache}; use more --tokens", ids.len())));
+        return Err(Error::input(format!("{} tokens never fill the budget W = {cache}; stream more tokens", ids.len())));
     }
     let from = cache;
     let opts = GateOptions { sinks, recent: cache - sinks, share: 0.0, causal_tokens: sweep.causal_tokens, calibration: sweep.calibration.clone() };

@@ -77,7 +77,7 @@ pub fn measure_heads(
 ) -> Result<NeedleHeads> {
     if !(opts.share > 0.0 && opts.share < 1.0) || opts.trials == 0 || opts.sinks >= opts.cache {
         return Err(Error::input(format!(
-            "--retrieval-heads needs a share of KV heads kept whole between 0 and 1 (got {}), at least one calibration trial, and --sinks below --cache",
+            "finding retrieval heads needs a share of KV heads kept whole between 0 and 1 (got {}), at least one calibration trial, and fewer pinned tokens S than the budget W",
             opts.share
         )));
     }

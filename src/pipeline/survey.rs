@@ -159,7 +159,7 @@ pub fn text_labels(opts: &SurveyOptions) -> Vec<String> {
 /// written. Returns each picked model's source.
 fn check_inputs(opts: &SurveyOptions, picked: &[usize]) -> Result<Vec<ModelSource>> {
     if opts.caches.is_empty() || opts.caches.iter().any(|&w| w < 2) {
-        return Err(Error::input("--cache needs budgets of at least 2 tokens"));
+        return Err(Error::input("a survey needs cache budgets of at least 2 tokens"));
     }
     let sources = picked.iter().map(|&i| resolve(&opts.models[i])).collect::<Result<Vec<_>>>()?;
     for text in &opts.texts {

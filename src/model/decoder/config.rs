@@ -256,6 +256,28 @@ impl Default for ArchSwitches {
 }
 
 impl DecoderConfig {
+    /// A tiny configuration for unit tests: 4 heads sharing 1 KV head of 16 dimensions, Llama's
+    /// switches, RoPE base `rope_theta`, one layer per entry of `layers`.
+    #[cfg(test)]
+    pub(crate) fn tiny(rope_theta: f64, layers: Vec<LayerAttn>) -> DecoderConfig {
+        DecoderConfig {
+            n_layers: layers.len(),
+            n_heads: 4,
+            n_kv_heads: 1,
+            d_model: 64,
+            d_head: 16,
+            d_ff: 128,
+            vocab_size: 10,
+            context_len: 4096,
+            rope_theta,
+            rope_layout: RopeLayout::HalfSplit,
+            rope_freq_factors: None,
+            rms_eps: 1e-6,
+            arch: LLAMA,
+            layers,
+        }
+    }
+
     /// Layer `l`'s own sliding window, if it attends through one.
     pub fn layer_window(&self, l: usize) -> Option<usize> {
         self.layers.get(l).and_then(|a| a.window)

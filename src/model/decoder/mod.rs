@@ -350,7 +350,7 @@ impl Decoder {
             let n = table.dim(0)?;
             if let Some(&p) = positions.iter().find(|&&p| p >= n) {
                 return Err(Error::input(format!(
-                    "position {p} is past the {n} positions this model learned (it has no RoPE to extrapolate with); use fewer tokens, or a KV-cache budget of at most {n} with --positions slot"
+                    "position {p} is past the {n} positions this model learned (it has no RoPE to extrapolate with); use fewer tokens, or a KV-cache budget of at most {n} with slot positions"
                 )));
             }
             let ids: Vec<u32> = positions.iter().map(|&p| p as u32).collect();
