@@ -29,6 +29,7 @@ fn main() -> ExitCode {
             }
         }
         Err(e) => {
+            sinkscope::io::staging::discard_created_dirs();
             eprintln!("error: {e}");
             ExitCode::from(e.exit_code())
         }

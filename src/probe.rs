@@ -103,8 +103,8 @@ impl ProbeSet {
             return Ok(set);
         }
         let path = Path::new(name);
-        let text =
-            std::fs::read_to_string(path).map_err(|e| Error::file(path, format!("cannot read the probe set ({e}); use 'default' or a TOML file")))?;
+        let text = crate::io::regular::read_to_string(path)
+            .map_err(|e| Error::file(path, format!("cannot read the probe set ({e}); use 'default' or a TOML file")))?;
         let mut set: ProbeSet =
             toml::from_str(&text).map_err(|e| Error::file(path, format!("is not a valid probe set: {}", e.to_string().replace('\n', " "))))?;
         if set.probes.is_empty() {

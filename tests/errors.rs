@@ -151,7 +151,7 @@ fn config_json_missing_fields_or_unknown_architecture() {
     no_context["max_position_embeddings"] = 0.into();
     std::fs::write(&cfg_path, no_context.to_string()).unwrap();
     let e = fails(&["capture", "-m", s(&dir), "-p", "Once upon a time", "-o", s(&dir.join("out"))]);
-    assert!(e.contains("context length = 0") && !e.contains("--max-tokens 0"), "{e}");
+    assert!(e.contains("max_position_embeddings = 0 is not") && !e.contains("--max-tokens 0"), "{e}");
 }
 
 /// Found by fuzzing: a tokenizer.json whose post-processor names a special token it does not

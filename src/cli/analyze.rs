@@ -28,7 +28,7 @@ pub struct AnalyzeArgs {
     #[arg(short = 'f', long)]
     pub file: Option<PathBuf>,
     /// Keep only the first T tokens of -f.
-    #[arg(long)]
+    #[arg(long, value_parser = super::counts::at_least_one)]
     pub max_tokens: Option<usize>,
     /// Output directory for report.json.
     #[arg(short = 'o', long)]
@@ -37,13 +37,13 @@ pub struct AnalyzeArgs {
     #[arg(long, default_value_t = 0.3)]
     pub epsilon: f64,
     /// Report α_k for k < K.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = super::counts::at_least_one)]
     pub first_keys: usize,
     /// Key positions hidden in the causal sweep (default: the probe set's, 0,1,2,3).
     #[arg(long, value_delimiter = ',')]
     pub ablate_keys: Option<Vec<usize>>,
     /// Tokens used for the causal sweep (of -f, or at most this many of the probe set's text).
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = super::counts::at_least_one)]
     pub ablation_tokens: usize,
     /// Skip the causal sweep.
     #[arg(long)]

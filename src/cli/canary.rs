@@ -23,7 +23,7 @@ pub struct CanaryArgs {
     #[arg(short = 'p', long, default_value = "")]
     pub prompt: String,
     /// Tokens to generate (or, with --force, to score).
-    #[arg(short = 'n', long, default_value_t = 512)]
+    #[arg(short = 'n', long, default_value_t = 512, value_parser = super::counts::at_least_one)]
     pub steps: usize,
     /// Score this text as the continuation instead of generating one (log-probabilities of real
     /// text: a sharper canary than a model's own greedy choices).

@@ -25,7 +25,7 @@ pub struct CaptureArgs {
     #[arg(short = 'f', long)]
     pub file: Option<PathBuf>,
     /// Keep only the first T tokens of the text.
-    #[arg(long)]
+    #[arg(long, value_parser = super::counts::at_least_one)]
     pub max_tokens: Option<usize>,
     /// Output directory (created if missing).
     #[arg(short = 'o', long)]
@@ -38,10 +38,10 @@ pub struct CaptureArgs {
     #[arg(long)]
     pub save_tensors: Option<PathBuf>,
     /// Early key positions that get a per-head α_k in the summary.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = super::counts::at_least_one)]
     pub first_keys: usize,
     /// Largest activations kept per layer.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = super::counts::at_least_one)]
     pub top_k: usize,
     /// Refuse captures whose memory estimate exceeds this many MiB (default: available memory).
     #[arg(long)]

@@ -24,7 +24,7 @@ pub struct DashArgs {
     #[arg(short = 'f', long, conflicts_with = "run")]
     pub file: Option<PathBuf>,
     /// With -f: keep only the first T tokens.
-    #[arg(long, requires = "file")]
+    #[arg(long, requires = "file", value_parser = super::counts::at_least_one)]
     pub max_tokens: Option<usize>,
     /// With -f: where the computed run goes (default reports/dash-<file stem>).
     #[arg(short = 'o', long, requires = "file")]

@@ -24,7 +24,7 @@ pub struct DemoArgs {
     #[arg(long)]
     pub quick: bool,
     /// Tokens streamed in the sink-count sweep.
-    #[arg(long, default_value_t = 768)]
+    #[arg(long, default_value_t = 768, value_parser = super::counts::at_least_one)]
     pub stream_tokens: usize,
     /// Cache budget W of the sweep.
     #[arg(long, default_value_t = 128)]

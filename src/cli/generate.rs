@@ -16,7 +16,7 @@ pub struct GenerateArgs {
     #[arg(short = 'p', long)]
     pub prompt: Option<String>,
     /// Tokens to generate.
-    #[arg(short = 'n', long, default_value_t = 64)]
+    #[arg(short = 'n', long, default_value_t = 64, value_parser = super::counts::at_least_one)]
     pub n: usize,
     /// Sampling temperature; 0 means greedy (argmax).
     #[arg(short = 't', long, default_value_t = 0.0)]

@@ -22,7 +22,7 @@ pub struct HeadsArgs {
     #[arg(long, default_value_t = 4)]
     pub sinks: usize,
     /// The R most recent keys (its own included) a streaming head keeps.
-    #[arg(long, default_value_t = 252)]
+    #[arg(long, default_value_t = 252, value_parser = super::counts::at_least_one)]
     pub recent: usize,
     /// Share of KV heads marked retrieval (1 in the gates): those paying most attention outside
     /// the sinks and the recent window (with --causal: losing most when restricted to them).
@@ -33,7 +33,7 @@ pub struct HeadsArgs {
     #[arg(long)]
     pub causal: bool,
     /// Tokens the causal evidence is measured on.
-    #[arg(long, default_value_t = CAUSAL_TOKENS)]
+    #[arg(long, default_value_t = CAUSAL_TOKENS, value_parser = super::counts::at_least_one)]
     pub causal_tokens: usize,
     /// Directory for head_gates.tsv and heads.json.
     #[arg(short = 'o', long)]

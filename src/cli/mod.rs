@@ -6,6 +6,7 @@
 mod analyze;
 mod canary;
 mod capture;
+mod counts;
 #[cfg(feature = "tui")]
 mod dash;
 mod demo;
@@ -43,6 +44,10 @@ use session::Session;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Start the -o directory afresh when it holds another model's results (their records and
+    /// arrays are replaced at the end); without it such a directory is refused.
+    #[arg(long, global = true)]
+    pub replace: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -127,6 +132,23 @@ pub fn run(cli: Cli) -> Result<u8> {
 
 /// Runs the command in `session` (the terminal, or a caller holding a loaded model).
 pub fn run_in(cli: Cli, s: &mut Session) -> Result<u8> {
+    let writes_a_run = matches!(
+        cli.command,
+        Command::Demo(_) | Command::Capture(_) | Command::Analyze(_) | Command::Stream(_) | Command::Recommend(_) | Command::Needle(_)
+    );
+    if cli.replace && !writes_a_run {
+        return Err(crate::error::Error::input(
+            "--replace applies to the commands that write a model's run (-o): demo, capture, analyze, stream, recommend and needle",
+        ));
+    }
+    crate::io::run_dir::set_replace(cli.replace);
+    let result = dispatch(cli, s);
+    // A caller that runs many commands (the Python package) holds no directory between them.
+    crate::io::run_dir::release_all();
+    result
+}
+
+fn dispatch(cli: Cli, s: &mut Session) -> Result<u8> {
     let cli = match cli.command {
         Command::Watch(a) => return watch::run(a, s),
         Command::Verify(a) => return verify::run(a, s),

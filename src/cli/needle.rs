@@ -45,7 +45,7 @@ pub struct NeedleArgs {
     #[arg(long)]
     pub question_known: bool,
     /// Prompts per length and depth, each with its own key.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = super::counts::at_least_one)]
     pub trials: usize,
     /// Distractor keys each key is ranked against.
     #[arg(long, default_value_t = 9)]
@@ -62,7 +62,7 @@ pub struct NeedleArgs {
     #[arg(long, default_value_t = 0.1)]
     pub whole_share: f64,
     /// Calibration prompts per depth for --retrieval-heads (keys drawn apart from the sweep's).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = super::counts::at_least_one)]
     pub heads_trials: usize,
     #[arg(long)]
     pub json: bool,

@@ -18,11 +18,14 @@ pub struct TerminalProgress {
     bar: Option<(String, Instant)>,
     /// The current transfer: what, bytes done, start.
     transfer: Option<(String, u64, Instant)>,
+    /// The warnings printed so far: each is printed once, however often its cause recurs (a
+    /// sweep over nine lengths of one short text).
+    warned: Vec<String>,
 }
 
 impl TerminalProgress {
     pub fn new() -> Self {
-        TerminalProgress { tty: std::io::stderr().is_terminal(), show_results: false, bar: None, transfer: None }
+        TerminalProgress { tty: std::io::stderr().is_terminal(), show_results: false, bar: None, transfer: None, warned: Vec::new() }
     }
 
     /// Also prints every finished stage's table, as the demo does.
@@ -51,7 +54,10 @@ impl Progress for TerminalProgress {
     }
 
     fn warning(&mut self, message: &str) {
-        eprintln!("warning: {message}");
+        if !self.warned.iter().any(|w| w == message) {
+            eprintln!("warning: {message}");
+            self.warned.push(message.to_owned());
+        }
     }
 
     fn steps(&mut self, label: &str, done: usize, total: usize) {

@@ -20,10 +20,10 @@ pub struct QuantArgs {
     #[arg(short = 'f', long)]
     pub file: PathBuf,
     /// Tokens per sequence; each runs from position 0 with nothing cached.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, value_parser = super::counts::at_least_one)]
     pub max_tokens: usize,
     /// Consecutive sequences cut from the text (each adds its first positions to the sink side).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = super::counts::at_least_one)]
     pub sequences: usize,
     /// Integer widths, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "8,4")]

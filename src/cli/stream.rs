@@ -29,7 +29,7 @@ pub struct StreamText {
     #[arg(long, default_value_t = 0)]
     pub start_char: usize,
     /// Tokens in the stream.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, value_parser = super::counts::at_least_one)]
     pub tokens: usize,
     /// Decode one token per step (as a serving loop does) instead of replaying the cached
     /// policies a block of queries at a time; the numbers agree to float rounding, this is slower.
@@ -85,7 +85,7 @@ pub struct RecommendArgs {
     #[arg(long)]
     pub recompute_every: Option<usize>,
     /// Window tokens `recompute` may run when K is chosen for you.
-    #[arg(long, default_value_t = RECOMPUTE_BUDGET)]
+    #[arg(long, default_value_t = RECOMPUTE_BUDGET, value_parser = super::counts::at_least_one)]
     pub recompute_budget: usize,
     #[arg(long)]
     pub json: bool,
@@ -107,7 +107,7 @@ pub struct RecommendArgs {
     #[arg(long, requires = "per_head")]
     pub causal: bool,
     /// Tokens the causal ranking is measured on.
-    #[arg(long, default_value_t = CAUSAL_TOKENS, requires = "causal")]
+    #[arg(long, default_value_t = CAUSAL_TOKENS, requires = "causal", value_parser = super::counts::at_least_one)]
     pub causal_tokens: usize,
     /// Under --per-head, rank the heads on this text (its first tokens) instead of the one the
     /// policies are evaluated on.

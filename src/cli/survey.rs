@@ -28,7 +28,7 @@ pub struct SurveyArgs {
     #[arg(long, value_delimiter = ',', default_value = "128")]
     pub cache: Vec<usize>,
     /// Tokens per sweep.
-    #[arg(long, default_value_t = 768)]
+    #[arg(long, default_value_t = 768, value_parser = super::counts::at_least_one)]
     pub tokens: usize,
     /// Sink counts of each sweep (0 = a plain window).
     #[arg(long, value_delimiter = ',', default_value = "0,1,2,4,8")]

@@ -61,7 +61,7 @@ pub struct Arrays {
 impl Arrays {
     /// Reads every F32 array of `path`; `what` names the command that makes the file, for the error.
     pub fn read(path: &Path, what: &str) -> Result<Arrays> {
-        let bytes = std::fs::read(path).map_err(|e| Error::file(path, format!("cannot read ({e})")))?;
+        let bytes = super::regular::read(path).map_err(|e| Error::file(path, format!("cannot read ({e})")))?;
         let bad = |why: String| Error::file(path, format!("is not a valid array file ({why}); re-run `sinkscope {what}`"));
         let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| bad(e.to_string()))?;
         let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| bad(e.to_string()))?;

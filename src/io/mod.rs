@@ -1,9 +1,11 @@
 //! Files in and out, below everything else: atomic writes (a temp file, then a rename), JSON,
-//! named f32 arrays as safetensors, the user's text input and token ids, serving-log logprob
+//! named f32 arrays as safetensors, regular files only (no FIFO), the user's text input and token ids, serving-log logprob
 //! traces, and NaN-tolerant serde helpers.
 
 pub mod arrays;
 pub mod atomic;
+pub mod regular;
+pub mod run_dir;
 pub mod serde_nan;
 pub mod staging;
 pub mod text;

@@ -140,6 +140,38 @@ pub fn check_out_dir(out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Claims `out` for this command: creates it if missing (removed again while empty if the command
+/// fails or is interrupted) and holds it (`io::run_dir::hold`: the lock, and the refusal of another
+/// model's results).
+pub fn claim(out: &Path, owner: Option<super::run_dir::Owner<'_>>) -> Result<()> {
+    create_out_dir(out)?;
+    super::run_dir::hold(out, owner)
+}
+
+/// Removes the output directories this process created that are still empty: a command that
+/// failed after claiming its `-o` (see `io::run_dir`) leaves no new directory behind.
+pub fn discard_created_dirs() {
+    let mut p = pending();
+    for dir in p.created_dirs.drain(..).rev() {
+        let _ = std::fs::remove_dir(&dir);
+    }
+}
+
+/// Creates `out` and its missing parents, remembering each so that an interruption or a failed
+/// command removes them again while they are empty ([`abandon_all`]).
+pub fn create_out_dir(out: &Path) -> Result<()> {
+    check_out_dir(out)?;
+    let mut missing = Vec::new();
+    let mut at = Some(out);
+    while let Some(d) = at.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        missing.push(d.to_path_buf());
+        at = d.parent();
+    }
+    let mut p = pending();
+    p.created_dirs.extend(missing.into_iter().rev());
+    std::fs::create_dir_all(out).map_err(|e| Error::file(out, format!("cannot create the output directory ({e})")))
+}
+
 /// The files one command writes into one output directory.
 pub struct Staging {
     out: PathBuf,
@@ -152,22 +184,14 @@ impl Staging {
     /// Creates `out` if needed (remembered, so an interruption removes it again) and a fresh
     /// staging directory inside it.
     pub fn begin(out: &Path) -> Result<Staging> {
-        check_out_dir(out)?;
-        let mut missing = Vec::new();
-        let mut at = Some(out);
-        while let Some(d) = at.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
-            missing.push(d.to_path_buf());
-            at = d.parent();
-        }
+        claim(out, None)?;
         remove_leftovers(out);
         let dir = out.join(format!(".sinkscope-staging-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst)));
-        {
-            let mut p = pending();
-            p.created_dirs.extend(missing.into_iter().rev());
-            p.staging_dirs.push(dir.clone());
-        }
+        pending().staging_dirs.push(dir.clone());
         std::fs::create_dir_all(&dir).map_err(|e| Error::file(out, format!("cannot create the output directory ({e})")))?;
-        Ok(Staging { out: out.to_path_buf(), dir, removals: Vec::new(), committed: false })
+        // `--replace`: the previous run's records and arrays go at the commit, unless rewritten.
+        let removals = if super::run_dir::replacing() { super::run_dir::previous_run(out) } else { Vec::new() };
+        Ok(Staging { out: out.to_path_buf(), dir, removals, committed: false })
     }
 
     /// Where to write `rel` (a path relative to the output directory) until the commit.
@@ -212,7 +236,7 @@ impl Staging {
             }
             return Err(e);
         }
-        for rel in &self.removals {
+        for rel in self.removals.iter().filter(|r| !rels.contains(r)) {
             let _ = std::fs::remove_file(self.out.join(rel));
         }
         let _ = std::fs::remove_dir_all(&self.dir);

@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::error::{Error, Result};
 
 pub fn read_text_file(path: &Path) -> Result<String> {
-    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+    let bytes = super::regular::read(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => Error::file(path, "no such file"),
         std::io::ErrorKind::IsADirectory => Error::file(path, "is a directory, not a text file"),
         _ => Error::file(path, format!("cannot read ({e})")),

@@ -52,7 +52,7 @@ pub struct Trace {
 
 /// Reads a trace file, telling the format from its content.
 pub fn read_trace(path: &Path) -> Result<Trace> {
-    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+    let bytes = super::regular::read(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => Error::file(path, "no such file"),
         _ => Error::file(path, format!("cannot read ({e})")),
     })?;

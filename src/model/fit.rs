@@ -94,7 +94,7 @@ pub fn footprint(source: &ModelSource) -> Result<Footprint> {
         }
         ModelSource::HfDir(dir) => {
             for shard in safetensors_files(dir)? {
-                let file = std::fs::File::open(&shard).with_file(&shard)?;
+                let file = crate::io::regular::open(&shard).with_file(&shard)?;
                 // SAFETY: read-only map of a file only this process reads; see GgufFile::open.
                 let map = unsafe { memmap2::Mmap::map(&file) }.with_file(&shard)?;
                 let st = SafeTensors::deserialize(&map).map_err(|e| Error::file(&shard, format!("safetensors header is invalid ({e})")))?;

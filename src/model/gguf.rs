@@ -98,7 +98,7 @@ pub struct GgufFile {
 
 impl GgufFile {
     pub fn open(path: &Path) -> Result<Self> {
-        let file = std::fs::File::open(path).with_file(path)?;
+        let file = crate::io::regular::open(path).with_file(path)?;
         // SAFETY: the map is read-only; a file truncated by another process while mapped is the
         // same hazard every mmap-based model loader (llama.cpp, candle, safetensors) accepts.
         let mmap = unsafe { memmap2::Mmap::map(&file) }.with_file(path)?;

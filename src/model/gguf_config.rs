@@ -7,6 +7,7 @@ use super::decoder::{DecoderConfig, LayerAttn, MlpKind};
 use super::family::{Family, Multipliers};
 use super::gguf::{self, GgufFile};
 use super::rope::{FreqFactors, Yarn};
+use super::setting_rules::{Expect, Seen};
 use super::unread::{self, Unread};
 use crate::error::{Error, Result};
 
@@ -28,9 +29,79 @@ struct Shape {
     vocab_size: usize,
 }
 
+/// Every `{arch}.*` setting the decoder reads and the kind of value it must hold: a present one
+/// outside its range is refused by key before any is used; an absent one takes its default.
+pub const GGUF_KEYS: &[(&str, Expect)] = &[
+    ("block_count", Expect::Count),
+    ("context_length", Expect::Count),
+    ("embedding_length", Expect::Count),
+    ("feed_forward_length", Expect::Count),
+    ("vocab_size", Expect::Count),
+    ("attention.head_count", Expect::Count),
+    ("attention.head_count_kv", Expect::Count),
+    ("attention.key_length", Expect::Count),
+    ("attention.value_length", Expect::Count),
+    ("attention.layer_norm_rms_epsilon", Expect::NonNegative),
+    ("attention.layer_norm_epsilon", Expect::NonNegative),
+    ("attention.sliding_window", Expect::Size),
+    ("attention.scale", Expect::Finite),
+    ("rope.dimension_count", Expect::Size),
+    ("rope.freq_base", Expect::Positive),
+    ("rope.freq_base_swa", Expect::Positive),
+    ("rope.scaling.factor", Expect::Positive),
+    ("rope.scaling.original_context_length", Expect::Positive),
+    ("rope.scaling.yarn_beta_fast", Expect::Positive),
+    ("rope.scaling.yarn_beta_slow", Expect::Positive),
+    ("rope.scaling.yarn_attn_factor", Expect::Positive),
+    ("expert_count", Expect::Size),
+    ("expert_used_count", Expect::Count),
+    ("expert_feed_forward_length", Expect::Count),
+    ("expert_shared_feed_forward_length", Expect::Size),
+    ("embedding_scale", Expect::Finite),
+    ("residual_scale", Expect::Finite),
+    ("logit_scale", Expect::Finite),
+    ("attn_logit_softcapping", Expect::NonNegative),
+    ("final_logit_softcapping", Expect::NonNegative),
+    ("use_parallel_residual", Expect::Flag),
+];
+
+/// A GGUF value as the setting rules see it.
+pub fn seen(v: &gguf::Value) -> Seen {
+    use gguf::Value as V;
+    match v {
+        V::U8(x) => Seen::Int(i128::from(*x)),
+        V::I8(x) => Seen::Int(i128::from(*x)),
+        V::U16(x) => Seen::Int(i128::from(*x)),
+        V::I16(x) => Seen::Int(i128::from(*x)),
+        V::U32(x) => Seen::Int(i128::from(*x)),
+        V::I32(x) => Seen::Int(i128::from(*x)),
+        V::U64(x) => Seen::Int(i128::from(*x)),
+        V::I64(x) => Seen::Int(i128::from(*x)),
+        V::F32(x) => Seen::Float(f64::from(*x)),
+        V::F64(x) => Seen::Float(*x),
+        V::Bool(x) => Seen::Bool(*x),
+        V::Str(s) => Seen::Other(format!("the string {s:?}")),
+        V::Array(a) => Seen::Other(format!("a list of {} values", a.len())),
+    }
+}
+
+/// Refuses the first `{arch}.*` setting of [`GGUF_KEYS`] whose value is not of its kind.
+fn check_keys(file: &GgufFile, arch: &str) -> Result<()> {
+    for &(suffix, expect) in GGUF_KEYS {
+        let key = format!("{arch}.{suffix}");
+        if let Some(v) = file.get(&key) {
+            expect
+                .check(&key, &seen(v))
+                .map_err(|why| Error::file(&file.path, format!("{why}; the file is corrupt, or not of a kind sinkscope reads")))?;
+        }
+    }
+    Ok(())
+}
+
 /// Reads the decoder's configuration from `file`'s metadata.
 pub fn read_config(file: &GgufFile) -> Result<GgufModel> {
     let (arch, family, experts) = family_of(file)?;
+    check_keys(file, &arch)?;
     let key = |k: &str| format!("{arch}.{k}");
     let unread = unread::gguf_keys(
         &arch,

@@ -13,6 +13,7 @@ use super::decoder::config::MAX_SIZE;
 use super::decoder::config::{ArchSwitches, ExpertAct};
 use super::decoder::{DecoderConfig, LayerAttn, MlpKind, Moe, Param};
 use super::family::{Family, Multipliers, TensorContext};
+use super::hf_fields::check_fields;
 use super::rope::{FreqFactors, Yarn};
 use super::source::shard_names;
 use super::unread::{self, Unread};
@@ -33,7 +34,7 @@ pub struct HfConfig {
 /// Reads `config.json`: the configuration, refusing what sinkscope does not compute by name.
 pub fn read_config(dir: &Path) -> Result<HfConfig> {
     let path = dir.join("config.json");
-    let text = std::fs::read_to_string(&path).with_file(&path)?;
+    let text = crate::io::regular::read_to_string(&path).with_file(&path)?;
     let parsed: Json = serde_json::from_str(&text).map_err(|e| Error::file(&path, format!("not valid JSON ({e})")))?;
     let Json::Object(mut map) = parsed else { return Err(Error::file(&path, "is not a JSON object; config.json is corrupt")) };
     let model_type = map.get("model_type").and_then(Json::as_str).unwrap_or("").to_owned();
@@ -45,6 +46,7 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
     let unread = unread::hf_fields(map.iter().filter(|(_, v)| !v.is_null()).map(|(k, _)| k.as_str()), family.multipliers);
     let json = Json::Object(map);
     check_activation(&json, &family, &path)?;
+    check_fields(&json).map_err(|why| Error::file(&path, format!("{why}; config.json is corrupt, or not of a kind sinkscope reads")))?;
     let field = |key: &str| -> Option<&Json> { json.get(key).filter(|v| !v.is_null()) };
     let req = |key: &str| -> Result<usize> {
         field(key)
@@ -393,7 +395,7 @@ impl HfWeights {
         let mut shards = Vec::new();
         let mut index = HashMap::new();
         for (i, path) in files.into_iter().enumerate() {
-            let file = std::fs::File::open(&path).with_file(&path)?;
+            let file = crate::io::regular::open(&path).with_file(&path)?;
             // SAFETY: read-only map; see GgufFile::open.
             let mmap = unsafe { memmap2::Mmap::map(&file) }.with_file(&path)?;
             let st = SafeTensors::deserialize(&mmap)
@@ -521,7 +523,7 @@ mod tests {
     fn an_impossible_layer_count_is_refused_before_anything_is_allocated() {
         for family in ["llama", "gemma3_text", "gpt_oss"] {
             let huge = config(&format!(r#"{{"model_type": "{family}", {SHAPE}, "num_hidden_layers": 1000000000000, "sliding_window": 16}}"#));
-            assert!(huge.is_err_and(|e| e.to_string().contains("impossible")), "{family}");
+            assert!(huge.is_err_and(|e| e.to_string().contains("num_hidden_layers = 1000000000000 is not a whole number")), "{family}");
         }
     }
 

@@ -20,7 +20,7 @@ pub struct Llama2cFile {
 
 impl Llama2cFile {
     pub fn open(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).with_file(path)?;
+        let bytes = crate::io::regular::read(path).with_file(path)?;
         let bad = |what: String| Error::file(path, format!("{what}. Is this a llama2.c model .bin (legacy format)? Re-export or re-download it."));
         if bytes.len() < 28 {
             return Err(bad(format!("file is only {} bytes, shorter than the 28-byte header", bytes.len())));

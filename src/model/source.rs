@@ -147,7 +147,8 @@ fn from_path(path: &Path) -> Result<ModelSource> {
         return Err(Error::file(path, "this directory has no config.json; an HF model directory needs config.json, model.safetensors and tokenizer.json (or pass a .gguf / llama2.c .bin file)"));
     }
     let mut magic = [0u8; 4];
-    let n = std::io::Read::read(&mut std::fs::File::open(path).map_err(|e| Error::file(path, e))?, &mut magic).map_err(|e| Error::file(path, e))?;
+    let n =
+        std::io::Read::read(&mut crate::io::regular::open(path).map_err(|e| Error::file(path, e))?, &mut magic).map_err(|e| Error::file(path, e))?;
     if n == 4 && &magic == b"GGUF" {
         return Ok(ModelSource::Gguf(path.to_path_buf()));
     }
@@ -223,7 +224,7 @@ fn index_shards_present(dir: &Path) -> bool {
 
 /// The distinct shard files named by a `model.safetensors.index.json`.
 pub fn shard_names(index: &Path) -> Result<Vec<String>> {
-    let text = std::fs::read_to_string(index).map_err(|e| Error::file(index, e))?;
+    let text = crate::io::regular::read_to_string(index).map_err(|e| Error::file(index, e))?;
     let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::file(index, format!("not valid JSON ({e})")))?;
     let map = json.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| Error::file(index, "has no weight_map object"))?;
     let mut shards: Vec<String> = map.values().filter_map(|v| v.as_str().map(str::to_owned)).collect();

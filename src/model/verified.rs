@@ -99,7 +99,7 @@ pub fn weights_sha256(path: &Path) -> Result<String> {
     };
     let mut hasher = Sha256::new();
     for f in &files {
-        let mut file = std::fs::File::open(f).map_err(|e| Error::file(f, format!("cannot open ({e})")))?;
+        let mut file = crate::io::regular::open(f).map_err(|e| Error::file(f, format!("cannot open ({e})")))?;
         std::io::copy(&mut file, &mut hasher).map_err(|e| Error::file(f, format!("cannot read ({e})")))?;
     }
     Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())

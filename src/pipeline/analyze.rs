@@ -99,7 +99,7 @@ pub fn analyze_into(
     if let Some(p) = probes.iter().find(|p| p.ids.len() > context) {
         return Err(Error::input(format!("probe {} has {} tokens, more than the model's context of {context}", p.name, p.ids.len())));
     }
-    lm.fingerprint()?;
+    super::claim_out(lm, Some(out))?;
     let (report, heatmaps) = analyze(lm, opts, &probes, ablation_input, progress)?;
     let stage = Staging::begin(out)?;
     // A capture in the same run directory owns heatmaps.safetensors (its tokens index them).

@@ -41,7 +41,7 @@ impl CaptureJob<'_> {
 /// Runs `job` on a loaded model and writes the run into `out`.
 pub fn capture_into(lm: &mut LoadedModel, job: &CaptureJob, out: &Path) -> Result<CaptureReport> {
     job.validate()?;
-    lm.fingerprint()?;
+    super::claim_out(lm, Some(out))?;
     let save = match job.save_tensors {
         Some(_) => Some(HookFilter::parse(job.hooks.unwrap_or("hook_pattern"), lm.model.cfg.n_layers)?),
         None => None,

@@ -48,7 +48,7 @@ impl Default for DemoOptions {
 /// Runs the demo into `out` and returns the path of its index.md; each stage's result goes to
 /// `progress` as it finishes.
 pub fn run_demo(lm: &mut LoadedModel, opts: &DemoOptions, out: &Path, progress: &mut dyn Progress) -> Result<PathBuf> {
-    lm.fingerprint()?;
+    super::claim_out(lm, Some(out))?;
     // A fresh bundle: files of an earlier demo (other heads' figures, a stale stream.json) go.
     for stale in ["figures", "tables"] {
         let _ = std::fs::remove_dir_all(out.join(stale));
@@ -102,7 +102,7 @@ pub fn capture_and_analyze(
     out: &Path,
     progress: &mut dyn Progress,
 ) -> Result<()> {
-    lm.fingerprint()?;
+    super::claim_out(lm, Some(out))?;
     progress.stage(&format!("capturing {} …", file.display()));
     let capture_opts = CaptureOptions { weight_bytes: lm.weight_bytes(), ..CaptureOptions::default() };
     capture_to_dir(lm, text, &file.display().to_string(), max_tokens, &capture_opts, out, None)?;

@@ -17,3 +17,13 @@ pub mod survey;
 pub mod survey_parts;
 pub mod verify;
 pub mod watch;
+
+/// Fingerprints the model and claims the run directory `out` for it, before the work starts: a
+/// second command writing there, or a directory holding another model's results (without
+/// `--replace`), is refused now rather than after minutes of computing (`io::run_dir`).
+pub fn claim_out(lm: &mut crate::model::LoadedModel, out: Option<&std::path::Path>) -> crate::error::Result<()> {
+    lm.fingerprint()?;
+    let Some(out) = out else { return Ok(()) };
+    let sha256 = lm.info.sha256.clone().unwrap_or_default();
+    crate::io::staging::claim(out, Some(crate::io::run_dir::Owner { sha256: &sha256, source: &lm.info.source }))
+}

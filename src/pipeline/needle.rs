@@ -66,7 +66,7 @@ struct Part {
 pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progress: &mut dyn Progress) -> Result<NeedleReport> {
     let start = Instant::now();
     check(opts)?;
-    lm.fingerprint()?;
+    super::claim_out(lm, Some(out))?;
     let sha = lm.info.sha256.clone().unwrap_or_default();
     let settings = NeedleSettings {
         filler: opts.filler.as_ref().map_or("repeated".into(), |p| p.display().to_string()),

@@ -132,6 +132,7 @@ pub fn stream_into(
     for w in policy.validate(ids.len(), lm.model.cfg.context_len)? {
         progress.warning(&w);
     }
+    super::claim_out(lm, out)?;
     let opts = SimOptions { token_by_token: source.token_by_token, ..SimOptions::default() };
     let label = policy.label();
     let outcome = simulate_with(&lm.model, &ids, &[policy], opts, &mut |done, total| progress.steps(&label, done, total))?.remove(0);
@@ -171,6 +172,7 @@ pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>,
             cache
         )));
     }
+    super::claim_out(lm, out)?;
     for w in &warnings {
         progress.warning(w);
     }

@@ -222,7 +222,7 @@ fn read_parts(dirs: &[PathBuf]) -> Result<Vec<Found>> {
 }
 
 fn read_part(file: &Path) -> Result<SurveyPart> {
-    let bytes = std::fs::read(file).with_file(file)?;
+    let bytes = crate::io::regular::read(file).with_file(file)?;
     let value: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| Error::file(file, format!("is not JSON ({e}); delete it and rerun its shard")))?;
     if value.get("format").and_then(serde_json::Value::as_u64) != Some(u64::from(PART_FORMAT)) {

@@ -79,6 +79,8 @@ pub fn follow(
     on_report: &mut dyn FnMut(&WatchReport),
 ) -> Result<Option<WatchReport>> {
     check(opts)?;
+    // A FIFO's length never grows: it would be watched until the idle limit for nothing.
+    crate::io::regular::check(trace).map_err(|e| Error::file(trace, format!("cannot watch ({e})")))?;
     let mut seen = 0u64;
     let mut last_growth = Instant::now();
     let mut last = None;
@@ -87,7 +89,7 @@ pub fn follow(
         if len != seen {
             seen = len;
             last_growth = Instant::now();
-            let bytes = std::fs::read(trace).map_err(|e| Error::file(trace, format!("cannot read ({e})")))?;
+            let bytes = crate::io::regular::read(trace).map_err(|e| Error::file(trace, format!("cannot read ({e})")))?;
             // Up to the last complete line: the writer may be in the middle of one.
             let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(&bytes[..0], |i| &bytes[..=i]);
             let text = std::str::from_utf8(complete).map_err(|_| Error::file(trace, "is not UTF-8 text; a trace is JSON, JSONL or CSV"))?;
@@ -107,7 +109,13 @@ pub fn follow(
                 }
             }
         }
-        if follow.idle.is_some_and(|idle| last_growth.elapsed() >= idle) {
+        if let Some(idle) = follow.idle.filter(|&idle| last_growth.elapsed() >= idle) {
+            if last.is_none() {
+                return Err(Error::file(
+                    trace,
+                    format!("gave no token logprobs in {:.1} s of watching; nothing to judge (is the engine writing this file?)", idle.as_secs_f64()),
+                ));
+            }
             return Ok(last);
         }
         std::thread::sleep(follow.poll);

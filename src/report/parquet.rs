@@ -54,6 +54,6 @@ pub fn write_table(table: &Table, path: &Path) -> Result<()> {
 
 /// Reads a Parquet file back into a frame.
 pub fn read_frame(path: &Path) -> Result<DataFrame> {
-    let bytes = std::fs::read(path).map_err(|e| Error::file(path, format!("cannot read ({e})")))?;
+    let bytes = crate::io::regular::read(path).map_err(|e| Error::file(path, format!("cannot read ({e})")))?;
     ParquetReader::new(Cursor::new(bytes)).finish().map_err(|e| Error::file(path, format!("is not a readable Parquet file ({e})")))
 }

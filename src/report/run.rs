@@ -59,7 +59,7 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
     if !path.exists() {
         return Ok(None);
     }
-    let bytes = std::fs::read(path).map_err(|e| Error::file(path, format!("cannot read ({e})")))?;
+    let bytes = crate::io::regular::read(path).map_err(|e| Error::file(path, format!("cannot read ({e})")))?;
     serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(|e| Error::file(path, format!("is not a file this sinkscope can read ({e}); re-run the command that made it")))
@@ -126,6 +126,7 @@ impl Run {
             }
             return Err(Error::file(dir, format!("holds no sinkscope results (none of {CAPTURE_FILE}, {ANALYSIS_FILE}, {STREAM_FILE}, {QUANT_FILE}, {NEEDLE_FILE}); run `sinkscope demo` or `capture`/`analyze`/`recommend`/`quant`/`needle` with -o first")));
         }
+        check_ranges(&run, dir)?;
         if let (Some(maps), Some(tokens)) = (&run.heatmaps, run.tokens()) {
             if maps.n_tokens != tokens.len() {
                 return Err(Error::file(
@@ -218,5 +219,71 @@ impl Run {
     /// The run's id: its directory name.
     pub fn id(&self) -> String {
         self.dir.file_name().map_or("run".into(), |n| n.to_string_lossy().into_owned())
+    }
+}
+
+// Records are checked on reading back, before anything is shown, exported or merged from them:
+// each value that has a range (a perplexity is at least 1, attention shares lie in [0, 1],
+// Sink_k^ε in [0, 100]) must lie in it, or the file is refused by name — a `capture.json` edited
+// to perplexity −5 or an α of 7.5 is never published (`export`, `dash` and the Python package's
+// `read_run` all open runs here).
+
+/// Floating-point slack on a share's bounds (sums of weights land a few ulps past 1).
+const SLACK: f64 = 1e-6;
+
+/// One value and the range it must lie in.
+struct Bound<'a> {
+    what: String,
+    value: f64,
+    range: (f64, f64),
+    file: &'a str,
+}
+
+/// Refuses the first value of `run`'s records outside its range.
+fn check_ranges(run: &Run, dir: &Path) -> Result<()> {
+    let share = (0.0, 1.0);
+    let mut bounds: Vec<Bound<'_>> = Vec::new();
+    let mut add = |file: &'static str, what: String, value: f64, range: (f64, f64)| bounds.push(Bound { what, value, range, file });
+    if let Some(c) = &run.capture {
+        if let Some(n) = &c.nll {
+            add(CAPTURE_FILE, "nll.perplexity".into(), n.perplexity, (1.0, f64::INFINITY));
+        }
+        for h in &c.summary.heads {
+            let at = format!("layer {} head {}", h.layer, h.head);
+            for (k, &a) in h.alpha.iter().enumerate() {
+                add(CAPTURE_FILE, format!("α_{k} of {at}"), a, share);
+            }
+            add(CAPTURE_FILE, format!("prev_token_mass of {at}"), h.prev_token_mass, share);
+            add(CAPTURE_FILE, format!("self_mass of {at}"), h.self_mass, share);
+        }
+    }
+    if let Some(a) = &run.analysis {
+        add(ANALYSIS_FILE, "f_attn".into(), a.f_attn, share);
+        for (k, &v) in &a.sink_score {
+            add(ANALYSIS_FILE, format!("sink_score[{k}]"), v, (0.0, 100.0));
+        }
+        for h in &a.heads {
+            for (k, &v) in h.alpha.iter().enumerate() {
+                add(ANALYSIS_FILE, format!("α_{k} of layer {} head {}", h.layer, h.head), v, share);
+            }
+        }
+    }
+    if let Some(s) = &run.stream {
+        for o in &s.outcomes {
+            add(STREAM_FILE, format!("ppl of {}", o.label), o.ppl, (1.0, f64::INFINITY));
+        }
+    }
+    // NaN stands for "not measured" in these records (JSON null: a stream too short to score).
+    let inside = |b: &Bound<'_>| (b.range.0 - SLACK..=b.range.1 + SLACK).contains(&b.value);
+    let outside = |b: &Bound<'_>| !(b.value.is_nan() || inside(b));
+    match bounds.iter().find(|b| outside(b)) {
+        Some(b) => Err(Error::file(
+            &dir.join(b.file),
+            format!(
+                "holds {} = {}, outside [{}, {}]; the file is corrupt or was edited — re-run the command that made it",
+                b.what, b.value, b.range.0, b.range.1
+            ),
+        )),
+        None => Ok(()),
     }
 }

@@ -350,7 +350,7 @@ impl DecoderConfig {
         if self.layers.iter().any(|a| a.window == Some(0)) {
             return Err(bad("a sliding window of 0 keys".into()));
         }
-        if self.layers.iter().any(|a| a.rope_theta.is_nan() || a.rope_theta <= 0.0) {
+        if self.layers.iter().any(|a| !(a.rope_theta.is_finite() && a.rope_theta > 0.0)) {
             return Err(bad("a layer's rope theta is not positive".into()));
         }
         if let MlpKind::Moe(m) = self.arch.mlp {
@@ -378,7 +378,7 @@ impl DecoderConfig {
                 return Err(bad("both YaRN and RoPE frequency factors".into()));
             }
         }
-        if !(self.rope_theta > 0.0 && self.rms_eps >= 0.0) {
+        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0 && self.rms_eps.is_finite() && self.rms_eps >= 0.0) {
             return Err(bad(format!("rope theta {} / rms eps {}", self.rope_theta, self.rms_eps)));
         }
         Ok(())

@@ -13,6 +13,7 @@ use tokenizers::{AddedToken, SplitDelimiterBehavior};
 use super::spm::{SpmTokenizer, TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED};
 use crate::error::{Error, Result};
 use crate::model::gguf::{GgufFile, Value};
+use crate::model::gguf_config::seen;
 
 /// GPT-2's pre-tokenizer regex and the llama-3 / qwen2 variants, as llama.cpp names them by
 /// `tokenizer.ggml.pre`.
@@ -38,21 +39,33 @@ pub fn read(gguf: &GgufFile) -> Result<Embedded> {
         .collect::<Option<_>>()
         .ok_or_else(|| bad("tokenizer.ggml.tokens holds non-strings"))?;
     let types: Vec<i64> = match gguf.get("tokenizer.ggml.token_type").and_then(Value::as_array) {
-        Some(a) => a.iter().map(|v| v.as_f64().map(|x| x as i64).unwrap_or(1)).collect(),
+        Some(a) => {
+            a.iter().map(token_type).collect::<Option<_>>().ok_or_else(|| bad("tokenizer.ggml.token_type holds a value that is not a token type"))?
+        }
         None => vec![1; tokens.len()],
     };
     if types.len() != tokens.len() {
         return Err(bad("token_type and tokens differ in length"));
     }
     let n_tokens = tokens.len();
-    let id = |key: &str| gguf.get(key).and_then(Value::as_u64).and_then(|v| u32::try_from(v).ok()).filter(|&v| (v as usize) < n_tokens);
-    let bos = id("tokenizer.ggml.bos_token_id");
-    let eos: Vec<u32> = id("tokenizer.ggml.eos_token_id").into_iter().chain(id("tokenizer.ggml.eot_token_id")).collect();
+    // A special token's id is in the vocabulary or the file is refused: one outside it would
+    // quietly become no BOS (and change every number).
+    let id = |key: &str| -> Result<Option<u32>> {
+        let Some(v) = gguf.get(key) else { return Ok(None) };
+        let id = v.as_u64().and_then(|v| u32::try_from(v).ok()).filter(|&v| (v as usize) < n_tokens);
+        id.map(Some).ok_or_else(|| bad(&format!("{key} = {} is not a token id of its {n_tokens}-token vocabulary", seen(v))))
+    };
+    let bos = id("tokenizer.ggml.bos_token_id")?;
+    let eos: Vec<u32> = id("tokenizer.ggml.eos_token_id")?.into_iter().chain(id("tokenizer.ggml.eot_token_id")?).collect();
     let flag = |key: &str| gguf.get(key).and_then(Value::as_bool);
     match model {
         "llama" => {
             let scores: Vec<f32> = match gguf.get("tokenizer.ggml.scores").and_then(Value::as_array) {
-                Some(a) => a.iter().map(|v| v.as_f64().unwrap_or(0.0) as f32).collect(),
+                Some(a) => a
+                    .iter()
+                    .map(|v| v.as_f64().map(|x| x as f32).filter(|x| x.is_finite()))
+                    .collect::<Option<_>>()
+                    .ok_or_else(|| bad("tokenizer.ggml.scores holds a value that is not a finite number"))?,
                 None => return Err(bad("a llama vocabulary needs tokenizer.ggml.scores")),
             };
             if scores.len() != tokens.len() {
@@ -64,7 +77,7 @@ pub fn read(gguf: &GgufFile) -> Result<Embedded> {
                 types,
                 bos,
                 eos,
-                id("tokenizer.ggml.unknown_token_id"),
+                id("tokenizer.ggml.unknown_token_id")?,
                 flag("tokenizer.ggml.add_bos_token").unwrap_or(true),
                 flag("tokenizer.ggml.add_space_prefix").unwrap_or(true),
                 "gguf llama (SentencePiece BPE)",
@@ -130,5 +143,14 @@ fn byte_level_pre_tokenizer(pre: &str) -> Option<PreTokenizerWrapper> {
         // llama.cpp splits StableLM 2's vocabulary with Qwen2's expression.
         "qwen2" | "stablelm2" => regex_split(QWEN2_REGEX),
         _ => None,
+    }
+}
+
+/// A `tokenizer.ggml.token_type` entry (llama.cpp's token types are small signed integers).
+fn token_type(v: &Value) -> Option<i64> {
+    match *v {
+        Value::I32(t) => Some(i64::from(t)),
+        Value::I64(t) => Some(t),
+        _ => v.as_u64().and_then(|t| i64::try_from(t).ok()),
     }
 }

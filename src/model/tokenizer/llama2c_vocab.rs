@@ -8,7 +8,7 @@ use crate::error::{Error, IoContext, Result};
 /// Reads a llama2.c `tok*.bin`: i32 max_token_length, then per token f32 score, i32 len, bytes.
 /// Pieces use ' ' where SentencePiece uses '▁', and ids 1/2 are "\n<s>\n"/"\n</s>\n".
 pub fn read(path: &Path, vocab_size: usize) -> Result<SpmTokenizer> {
-    let bytes = std::fs::read(path).with_file(path)?;
+    let bytes = crate::io::regular::read(path).with_file(path)?;
     let bad = |what: String| Error::file(path, format!("not a llama2.c tokenizer file: {what}. Pass the tok*.bin that belongs to the model."));
     let mut pos = 4usize;
     if bytes.len() < 4 {

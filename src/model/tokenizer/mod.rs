@@ -24,7 +24,7 @@ pub enum Tokenizer {
 impl Tokenizer {
     /// Loads `tokenizer.json`. BOS is added by its post-processor, if it has one.
     pub fn from_json_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
+        let text = crate::io::regular::read_to_string(path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => Error::file(path, "no such file; an HF model directory needs tokenizer.json"),
             _ => Error::file(path, format!("cannot read ({e}); tokenizer.json must be UTF-8 JSON")),
         })?;

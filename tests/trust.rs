@@ -1,0 +1,174 @@
+//! Bad input, third pass (issue 43), through the binary: a value a file gives is checked where it
+//! is read (a GGUF setting out of its range, a token id outside the vocabulary), a file that is
+//! not a regular file is refused before it is read (a FIFO would block forever), a count flag of
+//! 0 is refused at parse, and a run directory belongs to one run: a second writer fails at once,
+//! another model's results are refused unless `--replace`, and a failed command leaves no new
+//! directory behind. Each case: exit 2, one line naming the key, file or flag.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+/// Runs sinkscope, checks the failure contract (exit 2, one line, no panic) and returns stderr.
+fn fails(args: &[&str]) -> String {
+    let out = common::sinkscope(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: exit {:?}; stderr: {stderr}", out.status.code());
+    assert!(!stderr.contains("panicked") && stderr.starts_with("error: "), "{args:?}: {stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: one line expected: {stderr}");
+    stderr
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// stories260K.gguf with the value of metadata key `key` (of `width` bytes after its type tag)
+/// replaced by `value`.
+fn gguf_with(dir: &Path, name: &str, key: &str, value: &[u8]) -> PathBuf {
+    let mut bytes = std::fs::read(common::model("stories260K.gguf").unwrap()).unwrap();
+    let at = bytes.windows(key.len()).position(|w| w == key.as_bytes()).unwrap_or_else(|| panic!("{key} not in the file")) + key.len() + 4;
+    bytes[at..at + value.len()].copy_from_slice(value);
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// Each row: a GGUF setting given a value outside its range, and what the refusal must name.
+#[test]
+fn gguf_settings_out_of_range_are_refused_by_key() {
+    let _ = model_or_skip!("stories260K.gguf");
+    let dir = common::temp_dir("trust-gguf");
+    let rows: [(&str, &[u8], &str); 4] = [
+        (
+            "llama.attention.layer_norm_rms_epsilon",
+            &f32::INFINITY.to_le_bytes(),
+            "llama.attention.layer_norm_rms_epsilon = inf is not a finite number",
+        ),
+        ("llama.attention.layer_norm_rms_epsilon", &(-1.0f32).to_le_bytes(), "= -1 is not a finite number, 0 or more"),
+        ("llama.attention.head_count_kv", &0u32.to_le_bytes(), "llama.attention.head_count_kv = 0 is not a whole number from 1"),
+        (
+            "tokenizer.ggml.bos_token_id",
+            &100_000u32.to_le_bytes(),
+            "tokenizer.ggml.bos_token_id = 100000 is not a token id of its 512-token vocabulary",
+        ),
+    ];
+    for (i, (key, value, says)) in rows.into_iter().enumerate() {
+        let model = gguf_with(&dir, &format!("m{i}.gguf"), key, value);
+        for args in [vec!["info", s(&model)], vec!["capture", "-m", s(&model), "-p", "Once upon a time", "-o", s(&dir.join("out"))]] {
+            let e = fails(&args);
+            assert!(e.contains(says) && e.contains(&format!("m{i}.gguf")), "{key}: {e}");
+        }
+        assert!(!dir.join("out").exists(), "{key}: a refused capture leaves no directory");
+    }
+}
+
+/// A FIFO as a model, a text or a trace is refused at once instead of blocking forever; so are a
+/// directory and a device where a text belongs.
+#[cfg(unix)]
+#[test]
+fn inputs_that_are_not_regular_files_are_refused_before_reading() {
+    let _ = model_or_skip!("stories260K.gguf");
+    let dir = common::temp_dir("trust-fifo");
+    let fifo = dir.join("pipe");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let out = s(&dir.join("out")).to_owned();
+    for args in [
+        vec!["info", s(&fifo)],
+        vec!["capture", "-m", "stories260k", "-f", s(&fifo), "-o", &out],
+        vec!["watch", s(&fifo)],
+        vec!["capture", "-m", "stories260k", "-f", "/dev/zero", "-o", &out],
+    ] {
+        let e = fails(&args);
+        assert!(e.contains("not a regular file"), "{args:?}: {e}");
+    }
+    assert!(!dir.join("out").exists());
+}
+
+/// Count flags where 0 asks for nothing are refused at parse, naming the flag.
+#[test]
+fn count_flags_of_zero_are_refused_at_parse() {
+    for args in [
+        &["capture", "-m", "/no/such.gguf", "-p", "x", "--top-k", "0", "-o", "/tmp/never"][..],
+        &["analyze", "-m", "/no/such.gguf", "--ablation-tokens", "0", "-o", "/tmp/never"],
+        &["heads", "-m", "/no/such.gguf", "-f", "x.txt", "--recent", "0", "-o", "/tmp/never"],
+        &["heads", "-m", "/no/such.gguf", "-f", "x.txt", "--causal", "--causal-tokens", "0", "-o", "/tmp/never"],
+        &["needle", "-m", "/no/such.gguf", "--trials", "0", "-o", "/tmp/never"],
+    ] {
+        let e = fails(args);
+        let flag = args.iter().rev().skip(2).find(|a| a.starts_with("--")).unwrap();
+        assert!(e.contains(flag) && e.contains("0 asks for nothing"), "{args:?}: {e}");
+    }
+}
+
+/// A run directory belongs to one run: another model's results there are refused naming both,
+/// `--replace` starts it afresh, and a second writer fails at once while the first holds it.
+#[test]
+fn a_run_directory_belongs_to_one_run() {
+    let _ = model_or_skip!("stories260K.gguf");
+    let bin = model_or_skip!("stories260K.bin");
+    let dir = common::temp_dir("trust-run-dir");
+    let run = dir.join("run");
+    let capture = |model: &str, extra: &[&str]| {
+        let mut args = vec!["capture", "-m", model, "-p", "Once upon a time there was", "-o", s(&run)];
+        args.extend_from_slice(extra);
+        common::sinkscope(&args)
+    };
+    assert!(capture("stories260k", &[]).status.success());
+    // The llama2.c checkpoint is other weights (another SHA-256) in another format.
+    let e = fails(&["capture", "-m", s(&bin), "-p", "Once upon a time there was", "-o", s(&run)]);
+    assert!(e.contains("holds results of another model") && e.contains("stories260K.gguf") && e.contains("stories260K.bin"), "{e}");
+    let replaced = capture(s(&bin), &["--replace"]);
+    assert!(replaced.status.success(), "{}", String::from_utf8_lossy(&replaced.stderr));
+    let record: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("capture.json")).unwrap()).unwrap();
+    assert!(record["model"]["source"].as_str().unwrap().ends_with("stories260K.bin"));
+    // --replace where no run is written.
+    assert!(fails(&["info", "stories260k", "--replace"]).contains("--replace applies to"));
+    // A second writer while the directory is held (as a running command holds it).
+    let held = std::fs::File::open(&run).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor this test owns.
+        assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+        let e = fails(&["capture", "-m", s(&bin), "-p", "Once upon a time there was", "-o", s(&run)]);
+        assert!(e.contains("another sinkscope command is writing into this directory"), "{e}");
+    }
+    drop(held);
+    assert!(capture(s(&bin), &[]).status.success(), "released with the handle");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Records are checked on reading back: a run whose capture.json was edited to a perplexity below
+/// 1 or an α above 1 is refused by `export` naming the file and the value.
+#[test]
+fn records_out_of_range_are_refused_on_reading_back() {
+    let dir = common::temp_dir("trust-records");
+    for (edit, says) in [
+        ((&["nll", "perplexity"][..], serde_json::json!(-5.0)), "holds nll.perplexity = -5, outside [1, inf]"),
+        ((&["summary", "heads", "0", "alpha", "0"][..], serde_json::json!(7.5)), "holds α_0 of layer 0 head 0 = 7.5, outside [0, 1]"),
+    ] {
+        let run = dir.join("run");
+        let _ = std::fs::remove_dir_all(&run);
+        std::fs::create_dir_all(&run).unwrap();
+        let fixture = common::fixture("run-stories260k");
+        for f in ["capture.json", "report.json", "stream.json"] {
+            std::fs::copy(fixture.join(f), run.join(f)).unwrap();
+        }
+        let path = run.join("capture.json");
+        let mut record: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let (keys, value) = edit;
+        let mut at = &mut record;
+        for k in keys {
+            at = match k.parse::<usize>() {
+                Ok(i) => &mut at[i],
+                Err(_) => &mut at[*k],
+            };
+        }
+        *at = value;
+        std::fs::write(&path, serde_json::to_vec(&record).unwrap()).unwrap();
+        let e = fails(&["export", s(&run)]);
+        assert!(e.contains("capture.json") && e.contains(says), "{e}");
+        assert!(!run.join("tables").exists(), "nothing published");
+    }
+}
