@@ -13,23 +13,30 @@ pub fn check(path: &Path) -> Result<()> {
     if meta.is_file() {
         return Ok(());
     }
-    let what = if meta.is_dir() {
-        "a directory"
-    } else {
-        use std::os::unix::fs::FileTypeExt;
-        let t = meta.file_type();
-        if t.is_fifo() {
-            "a FIFO (named pipe)"
-        } else if t.is_char_device() || t.is_block_device() {
-            "a device"
-        } else if t.is_socket() {
-            "a socket"
-        } else {
-            "not a regular file"
-        }
-    };
+    let what = if meta.is_dir() { "a directory" } else { special_kind(&meta) };
     let kind = if meta.is_dir() { ErrorKind::IsADirectory } else { ErrorKind::InvalidInput };
     Err(Error::new(kind, format!("{what}, not a regular file; give a file")))
+}
+
+/// What a file that is neither regular nor a directory is.
+#[cfg(unix)]
+fn special_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+#[cfg(not(unix))]
+fn special_kind(_: &std::fs::Metadata) -> &'static str {
+    "not a regular file"
 }
 
 /// [`std::fs::File::open`] of a regular file only.

@@ -1,6 +1,5 @@
 //! A run directory belongs to one run at a time and to one model: a command claims its `-o`
-//! (`io::staging::claim`)
-//! directory once its inputs are checked (before minutes of work), taking an advisory lock on
+//! directory (`io::staging::claim`) once its inputs are checked (before minutes of work), taking an advisory lock on
 //! the directory itself (released by the OS when the process ends, however it ends) so a second
 //! writer fails at once, and refusing a directory whose records name another model.
 
@@ -89,40 +88,41 @@ fn try_lock(_: &File) -> bool {
     true
 }
 
-/// The first top-level record in `out` whose model has another SHA-256 than `sha256`: its file
-/// name and that model's source.
+/// The top-level records in `out` that name a model, in name order: each file's name and its
+/// `model` object.
+fn model_records(out: &Path) -> Vec<(PathBuf, serde_json::Value)> {
+    let Ok(entries) = std::fs::read_dir(out) else { return Vec::new() };
+    let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "json")).collect();
+    paths.sort();
+    paths
+        .into_iter()
+        .filter_map(|path| {
+            let bytes = super::regular::read(&path).ok()?;
+            let mut record: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+            let model = record.get_mut("model")?.take();
+            Some((PathBuf::from(path.file_name()?), model))
+        })
+        .collect()
+}
+
+/// The first record in `out` whose model has another SHA-256 than `sha256`: its file name and
+/// that model's source.
 fn foreign_record(out: &Path, sha256: &str) -> Option<(String, String)> {
-    let mut names: Vec<PathBuf> = std::fs::read_dir(out).ok()?.flatten().map(|e| e.path()).collect();
-    names.sort();
-    names.into_iter().filter(|p| p.extension().is_some_and(|e| e == "json")).find_map(|path| {
-        let bytes = super::regular::read(&path).ok()?;
-        let record: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-        let model = record.get("model")?;
+    model_records(out).into_iter().find_map(|(name, model)| {
         let theirs = model.get("sha256")?.as_str()?;
         (theirs != sha256).then(|| {
             let source = model.get("source").and_then(serde_json::Value::as_str).unwrap_or("an unnamed model");
-            (path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(), source.to_owned())
+            (name.to_string_lossy().into_owned(), source.to_owned())
         })
     })
 }
 
 /// What `--replace` removes from `out`: the top-level records that name a model and the arrays
-/// beside them (`*.safetensors`), as names relative to `out`.
+/// beside them (`*.safetensors`), as names relative to `out`, in name order.
 pub fn previous_run(out: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(out) else { return Vec::new() };
-    let is_record = |p: &Path| {
-        p.extension().is_some_and(|e| e == "json")
-            && super::regular::read(p)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-                .is_some_and(|r| r.get("model").is_some())
-    };
-    let mut found: Vec<PathBuf> = entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.is_file() && (is_record(p) || p.extension().is_some_and(|e| e == "safetensors")))
-        .filter_map(|p| p.file_name().map(PathBuf::from))
-        .collect();
+    let arrays = std::fs::read_dir(out).into_iter().flatten().flatten().map(|e| e.path());
+    let arrays = arrays.filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "safetensors")).filter_map(|p| p.file_name().map(PathBuf::from));
+    let mut found: Vec<PathBuf> = model_records(out).into_iter().map(|(name, _)| name).chain(arrays).collect();
     found.sort();
     found
 }

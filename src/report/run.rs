@@ -231,59 +231,53 @@ impl Run {
 /// Floating-point slack on a share's bounds (sums of weights land a few ulps past 1).
 const SLACK: f64 = 1e-6;
 
-/// One value and the range it must lie in.
-struct Bound<'a> {
-    what: String,
-    value: f64,
-    range: (f64, f64),
-    file: &'a str,
-}
+/// Perplexities are at least 1; shares of attention lie in [0, 1].
+const PERPLEXITY: (f64, f64) = (1.0, f64::INFINITY);
+const SHARE: (f64, f64) = (0.0, 1.0);
 
 /// Refuses the first value of `run`'s records outside its range.
 fn check_ranges(run: &Run, dir: &Path) -> Result<()> {
-    let share = (0.0, 1.0);
-    let mut bounds: Vec<Bound<'_>> = Vec::new();
-    let mut add = |file: &'static str, what: String, value: f64, range: (f64, f64)| bounds.push(Bound { what, value, range, file });
     if let Some(c) = &run.capture {
         if let Some(n) = &c.nll {
-            add(CAPTURE_FILE, "nll.perplexity".into(), n.perplexity, (1.0, f64::INFINITY));
+            within(dir, CAPTURE_FILE, n.perplexity, PERPLEXITY, || "nll.perplexity".into())?;
         }
         for h in &c.summary.heads {
-            let at = format!("layer {} head {}", h.layer, h.head);
+            let at = || format!("layer {} head {}", h.layer, h.head);
             for (k, &a) in h.alpha.iter().enumerate() {
-                add(CAPTURE_FILE, format!("α_{k} of {at}"), a, share);
+                within(dir, CAPTURE_FILE, a, SHARE, || format!("α_{k} of {}", at()))?;
             }
-            add(CAPTURE_FILE, format!("prev_token_mass of {at}"), h.prev_token_mass, share);
-            add(CAPTURE_FILE, format!("self_mass of {at}"), h.self_mass, share);
+            within(dir, CAPTURE_FILE, h.prev_token_mass, SHARE, || format!("prev_token_mass of {}", at()))?;
+            within(dir, CAPTURE_FILE, h.self_mass, SHARE, || format!("self_mass of {}", at()))?;
         }
     }
     if let Some(a) = &run.analysis {
-        add(ANALYSIS_FILE, "f_attn".into(), a.f_attn, share);
+        within(dir, ANALYSIS_FILE, a.f_attn, SHARE, || "f_attn".into())?;
         for (k, &v) in &a.sink_score {
-            add(ANALYSIS_FILE, format!("sink_score[{k}]"), v, (0.0, 100.0));
+            within(dir, ANALYSIS_FILE, v, (0.0, 100.0), || format!("sink_score[{k}]"))?;
         }
         for h in &a.heads {
             for (k, &v) in h.alpha.iter().enumerate() {
-                add(ANALYSIS_FILE, format!("α_{k} of layer {} head {}", h.layer, h.head), v, share);
+                within(dir, ANALYSIS_FILE, v, SHARE, || format!("α_{k} of layer {} head {}", h.layer, h.head))?;
             }
         }
     }
     if let Some(s) = &run.stream {
         for o in &s.outcomes {
-            add(STREAM_FILE, format!("ppl of {}", o.label), o.ppl, (1.0, f64::INFINITY));
+            within(dir, STREAM_FILE, o.ppl, PERPLEXITY, || format!("ppl of {}", o.label))?;
         }
     }
-    // NaN stands for "not measured" in these records (JSON null: a stream too short to score).
-    let inside = |b: &Bound<'_>| (b.range.0 - SLACK..=b.range.1 + SLACK).contains(&b.value);
-    let outside = |b: &Bound<'_>| !(b.value.is_nan() || inside(b));
-    match bounds.iter().find(|b| outside(b)) {
-        Some(b) => Err(Error::file(
-            &dir.join(b.file),
-            format!(
-                "holds {} = {}, outside [{}, {}]; the file is corrupt or was edited — re-run the command that made it",
-                b.what, b.value, b.range.0, b.range.1
-            ),
-        )),
-        None => Ok(()),
+    Ok(())
+}
+
+/// Refuses `file` when `value` lies outside `range`, naming it as `what` says (built only then:
+/// a run is opened with thousands of values to check). NaN stands for "not measured" in these
+/// records (JSON null: a stream too short to score).
+fn within(dir: &Path, file: &str, value: f64, (lo, hi): (f64, f64), what: impl FnOnce() -> String) -> Result<()> {
+    if value.is_nan() || (lo - SLACK..=hi + SLACK).contains(&value) {
+        return Ok(());
     }
+    Err(Error::file(
+        &dir.join(file),
+        format!("holds {} = {value}, outside [{lo}, {hi}]; the file is corrupt or was edited — re-run the command that made it", what()),
+    ))
 }
