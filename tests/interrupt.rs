@@ -140,6 +140,51 @@ fn interrupted_captures_leave_the_directory_as_it_was() {
     check("capture-over", &over, Some(&common::fixture("run-stories260k")), &[900, 1800]);
 }
 
+/// An interrupted `capture --save-tensors FILE` keeps nothing — no run directory, no tensors file
+/// (written under a temp name beside FILE until the commit), no temp file — and says so; one that
+/// finished first says its files were written, and they are all there.
+#[test]
+fn an_interrupted_capture_keeps_no_saved_tensors() {
+    let _ = model_or_skip!("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let root = common::temp_dir("interrupt-tensors");
+    let (out, tensors) = (root.join("out"), root.join("patterns.safetensors"));
+    let book = common::corpora_dir().join("pg1342_pride_and_prejudice.txt");
+    let args = [
+        "capture",
+        "-m",
+        "smollm2-135m",
+        "-f",
+        book.to_str().unwrap(),
+        "--max-tokens",
+        "512",
+        "-o",
+        "OUT",
+        "--save-tensors",
+        tensors.to_str().unwrap(),
+    ];
+    // The 283 MB tensors file is written in the last 40 % or so of the run: interrupt in there.
+    let started = std::time::Instant::now();
+    run_to_end(&args, &out);
+    let whole = started.elapsed();
+    std::fs::remove_dir_all(&out).unwrap();
+    std::fs::remove_file(&tensors).unwrap();
+    let mut interrupted = 0;
+    for at in [0.5, 0.6, 0.7, 0.8, 0.9] {
+        let ms = (whole.as_millis() as f64 * at) as u64;
+        if interrupt(&args, &out, Duration::from_millis(ms)) {
+            interrupted += 1;
+            let left: Vec<_> = std::fs::read_dir(&root).unwrap().flatten().map(|e| e.file_name()).collect();
+            assert!(left.is_empty(), "at {ms} ms an interrupted capture left {left:?}");
+        } else {
+            assert!(out.join("capture.json").is_file() && tensors.is_file(), "at {ms} ms: a finished capture has its files");
+            std::fs::remove_dir_all(&out).unwrap();
+            std::fs::remove_file(&tensors).unwrap();
+        }
+    }
+    assert!(interrupted > 0, "no attempt was interrupted; the run is faster than the test assumes");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 #[test]
 fn interrupted_analysis_and_sweep_leave_the_directory_as_it_was() {
     let _ = model_or_skip!("stories260K.gguf");

@@ -77,7 +77,7 @@ pub fn run(args: CaptureArgs, s: &mut Session) -> Result<()> {
         options,
     };
     // Before minutes of loading, not after.
-    job.validate()?;
+    job.validate(&args.out)?;
     check_out_dir(&args.out)?;
     let (lm, _) = s.model(&args.model)?;
     let report = capture_into(lm, &job, &args.out)?;

@@ -11,17 +11,19 @@ use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 
-/// What an interruption must remove: staging directories, and output directories this process
+/// What an interruption must remove: staging directories, files staged beside a destination
+/// outside the output directory (`--save-tensors FILE`), and output directories this process
 /// created (removed only if still empty).
 #[derive(Default)]
 struct Pending {
     staging_dirs: Vec<PathBuf>,
+    staged_files: Vec<PathBuf>,
     created_dirs: Vec<PathBuf>,
 }
 
 /// Held while files are moved into place, and by the interruption cleanup: a commit is never cut
 /// in half (an interruption during it waits for it and then finds nothing to undo).
-static PENDING: Mutex<Pending> = Mutex::new(Pending { staging_dirs: Vec::new(), created_dirs: Vec::new() });
+static PENDING: Mutex<Pending> = Mutex::new(Pending { staging_dirs: Vec::new(), staged_files: Vec::new(), created_dirs: Vec::new() });
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
@@ -63,6 +65,9 @@ pub fn abandon_all() -> bool {
     let committed = COMMITTED.load(Ordering::SeqCst);
     for dir in p.staging_dirs.drain(..) {
         remove_tree(&dir);
+    }
+    for file in p.staged_files.drain(..) {
+        let _ = std::fs::remove_file(&file);
     }
     for dir in p.created_dirs.drain(..).rev() {
         // Only if nothing else is in it (remove_dir refuses a non-empty directory).
@@ -176,6 +181,8 @@ pub fn create_out_dir(out: &Path) -> Result<()> {
 pub struct Staging {
     out: PathBuf,
     dir: PathBuf,
+    /// Files written beside a destination of their own (temp, destination), moved at the commit.
+    beside: Vec<(PathBuf, PathBuf)>,
     removals: Vec<PathBuf>,
     committed: bool,
 }
@@ -191,7 +198,7 @@ impl Staging {
         std::fs::create_dir_all(&dir).map_err(|e| Error::file(out, format!("cannot create the output directory ({e})")))?;
         // `--replace`: the previous run's records and arrays go at the commit, unless rewritten.
         let removals = if super::run_dir::replacing() { super::run_dir::previous_run(out) } else { Vec::new() };
-        Ok(Staging { out: out.to_path_buf(), dir, removals, committed: false })
+        Ok(Staging { out: out.to_path_buf(), dir, beside: Vec::new(), removals, committed: false })
     }
 
     /// Where to write `rel` (a path relative to the output directory) until the commit.
@@ -207,6 +214,21 @@ impl Staging {
             std::fs::create_dir_all(parent).map_err(|e| Error::file(parent, format!("cannot create ({e})")))?;
         }
         Ok(path)
+    }
+
+    /// Where to write a file whose destination is a path of its own (`--save-tensors FILE`,
+    /// anywhere): a hidden temp beside `dest`, moved onto it at the commit and removed by an
+    /// interruption or a failure before it, like the files in the output directory.
+    pub fn path_beside(&mut self, dest: &Path) -> Result<PathBuf> {
+        let name = dest.file_name().ok_or_else(|| Error::file(dest, "is not a file path"))?;
+        let temp = dest.with_file_name(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
+        let mut p = pending();
+        if !self.dir.is_dir() {
+            return Err(Error::file(&self.dir, "the staging directory is gone (removed by an interruption or by hand)"));
+        }
+        p.staged_files.push(temp.clone());
+        self.beside.push((temp.clone(), dest.to_path_buf()));
+        Ok(temp)
     }
 
     /// Whether `rel` will be in the output directory after the commit (staged now, or already there).
@@ -230,12 +252,17 @@ impl Staging {
         let rels = rels.map_err(|e| Error::Internal(e.to_string()))?;
         let aside = self.dir.join(".replaced");
         let mut done: Vec<Move> = Vec::new();
-        if let Err(e) = self.move_all(&rels, &aside, &mut done) {
+        let moved = self.move_all(&rels, &aside, &mut done).and_then(|()| self.move_beside(&mut done));
+        if let Err(e) = moved {
             for step in done.iter().rev() {
                 step.undo();
             }
             return Err(e);
         }
+        for (_, dest) in &self.beside {
+            let _ = std::fs::remove_file(set_aside_name(dest));
+        }
+        p.staged_files.retain(|f| !self.beside.iter().any(|(temp, _)| temp == f));
         for rel in self.removals.iter().filter(|r| !rels.contains(r)) {
             let _ = std::fs::remove_file(self.out.join(rel));
         }
@@ -273,6 +300,33 @@ impl Staging {
     }
 }
 
+impl Staging {
+    /// Moves the files staged beside their destinations into place, setting each replaced file
+    /// aside first (beside it, removed once the whole commit succeeded).
+    fn move_beside(&self, done: &mut Vec<Move>) -> Result<()> {
+        for (temp, dest) in &self.beside {
+            if dest.is_dir() {
+                return Err(Error::file(dest, "is a directory where the run writes a file; move it away and run again"));
+            }
+            if dest.exists() {
+                let old = set_aside_name(dest);
+                rename(dest, &old)?;
+                done.push(Move { from: dest.clone(), to: old });
+            }
+            rename(temp, dest)?;
+            done.push(Move { from: temp.clone(), to: dest.clone() });
+        }
+        Ok(())
+    }
+}
+
+/// Where a commit sets aside the file at `dest` that a staged-beside file replaces (a temp name
+/// a later run removes if this process is killed before it does).
+fn set_aside_name(dest: &Path) -> PathBuf {
+    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    dest.with_file_name(format!(".{name}.replaced.tmp-{}", std::process::id()))
+}
+
 /// One rename a commit made, to be reversed if a later one fails.
 struct Move {
     from: PathBuf,
@@ -298,6 +352,10 @@ impl Drop for Staging {
         let mut p = pending();
         let _ = std::fs::remove_dir_all(&self.dir);
         p.staging_dirs.retain(|d| d != &self.dir);
+        for (temp, _) in &self.beside {
+            let _ = std::fs::remove_file(temp);
+        }
+        p.staged_files.retain(|f| !self.beside.iter().any(|(temp, _)| temp == f));
         let created: Vec<PathBuf> = p.created_dirs.iter().filter(|d| self.out.starts_with(d)).cloned().collect();
         for d in created.iter().rev() {
             let _ = std::fs::remove_dir(d);

@@ -29,10 +29,21 @@ pub struct CaptureJob<'a> {
 }
 
 impl CaptureJob<'_> {
-    /// Refuses settings no capture can use (callers may check before loading a model).
-    pub fn validate(&self) -> Result<()> {
+    /// Refuses settings no capture into `out` can use (callers may check before loading a model).
+    pub fn validate(&self, out: &Path) -> Result<()> {
         if self.hooks.is_some() && self.save_tensors.is_none() {
             return Err(Error::input("--hooks selects the tensors written by --save-tensors; add --save-tensors FILE.safetensors"));
+        }
+        if let Some(path) = self.save_tensors {
+            // Checked before minutes of capture, not when the file is written.
+            if path.is_dir() {
+                return Err(Error::file(path, "is a directory; --save-tensors needs a file path (FILE.safetensors)"));
+            }
+            let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            // The output directory itself is created by the capture.
+            if !parent.is_dir() && parent != out {
+                return Err(Error::file(path, "is in a directory that does not exist; create it or pick another --save-tensors path"));
+            }
         }
         Ok(())
     }
@@ -40,7 +51,7 @@ impl CaptureJob<'_> {
 
 /// Runs `job` on a loaded model and writes the run into `out`.
 pub fn capture_into(lm: &mut LoadedModel, job: &CaptureJob, out: &Path) -> Result<CaptureReport> {
-    job.validate()?;
+    job.validate(out)?;
     super::claim_out(lm, Some(out))?;
     let save = match job.save_tensors {
         Some(_) => Some(HookFilter::parse(job.hooks.unwrap_or("hook_pattern"), lm.model.cfg.n_layers)?),
@@ -81,7 +92,7 @@ pub fn capture_to_dir(
         None => stage.remove_on_commit(HEATMAPS_FILE),
     }
     if let (Some(path), Some(tensors)) = (save_tensors, &result.tensors) {
-        tensors.save(path, meta)?;
+        tensors.save(&stage.path_beside(path)?, meta)?;
         files.push(path.display().to_string());
     }
     files.push(CAPTURE_FILE.to_string());
