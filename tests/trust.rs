@@ -172,3 +172,32 @@ fn records_out_of_range_are_refused_on_reading_back() {
         assert!(!run.join("tables").exists(), "nothing published");
     }
 }
+
+/// A finite weight too large for f32 arithmetic (a 3e38 embedding row: its sum of squares, which
+/// every norm computes, is ∞) stops the command naming the hook and position, as a NaN does —
+/// before it gave a perplexity of 3.8 and a capture.json with null residual norms.
+#[test]
+fn activations_that_overflow_f32_are_refused_like_nan() {
+    let bin = model_or_skip!("stories260K.bin");
+    let dir = common::temp_dir("trust-overflow");
+    let mut bytes = std::fs::read(&bin).unwrap();
+    // llama2.c: a 7-int header (dim first), then the [vocab, dim] f32 embedding table.
+    let dim = i32::from_le_bytes(bytes[0..4].try_into().unwrap()) as usize;
+    let bos_row = 28 + dim * 4;
+    for i in 0..dim {
+        bytes[bos_row + 4 * i..bos_row + 4 * i + 4].copy_from_slice(&3e38f32.to_le_bytes());
+    }
+    let model = dir.join("big.bin");
+    std::fs::write(&model, bytes).unwrap();
+    let tok = common::model("tok512.bin").unwrap();
+    let out = dir.join("out");
+    // Without --no-nll the tied output head also turned it into a NaN loss; with it, the capture
+    // used to succeed.
+    for extra in [&[][..], &["--no-nll"]] {
+        let mut args = vec!["capture", "-m", s(&model), "--tokenizer", s(&tok), "-p", "Once upon a time", "-o", s(&out)];
+        args.extend_from_slice(extra);
+        let e = fails(&args);
+        assert!(e.contains("overflows f32") && e.contains("first at hook_embed, position 0"), "{e}");
+        assert!(!out.exists(), "nothing written");
+    }
+}

@@ -15,12 +15,44 @@ use crate::error::{Error, Result};
 use crate::model::hook::HookPoint;
 use crate::numerics::tensor::with_f32;
 
-/// The first non-finite element of `t` (rows along dimension 0), as (row, value).
-fn first_non_finite(t: &Tensor) -> Result<Option<(usize, f32)>> {
+/// What makes a row of an activation unusable.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Unusable {
+    /// An element is NaN or ∞.
+    NonFinite(f32),
+    /// Every element is finite but the row's sum of squares (what each RMS or layer norm, and
+    /// the residual-norm reducers, compute in f32) is beyond f32's range: the norm would be ∞
+    /// and the normalised row 0 — a wrong number, not a measurement.
+    Overflow(f64),
+}
+
+impl std::fmt::Display for Unusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unusable::NonFinite(v) => write!(f, "goes non-finite ({v})"),
+            Unusable::Overflow(squares) => write!(f, "overflows f32 (a row's sum of squares is {squares:.3e}, beyond f32's {:.3e})", f32::MAX),
+        }
+    }
+}
+
+/// The first row of `t` (rows along dimension 0) that is unusable, and why.
+fn first_unusable(t: &Tensor) -> Result<Option<(usize, Unusable)>> {
+    use rayon::prelude::*;
     let rows = t.dim(0)?.max(1);
     let width = (t.elem_count() / rows).max(1);
     let t = if t.is_contiguous() { t.clone() } else { t.contiguous()? };
-    with_f32(&t, |v| v.iter().position(|x| !x.is_finite()).map(|i| (i / width, v[i])))
+    // Each row summed in order (f64, so the sum itself cannot overflow): the same verdicts on any
+    // thread count.
+    let verdicts: Vec<Option<Unusable>> = with_f32(&t, |v| v.par_chunks(width).map(row_verdict).collect())?;
+    Ok(verdicts.into_iter().enumerate().find_map(|(row, v)| v.map(|v| (row, v))))
+}
+
+fn row_verdict(row: &[f32]) -> Option<Unusable> {
+    if let Some(&bad) = row.iter().find(|x| !x.is_finite()) {
+        return Some(Unusable::NonFinite(bad));
+    }
+    let squares: f64 = row.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+    (squares > f64::from(f32::MAX)).then_some(Unusable::Overflow(squares))
 }
 
 /// A weight tensor holding NaN or ∞.
@@ -54,17 +86,18 @@ pub fn scan_param(name: &str, p: &Param) -> Result<Option<NonFiniteWeight>> {
     })
 }
 
-/// Checks `result` (what joins the residual stream at `at`); when it holds a non-finite value,
-/// names the first of `steps` (the tensors that led to it, in the order computed) that does.
+/// Checks `result` (what joins the residual stream at `at`); when it holds a non-finite value or
+/// a row whose norm overflows f32, names the first of `steps` (the tensors that led to it, in the
+/// order computed) that does.
 /// `rows` are the positions of the rows (several sequences may be stacked, each `rows.len()` long).
 pub(super) fn refuse_non_finite(at: HookPoint, result: &Tensor, steps: &[(HookPoint, &Tensor)], rows: &Range<usize>) -> Result<()> {
-    if first_non_finite(result)?.is_none() {
+    if first_unusable(result)?.is_none() {
         return Ok(());
     }
     for (hook, t) in steps.iter().copied().chain([(at, result)]) {
-        if let Some((row, value)) = first_non_finite(t)? {
+        if let Some((row, why)) = first_unusable(t)? {
             let position = rows.start + row % rows.len().max(1);
-            return Err(non_finite(hook, position, value));
+            return Err(unusable(hook, position, why));
         }
     }
     Err(Error::Internal(format!("{at} held a non-finite value that could not be found again")))
@@ -81,9 +114,9 @@ pub(super) fn refuse_non_finite_nll(nll: Vec<f64>) -> Result<Vec<f64>> {
     }
 }
 
-fn non_finite(hook: HookPoint, position: usize, value: f32) -> Error {
+fn unusable(hook: HookPoint, position: usize, why: Unusable) -> Error {
     Error::input(format!(
-        "the forward pass goes non-finite ({value}) first at {hook}, position {position}: the model's weights there hold a NaN or ∞, or its activations overflow f32; nothing was measured (check the file against its source, e.g. `sinkscope info --json`)"
+        "the forward pass {why} first at {hook}, position {position}: the model's weights there hold a NaN, an ∞ or values too large for f32 arithmetic; nothing was measured (check the file against its source, e.g. `sinkscope info --json`)"
     ))
 }
 
@@ -109,5 +142,14 @@ mod tests {
         let inf = Tensor::from_vec(vec![0f32, f32::INFINITY], (2, 1), &Device::Cpu).unwrap();
         let msg = refuse_non_finite(HookPoint::Embed, &inf, &[], &(0..2)).unwrap_err().to_string();
         assert!(msg.contains("(inf) first at hook_embed, position 1"), "{msg}");
+    }
+
+    #[test]
+    fn a_finite_row_whose_norm_overflows_f32_is_refused_too() {
+        let big = Tensor::from_vec(vec![1f32, 2.0, 3e38, 3e38, 0.0, 0.0], (3, 2), &Device::Cpu).unwrap();
+        let msg = refuse_non_finite(HookPoint::Embed, &big, &[], &(0..3)).unwrap_err().to_string();
+        assert!(msg.contains("overflows f32") && msg.contains("first at hook_embed, position 1"), "{msg}");
+        let fits = Tensor::from_vec(vec![1e19f32, 1e19], (1, 2), &Device::Cpu).unwrap();
+        assert!(refuse_non_finite(HookPoint::Embed, &fits, &[], &(0..1)).is_ok(), "a sum of squares of 2e38 fits f32");
     }
 }
