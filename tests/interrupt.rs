@@ -84,7 +84,7 @@ fn interrupt(args: &[&str], out: &Path, delay: Duration) -> bool {
     assert_eq!(out.status.code(), Some(130), "{args:?}: {err}");
     let last = err.trim_end().lines().last().unwrap_or("");
     assert!(last.starts_with("error: interrupted"), "{args:?}: one line saying so, got {err}");
-    !last.contains("after the command's files were written")
+    !last.contains("once it had written")
 }
 
 fn run_to_end(args: &[&str], out: &Path) {
@@ -182,6 +182,54 @@ fn an_interrupted_capture_keeps_no_saved_tensors() {
         }
     }
     assert!(interrupted > 0, "no attempt was interrupted; the run is faster than the test assumes");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// What an interrupted needle sweep says it kept is what it kept: nothing (and no directory), or
+/// "once it had written P and N more": N + 1 finished parts, each a whole record, P among them.
+#[test]
+fn an_interrupted_needle_sweep_keeps_what_it_says() {
+    let _ = model_or_skip!("stories260K.gguf");
+    let root = common::temp_dir("interrupt-needle");
+    let out = root.join("out");
+    let args = ["needle", "-m", "stories260k", "--lengths", "300,600", "--trials", "2", "-o", "OUT"];
+    let mut saw_parts = false;
+    for ms in [100, 1500, 3000] {
+        let _ = std::fs::remove_dir_all(&out);
+        let argv: Vec<String> = args.iter().map(|a| a.replace("OUT", out.to_str().unwrap())).collect();
+        let child = Command::new(env!("CARGO_BIN_EXE_sinkscope"))
+            .args(&argv)
+            .env("SINKSCOPE_MODELS", common::model_path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(ms));
+        let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+        let done = child.wait_with_output().unwrap();
+        if done.status.success() || done.status.code().is_none() {
+            continue;
+        }
+        let err = String::from_utf8_lossy(&done.stderr);
+        let last = err.trim_end().lines().last().unwrap_or("");
+        let parts: Vec<PathBuf> = std::fs::read_dir(out.join("needle-parts")).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+        if last.contains("nothing of this command was kept") {
+            assert!(!out.exists(), "at {ms} ms: said nothing was kept, left {parts:?}");
+            continue;
+        }
+        let written = last.split_once(" once it had written ").unwrap().1.split_once("; those are complete").unwrap().0;
+        let (first, more) = match written.split_once(" and ") {
+            Some((first, more)) => (first, more.trim_end_matches(" more").parse::<usize>().unwrap()),
+            None => (written, 0),
+        };
+        assert_eq!(parts.len(), more + 1, "at {ms} ms: {last}");
+        assert!(parts.iter().any(|p| p.to_str() == Some(first)), "at {ms} ms: {first} among {parts:?}");
+        for p in &parts {
+            assert!(serde_json::from_slice::<serde_json::Value>(&std::fs::read(p).unwrap()).is_ok(), "{} is whole", p.display());
+        }
+        saw_parts = true;
+    }
+    assert!(saw_parts, "no attempt was interrupted after a finished part");
     let _ = std::fs::remove_dir_all(&root);
 }
 

@@ -201,3 +201,43 @@ fn activations_that_overflow_f32_are_refused_like_nan() {
         assert!(!out.exists(), "nothing written");
     }
 }
+
+/// Sizes are bounded before computing, and every command that writes a model's results into a
+/// directory claims it first: each row is a command line (RUN: a directory holding a capture of
+/// stories260K.gguf; DIR: a scratch directory) and what its one-line refusal must say.
+#[test]
+fn sizes_and_directories_are_checked_before_any_work() {
+    let _ = model_or_skip!("stories260K.gguf");
+    let bin = model_or_skip!("stories260K.bin");
+    let dir = common::temp_dir("trust-table");
+    let run = dir.join("run");
+    let made = common::sinkscope(&["capture", "-m", "stories260k", "-p", "Once upon a time there was", "-o", s(&run)]);
+    assert!(made.status.success());
+    let text = common::corpora_dir().join("tinystories_val_subset.txt");
+    let rows: [(&[&str], &str); 6] = [
+        (
+            &["needle", "-m", "stories260k", "--lengths", "99999999", "-o", "DIR/n"],
+            "dense at 99999999 tokens keeps 99999999 keys and values per layer",
+        ),
+        (
+            &["capture", "-m", "stories260k", "-p", "x", "-o", "DIR/c", "--save-tensors", "DIR/no/such/t.safetensors"],
+            "is in a directory that does not exist",
+        ),
+        (&["heads", "-m", "BIN", "-f", "TEXT", "--tokens", "300", "-o", "RUN"], "holds results of another model"),
+        (&["quant", "-m", "BIN", "-f", "TEXT", "-o", "RUN"], "holds results of another model"),
+        (&["canary", "-m", "BIN", "-p", "Once", "-o", "RUN"], "holds results of another model"),
+        (&["stream", "-m", "BIN", "-f", "TEXT", "--tokens", "300", "--policy", "dense", "-o", "RUN"], "holds results of another model"),
+    ];
+    let before = std::fs::read_dir(&run).unwrap().count();
+    for (args, says) in rows {
+        let args: Vec<String> =
+            args.iter().map(|a| a.replace("DIR", s(&dir)).replace("RUN", s(&run)).replace("BIN", s(&bin)).replace("TEXT", s(&text))).collect();
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let e = fails(&argv);
+        assert!(e.contains(says), "{args:?}: {e}");
+    }
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left, ["run"], "refused commands leave no directory");
+    assert_eq!(std::fs::read_dir(&run).unwrap().count(), before, "nor a file in the run they were refused");
+    let _ = std::fs::remove_dir_all(&dir);
+}

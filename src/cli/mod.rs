@@ -134,11 +134,20 @@ pub fn run(cli: Cli) -> Result<u8> {
 pub fn run_in(cli: Cli, s: &mut Session) -> Result<u8> {
     let writes_a_run = matches!(
         cli.command,
-        Command::Demo(_) | Command::Capture(_) | Command::Analyze(_) | Command::Stream(_) | Command::Recommend(_) | Command::Needle(_)
+        Command::Demo(_)
+            | Command::Capture(_)
+            | Command::Analyze(_)
+            | Command::Stream(_)
+            | Command::Recommend(_)
+            | Command::Needle(_)
+            | Command::Heads(_)
+            | Command::Canary(_)
+            | Command::Quant(_)
+            | Command::Verify(_)
     );
     if cli.replace && !writes_a_run {
         return Err(crate::error::Error::input(
-            "--replace applies to the commands that write a model's run (-o): demo, capture, analyze, stream, recommend and needle",
+            "--replace applies to the commands that write a model's run (-o): demo, capture, analyze, stream, recommend, needle, heads, canary, quant and verify",
         ));
     }
     crate::io::run_dir::set_replace(cli.replace);

@@ -29,3 +29,11 @@ pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     bytes.push(b'\n');
     write_atomic(path, &bytes)
 }
+
+/// Writes a finished part of a longer command (a needle or survey part a rerun reuses) as
+/// [`write_json_atomic`] does, and records it as kept: an interruption says it stays.
+pub fn write_part_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    write_json_atomic(path, value)?;
+    super::staging::kept(path);
+    Ok(())
+}

@@ -12,4 +12,4 @@ pub mod text;
 pub mod token_ids;
 pub mod trace;
 
-pub use atomic::{write_atomic, write_json_atomic};
+pub use atomic::{write_atomic, write_json_atomic, write_part_json};

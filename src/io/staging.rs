@@ -19,17 +19,17 @@ struct Pending {
     staging_dirs: Vec<PathBuf>,
     staged_files: Vec<PathBuf>,
     created_dirs: Vec<PathBuf>,
+    /// What this command has finished and keeps whatever happens next: each committed output
+    /// directory and each finished part a rerun reuses ([`kept`]), in the order written.
+    kept: Vec<PathBuf>,
 }
 
 /// Held while files are moved into place, and by the interruption cleanup: a commit is never cut
 /// in half (an interruption during it waits for it and then finds nothing to undo).
-static PENDING: Mutex<Pending> = Mutex::new(Pending { staging_dirs: Vec::new(), staged_files: Vec::new(), created_dirs: Vec::new() });
+static PENDING: Mutex<Pending> =
+    Mutex::new(Pending { staging_dirs: Vec::new(), staged_files: Vec::new(), created_dirs: Vec::new(), kept: Vec::new() });
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
-
-/// Set once a commit has moved a command's files into place: an interruption after that point
-/// has nothing to undo (the results are complete).
-static COMMITTED: AtomicBool = AtomicBool::new(false);
 
 fn pending() -> std::sync::MutexGuard<'static, Pending> {
     PENDING.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -53,16 +53,25 @@ pub fn abandoning() -> bool {
     ABANDONING.load(Ordering::SeqCst)
 }
 
+/// Records `path` as finished and kept (a part file a rerun reuses, written whole by
+/// `write_atomic`): an interruption says it was kept.
+pub fn kept(path: &Path) {
+    let mut p = pending();
+    if !p.kept.iter().any(|k| k == path) {
+        p.kept.push(path.to_path_buf());
+    }
+}
+
 /// Undoes every unfinished write of this process: called once, by the signal handler, right
-/// before the process exits. Returns whether a commit had already completed (its files stay:
-/// they are a finished result, not a half-written one).
+/// before the process exits. Returns what the command had finished (committed output directories,
+/// finished parts): those stay, they are finished results, not half-written ones.
 ///
 /// The lock is never released afterwards: a writer that wants a staging path, a temp file or a
 /// commit waits until the process exits, so nothing new appears behind the cleanup.
-pub fn abandon_all() -> bool {
+pub fn abandon_all() -> Vec<PathBuf> {
     ABANDONING.store(true, Ordering::SeqCst);
     let mut p = pending();
-    let committed = COMMITTED.load(Ordering::SeqCst);
+    let kept = std::mem::take(&mut p.kept);
     for dir in p.staging_dirs.drain(..) {
         remove_tree(&dir);
     }
@@ -74,7 +83,7 @@ pub fn abandon_all() -> bool {
         let _ = std::fs::remove_dir(&dir);
     }
     std::mem::forget(p);
-    committed
+    kept
 }
 
 /// Removes a staging directory. Files and directories are created only under the lock the
@@ -271,7 +280,9 @@ impl Staging {
         // The output directory now holds results: an interruption must not remove it.
         p.created_dirs.retain(|d| !self.out.starts_with(d));
         self.committed = true;
-        COMMITTED.store(true, Ordering::SeqCst);
+        if !p.kept.contains(&self.out) {
+            p.kept.push(self.out.clone());
+        }
         Ok(())
     }
 

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, Result};
 use crate::model::decoder::config::describe_windows;
 use crate::model::decoder::DecoderConfig;
 
@@ -42,6 +43,26 @@ pub fn kv_memory(cfg: &DecoderConfig, peak: usize) -> KvMemory {
         bytes: entries as u64 * per_entry,
         bytes_without_windows: (cfg.n_layers * peak) as u64 * per_entry,
     }
+}
+
+/// Bytes of one key or value element as the simulator keeps it (f32).
+const SIMULATED_ELEMENT_BYTES: u64 = 4;
+
+/// Refuses a run whose cache would hold `peak` entries per layer when that cache (kept in f32 by
+/// the simulator) cannot fit in `available` bytes (`None`: unknown, nothing checked) — checked
+/// before computing, so an impossible length fails at once instead of after hours.
+pub fn check_fits(cfg: &DecoderConfig, peak: usize, what: &str, available: Option<u64>) -> Result<()> {
+    let Some(available) = available else { return Ok(()) };
+    let bytes = kv_memory(cfg, peak).bytes.saturating_mul(SIMULATED_ELEMENT_BYTES / CACHE_ELEMENT_BYTES);
+    if bytes > available {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        return Err(Error::input(format!(
+            "{what} keeps {peak} keys and values per layer: {:.1} GiB (f32) where {:.1} GiB is available; use a shorter length or a smaller cache",
+            gib(bytes),
+            gib(available)
+        )));
+    }
+    Ok(())
 }
 
 impl KvMemory {
@@ -116,6 +137,10 @@ mod tests {
         assert_eq!((mixed.bytes, mixed.windowed_entries), ((1000 + 128 + 4 * 512) * 64, Some(512)));
         assert!(model_windows_note(&two).is_some_and(|n| n.contains("more than 128 and 512 back")));
         assert_eq!(kv_memory(&cfg(None, None), 16).describe(), "6.0 KiB (f16)");
+        assert!(check_fits(&cfg(None, None), 1000, "dense", Some(1 << 20)).is_ok(), "750 KiB in f32");
+        let e = check_fits(&cfg(None, None), 100_000, "dense at 100000 tokens", Some(1 << 20)).unwrap_err().to_string();
+        assert!(e.contains("dense at 100000 tokens keeps 100000 keys and values per layer"), "{e}");
+        assert!(check_fits(&cfg(None, None), usize::MAX / 2, "x", None).is_ok(), "unknown memory: nothing checked");
         assert!(
             gemma
                 .describe()

@@ -62,6 +62,7 @@ pub fn canary_into(lm: &mut LoadedModel, job: &CanaryJob, out: Option<&Path>, pr
     if !(job.temperature >= 0.0 && job.temperature.is_finite()) {
         return Err(Error::input("--temperature must be a finite number ≥ 0"));
     }
+    super::claim_out(lm, out)?;
     let mut prompt = lm.tokenizer.encode(&job.prompt)?;
     if prompt.is_empty() {
         prompt.extend(lm.tokenizer.bos());

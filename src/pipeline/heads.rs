@@ -6,16 +6,17 @@
 use std::path::Path;
 
 use super::progress::Progress;
-use super::stream::{stream_tokens, write_stream_report, StreamSource};
+use super::stream::{stream_report, stream_tokens, StreamSource};
 use crate::capture::ablation::streaming_head_ablation;
 use crate::error::{Error, Result};
 use crate::io::atomic::write_atomic;
+use crate::io::staging::Staging;
 use crate::io::write_json_atomic;
 use crate::kv::per_head::{gates_by_share, gates_tsv, measure, simulate_mixed, uniform_bytes_at, Frontier, FrontierRow, GateEvidence, HeadGates};
 use crate::kv::policy::{Eviction, Policy, PositionMode};
 use crate::kv::simulate::{ppl, simulate};
 use crate::model::load::LoadedModel;
-use crate::report::run::PER_HEAD_FILE;
+use crate::report::run::{PER_HEAD_FILE, STREAM_FILE};
 
 /// The gates file DuoAttention reads (layers × KV heads, 1 = the whole cache).
 pub const GATES_FILE: &str = "head_gates.tsv";
@@ -48,16 +49,25 @@ pub struct GateOptions {
 /// Measures the gates on the first tokens of `source` (at most [`GATE_TOKENS`] and the model's
 /// context; the calibration text instead when given), and writes `head_gates.tsv` and
 /// `heads.json` into `out` when given.
-pub fn heads_into(lm: &LoadedModel, source: &StreamSource, opts: &GateOptions, out: Option<&Path>, progress: &mut dyn Progress) -> Result<HeadGates> {
+pub fn heads_into(
+    lm: &mut LoadedModel,
+    source: &StreamSource,
+    opts: &GateOptions,
+    out: Option<&Path>,
+    progress: &mut dyn Progress,
+) -> Result<HeadGates> {
     if !(0.0..=1.0).contains(&opts.share) {
         return Err(Error::input(format!("--retrieval-share {} must lie between 0 and 1", opts.share)));
     }
+    super::claim_out(lm, out)?;
     let ids = stream_tokens(lm, opts.calibration.as_ref().unwrap_or(source), progress)?;
     let gates = measure_gates(lm, &ids, opts, progress)?;
     if let Some(dir) = out {
-        std::fs::create_dir_all(dir).map_err(|e| Error::file(dir, format!("cannot create the output directory ({e})")))?;
-        write_atomic(&dir.join(GATES_FILE), gates_tsv(&gates.full).as_bytes())?;
-        write_json_atomic(&dir.join(HEADS_FILE), &gates)?;
+        // Both files land together or not at all.
+        let stage = Staging::begin(dir)?;
+        write_atomic(&stage.path(GATES_FILE)?, gates_tsv(&gates.full).as_bytes())?;
+        write_json_atomic(&stage.path(HEADS_FILE)?, &gates)?;
+        stage.commit()?;
     }
     Ok(gates)
 }
@@ -129,6 +139,7 @@ pub fn per_head_sweep(
     if let Some(bad) = shares.iter().find(|s| !(0.0..=1.0).contains(*s)) {
         return Err(Error::input(format!("--shares {bad} must lie between 0 and 1")));
     }
+    super::claim_out(lm, out)?;
     let ids = stream_tokens(lm, source, progress)?;
     if ids.len() <= cache + 1 {
         return Err(Error::input(format!("{} tokens never fill the budget W = {cache}; stream more tokens", ids.len())));
@@ -170,10 +181,13 @@ pub fn per_head_sweep(
     }
     let frontier = Frontier { cache, sinks, tokens: ids.len(), gates, rows, wall_seconds: start.elapsed().as_secs_f64() };
     if let Some(dir) = out {
-        std::fs::create_dir_all(dir).map_err(|e| Error::file(dir, format!("cannot create the output directory ({e})")))?;
-        // Every stream as stream.json (the run's curves and `stream_nll`), the frontier beside it.
-        write_stream_report(lm, source, &ids, outcomes, None, start, dir)?;
-        write_json_atomic(&dir.join(PER_HEAD_FILE), &frontier)?;
+        // Every stream as stream.json (the run's curves and `stream_nll`), the frontier beside it:
+        // both land together or not at all.
+        let report = stream_report(lm, source, &ids, outcomes, None, start)?;
+        let stage = Staging::begin(dir)?;
+        write_json_atomic(&stage.path(STREAM_FILE)?, &report)?;
+        write_json_atomic(&stage.path(PER_HEAD_FILE)?, &frontier)?;
+        stage.commit()?;
     }
     Ok(frontier)
 }

@@ -15,10 +15,12 @@ use crate::analysis::needle::{cells, NeedlePolicy, NeedleReport, NeedleSettings,
 use crate::error::{Error, Result};
 use crate::io::staging::Staging;
 use crate::io::text::read_text_file;
-use crate::io::{write_atomic, write_json_atomic};
+use crate::io::{write_atomic, write_json_atomic, write_part_json};
+use crate::kv::memory::check_fits;
 use crate::kv::policy::{Eviction, Policy};
 use crate::kv::retrieval::haystack::{draw_trials, Haystack, Trial, REPEATED_FILLER};
 use crate::kv::retrieval::{compression_applies, sweep, sweep_from, CacheStream, Compression};
+use crate::model::fit::available_memory;
 use crate::model::load::LoadedModel;
 
 pub use crate::report::run::NEEDLE_FILE;
@@ -77,10 +79,15 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
         seed: opts.seed,
     };
     let longest = opts.lengths.iter().copied().max().unwrap_or(0);
+    // Every refusal before any warning: a refused sweep prints one line.
+    let mut warnings = Vec::new();
     for (p, _) in &opts.policies {
-        for w in p.validate(longest, lm.model.cfg.context_len)? {
-            progress.warning(&w);
-        }
+        warnings.extend(p.validate(longest, lm.model.cfg.context_len)?);
+        let peak = if p.eviction == Eviction::Dense { longest } else { p.cache.min(longest) };
+        check_fits(&lm.model.cfg, peak, &format!("{} at {longest} tokens", p.label()), available_memory())?;
+    }
+    for w in &warnings {
+        progress.warning(w);
     }
     let filler = match &opts.filler {
         Some(path) => read_text_file(path)?,
@@ -88,7 +95,8 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
     };
     let trials = draw_trials(&lm.tokenizer, opts.trials, opts.distractors, opts.seed)?;
     let parts_dir = out.join(PARTS_DIR);
-    std::fs::create_dir_all(&parts_dir).map_err(|e| Error::file(&parts_dir, format!("cannot create ({e})")))?;
+    // Removed again while empty if the sweep fails or is interrupted before its first part.
+    crate::io::staging::create_out_dir(&parts_dir)?;
     let haystack_of = |length: usize, needle_len: usize| -> Result<Haystack> {
         Haystack::new(&lm.tokenizer, filler_for(&filler, length), length, needle_len).map_err(|e| match &opts.filler {
             Some(path) => Error::file(path, e.to_string()),
@@ -175,7 +183,7 @@ impl PartContext<'_> {
         }
         progress.stage(&format!("{label} at {length} tokens"));
         let part = run_part(lm, arm, haystack, self.opts, self.trials, self.sha, self.settings, progress)?;
-        write_json_atomic(&file, &part)?;
+        write_part_json(&file, &part)?;
         Ok(part)
     }
 }

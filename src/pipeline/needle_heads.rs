@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::progress::Progress;
 use crate::analysis::needle::{NeedleHeads, NeedleSettings};
 use crate::error::{Error, Result};
-use crate::io::write_json_atomic;
+use crate::io::write_part_json;
 use crate::kv::per_head::{measure, mixed_policy};
 use crate::kv::policy::{Eviction, Policy, PositionMode};
 use crate::kv::retrieval::haystack::{draw_trials, Haystack};
@@ -118,7 +118,7 @@ pub fn measure_heads(
                 outside: evidence.outside,
                 outside_tokens: ids.len(),
             };
-            write_json_atomic(&file, &part)?;
+            write_part_json(&file, &part)?;
             part
         }
     };

@@ -87,6 +87,7 @@ pub fn quant_into(lm: &mut LoadedModel, opts: &QuantOptions, out: Option<&Path>,
     if opts.tokens > context {
         return Err(Error::input(format!("--max-tokens {} exceeds the model's context of {context}", opts.tokens)));
     }
+    super::claim_out(lm, out)?;
     let ids = tokenize(lm, &opts.file)?;
     let mut eval = sequences(&ids, opts.tokens, opts.sequences);
     if eval.is_empty() {

@@ -208,8 +208,24 @@ pub fn write_stream_report(
     start: Instant,
     dir: &Path,
 ) -> Result<PathBuf> {
+    let report = stream_report(lm, source, ids, outcomes, recommendation, start)?;
+    let stage = Staging::begin(dir)?;
+    write_json_atomic(&stage.path(STREAM_FILE)?, &report)?;
+    stage.commit()?;
+    Ok(dir.join(STREAM_FILE))
+}
+
+/// The `stream.json` record of `outcomes` (for callers that stage it with files of their own).
+pub fn stream_report(
+    lm: &mut LoadedModel,
+    source: &StreamSource,
+    ids: &[u32],
+    outcomes: Vec<StreamOutcome>,
+    recommendation: Option<Recommendation>,
+    start: Instant,
+) -> Result<StreamReport> {
     lm.fingerprint()?;
-    let report = StreamReport {
+    Ok(StreamReport {
         sinkscope_version: env!("CARGO_PKG_VERSION").to_string(),
         model: lm.info.clone(),
         text_source: source.file.display().to_string(),
@@ -218,9 +234,5 @@ pub fn write_stream_report(
         outcomes,
         recommendation,
         wall_seconds: start.elapsed().as_secs_f64(),
-    };
-    let stage = Staging::begin(dir)?;
-    write_json_atomic(&stage.path(STREAM_FILE)?, &report)?;
-    stage.commit()?;
-    Ok(dir.join(STREAM_FILE))
+    })
 }

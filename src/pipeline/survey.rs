@@ -14,7 +14,7 @@ use crate::analysis::survey::{StreamingHeads, Survey, SurveyRow, SurveySweep};
 use crate::analysis::AnalysisReport;
 use crate::error::{Error, Result};
 use crate::io::staging::Staging;
-use crate::io::{write_atomic, write_json_atomic};
+use crate::io::{write_atomic, write_json_atomic, write_part_json};
 use crate::kv::per_head::measure;
 use crate::model::load::{load_source, LoadOptions, LoadedModel};
 use crate::model::source::{resolve, ModelSource};
@@ -123,7 +123,7 @@ pub fn survey_models(opts: &SurveyOptions, pick: &dyn Fn(usize) -> bool, out: &P
                 sweeps.push(job.sweep(t, text, label, cache, progress)?);
             }
         }
-        write_json_atomic(&job.dir.join(LOAD_FILE), &job.load)?;
+        write_part_json(&job.dir.join(LOAD_FILE), &job.load)?;
         rows.push((i, SurveyRow::new(&analysis.model.display_name(), &format!("models/{slug}"), &analysis, sweeps)));
     }
     Ok(rows)
@@ -297,7 +297,7 @@ fn streaming_heads(
     let evidence = measure(&lm.model, &ids, sinks, recent)?;
     let heads = StreamingHeads::new(sha, label, (tokens, ids.len()), (sinks, recent), evidence.outside);
     std::fs::create_dir_all(dir).map_err(|e| Error::file(dir, format!("cannot create ({e})")))?;
-    write_json_atomic(&dir.join(STREAMING_HEADS_FILE), &heads)?;
+    write_part_json(&dir.join(STREAMING_HEADS_FILE), &heads)?;
     Ok(Some(heads))
 }
 

@@ -16,7 +16,7 @@ use super::survey::{epsilon, slugs, survey_models, text_labels, write_survey, Lo
 use crate::analysis::survey::{Survey, SurveyRow};
 use crate::error::{Error, IoContext, Result};
 use crate::io::staging::{check_out_dir, remove_leftovers};
-use crate::io::{write_atomic, write_json_atomic};
+use crate::io::{write_atomic, write_part_json};
 
 /// Where a survey directory keeps its part records.
 pub const PARTS_DIR: &str = "survey-parts";
@@ -132,7 +132,7 @@ pub fn survey_shard(opts: &SurveyOptions, shard: Shard, out: &Path, progress: &m
     let dir = out.join(PARTS_DIR);
     std::fs::create_dir_all(&dir).map_err(|e| Error::file(&dir, format!("cannot create ({e})")))?;
     let path = dir.join(shard.file_name());
-    write_json_atomic(&path, &part)?;
+    write_part_json(&path, &part)?;
     Ok((path, part))
 }
 

@@ -69,6 +69,7 @@ pub fn verify_into(lm: &mut LoadedModel, opts: &VerifyOptions, out: Option<&Path
         }
         None => request.prompt_ids.clone(),
     };
+    super::claim_out(lm, out)?;
     let (ids, engine) = sequence(&prompt, request).map_err(|why| Error::file(&opts.trace, why))?;
     let vocab = lm.model.cfg.vocab_size;
     if let Some((i, id)) = ids.iter().enumerate().find(|(_, &id)| id as usize >= vocab) {
