@@ -141,6 +141,16 @@ fn survey_shards_merge_into_the_same_survey() {
     assert_eq!((indices, part["shards"].as_u64()), (vec![0, 2], Some(2)));
     assert_eq!(part["settings"]["models"], serde_json::json!(["stories260K.gguf", "stories260K.bin", "stories260K-hf"]));
     assert!(!p1.join("survey.json").exists() && !p2.join("survey.md").exists() && !p2.join("models/stories260K.gguf").exists());
+    // A model's record cut short is refused naming it, before anything is copied (issue 43).
+    let report = p1.join("models/stories260K.gguf/report.json");
+    let whole = std::fs::read(&report).unwrap();
+    std::fs::write(&report, &whole[..whole.len() / 2]).unwrap();
+    let bad = root.join("merged-bad");
+    let refused = common::sinkscope(&["survey", "--merge", p1.to_str().unwrap(), p2.to_str().unwrap(), "-o", bad.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(refused.status.code() == Some(2) && err.contains("report.json: is not a file this sinkscope can read"), "{err}");
+    assert!(!bad.exists(), "a refused merge writes nothing");
+    std::fs::write(&report, whole).unwrap();
     let merge = common::sinkscope(&["survey", "--merge", p1.to_str().unwrap(), p2.to_str().unwrap(), "-o", merged.to_str().unwrap()]);
     assert!(merge.status.success(), "{}", String::from_utf8_lossy(&merge.stderr));
     for f in ["survey.json", "survey.md"] {

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import re
 import tempfile
 from pathlib import Path
 
@@ -85,11 +86,50 @@ def _text_file(text: str | None, file, directory: Path) -> str | None:
     return str(path)
 
 
+# Flags the methods fill from arguments of other names (`text` → `--prompt`); every other flag is
+# its keyword argument with `-` for `_`.
+_KEYWORD_OF_FLAG = {"-p": "text", "--prompt": "text", "-f": "file", "-o": "out", "--save-tensors": "hooks", "-m": "model"}
+_INVALID = re.compile(r"invalid value '([^']*)' for '(--?[a-z][a-z0-9-]*)(?: <[A-Z_]+>)?'")
+_FLAG = re.compile(r"(?<![\w-])(--?[a-z][a-z0-9-]*)(?:( <[A-Z_]+>(?:\.\.\.)?)|( \S+))?")
+
+
+def _keyword(flag: str) -> str:
+    return _KEYWORD_OF_FLAG.get(flag, flag.lstrip("-").replace("-", "_"))
+
+
+def _assignment(flag: str, value: str) -> str:
+    """`cache=0`, `text=""`: a keyword argument as the caller wrote it."""
+    shown = value if re.fullmatch(r"-?[0-9.]+(e-?[0-9]+)?", value) else f'"{value}"'
+    return f"{_keyword(flag)}={shown}"
+
+
+def _as_keywords(message: str, argv: list[str]) -> str:
+    """The binary's one-line message with each flag named as the keyword argument that set it:
+    `--cache 0` → `cache=0`, `invalid value 'many' for '--max-tokens <N>'` → `max_tokens="many"
+    is not valid`, `-p` → `text`."""
+    given = {flag: value for flag, value in zip(argv, argv[1:]) if flag.startswith("-")}
+    trim = "'\"`,;:"
+
+    def flag_named(match: re.Match) -> str:
+        flag, value = match.group(1), match.group(3)
+        if value is not None and value.strip().strip(trim) == given.get(flag):
+            return _assignment(flag, given[flag]) + value[len(value.rstrip(trim)):]
+        return _keyword(flag) + (value or "")
+
+    message = message.replace(" For more information, try '--help'.", "")
+    message = _INVALID.sub(lambda m: f"{_assignment(m.group(2), m.group(1))} is not valid", message)
+    return _FLAG.sub(flag_named, message)
+
+
 def _call(run, argv: list[str], progress: bool, owned: Path | None = None) -> int:
-    """Runs a command line; a temporary run directory (`owned`) goes away when the command fails."""
+    """Runs a command line; a temporary run directory (`owned`) goes away when the command fails.
+    A refusal names keyword arguments, not the command line's flags."""
     bar = Progress(progress)
     try:
-        return run(argv, bar)
+        try:
+            return run(argv, bar)
+        except InputError as refused:
+            raise InputError(_as_keywords(str(refused), argv)) from None
     except BaseException:
         if owned is not None:
             shutil.rmtree(owned, ignore_errors=True)

@@ -130,8 +130,12 @@ def test_bad_input_raises_the_binarys_message(smollm2, cli, tmp_path):
     with pytest.raises(sinkscope.InputError, match="corrupt.gguf"):
         sinkscope.load(corrupt)
     m = sinkscope.load(smollm2)
-    with pytest.raises(sinkscope.InputError, match="max-tokens"):
+    # Refusals name the keyword argument, not the binary's flag.
+    with pytest.raises(sinkscope.InputError, match='max_tokens="many" is not valid'):
         m.capture("x", max_tokens="many", out=tmp_path / "a")
+    with pytest.raises(sinkscope.InputError, match="top_k=0 is not valid: 0 asks for nothing") as raised:
+        m.capture("x", top_k=0, out=tmp_path / "a")
+    assert "--" not in str(raised.value)
     binary = tmp_path / "binary.txt"
     binary.write_bytes(b"\xff\xfe\x00\x01" * 64)
     with pytest.raises(sinkscope.InputError, match="binary.txt"):

@@ -139,8 +139,14 @@ fn response(v: &Value, id: &str) -> std::result::Result<Trace, String> {
 }
 
 fn openai_choice(c: &Value, id: &str) -> std::result::Result<TraceRequest, String> {
-    // A streamed chunk without logprobs (the role chunk, the finish chunk) adds no token.
-    if c.get("delta").is_some() && c.get("logprobs").is_none_or(Value::is_null) {
+    // A streamed chunk without logprobs (the role chunk, the finish chunk) adds no token; one
+    // that carries text does, and its logprob is missing — refused wherever it stands, as the
+    // first one is (a trace without logprobs).
+    if let Some(delta) = c.get("delta").filter(|_| c.get("logprobs").is_none_or(Value::is_null)) {
+        let text = ["content", "text"].iter().find_map(|k| delta.get(*k).and_then(Value::as_str)).unwrap_or("");
+        if !text.is_empty() {
+            return Err(format!("choice {id}: a streamed chunk with text ({text:?}) but no `logprobs`; request them for every chunk"));
+        }
         return Ok(TraceRequest { id: id.to_string(), ..TraceRequest::default() });
     }
     let lp = c
@@ -226,7 +232,7 @@ fn sinkscope_stream(v: &Value) -> std::result::Result<Trace, String> {
             r.logprobs.push(-x);
             r.tokens.push(None);
             r.token_ids.push(id_at(i + 1));
-            r.cache_len.push(lens.and_then(|l| l.get(i)).and_then(Value::as_u64).map(|n| n as usize));
+            r.cache_len.push(cache_len(lens.and_then(|l| l.get(i))).map_err(|e| format!("stream.json: outcome {}, step {i}: {e}", r.id))?);
         }
         r.evictions = evictions_from_lengths(&r.cache_len);
         requests.push(r);
@@ -288,8 +294,12 @@ fn from_jsonl(text: &str) -> std::result::Result<Trace, String> {
             .find_map(|k| v.get(*k).filter(|x| *k != "id" || !x.is_number()))
             .map_or(String::new(), |x| x.as_str().map_or(x.to_string(), str::to_string));
         let r = request_for(&mut by_id, id);
-        let event = v.get("event").and_then(Value::as_str).is_some_and(|e| e.starts_with("evict"))
-            || v.get("evicted").is_some_and(|e| e.as_u64().is_some_and(|n| n > 0) || e == &Value::Bool(true));
+        let evicted = match v.get("evicted") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(e) => e.as_u64().ok_or_else(|| format!("line {}: `evicted` {e} is not a count ≥ 0 or true/false", n + 1))? > 0,
+        };
+        let event = v.get("event").and_then(Value::as_str).is_some_and(|e| e.starts_with("evict")) || evicted;
         if event && !r.evictions.contains(&r.logprobs.len()) {
             r.evictions.push(r.logprobs.len());
         }
@@ -303,7 +313,7 @@ fn from_jsonl(text: &str) -> std::result::Result<Trace, String> {
                 r.logprobs.push(number(Some(l), || format!("line {}: `logprob` is not a number", n + 1))?);
                 r.tokens.push(v.get("token").and_then(Value::as_str).map(str::to_string));
                 r.token_ids.push(token_id(&v));
-                r.cache_len.push(v.get("cache_len").and_then(Value::as_u64).map(|n| n as usize));
+                r.cache_len.push(cache_len(v.get("cache_len")).map_err(|e| format!("line {}: {e}", n + 1))?);
             }
             None if event => {}
             None => return Err(format!("line {}: no `logprob` (and no eviction event)", n + 1)),
@@ -357,6 +367,14 @@ fn from_csv(text: &str) -> std::result::Result<Trace, String> {
     let mut by_id: BTreeMap<String, (usize, TraceRequest)> = BTreeMap::new();
     for (n, line) in lines.enumerate() {
         let f = csv_fields(line);
+        if f.len() != header.len() {
+            return Err(format!(
+                "CSV row {}: {} fields where the header names {} (a ragged row, or an unquoted comma)",
+                n + 2,
+                f.len(),
+                header.len()
+            ));
+        }
         let get = |c: Option<usize>| c.and_then(|c| f.get(c)).map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
         let r = request_for(&mut by_id, get(request).unwrap_or_default());
         if get(event).is_some_and(|e| e.starts_with("evict")) {
@@ -372,7 +390,8 @@ fn from_csv(text: &str) -> std::result::Result<Trace, String> {
         // A token's own spaces are part of it.
         r.tokens.push(token.and_then(|c| f.get(c)).filter(|t| !t.is_empty()).cloned());
         r.token_ids.push(get(token_id).and_then(|t| t.parse().ok()));
-        r.cache_len.push(get(cache).and_then(|c| c.parse().ok()));
+        let len = get(cache).map(|c| c.parse::<usize>().map_err(|_| format!("CSV row {}: `cache_len` {c:?} is not a count ≥ 0", n + 2)));
+        r.cache_len.push(len.transpose()?);
     }
     Ok(Trace { format: TraceFormat::Csv, requests: in_order(by_id) })
 }
@@ -408,6 +427,14 @@ fn token_id(v: &Value) -> Option<u32> {
     n.as_u64().and_then(|n| u32::try_from(n).ok())
 }
 
+/// A record's optional `cache_len`: absent or null, else a whole number ≥ 0.
+fn cache_len(v: Option<&Value>) -> std::result::Result<Option<usize>, String> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(n) => n.as_u64().map(|n| Some(n as usize)).ok_or_else(|| format!("`cache_len` {n} is not a count ≥ 0")),
+    }
+}
+
 fn number(v: Option<&Value>, why: impl Fn() -> String) -> std::result::Result<f64, String> {
     v.and_then(Value::as_f64).ok_or_else(why)
 }
@@ -439,5 +466,31 @@ mod tests {
         assert_eq!(t.requests[0].token_ids, vec![Some(4)]);
         let t = parse_trace("{\"logprob\": -0.3}\n").unwrap();
         assert_eq!(t.requests[0].token_ids, vec![None]);
+    }
+
+    /// Each record is checked wherever it stands in the trace (issue 43).
+    #[test]
+    fn malformed_records_are_refused_wherever_they_stand() {
+        let ok = "{\"logprob\": -0.3, \"cache_len\": 4}\n";
+        for (bad, says) in [
+            ("{\"logprob\": -0.3, \"cache_len\": -2}", "line 2: `cache_len` -2 is not a count ≥ 0"),
+            ("{\"logprob\": -0.3, \"cache_len\": \"many\"}", "line 2: `cache_len` \"many\" is not a count"),
+            ("{\"evicted\": -1}", "line 2: `evicted` -1 is not a count ≥ 0"),
+            (
+                r#"{"id": "c", "choices": [{"delta": {"content": " the"}, "logprobs": null}]}"#,
+                "a streamed chunk with text (\" the\") but no `logprobs`",
+            ),
+        ] {
+            let e = parse_trace(&format!("{ok}{bad}\n")).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        // The role and finish chunks of a stream carry no text and add no token.
+        let role = r#"{"id": "c", "choices": [{"delta": {"role": "assistant", "content": ""}, "logprobs": null}]}"#;
+        let token = r#"{"id": "c", "choices": [{"delta": {"content": "a"}, "logprobs": {"content": [{"token": "a", "logprob": -0.5}]}}]}"#;
+        assert_eq!(parse_trace(&format!("{role}\n{token}\n")).unwrap().requests[0].logprobs, [-0.5]);
+        let e = parse_trace("token,logprob\na,-0.1\nb,-0.2,7\nc,-0.3\n").unwrap_err();
+        assert!(e.contains("CSV row 3: 3 fields where the header names 2"), "{e}");
+        let e = parse_trace("logprob,cache_len\n-0.1,3\n-0.2,-1\n").unwrap_err();
+        assert!(e.contains("CSV row 3: `cache_len` \"-1\" is not a count"), "{e}");
     }
 }

@@ -165,6 +165,9 @@ pub fn merge_parts(dirs: &[PathBuf], out: &Path, progress: &mut dyn Progress) ->
                 format!("missing, but {} lists its model; rerun shard {shard} into {}", f.file.display(), f.dir.display()),
             ));
         }
+        // Its records parse and hold values in range before anything is copied (a truncated
+        // report.json is refused here, not published in the merged survey).
+        crate::report::run::Run::open(from)?;
     }
     std::fs::create_dir_all(out).map_err(|e| Error::file(out, format!("cannot create the output directory ({e})")))?;
     let here = out.canonicalize().with_file(out)?;
