@@ -8,7 +8,11 @@ use clap::Parser;
 fn main() -> ExitCode {
     quiet_on_closed_pipe();
     let cli = match sinkscope::cli::Cli::try_parse() {
-        Ok(cli) => cli,
+        Ok(mut cli) => {
+            // Lossy: a path that is not UTF-8 is logged approximately, never a panic.
+            cli.argv = std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned()).collect();
+            cli
+        }
         Err(e) if !e.use_stderr() => {
             // --help and --version: their text, exit 0.
             let _ = e.print();

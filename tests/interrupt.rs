@@ -283,7 +283,7 @@ fn a_later_run_removes_what_a_killed_run_left() {
     run_to_end(&args, &out);
     let mut names: Vec<String> = std::fs::read_dir(&out).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     names.sort();
-    assert_eq!(names, vec![alive, "stream.json".to_string()], "the dead run's leftovers go, the live one's stay");
+    assert_eq!(names, vec![alive, "commands.json".to_string(), "stream.json".to_string()], "the dead run's leftovers go, the live one's stay");
     let _ = std::fs::remove_dir_all(out.parent().unwrap());
 }
 

@@ -48,6 +48,10 @@ pub struct Cli {
     /// arrays are replaced at the end); without it such a directory is refused.
     #[arg(long, global = true)]
     pub replace: bool,
+    /// The command line as given (without the program name), logged in the run directories the
+    /// command writes (`io::run_log`).
+    #[arg(skip)]
+    pub argv: Vec<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -113,7 +117,10 @@ pub enum Command {
 /// Parses a command line (`argv` without the program name) as the binary does; a usage error,
 /// `--help` included, is one line.
 pub fn parse<I: IntoIterator<Item = String>>(argv: I) -> Result<Cli> {
-    usage::parse_from(argv)
+    let argv: Vec<String> = argv.into_iter().collect();
+    let mut cli: Cli = usage::parse_from(argv.clone())?;
+    cli.argv = argv;
+    Ok(cli)
 }
 
 /// Runs the command in the terminal; the exit status it asks for (0 unless `watch` or `verify`
@@ -151,9 +158,11 @@ pub fn run_in(cli: Cli, s: &mut Session) -> Result<u8> {
         ));
     }
     crate::io::run_dir::set_replace(cli.replace);
+    crate::io::run_log::set_command_line(std::iter::once("sinkscope".to_string()).chain(cli.argv.iter().cloned()).collect());
     let result = dispatch(cli, s);
     // A caller that runs many commands (the Python package) holds no directory between them.
     crate::io::run_dir::release_all();
+    crate::io::run_log::set_command_line(Vec::new());
     result
 }
 

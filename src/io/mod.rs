@@ -6,6 +6,7 @@ pub mod arrays;
 pub mod atomic;
 pub mod regular;
 pub mod run_dir;
+pub mod run_log;
 pub mod serde_nan;
 pub mod staging;
 pub mod text;

@@ -10,8 +10,9 @@ use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 
-/// The directories this process has claimed, each with the open handle its lock is held on.
-static CLAIMED: Mutex<Vec<(PathBuf, File)>> = Mutex::new(Vec::new());
+/// The directories this process has claimed, each with the open handle its lock is held on and
+/// the SHA-256 of the model whose results go there (when the claim named one).
+static CLAIMED: Mutex<Vec<(PathBuf, File, Option<String>)>> = Mutex::new(Vec::new());
 
 /// Whether the command running starts its output directory afresh (`--replace`); set by the
 /// command line for each command it runs.
@@ -41,7 +42,7 @@ pub struct Owner<'a> {
 /// model — unless [`replacing`], when the commit removes the previous run's records and arrays
 /// (`Staging::begin`). `staging::claim` creates the directory first.
 pub fn hold(out: &Path, owner: Option<Owner<'_>>) -> Result<()> {
-    lock(out)?;
+    lock(out, owner.map(|o| o.sha256))?;
     if let (Some(owner), false) = (owner, replacing()) {
         if let Some((file, other)) = foreign_record(out, owner.sha256) {
             return Err(Error::file(
@@ -61,18 +62,28 @@ pub fn release_all() {
     CLAIMED.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clear();
 }
 
+/// The SHA-256 of the model whose results this process writes into `out` (claimed with one).
+pub fn owner_sha256(out: &Path) -> Option<String> {
+    let key = out.canonicalize().unwrap_or_else(|_| out.to_path_buf());
+    let claimed = CLAIMED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    claimed.iter().find(|(dir, _, _)| *dir == key).and_then(|(_, _, sha)| sha.clone())
+}
+
 /// Takes the directory's lock, or says another process holds it.
-fn lock(out: &Path) -> Result<()> {
+fn lock(out: &Path, sha256: Option<&str>) -> Result<()> {
     let key = out.canonicalize().unwrap_or_else(|_| out.to_path_buf());
     let mut claimed = CLAIMED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if claimed.iter().any(|(dir, _)| *dir == key) {
+    if let Some(claim) = claimed.iter_mut().find(|(dir, _, _)| *dir == key) {
+        if claim.2.is_none() {
+            claim.2 = sha256.filter(|s| !s.is_empty()).map(str::to_string);
+        }
         return Ok(());
     }
     let handle = File::open(out).map_err(|e| Error::file(out, format!("cannot open the output directory ({e})")))?;
     if !try_lock(&handle) {
         return Err(Error::file(out, "another sinkscope command is writing into this directory now; wait for it to finish, or give another -o"));
     }
-    claimed.push((key, handle));
+    claimed.push((key, handle, sha256.filter(|s| !s.is_empty()).map(str::to_string)));
     Ok(())
 }
 

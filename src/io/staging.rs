@@ -254,6 +254,7 @@ impl Staging {
     /// removes the staging directory. All or nothing: the files being replaced are first set aside
     /// in the staging directory, and if any move fails every file is put back as it was.
     pub fn commit(mut self) -> Result<()> {
+        self.stage_command_log()?;
         let mut p = pending();
         let mut files = Vec::new();
         collect_files(&self.dir, &mut files)?;
@@ -312,6 +313,22 @@ impl Staging {
 }
 
 impl Staging {
+    /// Adds this command to the directory's log of the commands that wrote it (`io::run_log`),
+    /// staged with the files it lists so both land at the commit.
+    fn stage_command_log(&self) -> Result<()> {
+        let mut files = Vec::new();
+        collect_files(&self.dir, &mut files)?;
+        let mut rels: Vec<PathBuf> = files.iter().filter_map(|f| f.strip_prefix(&self.dir).ok().map(Path::to_path_buf)).collect();
+        rels.extend(self.beside.iter().map(|(_, dest)| dest.clone()));
+        let (sha, fresh) = (super::run_dir::owner_sha256(&self.out), super::run_dir::replacing());
+        if let Some(bytes) = super::run_log::next_log(&super::run_log::command_line(), &self.out, &rels, sha, fresh)? {
+            // Straight into the staging directory: nothing there is visible before the commit.
+            let path = self.path(super::run_log::COMMANDS_FILE)?;
+            std::fs::write(&path, bytes).map_err(|e| Error::file(&path, format!("cannot write ({e})")))?;
+        }
+        Ok(())
+    }
+
     /// Moves the files staged beside their destinations into place, setting each replaced file
     /// aside first (beside it, removed once the whole commit succeeded).
     fn move_beside(&self, done: &mut Vec<Move>) -> Result<()> {
