@@ -214,7 +214,10 @@ fn sizes_and_directories_are_checked_before_any_work() {
     let made = common::sinkscope(&["capture", "-m", "stories260k", "-p", "Once upon a time there was", "-o", s(&run)]);
     assert!(made.status.success());
     let text = common::corpora_dir().join("tinystories_val_subset.txt");
-    let rows: [(&[&str], &str); 6] = [
+    std::fs::write(dir.join("blank.txt"), "   \n").unwrap();
+    let rows: [(&[&str], &str); 7] = [
+        // Before: the budget's warning, then the error (nine warnings before issue 43).
+        (&["needle", "-m", "stories260k", "--filler", "DIR/blank.txt", "--lengths", "200", "-o", "DIR/n"], "the filler text is empty"),
         (
             &["needle", "-m", "stories260k", "--lengths", "99999999", "-o", "DIR/n"],
             "dense at 99999999 tokens keeps 99999999 keys and values per layer",
@@ -237,7 +240,7 @@ fn sizes_and_directories_are_checked_before_any_work() {
         assert!(e.contains(says), "{args:?}: {e}");
     }
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect();
-    assert_eq!(left, ["run"], "refused commands leave no directory");
+    assert_eq!(left.len(), 2, "refused commands leave no directory: {left:?}");
     assert_eq!(std::fs::read_dir(&run).unwrap().count(), before, "nor a file in the run they were refused");
     let _ = std::fs::remove_dir_all(&dir);
 }

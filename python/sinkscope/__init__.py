@@ -73,17 +73,25 @@ def _out_dir(out) -> tuple[Path, bool]:
     return Path(tempfile.mkdtemp(prefix="sinkscope-")), True
 
 
-def _text_file(text: str | None, file, directory: Path) -> str | None:
-    """A text given as a string is written beside the run (`input.txt`), so commands that stream a
-    file read it and the run records where it came from."""
-    if text is None:
-        return None if file is None else os.fspath(file)
-    if file is not None:
+def _check_text(text: str | None, file) -> None:
+    """Refuses what no command can use, naming the arguments."""
+    if text is not None and file is not None:
         raise InputError("give the text either as a string or as file=, not both")
+    if text == "":
+        raise InputError('text="" is empty; give some text, or file=')
+
+
+def _text_file(text: str | None, file, directory: Path) -> list[str]:
+    """The flags that give a command its text: a file as it is, or a text given as a string
+    written beside the run (`input.txt`) and marked inline, so the records name it by its length
+    and SHA-256 rather than by that file."""
+    _check_text(text, file)
+    if text is None:
+        return [] if file is None else ["--file", os.fspath(file)]
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "input.txt"
     path.write_text(text, encoding="utf-8")
-    return str(path)
+    return ["--file", str(path), "--inline-text"]
 
 
 # Flags the methods fill from arguments of other names (`text` → `--prompt`); every other flag is
@@ -182,8 +190,7 @@ class Model:
         patterns such as `blocks.*.attn.hook_pattern`), those hooks' full tensors as numpy arrays."""
         directory, owned = _out_dir(out)
         argv = ["capture"]
-        if text is not None and file is not None:
-            raise InputError("give the text either as a string or as file=, not both")
+        _check_text(text, file)
         argv += ["--prompt", text] if text is not None else []
         argv += ["--file", os.fspath(file)] if file is not None else []
         tensors = None
@@ -201,8 +208,7 @@ class Model:
 
     def _streamed(self, command: str, text, file, out, progress, options) -> Run:
         directory, owned = _out_dir(out)
-        path = _text_file(text, file, directory)
-        argv = [command, *([] if path is None else ["--file", path]), *flags(**options)]
+        argv = [command, *_text_file(text, file, directory), *flags(**options)]
         _run_in(self._native.run, argv, directory, owned, progress)
         return Run(directory, owned=owned)
 
@@ -220,8 +226,7 @@ class Model:
         """`sinkscope heads`: which KV heads retrieve and which stream; `heads.json` is
         `run.record("heads")`."""
         directory, owned = _out_dir(out)
-        path = _text_file(text, file, directory)
-        argv = ["heads", *([] if path is None else ["--file", path]), *flags(**options)]
+        argv = ["heads", *_text_file(text, file, directory), *flags(**options)]
         _run_in(self._native.run, argv, directory, owned, progress)
         return _Records(directory, owned=owned)
 

@@ -5,6 +5,7 @@ message; the GIL is free while the model works."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 import threading
@@ -109,6 +110,22 @@ def test_stream_needle_and_figures_on_stories(stories, book, cli, tmp_path):
     assert cli("export", tmp_path / "stream-cli", "--svg").returncode == 0
     assert svg.startswith("<svg") and svg == (tmp_path / "stream-cli" / "figures" / "ppl-curves.svg").read_text()
     assert "<svg" in run._repr_html_()
+
+
+def test_an_inline_text_is_recorded_as_what_it_is(stories, book, tmp_path):
+    """A text passed as a string is named in the records and tables by its length and SHA-256,
+    not by the temporary file it went through; the command line's flags become keywords."""
+    m = sinkscope.load(stories)
+    text = book.read_text(encoding="utf-8")[:3000]
+    label = f"inline text ({len(text)} chars, sha256 {hashlib.sha256(text.encode()).hexdigest()})"
+    run = m.stream(text, policy="sink", cache=32, sinks=4, tokens=100, out=tmp_path / "s", progress=False)
+    assert run.record("stream")["text_source"] == label
+    assert set(run["stream_nll"]["text"]) == {label}
+    cap = m.capture(text[:200], out=tmp_path / "c", progress=False)
+    assert cap.record("capture")["text_source"] == f"inline text (200 chars, sha256 {hashlib.sha256(text[:200].encode()).hexdigest()})"
+    with pytest.raises(sinkscope.InputError, match='text="" is empty'):
+        m.stream("", policy="sink", out=tmp_path / "e")
+    assert not (tmp_path / "e").exists()
 
 
 def test_read_run_reads_every_table(smol, tmp_path, cli, smollm2):

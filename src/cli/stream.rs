@@ -35,6 +35,10 @@ pub struct StreamText {
     /// policies a block of queries at a time; the numbers agree to float rounding, this is slower.
     #[arg(long)]
     pub token_by_token: bool,
+    /// The file is a text the caller was given inline and wrote for this run (the Python
+    /// package does): the records name it by its length and SHA-256, not by its path.
+    #[arg(long, hide = true, requires = "file")]
+    pub inline_text: bool,
 }
 
 #[derive(Args, Debug)]
@@ -138,6 +142,7 @@ impl RecommendArgs {
                     tokens: GATE_TOKENS,
                     token_by_token: false,
                     token_ids: false,
+                    inline: false,
                 }),
             }));
         }
@@ -192,6 +197,7 @@ impl StreamText {
             tokens: self.tokens,
             token_by_token: self.token_by_token,
             token_ids: self.ids.is_some(),
+            inline: self.inline_text,
         }
     }
 }

@@ -30,12 +30,20 @@ pub fn from_char(text: &str, start_char: usize) -> Option<&str> {
     text.char_indices().nth(start_char).map(|(i, _)| &text[i..])
 }
 
+/// How a text given inline (`-p`, or a string passed to the Python package) is recorded: by what
+/// it is, not by a temporary file it went through.
+pub fn inline_label(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let sha: String = Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    format!("inline text ({} chars, sha256 {sha})", text.chars().count())
+}
+
 /// Text from `-p` or `-f`, and where it came from.
 pub fn read_input(prompt: Option<&str>, file: Option<&Path>) -> Result<(String, String)> {
     match (prompt, file) {
         (Some(_), Some(_)) => Err(Error::input("give either -p TEXT or -f FILE, not both")),
         (Some(""), None) => Err(Error::input("the text given with -p is empty")),
-        (Some(p), None) => Ok((p.to_owned(), "prompt".into())),
+        (Some(p), None) => Ok((p.to_owned(), inline_label(p))),
         (None, Some(path)) => Ok((read_text_file(path)?, path.display().to_string())),
         (None, None) => Err(Error::input("no text: pass -p TEXT or -f FILE")),
     }

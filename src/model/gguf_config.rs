@@ -87,12 +87,16 @@ pub fn seen(v: &gguf::Value) -> Seen {
 
 /// Refuses the first `{arch}.*` setting of [`GGUF_KEYS`] whose value is not of its kind.
 fn check_keys(file: &GgufFile, arch: &str) -> Result<()> {
+    check_metadata(&file.metadata, arch)
+        .map_err(|why| Error::file(&file.path, format!("{why}; the file is corrupt, or not of a kind sinkscope reads")))
+}
+
+/// [`check_keys`] on a file's metadata: the words of the first refusal.
+fn check_metadata(metadata: &std::collections::BTreeMap<String, gguf::Value>, arch: &str) -> std::result::Result<(), String> {
     for &(suffix, expect) in GGUF_KEYS {
         let key = format!("{arch}.{suffix}");
-        if let Some(v) = file.get(&key) {
-            expect
-                .check(&key, &seen(v))
-                .map_err(|why| Error::file(&file.path, format!("{why}; the file is corrupt, or not of a kind sinkscope reads")))?;
+        if let Some(v) = metadata.get(&key) {
+            expect.check(&key, &seen(v))?;
         }
     }
     Ok(())
@@ -370,4 +374,44 @@ fn gguf_freq_factors(file: &GgufFile, arch: &str, rot_dims: usize) -> Result<Opt
             Some(FreqFactors { source: format!("rope_freqs.weight, linear ×{f}"), factors: factors.iter().map(|x| x * f).collect() })
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gguf::Value as V;
+
+    /// A value each kind admits and one it refuses, as a GGUF writer would store them.
+    fn admitted_and_refused(kind: Expect) -> (V, V) {
+        match kind {
+            Expect::Count => (V::U32(8), V::U32(0)),
+            Expect::Size => (V::U32(0), V::I32(-1)),
+            Expect::Positive => (V::F32(1e-5), V::F32(0.0)),
+            Expect::NonNegative => (V::F32(0.0), V::F32(-1.0)),
+            Expect::Finite => (V::F32(-3.0), V::F32(f32::NAN)),
+            Expect::Fraction => (V::F32(0.5), V::F32(1.5)),
+            Expect::Flag => (V::Bool(true), V::U32(1)),
+        }
+    }
+
+    /// Row by row: each setting of the table is read under its architecture's prefix, admits a
+    /// value of its kind and refuses one outside it, naming the key and the value.
+    #[test]
+    fn every_gguf_setting_is_checked_by_its_own_rule() {
+        for &(suffix, kind) in GGUF_KEYS {
+            let (good, bad) = admitted_and_refused(kind);
+            for arch in ["llama", "qwen3"] {
+                let key = format!("{arch}.{suffix}");
+                let with = |v: &V| [(key.clone(), v.clone())].into_iter().collect();
+                assert_eq!(check_metadata(&with(&good), arch), Ok(()), "{key} = {}", seen(&good));
+                let why = check_metadata(&with(&bad), arch).unwrap_err();
+                assert!(why.starts_with(&format!("{key} = {} is not ", seen(&bad))), "{key}: {why}");
+                assert_eq!(check_metadata(&with(&bad), "gemma3"), Ok(()), "{key} belongs to {arch} only");
+            }
+        }
+        // A string where a number belongs (a hand-edited file) is refused by what it is.
+        let key = "llama.rope.freq_base".to_string();
+        let why = check_metadata(&[(key, V::Str("10000".into()))].into_iter().collect(), "llama").unwrap_err();
+        assert_eq!(why, "llama.rope.freq_base = the string \"10000\" is not a finite number above 0");
+    }
 }

@@ -65,7 +65,7 @@ pub fn run_demo(lm: &mut LoadedModel, opts: &DemoOptions, out: &Path, progress: 
         progress.stage(&format!("[3/4] sink-count sweep: {} tokens at W = {}", opts.stream_tokens, opts.cache));
         let text = out.join(STREAM_TEXT_FILE);
         write_atomic(&text, STREAM_TEXT.as_bytes())?;
-        let source = StreamSource { file: text, start_char: 0, tokens: opts.stream_tokens, token_by_token: false, token_ids: false };
+        let source = StreamSource { file: text, start_char: 0, tokens: opts.stream_tokens, token_by_token: false, token_ids: false, inline: false };
         let sweep = SweepOptions {
             recompute: Some(Policy::new(Eviction::Recompute, opts.cache, PositionMode::Slot)),
             ..sink_sweep(source, &[0, 1, 2, 4, 8], opts.cache)?

@@ -79,15 +79,13 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
         seed: opts.seed,
     };
     let longest = opts.lengths.iter().copied().max().unwrap_or(0);
-    // Every refusal before any warning: a refused sweep prints one line.
+    // Every refusal before any warning (printed once the first prompt is built): a refused sweep
+    // prints one line.
     let mut warnings = Vec::new();
     for (p, _) in &opts.policies {
         warnings.extend(p.validate(longest, lm.model.cfg.context_len)?);
         let peak = if p.eviction == Eviction::Dense { longest } else { p.cache.min(longest) };
         check_fits(&lm.model.cfg, peak, &format!("{} at {longest} tokens", p.label()), available_memory())?;
-    }
-    for w in &warnings {
-        progress.warning(w);
     }
     let filler = match &opts.filler {
         Some(path) => read_text_file(path)?,
@@ -115,6 +113,9 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
     let mut policies: Vec<NeedlePolicy> = Vec::new();
     for &length in &opts.lengths {
         let haystack = haystack_of(length, trials[0].needle.len())?;
+        for w in warnings.drain(..) {
+            progress.warning(&w);
+        }
         let mut arms: Vec<Arm> = opts
             .policies
             .iter()

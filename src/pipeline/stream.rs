@@ -30,6 +30,19 @@ pub struct StreamSource {
     pub token_by_token: bool,
     /// `file` holds token ids (`io::token_ids`), streamed as they are, not a text.
     pub token_ids: bool,
+    /// `file` holds a text given inline (written for this run by the caller): recorded by its
+    /// length and SHA-256, not by its path.
+    pub inline: bool,
+}
+
+impl StreamSource {
+    /// How the records name the text: its path, or what an inline text is.
+    pub fn recorded_as(&self) -> Result<String> {
+        if self.inline {
+            return Ok(crate::io::text::inline_label(&crate::io::text::read_text_file(&self.file)?));
+        }
+        Ok(self.file.display().to_string())
+    }
 }
 
 /// A sweep of policies at one cache budget (their S, in increasing order), with the `recompute`
@@ -228,7 +241,7 @@ pub fn stream_report(
     Ok(StreamReport {
         sinkscope_version: env!("CARGO_PKG_VERSION").to_string(),
         model: lm.info.clone(),
-        text_source: source.file.display().to_string(),
+        text_source: source.recorded_as()?,
         start_char: source.start_char,
         tokens: ids.iter().enumerate().map(|(pos, &id)| TokenInfo { pos, id, piece: lm.tokenizer.token_str(id) }).collect(),
         outcomes,

@@ -288,7 +288,7 @@ fn streaming_heads(
     progress: &mut dyn Progress,
 ) -> Result<Option<StreamingHeads>> {
     let (sinks, recent) = StreamingHeads::keys_for(cache);
-    let source = StreamSource { file: text.to_path_buf(), start_char: 0, tokens, token_by_token: false, token_ids: false };
+    let source = StreamSource { file: text.to_path_buf(), start_char: 0, tokens, token_by_token: false, token_ids: false, inline: false };
     let mut ids = stream_tokens(lm, &source, progress)?;
     ids.truncate(lm.model.cfg.context_len);
     if ids.len() <= cache {
@@ -303,7 +303,7 @@ fn streaming_heads(
 
 /// One sink-count sweep of `sink S` over `file` at budget `cache`.
 fn sweep_options(opts: &SurveyOptions, file: PathBuf, cache: usize) -> Result<SweepOptions> {
-    sink_sweep(StreamSource { file, start_char: 0, tokens: opts.tokens, token_by_token: false, token_ids: false }, &opts.sinks, cache)
+    sink_sweep(StreamSource { file, start_char: 0, tokens: opts.tokens, token_by_token: false, token_ids: false, inline: false }, &opts.sinks, cache)
 }
 
 /// survey.json, tables/survey.parquet, survey.md and the figures, landing together.

@@ -87,7 +87,7 @@ pub fn mutate(input: &[u8], rng: &mut Rng) -> Vec<u8> {
     let mut v = input.to_vec();
     for _ in 0..1 + rng.below(4) {
         let len = v.len();
-        match rng.below(9) {
+        match rng.below(10) {
             0 if len > 0 => {
                 let i = rng.below(len);
                 v[i] ^= 1 << rng.below(8);
@@ -123,6 +123,15 @@ pub fn mutate(input: &[u8], rng: &mut Rng) -> Vec<u8> {
                     v[i..i + 8].copy_from_slice(&x.to_le_bytes());
                 }
             }
+            8 if len > 0 => {
+                // A value out of its range where a number stands (config.json settings, record
+                // fields): the readers must refuse it by name, never compute with it.
+                let values: [&[u8]; 12] =
+                    [b"0", b"-1", b"1e309", b"-1e309", b"3.5e38", b"1e-320", b"18446744073709551616", b"\"7\"", b"true", b"null", b"[]", b"7.5"];
+                if let Some((start, end)) = number_at(&v, rng.below(len)) {
+                    v.splice(start..end, values[rng.below(values.len())].iter().copied());
+                }
+            }
             _ if len > 0 => {
                 // A digit or a JSON/TOML delimiter: text formats.
                 let i = rng.below(len);
@@ -133,6 +142,15 @@ pub fn mutate(input: &[u8], rng: &mut Rng) -> Vec<u8> {
         }
     }
     v
+}
+
+/// The bytes of the first number token (JSON/TOML text) at or after `from`: its start and end.
+fn number_at(v: &[u8], from: usize) -> Option<(usize, usize)> {
+    let is_num = |b: u8| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E');
+    let start = (from..v.len()).find(|&i| v[i].is_ascii_digit() && (i == 0 || !v[i - 1].is_ascii_alphanumeric() || is_num(v[i - 1])))?;
+    let start = (0..start).rev().take_while(|&i| is_num(v[i])).last().unwrap_or(start);
+    let end = (start..v.len()).find(|&i| !is_num(v[i])).unwrap_or(v.len());
+    Some((start, end))
 }
 
 /// What a fuzz run found.
@@ -516,6 +534,10 @@ pub fn targets() -> Option<Vec<Target>> {
 /// A run directory holding only the mutated file: opened, then turned into its tables.
 fn open_run(dir: &Path, _: &Path) -> bool {
     let Ok(run) = Run::open(dir) else { return false };
+    // What a run accepted holds values in range (a mutated perplexity of 0.5 or -1 is refused).
+    if let Some(nll) = run.capture.as_ref().and_then(|c| c.nll.as_ref()) {
+        assert!(nll.perplexity.is_nan() || nll.perplexity >= 1.0, "accepted a perplexity of {}", nll.perplexity);
+    }
     let _ = sinkscope::report::tables::tables(&run);
     let _ = run.capture_alphas();
     let _ = run.analysis_alphas();
