@@ -153,7 +153,7 @@ pub fn stream_into(
         progress.warning("the stream ended before the first eviction; ppl_after_eviction is undefined");
     }
     if let Some(dir) = out {
-        write_stream_report(lm, source, &ids, vec![outcome.clone()], None, start, dir)?;
+        write_stream_report(&stream_report(lm, source, &ids, vec![outcome.clone()], None, start)?, dir)?;
     }
     Ok(outcome)
 }
@@ -206,29 +206,21 @@ pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>,
     rec.model_windows = model_windows_note(&lm.model.cfg);
     if let Some(dir) = out {
         outcomes.extend(recompute);
-        write_stream_report(lm, &opts.source, &ids, outcomes, Some(rec.clone()), start, dir)?;
+        write_stream_report(&stream_report(lm, &opts.source, &ids, outcomes, Some(rec.clone()), start)?, dir)?;
     }
     Ok(rec)
 }
 
-/// Writes `stream.json` into the run directory `dir`.
-pub fn write_stream_report(
-    lm: &mut LoadedModel,
-    source: &StreamSource,
-    ids: &[u32],
-    outcomes: Vec<StreamOutcome>,
-    recommendation: Option<Recommendation>,
-    start: Instant,
-    dir: &Path,
-) -> Result<PathBuf> {
-    let report = stream_report(lm, source, ids, outcomes, recommendation, start)?;
+/// Writes `report` as `dir/stream.json` and returns its path.
+pub fn write_stream_report(report: &StreamReport, dir: &Path) -> Result<PathBuf> {
     let stage = Staging::begin(dir)?;
-    write_json_atomic(&stage.path(STREAM_FILE)?, &report)?;
+    write_json_atomic(&stage.path(STREAM_FILE)?, report)?;
     stage.commit()?;
     Ok(dir.join(STREAM_FILE))
 }
 
-/// The `stream.json` record of `outcomes` (for callers that stage it with files of their own).
+/// The `stream.json` record of `outcomes` ([`write_stream_report`] writes it alone; `heads` stages
+/// it with its own file).
 pub fn stream_report(
     lm: &mut LoadedModel,
     source: &StreamSource,
