@@ -244,3 +244,23 @@ fn sizes_and_directories_are_checked_before_any_work() {
     assert_eq!(std::fs::read_dir(&run).unwrap().count(), before, "nor a file in the run they were refused");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Number flags outside their range are refused at parse too, naming the flag and the range,
+/// before any model loads (the model path here does not exist).
+#[test]
+fn number_flags_out_of_range_are_refused_at_parse() {
+    for (args, says) in [
+        (
+            &["canary", "-m", "/no/such.gguf", "--collapse", "1.5", "-o", "/tmp/never"][..],
+            "--collapse <COLLAPSE>': 1.5 is not a number strictly between 0 and 1",
+        ),
+        (&["heads", "-m", "/no/such.gguf", "-f", "x.txt", "--retrieval-share", "2", "-o", "/tmp/never"], "2 is not a share between 0 and 1"),
+        (&["analyze", "-m", "/no/such.gguf", "--epsilon", "0", "-o", "/tmp/never"], "--epsilon <EPSILON>': 0 is not a number strictly"),
+        (&["generate", "-m", "/no/such.gguf", "-p", "x", "--temperature", "inf"], "inf is not a finite number ≥ 0"),
+        (&["watch", "/no/such.jsonl", "--min-step", "0"], "--min-step <MIN_STEP>': 0 is not a finite number above 0"),
+        (&["watch", "/no/such.jsonl", "--follow", "--idle-exit=-1"], "-1 is not a finite number ≥ 0"),
+    ] {
+        let e = fails(args);
+        assert!(e.contains(says), "{args:?}: {e}");
+    }
+}

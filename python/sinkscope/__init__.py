@@ -20,9 +20,10 @@ progress (a tqdm bar when tqdm is installed; `progress=False` silences them).
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -81,23 +82,28 @@ def _check_text(text: str | None, file) -> None:
         raise InputError('text="" is empty; give some text, or file=')
 
 
-def _text_file(text: str | None, file, directory: Path) -> list[str]:
+@contextlib.contextmanager
+def _text_file(text: str | None, file):
     """The flags that give a command its text: a file as it is, or a text given as a string
-    written beside the run (`input.txt`) and marked inline, so the records name it by its length
-    and SHA-256 rather than by that file."""
+    written to a temporary file (removed after the call, so a refused call leaves nothing in the
+    run directory) and marked inline, so the records name it by its length and SHA-256."""
     _check_text(text, file)
     if text is None:
-        return [] if file is None else ["--file", os.fspath(file)]
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "input.txt"
-    path.write_text(text, encoding="utf-8")
-    return ["--file", str(path), "--inline-text"]
+        yield [] if file is None else ["--file", os.fspath(file)]
+        return
+    with tempfile.TemporaryDirectory(prefix="sinkscope-text-") as scratch:
+        path = Path(scratch) / "input.txt"
+        path.write_text(text, encoding="utf-8")
+        yield ["--file", str(path), "--inline-text"]
 
 
 # Flags the methods fill from arguments of other names (`text` → `--prompt`); every other flag is
 # its keyword argument with `-` for `_`.
 _KEYWORD_OF_FLAG = {"-p": "text", "--prompt": "text", "-f": "file", "-o": "out", "--save-tensors": "hooks", "-m": "model"}
 _INVALID = re.compile(r"invalid value '([^']*)' for '(--?[a-z][a-z0-9-]*)(?: <[A-Z_]+>)?'")
+# The cache policy's refusals speak of its symbols (the value names `--help` shows: `--cache <W>`).
+_FLAG_OF_SYMBOL = {"W": "--cache", "S": "--sinks", "R": "--recent", "N": "--observe"}
+_SYMBOL = re.compile(r"\b([WSRN]) = ([0-9]+)\b")
 _FLAG = re.compile(r"(?<![\w-])(--?[a-z][a-z0-9-]*)(?:( <[A-Z_]+>(?:\.\.\.)?)|( \S+))?")
 
 
@@ -114,7 +120,7 @@ def _assignment(flag: str, value: str) -> str:
 def _as_keywords(message: str, argv: list[str]) -> str:
     """The binary's one-line message with each flag named as the keyword argument that set it:
     `--cache 0` → `cache=0`, `invalid value 'many' for '--max-tokens <N>'` → `max_tokens="many"
-    is not valid`, `-p` → `text`."""
+    is not valid`, `-p` → `text`, a policy's `W = 1` → `cache=1` (when `cache` was given)."""
     given = {flag: value for flag, value in zip(argv, argv[1:]) if flag.startswith("-")}
     trim = "'\"`,;:"
 
@@ -125,6 +131,12 @@ def _as_keywords(message: str, argv: list[str]) -> str:
         return _keyword(flag) + (value or "")
 
     message = message.replace(" For more information, try '--help'.", "")
+
+    def symbol(match: re.Match) -> str:
+        flag = _FLAG_OF_SYMBOL[match.group(1)]
+        return f"{_keyword(flag)}={match.group(2)}" if flag in given else match.group(0)
+
+    message = _SYMBOL.sub(symbol, message)
     message = _INVALID.sub(lambda m: f"{_assignment(m.group(2), m.group(1))} is not valid", message)
     return _FLAG.sub(flag_named, message)
 
@@ -208,8 +220,8 @@ class Model:
 
     def _streamed(self, command: str, text, file, out, progress, options) -> Run:
         directory, owned = _out_dir(out)
-        argv = [command, *_text_file(text, file, directory), *flags(**options)]
-        _run_in(self._native.run, argv, directory, owned, progress)
+        with _text_file(text, file) as given:
+            _run_in(self._native.run, [command, *given, *flags(**options)], directory, owned, progress)
         return Run(directory, owned=owned)
 
     def stream(self, text: str | None = None, *, policy: str, file=None, out=None, progress: bool = True, **options) -> Run:
@@ -226,8 +238,8 @@ class Model:
         """`sinkscope heads`: which KV heads retrieve and which stream; `heads.json` is
         `run.record("heads")`."""
         directory, owned = _out_dir(out)
-        argv = ["heads", *_text_file(text, file, directory), *flags(**options)]
-        _run_in(self._native.run, argv, directory, owned, progress)
+        with _text_file(text, file) as given:
+            _run_in(self._native.run, ["heads", *given, *flags(**options)], directory, owned, progress)
         return _Records(directory, owned=owned)
 
     def needle(self, *, out=None, progress: bool = True, **options) -> Run:

@@ -153,6 +153,8 @@ def test_bad_input_raises_the_binarys_message(smollm2, cli, tmp_path):
     with pytest.raises(sinkscope.InputError, match="top_k=0 is not valid: 0 asks for nothing") as raised:
         m.capture("x", top_k=0, out=tmp_path / "a")
     assert "--" not in str(raised.value)
+    with pytest.raises(sinkscope.InputError, match="cache=1 is too small"):
+        m.recommend(TEXT, cache=1, out=tmp_path / "a")
     binary = tmp_path / "binary.txt"
     binary.write_bytes(b"\xff\xfe\x00\x01" * 64)
     with pytest.raises(sinkscope.InputError, match="binary.txt"):

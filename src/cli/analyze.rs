@@ -34,7 +34,7 @@ pub struct AnalyzeArgs {
     #[arg(short = 'o', long)]
     pub out: PathBuf,
     /// ε for Sink_k^ε and sink-position discovery.
-    #[arg(long, default_value_t = 0.3)]
+    #[arg(long, default_value_t = 0.3, value_parser = super::counts::open_fraction)]
     pub epsilon: f64,
     /// Report α_k for k < K.
     #[arg(long, default_value_t = 16, value_parser = super::counts::at_least_one)]

@@ -35,7 +35,7 @@ pub struct CanaryArgs {
     #[command(flatten)]
     pub policy: PolicyArgs,
     /// Sampling temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = super::counts::non_negative)]
     pub temperature: f64,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -44,7 +44,7 @@ pub struct CanaryArgs {
     pub layer: Option<usize>,
     /// Flag a step when the watched layer's mass falls below this fraction of its level before
     /// the first eviction.
-    #[arg(long, default_value_t = 0.25)]
+    #[arg(long, default_value_t = 0.25, value_parser = super::counts::open_fraction)]
     pub collapse: f64,
     /// Print canary.json instead of the summary.
     #[arg(long)]

@@ -19,7 +19,7 @@ pub struct GenerateArgs {
     #[arg(short = 'n', long, default_value_t = 64, value_parser = super::counts::at_least_one)]
     pub n: usize,
     /// Sampling temperature; 0 means greedy (argmax).
-    #[arg(short = 't', long, default_value_t = 0.0)]
+    #[arg(short = 't', long, default_value_t = 0.0, value_parser = super::counts::non_negative)]
     pub temperature: f64,
     /// Seed for sampling.
     #[arg(long, default_value_t = 42)]

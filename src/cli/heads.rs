@@ -26,7 +26,7 @@ pub struct HeadsArgs {
     pub recent: usize,
     /// Share of KV heads marked retrieval (1 in the gates): those paying most attention outside
     /// the sinks and the recent window (with --causal: losing most when restricted to them).
-    #[arg(long, default_value_t = 0.25)]
+    #[arg(long, default_value_t = 0.25, value_parser = super::counts::share)]
     pub retrieval_share: f64,
     /// Also measure each KV head's causal need: the ΔNLL when it alone keeps only the sinks and
     /// the recent window (one partial forward per KV head), and rank by it.

@@ -163,6 +163,7 @@ pub fn run_in(cli: Cli, s: &mut Session) -> Result<u8> {
     // A caller that runs many commands (the Python package) holds no directory between them.
     crate::io::run_dir::release_all();
     crate::io::run_log::set_command_line(Vec::new());
+    crate::io::staging::end_command();
     result
 }
 

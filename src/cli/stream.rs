@@ -78,7 +78,7 @@ pub struct RecommendArgs {
     #[arg(long, value_enum, default_value_t = PolicyKind::Sink)]
     pub policy: PolicyKind,
     /// Recommend the smallest S within this fraction of the best post-eviction perplexity.
-    #[arg(long, default_value_t = 0.02)]
+    #[arg(long, default_value_t = 0.02, value_parser = super::counts::non_negative)]
     pub delta: f64,
     /// Skip the `recompute` reference (it re-runs W tokens per step).
     #[arg(long)]
@@ -104,7 +104,7 @@ pub struct RecommendArgs {
     #[arg(long, default_value_t = 4, requires = "per_head")]
     pub head_sinks: usize,
     /// Shares of retrieval heads swept under --per-head.
-    #[arg(long, value_delimiter = ',', default_value = "0,0.125,0.25,0.5,1", requires = "per_head")]
+    #[arg(long, value_delimiter = ',', default_value = "0,0.125,0.25,0.5,1", requires = "per_head", value_parser = super::counts::share)]
     pub shares: Vec<f64>,
     /// Under --per-head, rank KV heads by the ΔNLL when each alone keeps only the sinks and the
     /// recent window (measured on --causal-tokens tokens) instead of the attention outside them.

@@ -11,7 +11,9 @@ pub fn parse_from<P: clap::Parser, I: IntoIterator<Item = String>>(argv: I) -> R
 /// clap's usage error (message, usage block, a hint) as the one line every other error is.
 pub fn one_line(rendered: &str) -> String {
     let (message, rest) = rendered.split_once("\n\nUsage:").unwrap_or((rendered, ""));
-    let message: Vec<&str> = message.trim_start_matches("error:").lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    // clap's hint to try --help is a second sentence of its own, not part of the one line.
+    let message: Vec<&str> =
+        message.trim_start_matches("error:").lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("For more information")).collect();
     let usage = rest.lines().next().map(str::trim).filter(|u| !u.is_empty());
     match usage {
         Some(u) => format!("{}; usage: {u} (see --help)", message.join(" ")),

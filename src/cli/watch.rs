@@ -30,10 +30,10 @@ pub struct WatchArgs {
     #[arg(long, default_value_t = 0)]
     pub prompt_tokens: usize,
     /// Smallest drop of the mean logprob worth an alarm (nats).
-    #[arg(long, default_value_t = StepOptions::default().min_step)]
+    #[arg(long, default_value_t = StepOptions::default().min_step, value_parser = super::counts::positive)]
     pub min_step: f64,
     /// Target false alarms per 10,000 tokens of a steady trace (sets the CUSUM threshold).
-    #[arg(long, default_value_t = StepOptions::default().false_alarms_per_10k)]
+    #[arg(long, default_value_t = StepOptions::default().false_alarms_per_10k, value_parser = super::counts::positive)]
     pub false_alarms: f64,
     /// Tokens in the baseline each token is compared with.
     #[arg(long, default_value_t = StepOptions::default().baseline)]
@@ -50,7 +50,7 @@ pub struct WatchArgs {
     #[arg(long)]
     pub follow: bool,
     /// With --follow: stop after the file has not grown for this many seconds (default: never).
-    #[arg(long)]
+    #[arg(long, value_parser = super::counts::non_negative)]
     pub idle_exit: Option<f64>,
 }
 

@@ -62,6 +62,12 @@ pub fn kept(path: &Path) {
     }
 }
 
+/// Forgets what the command that just ended kept (a caller running many commands in one process,
+/// the Python package, starts each afresh).
+pub fn end_command() {
+    pending().kept.clear();
+}
+
 /// Undoes every unfinished write of this process: called once, by the signal handler, right
 /// before the process exits. Returns what the command had finished (committed output directories,
 /// finished parts): those stay, they are finished results, not half-written ones.
