@@ -6,7 +6,7 @@
 //! `tests/layers.rs` reads this list and checks every `use crate::…` and inline path against it.
 //!
 //! - L0 `error`: one error type, one line per user-facing failure
-//! - L1 `io` (atomic files, JSON, safetensors arrays, text input, serving traces) · `numerics` (SIMD dispatch, e^x, softmax, SwiGLU, token sampling)
+//! - L1 `io` (atomic files, JSON, safetensors arrays, text input, serving traces) · `numerics` (SIMD dispatch, e^x, softmax, SwiGLU, token sampling, KV-cache number formats, Hadamard rotation)
 //! - L2 `metrics`: the papers' definitions on plain numbers (α_k, massive activation, quantization risk and fake quantization, ΔNLL/KL, step detection, binomial intervals, rank correlation)
 //! - L3 `model`: sources, model families (`family`), loaders, tokenizers, the hook vocabulary (`HookPoint`, `HookReceiver`), the decoder, NLL scoring
 //! - L4 `capture` (reducers, heatmaps, memory estimate, capture, ablation and fake-quantization runs) · `kv` (cache policies, simulator, recommendation, canary, pass-key retrieval) · `probe` (probe sets)
