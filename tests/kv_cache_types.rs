@@ -34,3 +34,152 @@ fn every_cache_format_rounds_as_llama_cpp_and_ml_dtypes_do() {
         assert!(mismatches.is_empty(), "{name}: not exact (up to the sign of zero) at (index, sinkscope, reference) {mismatches:?}");
     }
 }
+
+mod common;
+
+use sinkscope::kv::{simulate_with, Eviction, Policy, PositionMode, SimOptions};
+use sinkscope::model::cache_rounding::CacheRounding;
+use sinkscope::model::{load, LoadOptions, LoadedModel};
+
+fn smollm2() -> Option<LoadedModel> {
+    let path = common::model("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    Some(load(path.to_str().unwrap(), &LoadOptions::default()).unwrap())
+}
+
+fn book_ids(lm: &LoadedModel, n: usize) -> Vec<u32> {
+    let text = std::fs::read_to_string(common::corpora_dir().join("pg1342_pride_and_prejudice.txt")).unwrap();
+    lm.tokenizer.encode(&text[30_000..60_000]).unwrap()[..n].to_vec()
+}
+
+fn nll(lm: &LoadedModel, ids: &[u32], policy: Policy, rounding: CacheRounding, token_by_token: bool) -> Vec<f64> {
+    let opts = SimOptions { rounding, token_by_token, ..SimOptions::default() };
+    let o = simulate_with(&lm.model, ids, &[policy], opts, &mut |_, _| {}).unwrap().remove(0);
+    assert!(o.nll.iter().all(|x| x.is_finite()), "{}: a non-finite NLL", o.label);
+    o.nll
+}
+
+fn mean_gap(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).sum::<f64>() / a.len() as f64
+}
+
+/// Keys and values the cache keeps exact are the exact simulator's, bit for bit, on both of its
+/// paths (the block replay, and decoding through the policy's cache); an fp8 key cache (whose
+/// query is not rounded) with every position exact is the f32 cache.
+#[test]
+fn every_position_exact_is_the_exact_simulator() {
+    let Some(lm) = smollm2() else { return };
+    let ids = book_ids(&lm, 160);
+    let fp8 = CacheRounding { keys: CacheFormat::Fp8E4m3, values: CacheFormat::Fp8E5m2, exact_first: 1000, ..CacheRounding::default() };
+    for policy in
+        [Policy::new(Eviction::Sink { sinks: 4 }, 64, PositionMode::Original), Policy::new(Eviction::Keep { n_keep: 4 }, 64, PositionMode::Delta)]
+    {
+        for tbt in [false, true] {
+            let exact = nll(&lm, &ids, policy, CacheRounding::default(), tbt);
+            assert_eq!(nll(&lm, &ids, policy, fp8, tbt), exact, "{} (token by token: {tbt})", policy.label());
+            let rounded = nll(&lm, &ids, policy, CacheRounding { exact_first: 0, ..fp8 }, tbt);
+            assert!(mean_gap(&rounded, &exact) > 1e-3, "fp8 changes nothing?");
+        }
+    }
+}
+
+/// The block replay and the policy's own cache round the same keys, values and queries at the
+/// same places. Their per-token difference is not small: float order differs between the paths,
+/// and a value a hair from a rounding boundary lands on either side (the change then travels
+/// through later layers and tokens), so two correct paths differ per token nearly as much as the
+/// format changes the model. A path that skipped a rounding would sit nearer the unrounded
+/// simulator than the other path: the decoded path must be no nearer the exact one than to the
+/// replay (a value cache left unrounded on one path fails the q4_1 row: 0.054 vs 0.000).
+#[test]
+fn both_simulator_paths_round_the_same_places() {
+    let Some(lm) = smollm2() else { return };
+    let ids = book_ids(&lm, 320);
+    let formats = [
+        CacheRounding { keys: CacheFormat::Fp8E5m2, values: CacheFormat::Fp8E5m2, ..CacheRounding::default() },
+        CacheRounding { keys: CacheFormat::Q4_0, exact_first: 4, ..CacheRounding::default() },
+        CacheRounding { values: CacheFormat::Q4_1, ..CacheRounding::default() },
+    ];
+    for positions in [PositionMode::Slot, PositionMode::Original, PositionMode::Delta] {
+        let policy = match positions {
+            PositionMode::Delta => Policy::new(Eviction::Keep { n_keep: 4 }, 128, positions),
+            _ => Policy::new(Eviction::Sink { sinks: 4 }, 128, positions),
+        };
+        let exact = nll(&lm, &ids, policy, CacheRounding::default(), true);
+        for f in formats {
+            let r = CacheRounding { before_rope: positions == PositionMode::Slot, ..f };
+            let (replay, decoded) = (nll(&lm, &ids, policy, r, false), nll(&lm, &ids, policy, r, true));
+            let (paths, unrounded) = (mean_gap(&decoded, &replay), mean_gap(&decoded, &exact));
+            eprintln!("{} {}: decoded vs replay {paths:.4}, vs the exact cache {unrounded:.4} nats per token", policy.label(), r.label());
+            assert!(
+                paths < unrounded,
+                "{} {}: the decoded path is nearer the exact cache ({unrounded:.4}) than the replay ({paths:.4})",
+                policy.label(),
+                r.label()
+            );
+        }
+    }
+}
+
+/// The flags: what a run recorded, and each flag that cannot apply refused by name (one line,
+/// exit 2, nothing written).
+#[test]
+fn cache_type_flags_are_recorded_and_refused_where_they_cannot_apply() {
+    let Some(model) = common::model("SmolLM2-135M-Instruct.Q4_1.gguf") else { return };
+    let Some(dir) = common::models_dir() else { return };
+    let stories = dir.join("stories260K.gguf");
+    let text = common::corpora_dir().join("pg1342_pride_and_prejudice.txt");
+    let (m, f) = (model.to_str().unwrap(), text.to_str().unwrap());
+    let tmp = common::temp_dir("kv-cache-types-cli");
+    let out = tmp.join("run");
+    let ok = common::sinkscope(&[
+        "stream",
+        "-m",
+        m,
+        "-f",
+        f,
+        "--tokens",
+        "200",
+        "--policy",
+        "sink",
+        "--cache",
+        "64",
+        "--cache-type-k",
+        "q4_0",
+        "--cache-type-v",
+        "q8_0",
+        "--unquantized-first",
+        "4",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let stdout = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        stdout.contains("cache: K q4_0 · V q8_0 · 4 exact; keys rounded before RoPE (slot positions), block formats Hadamard-rotated"),
+        "{stdout}"
+    );
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("stream.json")).unwrap()).unwrap();
+    let r = &report["cache_rounding"];
+    assert_eq!((r["keys"].as_str(), r["values"].as_str(), r["exact_first"].as_u64()), (Some("q4_0"), Some("q8_0"), Some(4)));
+    let refused = |args: &[&str], says: &str| {
+        let dest = tmp.join("refused");
+        let mut all = args.to_vec();
+        all.extend_from_slice(&["-o", dest.to_str().unwrap()]);
+        let o = common::sinkscope(&all);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says) && err.trim().lines().count() == 1, "{args:?}: {err}");
+        assert!(!dest.exists(), "{args:?} left {}", dest.display());
+    };
+    let base = ["stream", "-m", m, "-f", f, "--tokens", "200", "--policy", "sink", "--cache", "64"];
+    let with = |extra: &[&'static str]| -> Vec<&str> { base.iter().copied().chain(extra.iter().copied()).collect() };
+    refused(&with(&["--unquantized-first", "4"]), "--unquantized-first keeps tokens exact in a rounded cache");
+    refused(&with(&["--cache-type-k", "f16", "--no-attn-rot"]), "--no-attn-rot is for block formats");
+    refused(&with(&["--cache-type-k", "q3_k"]), "not a cache type; one of f32, f16, bf16, q8_0");
+    let h2o: Vec<&str> = ["stream", "-m", m, "-f", f, "--tokens", "200", "--policy", "h2o", "--cache", "64", "--cache-type-k", "q8_0"].to_vec();
+    refused(&h2o, "not yet for h2o");
+    let rec = ["recommend", "-m", m, "-f", f, "--tokens", "200", "--cache", "64", "--cache-type-k", "q8_0"];
+    refused(&rec, "add --no-recompute");
+    let tiny = ["stream", "-m", stories.to_str().unwrap(), "-f", f, "--tokens", "100", "--policy", "sink", "--cache", "32", "--cache-type-k", "q4_0"];
+    refused(&tiny, "a q4_0 key cache stores blocks of 32 values, and this model's heads hold 8");
+}

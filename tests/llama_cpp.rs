@@ -384,3 +384,101 @@ const LLAMA_CPP_TOL: f64 = 1e-4;
 /// The same where the MLP is a GELU: llama.cpp's CPU GELU reads an f16 table
 /// (`GGML_GELU_FP16` in ggml-cpu's vec.h), which moves log-probabilities by ~1e-3.
 const LLAMA_CPP_GELU_TOL: f64 = 3e-3;
+
+/// A quantized cache in llama.cpp (`type_k`/`type_v`, its Hadamard rotation on or off) against
+/// sinkscope's model of it (`--cache-type-k/-v`, `--no-attn-rot`), dense and under context shift.
+/// Rounding to 4 bits amplifies any difference of arithmetic (a key a hair's breadth from a
+/// rounding boundary lands on the other side, and the change travels through every later layer
+/// and token), so the floor each row is held to is the format's own: the |Δ| between sinkscope's
+/// two arithmetics of the same model (f32 weights, and `--quantized`, which rounds activations to
+/// 8 bits as llama.cpp does) under the same cache. Prints the table of docs/findings.md.
+fn quantized_cache_agreement(model_file: &str) {
+    let _turn = one_test_at_a_time();
+    let Some(cache) = common::llama_cpp() else { return };
+    let Some(model) = common::model(model_file) else { return };
+    let dir = common::temp_dir(&format!("llama-cpp-kv-{model_file}"));
+    let ids = book_ids(&model, TOKENS_AT_256, &dir);
+    // (K, V, Hadamard rotation, context shift at n_ctx 256 with --keep 4)
+    let cases = [
+        ("f16", "f16", true, false),
+        ("q8_0", "q8_0", true, false),
+        ("q4_0", "f16", true, false),
+        ("q4_0", "q4_0", true, false),
+        ("q4_0", "q4_0", false, false),
+        ("iq4_nl", "iq4_nl", true, false),
+        ("q4_0", "q4_0", true, true),
+    ];
+    eprintln!("| model | K / V | rotation | cache | floor: mean \\|Δ\\| | llama.cpp vs sinkscope: mean / max \\|Δ\\| | perplexity llama.cpp / sinkscope | declared f16 instead |");
+    for (k, v, rot, shift) in cases {
+        let mut extra = vec!["--type-k", k, "--type-v", v];
+        if !rot {
+            extra.push("--no-attn-rot");
+        }
+        let run = run_engine_with(&cache, &model, &ids, 256, shift.then_some(4), "none", &dir, &extra);
+        let policy: Vec<String> = match shift {
+            true => {
+                let (w, n) = mapping(&run.summary);
+                ["--policy", "keep", "--sinks", &n.to_string(), "--cache", &w.to_string(), "--positions", "delta"].map(String::from).to_vec()
+            }
+            false => ["--policy", "dense", "--positions", "original"].map(String::from).to_vec(),
+        };
+        let replay = |formats: &[&str], quantized: bool| -> Vec<Option<f64>> {
+            let mut args = vec!["stream", "-m", model.to_str().unwrap(), "--ids", ids.to_str().unwrap(), "--tokens", "100000", "--json"];
+            args.extend(policy.iter().map(String::as_str));
+            args.extend_from_slice(formats);
+            if quantized {
+                args.push("--quantized");
+            }
+            let out = common::sinkscope(&args);
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let o: Value = serde_json::from_slice(&out.stdout).unwrap();
+            std::iter::once(None).chain(o["nll"].as_array().unwrap().iter().map(|x| Some(-x.as_f64().unwrap()))).collect()
+        };
+        let mut declared = vec!["--cache-type-k", k, "--cache-type-v", v];
+        if !rot {
+            declared.push("--no-attn-rot");
+        }
+        let (exact, other) = (replay(&declared, false), replay(&declared, true));
+        let as_f16 = replay(&["--cache-type-k", "f16", "--cache-type-v", "f16"], false);
+        let engine = logprobs(&run.trace);
+        let floor = gap(&exact, &other);
+        let (mean, max) = (gap(&engine, &exact), max_gap(&engine, &exact));
+        let (ppl_engine, ppl_sim, ppl_f16) = (perplexity(&engine), perplexity(&exact), perplexity(&as_f16));
+        let shifts = run.summary["shifts"].as_array().map_or(0, Vec::len);
+        let place = if shift { format!("shift ×{shifts}") } else { "dense".into() };
+        eprintln!(
+            "| {model_file} | {k} / {v} | {} | {place} | {floor:.3} | {mean:.3} / {max:.2} | {ppl_engine:.2} / {ppl_sim:.2} | {ppl_f16:.2} |",
+            if rot { "on" } else { "off" }
+        );
+        assert!(!shift || shifts > 0, "llama.cpp never shifted");
+        assert!(mean <= 1.3 * floor + 0.02, "{k}/{v}: llama.cpp differs from sinkscope by {mean:.3} per token, its floor is {floor:.3}");
+        assert!((ppl_engine / ppl_sim).ln().abs() < 0.06, "{k}/{v}: perplexity {ppl_engine:.3} (llama.cpp) vs {ppl_sim:.3} (sinkscope)");
+    }
+}
+
+/// Mean |Δ| of two log-probability sequences over the tokens both score.
+fn gap(a: &[Option<f64>], b: &[Option<f64>]) -> f64 {
+    assert_eq!(a.len(), b.len(), "two traces of different lengths");
+    let d: Vec<f64> = a.iter().zip(b).filter_map(|(x, y)| Some((x.as_ref()? - y.as_ref()?).abs())).collect();
+    assert!(!d.is_empty() && d.iter().all(|x| x.is_finite()));
+    d.iter().sum::<f64>() / d.len() as f64
+}
+
+fn max_gap(a: &[Option<f64>], b: &[Option<f64>]) -> f64 {
+    a.iter().zip(b).filter_map(|(x, y)| Some((x.as_ref()? - y.as_ref()?).abs())).fold(0.0, f64::max)
+}
+
+fn perplexity(lp: &[Option<f64>]) -> f64 {
+    let scored: Vec<f64> = lp.iter().flatten().copied().collect();
+    (-scored.iter().sum::<f64>() / scored.len() as f64).exp()
+}
+
+#[test]
+fn smollm2_quantized_caches_agree_with_llama_cpp() {
+    quantized_cache_agreement("SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+
+#[test]
+fn gemma3_quantized_caches_agree_with_llama_cpp() {
+    quantized_cache_agreement("gemma-3-270m-q4_k_m.gguf");
+}

@@ -38,6 +38,9 @@ import time
 
 import numpy as np
 
+# ggml's type ids (ggml.h) of the cache types llama.cpp's --cache-type-k/-v accept.
+GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
+
 BREAKS = ("none", "no-shift", "evict-bos", "keep-plus-one", "budget-minus-one")
 
 
@@ -79,10 +82,15 @@ def main():
     ap.add_argument("--break", dest="brk", choices=BREAKS, default="none")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--kv-type", choices=["f16", "f32"], default="f16", help="the KV cache's type; f32 also turns flash attention off [default: f16, llama.cpp's]")
+    ap.add_argument("--type-k", choices=sorted(GGML_TYPES), help="the key cache's type (llama.cpp's --cache-type-k), flash attention as llama.cpp chooses")
+    ap.add_argument("--type-v", choices=sorted(GGML_TYPES), help="the value cache's type (--cache-type-v)")
+    ap.add_argument("--no-attn-rot", action="store_true", help="LLAMA_ATTN_ROT_DISABLE=1: no Hadamard rotation of a quantized cache")
     ap.add_argument("--out", required=True)
     ap.add_argument("--summary")
     ap.add_argument("--verbose", action="store_true", help="llama.cpp's own log on stderr")
     a = ap.parse_args()
+    if a.no_attn_rot:
+        os.environ["LLAMA_ATTN_ROT_DISABLE"] = "1"
 
     import llama_cpp as L
 
@@ -114,6 +122,11 @@ def main():
         # f32 keys and values, and no flash attention (its CPU kernel rounds to f16 on the way).
         cp.type_k = cp.type_v = 0  # GGML_TYPE_F32
         cp.flash_attn_type = 0  # LLAMA_FLASH_ATTN_TYPE_DISABLED
+    if a.type_k or a.type_v:
+        if a.kv_type != "f16":
+            fail("--kv-type f32 and --type-k/--type-v do not go together")
+        cp.type_k = GGML_TYPES[a.type_k or "f16"]
+        cp.type_v = GGML_TYPES[a.type_v or "f16"]
     cp.n_threads = cp.n_threads_batch = a.threads
     ctx = L.llama_init_from_model(model, cp)
     if not ctx:
@@ -212,6 +225,9 @@ def main():
             "n_keep": n_keep,
             "dense": a.dense,
             "break": a.brk,
+            "type_k": a.type_k or ("f32" if a.kv_type == "f32" else "f16"),
+            "type_v": a.type_v or ("f32" if a.kv_type == "f32" else "f16"),
+            "attn_rot": not a.no_attn_rot,
             "can_shift": can_shift,
             "prompt_batch": first if not a.dense else None,
             "shifts": shifts,

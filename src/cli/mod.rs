@@ -4,6 +4,7 @@
 //! when the session prints.
 
 mod analyze;
+mod cache_format_args;
 mod canary;
 mod capture;
 mod counts;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::cache_format_args::CacheFormatArgs;
 use super::format::{format_frontier, format_outcome, format_recommendation};
 use super::model_args::ModelArgs;
 use super::policy_args::{CacheArgs, PolicyArgs};
@@ -49,6 +50,8 @@ pub struct StreamArgs {
     pub text: StreamText,
     #[command(flatten)]
     pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub formats: CacheFormatArgs,
     /// Also print the perplexity of every N-token segment of the stream (0: not).
     #[arg(long, default_value_t = 0)]
     pub segment: usize,
@@ -71,6 +74,8 @@ pub struct RecommendArgs {
     pub text: StreamText,
     #[command(flatten)]
     pub cache: CacheArgs,
+    #[command(flatten)]
+    pub formats: CacheFormatArgs,
     /// Sink counts to sweep (0 = a plain window, or the score-based policy unpinned).
     #[arg(long, value_delimiter = ',', default_value = "0,1,2,4,8,16")]
     pub sinks: Vec<usize>,
@@ -130,6 +135,13 @@ enum Recommend {
 
 impl RecommendArgs {
     fn mode(&self) -> Result<Recommend> {
+        let rounding = self.formats.rounding(self.cache.positions)?;
+        if !rounding.is_exact() && self.per_head {
+            return Err(Error::input("--per-head does not model a quantized cache yet; leave out --cache-type-k/-v"));
+        }
+        if !rounding.is_exact() && !self.no_recompute {
+            return Err(Error::input("the recompute reference does not model a quantized cache yet; add --no-recompute"));
+        }
         if self.per_head {
             return Ok(Recommend::PerHead(PerHeadSweep {
                 cache: self.cache.cache,
@@ -162,6 +174,7 @@ impl RecommendArgs {
             delta: self.delta,
             recompute_every: self.recompute_every,
             recompute_budget: self.recompute_budget,
+            rounding,
         }))
     }
 
@@ -207,10 +220,14 @@ pub fn run_stream(args: StreamArgs, s: &mut Session) -> Result<()> {
         check_out_dir(out)?;
     }
     let policy = Policy::try_from(&args.policy)?;
+    let rounding = args.formats.rounding(policy.positions)?;
     let (lm, progress) = s.model(&args.model)?;
-    let outcome = stream_into(lm, &args.text.source(), policy, args.out.as_deref(), progress)?;
+    let outcome = stream_into(lm, &args.text.source(), (policy, rounding), args.out.as_deref(), progress)?;
     if !s.prints() {
         return Ok(());
+    }
+    if !rounding.is_exact() && !args.json {
+        println!("cache: {}", rounding.describe());
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&outcome)?);
@@ -243,6 +260,9 @@ pub fn run_recommend(args: RecommendArgs, s: &mut Session) -> Result<()> {
         }
         Recommend::Sinks(opts) => {
             let rec = sweep_into(lm, &opts, args.out.as_deref(), progress)?;
+            if s.prints() && !opts.rounding.is_exact() && !args.json {
+                println!("cache: {}", opts.rounding.describe());
+            }
             if s.prints() {
                 match args.json {
                     true => println!("{}", serde_json::to_string_pretty(&rec)?),

@@ -5,6 +5,7 @@ use candle_core::Tensor;
 
 use super::policy::{Policy, PositionMode};
 use crate::error::Result;
+use crate::model::cache_rounding::CacheRounding;
 use crate::model::decoder::KvStore;
 use crate::model::rope::{Rope, RopeTables};
 
@@ -25,8 +26,11 @@ pub struct PolicyCache {
     pub evictions: usize,
     /// Precomputed rotations per RoPE base (a model with local layers has two).
     tables: RopeTables,
-    /// Whether `k_rot` is maintained: for `delta`, and for a shared prefix that may become one.
+    /// Whether `k_rot` is maintained: for `delta`, for a shared prefix that may become one, and
+    /// for a cache that stores keys rotated and rounded.
     keep_rotated: bool,
+    /// What the cache's format does to the keys and values it stores and to the queries.
+    rounding: CacheRounding,
 }
 
 impl PolicyCache {
@@ -41,7 +45,21 @@ impl PolicyCache {
             evictions: 0,
             tables: RopeTables::new(d_head),
             keep_rotated: policy.positions == PositionMode::Delta,
+            rounding: CacheRounding::default(),
         })
+    }
+
+    /// The same (empty) cache storing keys and values as `rounding` says: rounded after RoPE
+    /// unless `rounding.before_rope`, so rotated keys are kept.
+    pub fn with_rounding(mut self, rounding: CacheRounding) -> Self {
+        self.rounding = rounding;
+        self.keep_rotated |= self.rounds_rotated();
+        self
+    }
+
+    /// Whether the cache holds rounded rotated keys (and reads keys from `k_rot`).
+    fn rounds_rotated(&self) -> bool {
+        !self.rounding.keys.is_exact() && !self.rounding.before_rope
     }
 
     /// Also maintains rotated keys, so that [`PolicyCache::with_policy`] can hand the entries to a
@@ -62,7 +80,7 @@ impl PolicyCache {
 
     /// The same entries under another policy (used when the shared prefix ends).
     pub fn with_policy(&self, policy: Policy) -> Self {
-        let keep_rotated = policy.positions == PositionMode::Delta;
+        let keep_rotated = policy.positions == PositionMode::Delta || self.rounds_rotated();
         let mut c = PolicyCache { policy, keep_rotated, ..self.clone() };
         if !keep_rotated {
             c.k_rot.clear();
@@ -98,6 +116,9 @@ impl PolicyCache {
                 let head = rot.narrow(1, 0, a)?;
                 let tail = rot.narrow(1, a, n - b)?;
                 let shifted = rope_of(l).rotate_by(&tail, &vec![-delta; n - b])?;
+                // A quantized cache stores the shifted key again (llama.cpp: dequantize, rotate,
+                // quantize back).
+                let shifted = self.rounding.keys(&shifted, &self.stream_pos[b..])?;
                 if a > 0 {
                     Tensor::cat(&[&head, &shifted], 1)?
                 } else {
@@ -122,6 +143,12 @@ impl KvStore for PolicyCache {
     }
 
     fn append(&mut self, layer: usize, k_pre: &Tensor, v: &Tensor, rope: &Rope, positions: &[usize]) -> Result<(Tensor, Tensor)> {
+        let stream: Vec<usize> = (self.next_stream..self.next_stream + positions.len()).collect();
+        let v = &self.rounding.values(v, &stream)?;
+        let k_pre = &match self.rounding.before_rope {
+            true => self.rounding.keys(k_pre, &stream)?,
+            false => k_pre.clone(),
+        };
         if self.k_pre.len() <= layer {
             self.k_pre.push(k_pre.clone());
             self.v.push(v.clone());
@@ -131,6 +158,7 @@ impl KvStore for PolicyCache {
         }
         if self.keep_rotated {
             let k_rot = rope.rotate_cached(k_pre, positions, self.tables.of(rope)?)?;
+            let k_rot = if self.rounds_rotated() { self.rounding.keys(&k_rot, &stream)? } else { k_rot };
             if self.k_rot.len() <= layer {
                 self.k_rot.push(k_rot);
             } else {
@@ -140,6 +168,15 @@ impl KvStore for PolicyCache {
         let n = self.k_pre[layer].dim(1)?;
         let keys = match self.policy.positions {
             PositionMode::Delta => self.k_rot[layer].clone(),
+            // Stored rotated and rounded: read as stored (under `slot`, only before the first
+            // eviction, while slots are stream positions: the shared dense prefix).
+            PositionMode::Original if self.rounds_rotated() => self.k_rot[layer].clone(),
+            PositionMode::Slot if self.rounds_rotated() => {
+                if self.evictions > 0 {
+                    return Err(crate::error::Error::Internal("a cache under slot positions stores keys before RoPE".into()));
+                }
+                self.k_rot[layer].clone()
+            }
             // Rotate every kept key afresh from its pre-RoPE value: by slot, or by stream index.
             PositionMode::Slot => {
                 let k_pre = self.k_pre[layer].clone();
@@ -153,6 +190,10 @@ impl KvStore for PolicyCache {
             }
         };
         Ok((keys, self.v[layer].clone()))
+    }
+
+    fn round_queries(&self, q: &Tensor) -> Result<Tensor> {
+        self.rounding.queries(q)
     }
 
     fn commit(&mut self, t: usize) {

@@ -22,6 +22,7 @@ use super::policy::{Eviction, Policy, PositionMode};
 use super::scored::{KeptStats, ScoredCache, StepAttention};
 use super::trace::PolicyTrace;
 use crate::error::{Error, Result};
+use crate::model::cache_rounding::CacheRounding;
 use crate::model::decoder::config::describe_windows;
 use crate::model::decoder::{Decoder, DecoderConfig};
 use crate::model::policy_forward::{QueryView, StreamKv};
@@ -71,11 +72,13 @@ pub struct SimOptions {
     /// Decode every cached policy one token per step, prefix included (the reference the block
     /// replay is tested against, and the honest baseline for speed comparisons).
     pub token_by_token: bool,
+    /// The cache's storage formats (exact f32 by default); the same for every policy of the run.
+    pub rounding: CacheRounding,
 }
 
 impl Default for SimOptions {
     fn default() -> Self {
-        SimOptions { recompute_every: 1, token_by_token: false }
+        SimOptions { recompute_every: 1, token_by_token: false, rounding: CacheRounding::default() }
     }
 }
 
@@ -112,6 +115,7 @@ pub fn simulate_with(
     if n < 2 {
         return Err(Error::input("the stream needs at least 2 tokens"));
     }
+    refuse_unmodelled_rounding(model, policies, opts.rounding)?;
     if policies.iter().any(Policy::is_scored) {
         return with_scored_apart(model, ids, policies, opts, progress);
     }
@@ -121,7 +125,7 @@ pub fn simulate_with(
     let shared = policies.iter().filter(|p| p.eviction != Eviction::Dense).map(|p| p.cache).min().unwrap_or(steps).min(steps);
     let decoded: Vec<bool> = policies.iter().map(|p| decodes_through_cache(model, p, opts)).collect();
     let mut counter = Steps { done: 0, total: shared + (steps - shared) * policies.len(), progress };
-    let prefix = Prefix::run(model, &ids[..shared + 1], opts.token_by_token, decoded.contains(&true), &mut counter)?;
+    let prefix = Prefix::run(model, &ids[..shared + 1], (opts.token_by_token, opts.rounding), decoded.contains(&true), &mut counter)?;
     let mut tracks: Vec<Track> = policies.iter().map(|_| prefix.track(steps)).collect();
     for (i, p) in policies.iter().enumerate().filter(|&(i, p)| p.is_cached() && !decoded[i]) {
         replay_blocks(model, ids, *p, &prefix, &mut tracks[i], &mut counter)?;
@@ -171,6 +175,23 @@ fn refuse_unmodelled_windows(model: &Decoder, policies: &[Policy], opts: SimOpti
     Ok(())
 }
 
+/// A quantized cache is modelled for the positional policies (dense, window, sink, keep) and
+/// heads whose size its blocks divide.
+pub fn refuse_unmodelled_rounding(model: &Decoder, policies: &[Policy], rounding: CacheRounding) -> Result<()> {
+    if rounding.is_exact() {
+        return Ok(());
+    }
+    rounding.check(model.cfg.d_head)?;
+    if let Some(p) = policies.iter().find(|p| !p.is_cached() || p.is_scored()) {
+        return Err(Error::input(format!(
+            "a {} cache is modelled for the dense, window, sink and keep policies, not yet for {}",
+            rounding.label(),
+            p.eviction.kind().name()
+        )));
+    }
+    Ok(())
+}
+
 /// Whether `p` is decoded through its own cache (`kv::cache_decode`) rather than replayed from
 /// stream keys: when asked, under `delta` (rounding accumulates per eviction), and with learned
 /// absolute positions under `slot` (a key then carries the slot it entered at, which the
@@ -193,12 +214,14 @@ struct Prefix {
 impl Prefix {
     /// Runs `ids[..shared]` (scoring each next token, `ids` holds one more): in blocks, or token by
     /// token into a dense policy cache; `need_cache` keeps a policy cache after a block run too.
-    fn run(model: &Decoder, ids: &[u32], token_by_token: bool, need_cache: bool, counter: &mut Steps) -> Result<Prefix> {
+    fn run(model: &Decoder, ids: &[u32], (token_by_token, rounding): (bool, CacheRounding), need_cache: bool, counter: &mut Steps) -> Result<Prefix> {
         let start = Instant::now();
         let shared = ids.len() - 1;
-        let mut prefix = Prefix { nll: Vec::with_capacity(shared), kv: StreamKv::new(0), cache: None, wall: 0.0 };
+        let kv = StreamKv::new(0).with_rounding(rounding);
+        let mut prefix = Prefix { nll: Vec::with_capacity(shared), kv, cache: None, wall: 0.0 };
+        let dense_cache = || -> Result<PolicyCache> { Ok(PolicyCache::new(dense(), model.cfg.d_head)?.keeping_rotated().with_rounding(rounding)) };
         if token_by_token {
-            let mut cache = PolicyCache::new(dense(), model.cfg.d_head)?.keeping_rotated();
+            let mut cache = dense_cache()?;
             for t in 0..shared {
                 let h = model.decode_step(&ids[t..t + 1], &mut [&mut cache])?;
                 prefix.nll.extend(model.next_token_nll(&h, &ids[t + 1..t + 2])?);
@@ -214,7 +237,7 @@ impl Prefix {
                 counter.add(b);
             }
             if need_cache {
-                let mut cache = PolicyCache::new(dense(), model.cfg.d_head)?.keeping_rotated();
+                let mut cache = dense_cache()?;
                 model.forward_with(&ids[..shared], Some(&mut cache), &mut NoCapture)?;
                 prefix.cache = Some(cache);
             }

@@ -3,6 +3,7 @@
 //! decoder (any supported family), its tokenizer, and the facts `sinkscope info` shows. This module knows
 //! nothing of analysis.
 
+pub mod cache_rounding;
 pub mod catalog;
 pub mod decoder;
 pub mod family;

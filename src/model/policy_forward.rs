@@ -15,6 +15,7 @@ use std::ops::Range;
 use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
+use super::cache_rounding::CacheRounding;
 use super::decoder::attention::{soft_cap, Attend, LayerAttention};
 use super::decoder::Decoder;
 use super::receiver::{HookReceiver, NoCapture};
@@ -60,12 +61,20 @@ pub struct StreamKv {
     /// Per layer (KVH, pin, dh), saved when the window first moves past them.
     pin_k: Vec<Tensor>,
     pin_v: Vec<Tensor>,
+    /// What the cache's format does to keys, values and queries (exact by default).
+    rounding: CacheRounding,
 }
 
 impl StreamKv {
     /// An empty stream that keeps its first `pin` tokens.
     pub fn new(pin: usize) -> Self {
         StreamKv { pin, ..Default::default() }
+    }
+
+    /// An empty stream whose cache stores keys and values as `rounding` says.
+    pub fn with_rounding(mut self, rounding: CacheRounding) -> Self {
+        self.rounding = rounding;
+        self
     }
 
     /// The same entries, keeping the first `pin` tokens from now on (they must still be held).
@@ -145,21 +154,34 @@ impl HeadsFirst<'_> {
     }
 }
 
-fn heads_first<'t>(at: &LayerAttention, tables: &'t [(Tables, Option<Tables>)], q: &Tensor, k: &Tensor, v: &Tensor) -> Result<HeadsFirst<'t>> {
+/// The block's new rows (at stream `positions`) heads first, keys and values as the cache stores
+/// them and queries as they meet the keys (both under `rounding`).
+fn heads_first<'t>(
+    at: &LayerAttention,
+    tables: &'t [(Tables, Option<Tables>)],
+    rounding: &CacheRounding,
+    positions: &[usize],
+    (q, k, v): (&Tensor, &Tensor, &Tensor),
+) -> Result<HeadsFirst<'t>> {
     let Some(((cos, sin), at_pinned)) = tables.get(at.rope_index) else { return Err(Error::Internal("a layer's RoPE has no tables".into())) };
     let (rows, heads, d_head) = q.dims3()?;
     let first = |x: &Tensor| -> Result<Tensor> { Ok(x.transpose(0, 1)?.contiguous()?) };
     let q_heads = first(q)?;
+    let k = match rounding.before_rope {
+        true => at.rope.apply(&rounding.keys(&first(k)?, positions)?, cos, sin)?,
+        false => rounding.keys(&at.rope.apply(&first(k)?, cos, sin)?, positions)?,
+    };
+    let kv_heads = k.dim(0)?;
     Ok(HeadsFirst {
-        q_stream: at.rope.apply(&q_heads, cos, sin)?,
-        k: at.rope.apply(&first(k)?, cos, sin)?,
-        v: first(v)?,
+        q_stream: rounding.queries(&at.rope.apply(&q_heads, cos, sin)?)?,
+        k,
+        v: rounding.values(&first(v)?, positions)?,
         q_heads,
         at_pinned: at_pinned.as_ref(),
         rows,
         heads,
         d_head,
-        kv_heads: k.dim(1)?,
+        kv_heads,
     })
 }
 
@@ -205,8 +227,9 @@ impl Attend for ViewAttention<'_> {
     }
 
     fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _hooks: &mut dyn HookReceiver) -> Result<Tensor> {
-        let (rope, layer) = (at.rope, at.index);
-        let block = heads_first(at, &self.tables, q, k, v)?;
+        let (rope, layer, rounding) = (at.rope, at.index, self.kv.rounding);
+        let positions: Vec<usize> = self.rows().collect();
+        let block = heads_first(at, &self.tables, &rounding, &positions, (q, k, v))?;
         let (b, h, dh, kvh, group, at_pinned) = (block.rows, block.heads, block.d_head, block.kv_heads, block.group(), block.at_pinned);
         let HeadsFirst { q_heads, q_stream, k: k_new, v: v_new, .. } = block;
         let kv = &mut *self.kv;
@@ -225,7 +248,7 @@ impl Attend for ViewAttention<'_> {
             (Some((cos, sin)), p) if p > 0 => {
                 let (pk, pv) = kv.pinned(layer, p)?;
                 let (pk, pv) = (pk.contiguous()?, pv.contiguous()?);
-                let q_pinned = rope.apply(&q_heads, cos, sin)?;
+                let q_pinned = rounding.queries(&rope.apply(&q_heads, cos, sin)?)?;
                 let pinned_scores = flat(&q_pinned)?.matmul(&pk.t()?)?;
                 (Tensor::cat(&[&pinned_scores, &window_scores], 2)?, Tensor::cat(&[&pv, &kv.v[layer]], 1)?)
             }
@@ -272,8 +295,10 @@ impl Attend for BranchAttention<'_> {
     }
 
     fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _hooks: &mut dyn HookReceiver) -> Result<Tensor> {
-        let (rope, layer) = (at.rope, at.index);
-        let block = heads_first(at, &self.tables, q, k, v)?;
+        let (rope, layer, rounding) = (at.rope, at.index, self.kv.rounding);
+        let len = self.views.len() / self.branches.max(1);
+        let positions: Vec<usize> = (0..self.views.len()).map(|r| self.kv.len + r % len.max(1)).collect();
+        let block = heads_first(at, &self.tables, &rounding, &positions, (q, k, v))?;
         let (rows, h, dh, kvh, group, at_pinned) = (block.rows, block.heads, block.d_head, block.kv_heads, block.group(), block.at_pinned);
         let HeadsFirst { q_heads, q_stream, k: k_new, v: v_new, .. } = block;
         let kv = self.kv;
@@ -288,7 +313,7 @@ impl Attend for BranchAttention<'_> {
         let mut scores = flat(&q_stream)?.matmul(&keys.t()?)?;
         if let (Some((cos, sin)), true) = (at_pinned, pinned > 0) {
             let (pk, pv) = kv.pinned(layer, pinned)?;
-            let q_pinned = rope.apply(&q_heads, cos, sin)?;
+            let q_pinned = rounding.queries(&rope.apply(&q_heads, cos, sin)?)?;
             let pinned_scores = flat(&q_pinned)?.matmul(&pk.contiguous()?.t()?)?;
             scores = Tensor::cat(&[&pinned_scores, &scores], 2)?;
             values = Tensor::cat(&[&pv.contiguous()?, &values], 1)?;
@@ -296,7 +321,6 @@ impl Attend for BranchAttention<'_> {
         let p = if at_pinned.is_some() { pinned } else { 0 };
         let cols = p + n_window + rows;
         let scale = 1.0 / (dh as f32).sqrt();
-        let len = self.views.len() / self.branches.max(1);
         let mut a = scores.flatten_all()?.to_vec1::<f32>()?;
         let (views, window, sinks) = (self.views, at.window, at.sinks);
         a.par_chunks_mut(cols).enumerate().for_each(|(row, s)| {

@@ -6,7 +6,7 @@
 /// Rotates each consecutive piece of `n` values of `row` by H_n (fast transform, in place).
 /// `row.len()` must be a multiple of `n`, and `n` a power of two.
 pub fn rotate(row: &mut [f32], n: usize) {
-    debug_assert!(n.is_power_of_two() && row.len() % n == 0);
+    debug_assert!(n.is_power_of_two() && row.len().is_multiple_of(n));
     let norm = 1.0 / (n as f32).sqrt();
     for piece in row.chunks_exact_mut(n) {
         let mut h = 1;
@@ -28,7 +28,7 @@ pub fn rotate(row: &mut [f32], n: usize) {
 /// at least 64, that divides it (`build_input_k_rot`); `None` where llama.cpp rotates nothing
 /// (a head size not a multiple of 64).
 pub fn key_rotation(head_dim: usize) -> Option<usize> {
-    if head_dim == 0 || head_dim % 64 != 0 {
+    if head_dim == 0 || !head_dim.is_multiple_of(64) {
         return None;
     }
     Some(1 << head_dim.trailing_zeros())
@@ -37,7 +37,7 @@ pub fn key_rotation(head_dim: usize) -> Option<usize> {
 /// The rotation size for values: always 64 (llama.cpp found the smallest better for V), where
 /// the head size is a multiple of 64.
 pub fn value_rotation(head_dim: usize) -> Option<usize> {
-    (head_dim > 0 && head_dim % 64 == 0).then_some(64)
+    (head_dim > 0 && head_dim.is_multiple_of(64)).then_some(64)
 }
 
 #[cfg(test)]

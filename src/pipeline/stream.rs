@@ -11,7 +11,8 @@ use crate::io::staging::Staging;
 use crate::io::write_json_atomic;
 use crate::kv::policy::{Eviction, Policy, PositionMode};
 use crate::kv::recommend::{cliffs_against_best, recommend, Recommendation};
-use crate::kv::simulate::{recompute_stride, simulate_with, SimOptions, StreamOutcome};
+use crate::kv::simulate::{recompute_stride, refuse_unmodelled_rounding, simulate_with, SimOptions, StreamOutcome};
+use crate::model::cache_rounding::CacheRounding;
 use crate::model::info::TokenInfo;
 use crate::model::load::LoadedModel;
 use crate::report::records::StreamReport;
@@ -63,6 +64,8 @@ pub struct SweepOptions {
     /// Window tokens `recompute` may run when K is chosen automatically (each scored step
     /// re-runs W tokens).
     pub recompute_budget: usize,
+    /// The cache's storage formats, for every policy of the sweep.
+    pub rounding: CacheRounding,
 }
 
 /// Default [`SweepOptions::recompute_budget`]: 65,536 window tokens — about 1.5 min for a
@@ -82,7 +85,15 @@ pub fn sink_sweep(source: StreamSource, sinks: &[usize], cache: usize) -> Result
     for p in &policies {
         p.check()?;
     }
-    Ok(SweepOptions { source, policies, recompute: None, delta: 0.02, recompute_every: None, recompute_budget: RECOMPUTE_BUDGET })
+    Ok(SweepOptions {
+        source,
+        policies,
+        recompute: None,
+        delta: 0.02,
+        recompute_every: None,
+        recompute_budget: RECOMPUTE_BUDGET,
+        rounding: CacheRounding::default(),
+    })
 }
 
 /// Tokenizes the stream text from `start_char`, keeping `tokens` tokens.
@@ -131,12 +142,12 @@ fn stream_ids(lm: &LoadedModel, t: &StreamSource, progress: &mut dyn Progress) -
     Ok(ids)
 }
 
-/// Streams `source` under one policy; writes stream.json
-/// into `out` when given.
+/// Streams `source` under one policy, its cache storing keys and values as `rounding` says;
+/// writes stream.json into `out` when given.
 pub fn stream_into(
     lm: &mut LoadedModel,
     source: &StreamSource,
-    policy: Policy,
+    (policy, rounding): (Policy, CacheRounding),
     out: Option<&Path>,
     progress: &mut dyn Progress,
 ) -> Result<StreamOutcome> {
@@ -145,15 +156,18 @@ pub fn stream_into(
     for w in policy.validate(ids.len(), lm.model.cfg.context_len)? {
         progress.warning(&w);
     }
+    refuse_unmodelled_rounding(&lm.model, &[policy], rounding)?;
     super::claim_out(lm, out)?;
-    let opts = SimOptions { token_by_token: source.token_by_token, ..SimOptions::default() };
+    let opts = SimOptions { token_by_token: source.token_by_token, rounding, ..SimOptions::default() };
     let label = policy.label();
     let outcome = simulate_with(&lm.model, &ids, &[policy], opts, &mut |done, total| progress.steps(&label, done, total))?.remove(0);
     if outcome.first_eviction_step.is_none() && policy.eviction != Eviction::Dense {
         progress.warning("the stream ended before the first eviction; ppl_after_eviction is undefined");
     }
     if let Some(dir) = out {
-        write_stream_report(&stream_report(lm, source, &ids, vec![outcome.clone()], None, start)?, dir)?;
+        let mut report = stream_report(lm, source, &ids, vec![outcome.clone()], None, start)?;
+        report.cache_rounding = (!rounding.is_exact()).then_some(rounding);
+        write_stream_report(&report, dir)?;
     }
     Ok(outcome)
 }
@@ -185,6 +199,7 @@ pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>,
             cache
         )));
     }
+    refuse_unmodelled_rounding(&lm.model, &policies, opts.rounding)?;
     super::claim_out(lm, out)?;
     for w in &warnings {
         progress.warning(w);
@@ -197,7 +212,7 @@ pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>,
             opts.recompute_budget
         ));
     }
-    let sim = SimOptions { recompute_every: every, token_by_token: opts.source.token_by_token };
+    let sim = SimOptions { recompute_every: every, token_by_token: opts.source.token_by_token, rounding: opts.rounding };
     let label = format!("sweep of {} policies", policies.len());
     let mut outcomes = simulate_with(&lm.model, &ids, &policies, sim, &mut |done, total| progress.steps(&label, done, total))?;
     let recompute = if opts.recompute.is_some() { outcomes.pop() } else { None };
@@ -206,7 +221,9 @@ pub fn sweep_into(lm: &mut LoadedModel, opts: &SweepOptions, out: Option<&Path>,
     rec.model_windows = model_windows_note(&lm.model.cfg);
     if let Some(dir) = out {
         outcomes.extend(recompute);
-        write_stream_report(&stream_report(lm, &opts.source, &ids, outcomes, Some(rec.clone()), start)?, dir)?;
+        let mut report = stream_report(lm, &opts.source, &ids, outcomes, Some(rec.clone()), start)?;
+        report.cache_rounding = (!opts.rounding.is_exact()).then_some(opts.rounding);
+        write_stream_report(&report, dir)?;
     }
     Ok(rec)
 }
@@ -239,5 +256,6 @@ pub fn stream_report(
         outcomes,
         recommendation,
         wall_seconds: start.elapsed().as_secs_f64(),
+        cache_rounding: None,
     })
 }

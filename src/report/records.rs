@@ -7,6 +7,7 @@ use crate::capture::memory::MemoryEstimate;
 use crate::capture::summary::CaptureSummary;
 use crate::kv::recommend::Recommendation;
 use crate::kv::simulate::StreamOutcome;
+use crate::model::cache_rounding::CacheRounding;
 use crate::model::info::{ModelInfo, NllSummary, TokenInfo};
 
 /// What `sinkscope capture` writes as `capture.json`.
@@ -46,4 +47,7 @@ pub struct StreamReport {
     /// Present for `recommend`.
     pub recommendation: Option<Recommendation>,
     pub wall_seconds: f64,
+    /// The cache's storage formats when they round (`--cache-type-k/v`); absent: exact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_rounding: Option<CacheRounding>,
 }

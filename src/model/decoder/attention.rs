@@ -93,9 +93,12 @@ impl Attend for SeqAttention<'_, '_> {
             let part = |x: &Tensor| -> Result<Tensor> { Ok(x.narrow(0, s * t, t)?.transpose(0, 1)?.contiguous()?) };
             let (cos, sin) = &tables[s];
             let q = rope.apply(&part(q)?, cos, sin)?;
-            let (k_all, v_all) = match seq.store.as_deref_mut() {
-                Some(store) => store.append(l, &part(k)?, &part(v)?, rope, &self.positions[s])?,
-                None => (rope.apply(&part(k)?, cos, sin)?, part(v)?),
+            let (q, k_all, v_all) = match seq.store.as_deref_mut() {
+                Some(store) => {
+                    let (k_all, v_all) = store.append(l, &part(k)?, &part(v)?, rope, &self.positions[s])?;
+                    (store.round_queries(&q)?, k_all, v_all)
+                }
+                None => (q, rope.apply(&part(k)?, cos, sin)?, part(v)?),
             };
             let past = k_all.dim(1)? - t;
             let layer_mask = seq.mask.filter(|m| m.layer == l);

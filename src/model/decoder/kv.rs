@@ -75,6 +75,11 @@ pub trait KvStore {
     /// the new queries may see, rotated for attention, with the values — both (KVH, n, dh), the new
     /// tokens last.
     fn append(&mut self, layer: usize, k_pre: &Tensor, v: &Tensor, rope: &Rope, positions: &[usize]) -> Result<(Tensor, Tensor)>;
+    /// The rotated queries (H, t, dh) as they meet this store's keys: the format a quantized
+    /// cache takes its dot product in (unchanged by default).
+    fn round_queries(&self, q: &Tensor) -> Result<Tensor> {
+        Ok(q.clone())
+    }
     /// Called once every layer has seen the `t` new tokens.
     fn commit(&mut self, t: usize);
 }

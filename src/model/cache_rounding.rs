@@ -1,0 +1,149 @@
+//! What a quantized KV cache does to attention, as llama.cpp's CPU flash attention computes it: a
+//! key or value is rounded once, when it enters the cache, to the cache's format — for a block
+//! format after a Walsh–Hadamard rotation of the head (`attn_rot_k` / `attn_rot_v`), which the
+//! query shares and the output undoes — and the query is rounded to the format ggml takes the
+//! dot product in (8-bit blocks against a block-format key, f16 against f16). Values read back
+//! into f32. The first `exact_first` stream positions stay exact (IntactKV, KVSink).
+//!
+//! Not modelled, below the engines' own floor: an f16 V accumulated in f16 (llama.cpp's
+//! `VKQ16`), and q8_1's separately rounded block sum in the q4_1/q5_1 dot product.
+
+use candle_core::{Device, Tensor};
+
+use crate::error::{Error, Result};
+use crate::numerics::cache_formats::{CacheFormat, BLOCK};
+use crate::numerics::hadamard;
+
+/// The cache's storage formats and what stays exact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CacheRounding {
+    pub keys: CacheFormat,
+    pub values: CacheFormat,
+    /// Stream positions `0..exact_first` keep exact keys and values.
+    pub exact_first: usize,
+    /// llama.cpp's Hadamard rotation before a block format stores (its default; switched off
+    /// by `LLAMA_ATTN_ROT_DISABLE=1`).
+    pub hadamard: bool,
+    /// Keys are stored before RoPE and rotated when read (the `slot` position mode's engine), not
+    /// stored rotated (llama.cpp, under `original` and `delta`).
+    pub before_rope: bool,
+}
+
+impl Default for CacheRounding {
+    fn default() -> Self {
+        CacheRounding { keys: CacheFormat::F32, values: CacheFormat::F32, exact_first: 0, hadamard: true, before_rope: false }
+    }
+}
+
+impl CacheRounding {
+    /// Whether nothing is rounded (an f32 cache).
+    pub fn is_exact(&self) -> bool {
+        self.keys.is_exact() && self.values.is_exact()
+    }
+
+    /// Refuses a block format for heads whose size is not a multiple of its block.
+    pub fn check(&self, d_head: usize) -> Result<()> {
+        for (what, f) in [("key", self.keys), ("value", self.values)] {
+            if f.is_block() && !d_head.is_multiple_of(BLOCK) {
+                return Err(Error::input(format!(
+                    "a {} {what} cache stores blocks of {BLOCK} values, and this model's heads hold {d_head}: use f16, bf16 or fp8",
+                    f.name()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// A label such as `K q4_0 · V f16 · 4 exact`.
+    pub fn label(&self) -> String {
+        let exact = if self.exact_first > 0 { format!(" · {} exact", self.exact_first) } else { String::new() };
+        format!("K {} · V {}{exact}", self.keys.name(), self.values.name())
+    }
+
+    /// The label and how keys are stored: `K q4_0 · V q4_0 · 4 exact; keys rounded after RoPE,
+    /// block formats Hadamard-rotated (llama.cpp)`.
+    pub fn describe(&self) -> String {
+        let keys = if self.before_rope { "keys rounded before RoPE (slot positions)" } else { "keys rounded after RoPE" };
+        let rotation = match (self.keys.is_block() || self.values.is_block(), self.hadamard) {
+            (false, _) => "",
+            (true, true) => ", block formats Hadamard-rotated (llama.cpp)",
+            (true, false) => ", block formats not rotated (LLAMA_ATTN_ROT_DISABLE)",
+        };
+        format!("{}; {keys}{rotation}", self.label())
+    }
+
+    fn key_rotation(&self, d_head: usize) -> Option<usize> {
+        (self.hadamard && self.keys.is_block()).then(|| hadamard::key_rotation(d_head)).flatten()
+    }
+
+    fn value_rotation(&self, d_head: usize) -> Option<usize> {
+        (self.hadamard && self.values.is_block()).then(|| hadamard::value_rotation(d_head)).flatten()
+    }
+
+    /// Keys (heads, n, dh) as the cache returns them; row i sits at stream position `positions[i]`.
+    pub fn keys(&self, k: &Tensor, positions: &[usize]) -> Result<Tensor> {
+        let rotation = self.key_rotation(k.dim(2)?);
+        self.round(k, self.keys, rotation, Some(positions))
+    }
+
+    /// Values (heads, n, dh) as the cache returns them.
+    pub fn values(&self, v: &Tensor, positions: &[usize]) -> Result<Tensor> {
+        let rotation = self.value_rotation(v.dim(2)?);
+        self.round(v, self.values, rotation, Some(positions))
+    }
+
+    /// Queries (heads, n, dh), rotated, in the format of their product with the cached keys.
+    pub fn queries(&self, q: &Tensor) -> Result<Tensor> {
+        let rotation = self.key_rotation(q.dim(2)?);
+        self.round(q, self.keys.query_format(), rotation, None)
+    }
+
+    fn round(&self, x: &Tensor, format: CacheFormat, rotation: Option<usize>, positions: Option<&[usize]>) -> Result<Tensor> {
+        if format.is_exact() {
+            return Ok(x.clone());
+        }
+        let (heads, n, dh) = x.dims3()?;
+        if positions.is_some_and(|p| p.len() != n) {
+            return Err(Error::Internal("cache rounding: one stream position per row".into()));
+        }
+        let mut data = x.flatten_all()?.to_vec1::<f32>()?;
+        for (i, row) in data.chunks_exact_mut(dh).enumerate() {
+            if positions.is_some_and(|p| p[i % n] < self.exact_first) {
+                continue;
+            }
+            if let Some(r) = rotation {
+                hadamard::rotate(row, r);
+            }
+            format.round_trip(row);
+            if let Some(r) = rotation {
+                hadamard::rotate(row, r);
+            }
+        }
+        Ok(Tensor::from_vec(data, (heads, n, dh), &Device::Cpu)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_positions_stay_and_the_rotation_trades_the_outlier_for_the_rest() {
+        let dh = 64;
+        let mut row = vec![0.05f32; dh];
+        row[3] = 40.0;
+        let k = Tensor::from_vec([row.clone(), row.clone()].concat(), (1, 2, dh), &Device::Cpu).unwrap();
+        let q4 = CacheRounding { keys: CacheFormat::Q4_0, values: CacheFormat::Q4_0, exact_first: 1, ..Default::default() };
+        let out = q4.keys(&k, &[0, 1]).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(&out[..dh], &row[..], "position 0 is exact");
+        let plain = CacheRounding { hadamard: false, ..q4 };
+        let flat = plain.keys(&k, &[0, 1]).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        // Unrotated, the outlier sets its block's scale and is kept almost exactly, while its
+        // block's small values round to 0; rotated, every value of the head shares the outlier's
+        // energy: the small values survive and the outlier itself is rounded like the rest.
+        assert_eq!(flat[dh + 4], 0.0);
+        assert!((flat[dh + 3] - 40.0).abs() < 0.05, "{}", flat[dh + 3]);
+        assert!(out[dh + 4] != 0.0 && out[dh..].iter().all(|x| x.is_finite()));
+        assert!((out[dh + 3] - 40.0).abs() > 0.5 && (out[dh + 3] - 40.0).abs() < 4.0, "{}", out[dh + 3]);
+    }
+}
