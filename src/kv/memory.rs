@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::model::cache_rounding::CacheRounding;
 use crate::model::decoder::config::describe_windows;
 use crate::model::decoder::DecoderConfig;
 
@@ -21,27 +22,44 @@ pub struct KvMemory {
     /// Layers of each kind.
     pub global_layers: usize,
     pub windowed_layers: usize,
-    /// Bytes of keys and values over every layer at the peak (f16).
+    /// Bytes of keys and values over every layer at the peak (f16, or as `stored_as` says).
     pub bytes: u64,
     /// What the same peak would take if every layer held it (the model's windows ignored).
     pub bytes_without_windows: u64,
+    /// The formats a quantized cache stores keys and values in (absent: f16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_as: Option<CacheRounding>,
 }
 
 /// The memory of a cache whose queries see at most `peak` entries, on `cfg`'s layers.
 pub fn kv_memory(cfg: &DecoderConfig, peak: usize) -> KvMemory {
-    let per_entry = 2 * (cfg.n_kv_heads * cfg.d_head) as u64 * CACHE_ELEMENT_BYTES;
+    kv_memory_stored(cfg, peak, &CacheRounding::default())
+}
+
+/// [`kv_memory`] for a cache storing keys and values as `rounding` says: its formats' bits per
+/// value (block scales included), the first `exact_first` entries of a layer at f16 (an engine's
+/// unquantized type); an exact (f32) simulator cache counts as f16, as the engines store it.
+pub fn kv_memory_stored(cfg: &DecoderConfig, peak: usize, rounding: &CacheRounding) -> KvMemory {
+    let values = (cfg.n_kv_heads * cfg.d_head) as f64;
+    let f16_entry = 2.0 * values * CACHE_ELEMENT_BYTES as f64;
+    let quantized = !rounding.is_exact();
+    let rounded_entry = if quantized { values * (rounding.keys.bits_per_value() + rounding.values.bits_per_value()) / 8.0 } else { f16_entry };
+    let layer_bytes = |held: usize| -> f64 {
+        let exact = if quantized { rounding.exact_first.min(held) } else { 0 };
+        exact as f64 * f16_entry + (held - exact) as f64 * rounded_entry
+    };
     let held: Vec<usize> = cfg.layer_windows().iter().map(|w| w.map_or(peak, |w| w.min(peak))).collect();
     let windowed_layers = cfg.windowed_layers().len();
     let global_layers = cfg.n_layers - windowed_layers;
     let windowed_entries = cfg.windowed_layers().iter().map(|&l| held[l]).max();
-    let entries: usize = held.iter().sum();
     KvMemory {
         global_entries: peak,
         windowed_entries,
         global_layers,
         windowed_layers,
-        bytes: entries as u64 * per_entry,
-        bytes_without_windows: (cfg.n_layers * peak) as u64 * per_entry,
+        bytes: held.iter().map(|&h| layer_bytes(h)).sum::<f64>().ceil() as u64,
+        bytes_without_windows: (cfg.n_layers as f64 * layer_bytes(peak)).ceil() as u64,
+        stored_as: quantized.then_some(*rounding),
     }
 }
 
@@ -66,8 +84,10 @@ pub fn check_fits(cfg: &DecoderConfig, peak: usize, what: &str, available: Optio
 }
 
 impl KvMemory {
-    /// "4.7 MiB (f16)" (and what the model's own windows saved, where they do).
+    /// "4.7 MiB (f16)" or "1.4 MiB (K q4_0 · V q4_0)" (and what the model's own windows saved,
+    /// where they do).
     pub fn describe(&self) -> String {
+        let format = self.stored_as.map_or_else(|| "f16".to_string(), |r| r.label());
         let mib = |b: u64| match b {
             b if b < 1 << 20 => format!("{:.1} KiB", b as f64 / 1024.0),
             b if b < 1 << 30 => format!("{:.1} MiB", b as f64 / (1 << 20) as f64),
@@ -75,7 +95,7 @@ impl KvMemory {
         };
         match self.windowed_entries {
             Some(w) if self.bytes < self.bytes_without_windows => format!(
-                "{} (f16; {} windowed layer{} hold{} up to {w} entries, {} global layer{} {}: {} if every layer held them)",
+                "{} ({format}; {} windowed layer{} hold{} up to {w} entries, {} global layer{} {}: {} if every layer held them)",
                 mib(self.bytes),
                 self.windowed_layers,
                 if self.windowed_layers == 1 { "" } else { "s" },
@@ -85,7 +105,7 @@ impl KvMemory {
                 self.global_entries,
                 mib(self.bytes_without_windows)
             ),
-            _ => format!("{} (f16)", mib(self.bytes)),
+            _ => format!("{} ({format})", mib(self.bytes)),
         }
     }
 }
@@ -115,6 +135,19 @@ mod tests {
             None => vec![LayerAttn::global(1e4); 6],
         };
         DecoderConfig::tiny(1e4, layers)
+    }
+
+    #[test]
+    fn a_quantized_cache_counts_its_formats_bits_and_its_exact_entries_at_f16() {
+        use crate::numerics::cache_formats::CacheFormat;
+        // 16 values per key: f16 64 bytes per entry (keys and values); q4_0 K and V 2·16·4.5/8 = 18.
+        let q4 = CacheRounding { keys: CacheFormat::Q4_0, values: CacheFormat::Q4_0, ..CacheRounding::default() };
+        let m = kv_memory_stored(&cfg(None, None), 1000, &q4);
+        assert_eq!(m.bytes, 6 * 1000 * 18);
+        let exact4 = CacheRounding { exact_first: 4, ..q4 };
+        assert_eq!(kv_memory_stored(&cfg(None, None), 1000, &exact4).bytes, 6 * (4 * 64 + 996 * 18));
+        assert_eq!(kv_memory_stored(&cfg(None, None), 16, &q4).describe(), "1.7 KiB (K q4_0 · V q4_0)");
+        assert_eq!(kv_memory_stored(&cfg(None, None), 16, &CacheRounding::default()), kv_memory(&cfg(None, None), 16));
     }
 
     #[test]

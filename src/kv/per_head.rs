@@ -229,6 +229,7 @@ pub fn simulate_mixed(model: &Decoder, ids: &[u32], full: &[Vec<bool>], sinks: u
         windowed_layers: 0,
         bytes,
         bytes_without_windows: bytes,
+        stored_as: None,
     };
     let outcome = StreamOutcome {
         policy,

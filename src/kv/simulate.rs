@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::cache::PolicyCache;
 use super::cache_decode::decode_through_caches;
 pub(super) use super::cache_decode::Track;
-use super::memory::{kv_memory, KvMemory};
+use super::memory::{kv_memory_stored, KvMemory};
 use super::policy::{Eviction, Policy, PositionMode};
 use super::scored::{KeptStats, ScoredCache, StepAttention};
 use super::trace::PolicyTrace;
@@ -137,7 +137,7 @@ pub fn simulate_with(
     for (i, p) in policies.iter().enumerate().filter(|(_, p)| !p.is_cached()) {
         recompute(model, ids, p.cache.max(1), shared, every, &mut tracks[i], &mut |k| counter.add(k))?;
     }
-    Ok(outcomes(&model.cfg, policies, tracks, n, shared, every))
+    Ok(outcomes(&model.cfg, policies, tracks, (n, shared, every), &opts.rounding))
 }
 
 /// Score-based policies decode on their own (a key's fate depends on every step's attention); the
@@ -306,7 +306,7 @@ fn scored(model: &Decoder, ids: &[u32], policy: Policy, opts: SimOptions, progre
     } else {
         replay_scored(model, ids, &mut cache, progress)?
     };
-    let mut outcome = outcomes(cfg, &[policy], vec![track], n, steps, 1).remove(0);
+    let mut outcome = outcomes(cfg, &[policy], vec![track], (n, steps, 1), &opts.rounding).remove(0);
     outcome.kept = cache.stats();
     Ok(outcome)
 }
@@ -383,8 +383,16 @@ fn dense() -> Policy {
     Policy::new(Eviction::Dense, 0, PositionMode::Slot)
 }
 
-/// Perplexities, first eviction, cliff and speed of each policy's gathered stream.
-fn outcomes(cfg: &DecoderConfig, policies: &[Policy], tracks: Vec<Track>, n: usize, shared: usize, every: usize) -> Vec<StreamOutcome> {
+/// Perplexities, first eviction, cliff and speed of each policy's gathered stream: `n` tokens,
+/// the first `shared` steps common, a sampled policy scored on 1 step in `every`; memory as
+/// `rounding` stores the cache.
+fn outcomes(
+    cfg: &DecoderConfig,
+    policies: &[Policy],
+    tracks: Vec<Track>,
+    (n, shared, every): (usize, usize, usize),
+    rounding: &CacheRounding,
+) -> Vec<StreamOutcome> {
     let steps = n - 1;
     policies
         .iter()
@@ -401,7 +409,7 @@ fn outcomes(cfg: &DecoderConfig, policies: &[Policy], tracks: Vec<Track>, n: usi
                 first_eviction_step,
                 tokens: n,
                 tokens_per_s: scored as f64 / tr.wall.max(1e-9),
-                kv_memory: kv_memory(cfg, tr.lens.iter().copied().max().unwrap_or(0)),
+                kv_memory: kv_memory_stored(cfg, tr.lens.iter().copied().max().unwrap_or(0), rounding),
                 kept: None,
                 nll: tr.nll,
                 cache_len: tr.lens,
