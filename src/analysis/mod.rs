@@ -6,6 +6,7 @@
 
 pub mod conformance;
 pub mod findings;
+pub mod format_check;
 pub mod heads;
 pub mod massive;
 pub mod needle;

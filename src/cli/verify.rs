@@ -1,21 +1,24 @@
 //! `sinkscope verify TRACE -m MODEL --policy P --cache W`: does a serving engine's KV cache do
 //! what it says? Its trace is replayed through the exact simulator; a verdict, the near misses
-//! ranked by fit, JSON, a figure, and an exit status (0 conforms, 3 diverges, 2 bad input).
+//! ranked by fit, the declared cache format against its near misses, JSON, a figure, and an exit
+//! status (0 conforms, 3 diverges, 2 bad input).
 
 use std::path::PathBuf;
 
 use clap::Args;
 
+use super::cache_format_args::CacheFormatArgs;
 use super::model_args::ModelArgs;
 use super::policy_args::PolicyArgs;
 use super::session::Session;
 use crate::analysis::conformance::Verdict;
+use crate::analysis::format_check::{FormatCheck, FormatVerdict};
 use crate::error::Result;
 use crate::io::staging::check_out_dir;
 use crate::kv::policy::Policy;
 use crate::pipeline::verify::{verify_into, VerifyOptions, VerifyReport};
 
-/// Exit status of `verify` when the engine diverges from the declared policy.
+/// Exit status of `verify` when the engine diverges from the declared policy or cache format.
 pub const DIVERGES_EXIT: u8 = 3;
 
 #[derive(Args, Debug)]
@@ -35,6 +38,10 @@ pub struct VerifyArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub policy: PolicyArgs,
+    /// The cache format the engine says it stores (llama.cpp: its `--cache-type-k/-v`); given,
+    /// the trace is replayed in it and held against its near misses.
+    #[command(flatten)]
+    pub formats: CacheFormatArgs,
     /// The prompt's token ids (a JSON list, llama.cpp's `/tokenize` answer, or whitespace-separated)
     /// when the trace holds only the generated tokens.
     #[arg(long, value_name = "FILE")]
@@ -54,7 +61,15 @@ pub fn run(args: VerifyArgs, s: &mut Session) -> Result<u8> {
         check_out_dir(out)?;
     }
     let policy = Policy::try_from(&args.policy)?;
-    let opts = VerifyOptions { trace: args.trace.clone(), prompt_ids: args.prompt_ids.clone(), request: args.request.clone(), policy };
+    let formats_given = args.formats.cache_type_k.is_some() || args.formats.cache_type_v.is_some();
+    let rounding = args.formats.rounding(policy.positions)?;
+    let opts = VerifyOptions {
+        trace: args.trace.clone(),
+        prompt_ids: args.prompt_ids.clone(),
+        request: args.request.clone(),
+        policy,
+        rounding: formats_given.then_some(rounding),
+    };
     let (lm, progress) = s.model(&args.model)?;
     let report = verify_into(lm, &opts, args.out.as_deref(), progress)?;
     if s.prints() {
@@ -63,13 +78,44 @@ pub fn run(args: VerifyArgs, s: &mut Session) -> Result<u8> {
             false => print!("{}", summary(&report)),
         }
     }
-    Ok(match report.conformance.verdict {
-        Verdict::Diverges { .. } => DIVERGES_EXIT,
-        Verdict::Conforms | Verdict::NotEvicted => 0,
-    })
+    Ok(if report.diverges() { DIVERGES_EXIT } else { 0 })
 }
 
 fn summary(r: &VerifyReport) -> String {
+    let mut s = policy_summary(r);
+    if let Some(f) = &r.format {
+        s += &format_summary(f);
+    }
+    s
+}
+
+/// The declared cache format against its near misses.
+fn format_summary(f: &FormatCheck) -> String {
+    let mut s = format!(
+        "  cache format, over {} scored tokens (mean engine − simulator log-probability, in standard errors):
+",
+        f.tokens
+    );
+    for fit in &f.fits {
+        s += &format!(
+            "    {:<34} {:+.4} nats {:+7.1}σ  perplexity {:.3} vs {:.3}  {}
+",
+            fit.label, fit.bias, fit.z, fit.engine_ppl, fit.sim_ppl, fit.cause
+        );
+    }
+    s += &match (f.verdict, &f.best) {
+        (FormatVerdict::Conforms, _) => "FORMAT: conforms".to_string(),
+        (FormatVerdict::Diverges, Some(best)) => format!("FORMAT: diverges; the trace fits {best}"),
+        (FormatVerdict::Diverges, None) => "FORMAT: diverges; no candidate format fits".to_string(),
+    };
+    if f.verdict == FormatVerdict::Conforms && !f.indistinguishable.is_empty() {
+        s += &format!(" (this trace cannot tell it from {})", f.indistinguishable.join(", "));
+    }
+    s + "
+"
+}
+
+fn policy_summary(r: &VerifyReport) -> String {
     let c = &r.conformance;
     let mut s = format!(
         "sinkscope verify — {} under {}\n  {} tokens ({} prompt, {} scored); {} eviction{} under the declared policy\n",

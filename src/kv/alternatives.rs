@@ -6,6 +6,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::policy::{Eviction, Policy, PositionMode};
+use crate::model::cache_rounding::CacheRounding;
+use crate::numerics::cache_formats::CacheFormat;
 
 /// One candidate: a policy and the engine behaviour it models.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -59,6 +61,43 @@ pub fn near_misses(declared: &Policy) -> Vec<Alternative> {
     out
 }
 
+/// The cache formats an engine may really store when it declares `declared`, the declared one
+/// first: unquantized (f16), only the keys quantized, the values quantized like the keys,
+/// llama.cpp's Hadamard rotation the other way, the exact first entries not kept, and (declaring
+/// f16) the common quantized caches.
+pub fn format_near_misses(declared: CacheRounding) -> Vec<(CacheRounding, String)> {
+    let mut out = vec![(declared, "as declared".to_string())];
+    let mut add = |r: CacheRounding, cause: String| {
+        if !out.iter().any(|(o, _)| *o == r) {
+            out.push((r, cause));
+        }
+    };
+    let (k, v) = (declared.keys, declared.values);
+    let plain = CacheRounding { keys: CacheFormat::F16, values: CacheFormat::F16, exact_first: 0, ..declared };
+    if declared.is_exact() || (k == CacheFormat::F16 && v == CacheFormat::F16) {
+        for f in [CacheFormat::Q8_0, CacheFormat::Q4_0] {
+            add(CacheRounding { keys: f, values: f, ..plain }, format!("keys and values stored as {}", f.name()));
+        }
+        return out;
+    }
+    add(plain, "keys and values stored unquantized (f16)".into());
+    if !k.is_exact() && v != CacheFormat::F16 {
+        add(CacheRounding { values: CacheFormat::F16, ..declared }, format!("only the keys stored as {} (values f16)", k.name()));
+    }
+    if !k.is_exact() && v != k {
+        add(CacheRounding { values: k, ..declared }, format!("the values stored as {} too", k.name()));
+    }
+    if k.is_block() || v.is_block() {
+        let hadamard = !declared.hadamard;
+        let cause = if hadamard { "llama.cpp's Hadamard rotation on" } else { "no Hadamard rotation (LLAMA_ATTN_ROT_DISABLE)" };
+        add(CacheRounding { hadamard, ..declared }, cause.into());
+    }
+    if declared.exact_first > 0 {
+        add(CacheRounding { exact_first: 0, ..declared }, "the first entries quantized too".into());
+    }
+    out
+}
+
 fn position_cause(p: PositionMode) -> &'static str {
     match p {
         PositionMode::Original => "positions never shifted: kept keys keep their rotation and new tokens their stream index",
@@ -91,6 +130,19 @@ mod tests {
             assert!(labels.iter().any(|l| l == want), "{want} missing from {labels:?}");
         }
         assert_eq!(labels.len(), 9, "{labels:?}");
+    }
+
+    #[test]
+    fn a_quantized_declaration_has_its_format_near_misses() {
+        let q4 = CacheRounding { keys: CacheFormat::Q4_0, values: CacheFormat::Q4_0, exact_first: 4, ..CacheRounding::default() };
+        let labels: Vec<String> =
+            format_near_misses(q4).iter().map(|(r, _)| format!("{}{}", r.label(), if r.hadamard { "" } else { " unrotated" })).collect();
+        assert_eq!(
+            labels,
+            ["K q4_0 · V q4_0 · 4 exact", "K f16 · V f16", "K q4_0 · V f16 · 4 exact", "K q4_0 · V q4_0 · 4 exact unrotated", "K q4_0 · V q4_0"]
+        );
+        let f16 = CacheRounding { keys: CacheFormat::F16, values: CacheFormat::F16, ..CacheRounding::default() };
+        assert_eq!(format_near_misses(f16).len(), 3);
     }
 
     #[test]

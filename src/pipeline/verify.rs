@@ -1,7 +1,8 @@
 //! `verify` end to end: read an engine's trace (token ids and each token's log-probability),
 //! replay its tokens through the exact simulator under the declared cache policy and its near
-//! misses, hold the engine against them (`analysis::conformance`), and write `verify.json` and a
-//! figure into a run directory when asked.
+//! misses, hold the engine against them (`analysis::conformance`) — and, when the engine declares
+//! its cache format, against that format's near misses (`analysis::format_check`) — and write
+//! `verify.json` and a figure into a run directory when asked.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -9,14 +10,16 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::progress::Progress;
-use crate::analysis::conformance::{conformance, Conformance, Replay};
+use crate::analysis::conformance::{conformance, Conformance, Replay, Verdict};
+use crate::analysis::format_check::{format_check, FormatCheck, FormatReplay, FormatVerdict};
 use crate::error::{Error, Result};
 use crate::io::staging::Staging;
 use crate::io::token_ids::read_token_ids;
 use crate::io::trace::{evictions_from_lengths, read_trace, TraceRequest};
 use crate::io::write_json_atomic;
-use crate::kv::alternatives::near_misses;
+use crate::kv::alternatives::{format_near_misses, near_misses};
 use crate::kv::{simulate_with, Policy, PositionMode, SimOptions};
+use crate::model::cache_rounding::CacheRounding;
 use crate::model::info::ModelInfo;
 use crate::model::load::LoadedModel;
 
@@ -32,6 +35,8 @@ pub struct VerifyOptions {
     pub request: Option<String>,
     /// The policy the engine says it runs.
     pub policy: Policy,
+    /// The cache format it says it stores (`None`: not declared; replayed exactly, unchecked).
+    pub rounding: Option<CacheRounding>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -49,7 +54,17 @@ pub struct VerifyReport {
     /// Sequence indices whose query first saw a cache the declared policy had just evicted from.
     pub evictions: Vec<usize>,
     pub conformance: Conformance,
+    /// The declared cache format held against its near misses (when one was declared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<FormatCheck>,
     pub wall_seconds: f64,
+}
+
+impl VerifyReport {
+    /// Whether the engine departs from what it declared: its policy or its cache format.
+    pub fn diverges(&self) -> bool {
+        matches!(self.conformance.verdict, Verdict::Diverges { .. }) || self.format.as_ref().is_some_and(|f| f.verdict == FormatVerdict::Diverges)
+    }
 }
 
 /// Replays `opts.trace` under the declared policy and its near misses; writes `verify.json`
@@ -78,6 +93,7 @@ pub fn verify_into(lm: &mut LoadedModel, opts: &VerifyOptions, out: Option<&Path
     for w in opts.policy.validate(ids.len(), lm.model.cfg.context_len)? {
         progress.warning(&w);
     }
+    let rounding = opts.rounding.unwrap_or_default();
     let mut alternatives = near_misses(&opts.policy);
     // The declared policy is replayed exactly as declared. Its near misses under `delta` replay
     // with `slot` positions (the block replay; `delta` decodes each evicting step on its own):
@@ -91,7 +107,8 @@ pub fn verify_into(lm: &mut LoadedModel, opts: &VerifyOptions, out: Option<&Path
     }
     let policies: Vec<Policy> = alternatives.iter().map(|a| a.policy).collect();
     let label = format!("{} + {} near misses", opts.policy.label(), policies.len() - 1);
-    let outcomes = simulate_with(&lm.model, &ids, &policies, SimOptions::default(), &mut |done, total| progress.steps(&label, done, total))?;
+    let sim = SimOptions { rounding, ..SimOptions::default() };
+    let outcomes = simulate_with(&lm.model, &ids, &policies, sim, &mut |done, total| progress.steps(&label, done, total))?;
     let replays: Vec<Replay> = alternatives
         .iter()
         .zip(&outcomes)
@@ -104,6 +121,10 @@ pub fn verify_into(lm: &mut LoadedModel, opts: &VerifyOptions, out: Option<&Path
         })
         .collect();
     let conformance = conformance(&engine, &replays).map_err(|why| Error::file(&opts.trace, why))?;
+    let format = match opts.rounding {
+        Some(declared) => Some(check_format(lm, (&ids, &engine), opts, (declared, &replays[0].logprob), progress)?),
+        None => None,
+    };
     let lens: Vec<Option<usize>> = outcomes[0].cache_len.iter().map(|&l| Some(l)).collect();
     lm.fingerprint()?;
     let report = VerifyReport {
@@ -118,12 +139,38 @@ pub fn verify_into(lm: &mut LoadedModel, opts: &VerifyOptions, out: Option<&Path
         scored_tokens: request.logprobs.len(),
         evictions: evictions_from_lengths(&lens).into_iter().map(|t| t + 1).collect(),
         conformance,
+        format,
         wall_seconds: start.elapsed().as_secs_f64(),
     };
     if let Some(dir) = out {
         write_outputs(&report, dir)?;
     }
     Ok(report)
+}
+
+/// Replays the declared policy under each near miss of the declared format (`declared`'s own
+/// replay is given) and holds the trace against them all.
+fn check_format(
+    lm: &LoadedModel,
+    (ids, engine): (&[u32], &[Option<f64>]),
+    opts: &VerifyOptions,
+    (declared, declared_lp): (CacheRounding, &[f64]),
+    progress: &mut dyn Progress,
+) -> Result<FormatCheck> {
+    let mut replays: Vec<FormatReplay> = vec![(declared.label(), "as declared".into(), declared_lp.to_vec())];
+    for (rounding, cause) in format_near_misses(declared).into_iter().skip(1) {
+        let name = format!(
+            "{}{}",
+            rounding.label(),
+            if rounding.hadamard || !(rounding.keys.is_block() || rounding.values.is_block()) { "" } else { " (not rotated)" }
+        );
+        let label = format!("{} with {name}", opts.policy.label());
+        let sim = SimOptions { rounding, ..SimOptions::default() };
+        let o = simulate_with(&lm.model, ids, &[opts.policy], sim, &mut |done, total| progress.steps(&label, done, total))?.remove(0);
+        let lp = std::iter::once(f64::NAN).chain(o.nll.iter().map(|x| -x)).collect();
+        replays.push((name, cause, lp));
+    }
+    format_check(engine, &replays).map_err(|why| Error::file(&opts.trace, why))
 }
 
 fn pick_request<'a>(requests: &'a [TraceRequest], wanted: Option<&str>) -> std::result::Result<&'a TraceRequest, String> {
