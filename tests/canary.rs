@@ -34,6 +34,7 @@ fn dense_canary_matches_the_full_forward() {
         seed: 1,
         layer: 2,
         collapse: 0.25,
+        rounding: Default::default(),
     };
     let run = run_canary(&lm.model, &opts, &mut |_, _| {}).unwrap();
     assert_eq!(run.steps.len(), ids.len() - 1);
@@ -72,6 +73,7 @@ fn window_loses_the_first_slot_mass_and_sinks_keep_it() {
             seed: 1,
             layer,
             collapse: 0.25,
+            rounding: Default::default(),
         };
         run_canary(&lm.model, &opts, &mut |_, _| {}).unwrap()
     };

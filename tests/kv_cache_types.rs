@@ -161,6 +161,48 @@ fn cache_type_flags_are_recorded_and_refused_where_they_cannot_apply() {
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("stream.json")).unwrap()).unwrap();
     let r = &report["cache_rounding"];
     assert_eq!((r["keys"].as_str(), r["values"].as_str(), r["exact_first"].as_u64()), (Some("q4_0"), Some("q8_0"), Some(4)));
+    // canary decodes through the same cache: its steps see the rounded keys and values.
+    let canary = |extra: &[&str]| -> serde_json::Value {
+        let mut args =
+            vec!["canary", "-m", m, "-p", "It is a truth universally acknowledged", "-n", "48", "--policy", "sink", "--cache", "24", "--json"];
+        args.extend_from_slice(extra);
+        let o = common::sinkscope(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let (exact, q4) = (canary(&[]), canary(&["--cache-type-k", "q4_0", "--cache-type-v", "q4_0"]));
+    assert!(exact["run"].get("cache_rounding").is_none());
+    assert_eq!(q4["run"]["cache_rounding"]["keys"], "q4_0");
+    let logprobs =
+        |r: &serde_json::Value| -> Vec<f64> { r["run"]["steps"].as_array().unwrap().iter().map(|s| s["logprob"].as_f64().unwrap()).collect() };
+    assert_ne!(logprobs(&exact), logprobs(&q4), "the q4_0 cache changes nothing in canary");
+    // needle streams its positional arms through the same rounded cache.
+    let nd = tmp.join("needle");
+    let o = common::sinkscope(&[
+        "needle",
+        "-m",
+        m,
+        "--lengths",
+        "300",
+        "--depths",
+        "0.5",
+        "--trials",
+        "2",
+        "--policy",
+        "dense,sink",
+        "--cache",
+        "128",
+        "--cache-type-k",
+        "q4_0",
+        "--unquantized-first",
+        "4",
+        "-o",
+        nd.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("cache: K q4_0 · V f32 · 4 exact"));
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(nd.join("needle.json")).unwrap()).unwrap();
+    assert_eq!(report["settings"]["cache_rounding"]["exact_first"], 4);
     let refused = |args: &[&str], says: &str| {
         let dest = tmp.join("refused");
         let mut all = args.to_vec();
@@ -182,4 +224,22 @@ fn cache_type_flags_are_recorded_and_refused_where_they_cannot_apply() {
     refused(&rec, "add --no-recompute");
     let tiny = ["stream", "-m", stories.to_str().unwrap(), "-f", f, "--tokens", "100", "--policy", "sink", "--cache", "32", "--cache-type-k", "q4_0"];
     refused(&tiny, "a q4_0 key cache stores blocks of 32 values, and this model's heads hold 8");
+    let needle_h2o = [
+        "needle",
+        "-m",
+        m,
+        "--lengths",
+        "300",
+        "--depths",
+        "0.5",
+        "--trials",
+        "2",
+        "--policy",
+        "sink,h2o",
+        "--cache",
+        "128",
+        "--cache-type-k",
+        "q8_0",
+    ];
+    refused(&needle_h2o, "not yet for h2o");
 }

@@ -11,6 +11,7 @@ use crate::kv::retrieval::heads::HeadEffects;
 use crate::kv::retrieval::Compression;
 use crate::metrics::proportion::{wilson, Z95};
 use crate::metrics::rank::spearman;
+use crate::model::cache_rounding::CacheRounding;
 use crate::model::info::ModelInfo;
 
 /// How the prompts were made and scored (what a resumed sweep must share with its parts).
@@ -23,6 +24,9 @@ pub struct NeedleSettings {
     pub trials: usize,
     pub distractors: usize,
     pub seed: u64,
+    /// The cache's storage formats when they round (absent: exact).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_rounding: Option<CacheRounding>,
 }
 
 /// A policy of the sweep, with the budget its `within_budget` is measured against.

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::cache_format_args::CacheFormatArgs;
 use super::model_args::ModelArgs;
 use super::policy_args::PolicyArgs;
 use super::session::Session;
@@ -34,6 +35,8 @@ pub struct CanaryArgs {
     pub start_char: usize,
     #[command(flatten)]
     pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub formats: CacheFormatArgs,
     /// Sampling temperature; 0 is greedy.
     #[arg(long, default_value_t = 0.0, value_parser = super::counts::non_negative)]
     pub temperature: f64,
@@ -56,6 +59,7 @@ pub struct CanaryArgs {
 
 pub fn run(args: CanaryArgs, s: &mut Session) -> Result<()> {
     let policy = Policy::try_from(&args.policy)?;
+    let rounding = args.formats.rounding(policy.positions)?;
     let job = CanaryJob {
         prompt: args.prompt,
         force: args.force,
@@ -66,6 +70,7 @@ pub fn run(args: CanaryArgs, s: &mut Session) -> Result<()> {
         seed: args.seed,
         layer: args.layer,
         collapse: args.collapse,
+        rounding,
     };
     let (lm, progress) = s.model(&args.model)?;
     let r = canary_into(lm, &job, args.out.as_deref(), progress)?;
@@ -86,6 +91,9 @@ pub fn run(args: CanaryArgs, s: &mut Session) -> Result<()> {
         run.layer,
         r.model.config.n_layers
     );
+    if let Some(rounding) = run.cache_rounding {
+        println!("cache: {}", rounding.describe());
+    }
     println!(
         "attention on the first {FIRST_SLOTS} cache slots, watched layer: baseline {} before the first eviction; flagged below {:.0}% of it",
         run.baseline_mass.map_or("-".into(), |b| format!("{b:.3}")),

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::cache_format_args::CacheFormatArgs;
 use super::model_args::ModelArgs;
 use super::policy_args::CacheArgs;
 use super::session::Session;
@@ -36,6 +37,9 @@ pub struct NeedleArgs {
     pub policies: Vec<PolicyKind>,
     #[command(flatten)]
     pub cache: CacheArgs,
+    /// How the cache stores keys and values (the streamed dense, window, sink and keep arms).
+    #[command(flatten)]
+    pub formats: CacheFormatArgs,
     /// Pinned first tokens: S for sink and the score-based rules, N for keep.
     #[arg(long, default_value_t = 4)]
     pub sinks: usize,
@@ -117,6 +121,7 @@ pub fn run(args: NeedleArgs, s: &mut Session) -> Result<()> {
             sinks: args.sinks,
             cache: args.cache.cache,
         }),
+        rounding: args.formats.rounding(args.cache.positions)?,
     };
     let (lm, progress) = s.model(&args.model)?;
     let report = needle_into(lm, &opts, &args.out, progress)?;
@@ -143,6 +148,9 @@ fn summary(r: &NeedleReport) -> String {
         s.distractors + 1,
         100.0 / (s.distractors + 1) as f64
     );
+    if let Some(rounding) = s.cache_rounding {
+        out += &format!("  cache: {}\n", rounding.describe());
+    }
     let width = r.policies.iter().map(|p| p.label.chars().count()).max().unwrap_or(0).max(6);
     out += &format!("  {:<width$} {:>28} {:>28} {:>8}\n", "policy", "needle within W: first/exact", "beyond W: first/exact", "seconds");
     let side =

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::cache::PolicyCache;
 use super::policy::{Eviction, Policy};
 use crate::error::{Error, Result};
+use crate::model::cache_rounding::CacheRounding;
 use crate::model::decoder::Decoder;
 use crate::model::hook::HookPoint;
 use crate::model::receiver::HookReceiver;
@@ -41,6 +42,8 @@ pub struct CanaryOptions {
     pub layer: usize,
     /// A step is flagged when the watched mass falls below this fraction of its baseline.
     pub collapse: f64,
+    /// The cache's storage formats (exact by default).
+    pub rounding: CacheRounding,
 }
 
 /// One decoded token.
@@ -81,6 +84,9 @@ pub struct CanaryRun {
     pub sink_evicted: Option<usize>,
     /// Index into `steps` of the first flagged step.
     pub collapse_at: Option<usize>,
+    /// The cache's storage formats when they round (absent: exact).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_rounding: Option<CacheRounding>,
 }
 
 /// Mean attention on the first cache slots per layer for a one-query step.
@@ -135,7 +141,8 @@ pub fn run_canary(model: &Decoder, opts: &CanaryOptions, progress: &mut dyn FnMu
         )));
     }
     let rope_of = |l: usize| model.layer_rope(l);
-    let mut cache = PolicyCache::new(policy, model.cfg.d_head)?;
+    opts.rounding.check(model.cfg.d_head)?;
+    let mut cache = PolicyCache::new(policy, model.cfg.d_head)?.with_rounding(opts.rounding);
     let mut rng = XorShift(opts.seed.max(1));
     let mut tokens = opts.prompt.clone();
     let mut steps: Vec<CanaryStep> = Vec::with_capacity(total);
@@ -182,6 +189,7 @@ pub fn run_canary(model: &Decoder, opts: &CanaryOptions, progress: &mut dyn FnMu
         first_eviction: None,
         sink_evicted: None,
         collapse_at: None,
+        cache_rounding: (!opts.rounding.is_exact()).then_some(opts.rounding),
     }))
 }
 
@@ -231,6 +239,7 @@ mod tests {
             first_eviction: None,
             sink_evicted: None,
             collapse_at: None,
+            cache_rounding: None,
         });
         // The 2-key step is left out of the baseline: (0.6 + 0.4) / 2.
         assert!((run.baseline_mass.unwrap() - 0.5).abs() < 1e-12);

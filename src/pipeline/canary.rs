@@ -13,6 +13,7 @@ use crate::io::staging::Staging;
 use crate::io::{write_atomic, write_json_atomic};
 use crate::kv::canary::{run_canary, CanaryOptions, CanaryRun};
 use crate::kv::policy::Policy;
+use crate::model::cache_rounding::CacheRounding;
 use crate::model::info::ModelInfo;
 use crate::model::load::LoadedModel;
 
@@ -35,6 +36,8 @@ pub struct CanaryJob {
     /// The watched layer; `None`: mid-depth.
     pub layer: Option<usize>,
     pub collapse: f64,
+    /// The cache's storage formats.
+    pub rounding: CacheRounding,
 }
 
 /// canary.json.
@@ -101,6 +104,7 @@ pub fn canary_into(lm: &mut LoadedModel, job: &CanaryJob, out: Option<&Path>, pr
         seed: job.seed,
         layer,
         collapse: job.collapse,
+        rounding: job.rounding,
     };
     let label = job.policy.label();
     let run = run_canary(&lm.model, &opts, &mut |done, total| progress.steps(&label, done, total))?;

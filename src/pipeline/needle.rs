@@ -20,6 +20,7 @@ use crate::kv::memory::check_fits;
 use crate::kv::policy::{Eviction, Policy};
 use crate::kv::retrieval::haystack::{draw_trials, Haystack, Trial, REPEATED_FILLER};
 use crate::kv::retrieval::{compression_applies, sweep, sweep_from, CacheStream, Compression};
+use crate::model::cache_rounding::CacheRounding;
 use crate::model::fit::available_memory;
 use crate::model::load::LoadedModel;
 
@@ -43,6 +44,8 @@ pub struct NeedleOptions {
     pub seed: u64,
     /// Measure which heads retrieve and run the per-head arms.
     pub retrieval_heads: Option<HeadsOptions>,
+    /// The cache's storage formats (exact by default), for the streamed positional arms.
+    pub rounding: CacheRounding,
 }
 
 /// The parts' format: a part of another format is run again (format 2 records each trial's budget).
@@ -68,6 +71,7 @@ struct Part {
 pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progress: &mut dyn Progress) -> Result<NeedleReport> {
     let start = Instant::now();
     check(opts)?;
+    opts.rounding.check(lm.model.cfg.d_head)?;
     super::claim_out(lm, Some(out))?;
     let sha = lm.info.sha256.clone().unwrap_or_default();
     let settings = NeedleSettings {
@@ -77,6 +81,7 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
         trials: opts.trials,
         distractors: opts.distractors,
         seed: opts.seed,
+        cache_rounding: (!opts.rounding.is_exact()).then_some(opts.rounding),
     };
     let longest = opts.lengths.iter().copied().max().unwrap_or(0);
     // Every refusal before any warning (printed once the first prompt is built): a refused sweep
@@ -228,6 +233,18 @@ fn check(opts: &NeedleOptions) -> Result<()> {
         p.check()?;
         compression_applies(p, *compression)?;
     }
+    if !opts.rounding.is_exact() {
+        let label = opts.rounding.label();
+        if let Some((p, c)) = opts.policies.iter().find(|(p, c)| !p.is_cached() || p.is_scored() || *c == Compression::QuestionKnown) {
+            return Err(Error::input(format!(
+                "a {label} cache is modelled for needle's streamed dense, window, sink and keep arms, not yet for {}",
+                label_of(*p, *c)
+            )));
+        }
+        if opts.retrieval_heads.is_some() {
+            return Err(Error::input(format!("a {label} cache is not modelled yet for the per-head arms of --retrieval-heads")));
+        }
+    }
     Ok(())
 }
 
@@ -284,6 +301,10 @@ fn run_part(
     let outcomes = match &arm.full_heads {
         Some(full) => {
             sweep_from(&lm.model, CacheStream::new(&lm.model, arm.policy)?.with_full_heads(full)?, haystack, &insertions, trials, &mut report)?
+        }
+        None if !opts.rounding.is_exact() => {
+            let stream = CacheStream::new(&lm.model, arm.policy)?.rounded(opts.rounding)?;
+            sweep_from(&lm.model, stream, haystack, &insertions, trials, &mut report)?
         }
         None => sweep(&lm.model, arm.policy, arm.compression, haystack, &insertions, trials, &mut report)?,
     };

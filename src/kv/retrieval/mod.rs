@@ -24,6 +24,7 @@ use super::policy::{Eviction, Policy, PositionMode};
 use super::scored::ScoredCache;
 use super::trace::PolicyTrace;
 use crate::error::{Error, Result};
+use crate::model::cache_rounding::CacheRounding;
 use crate::model::decoder::Decoder;
 use crate::model::policy_forward::{QueryView, StreamKv};
 use crate::model::scoring::token_nll;
@@ -76,6 +77,18 @@ impl CacheStream {
         match self {
             CacheStream::Scored(c) => Ok(CacheStream::Scored(c.with_full_heads(full)?)),
             CacheStream::Positional { .. } => Err(Error::Internal("only a score-based cache keeps some heads whole".into())),
+        }
+    }
+
+    /// The same (empty) positional stream with its cache storing keys and values as `rounding`
+    /// says; a score-based cache does not model a rounding one.
+    pub fn rounded(self, rounding: CacheRounding) -> Result<Self> {
+        match self {
+            _ if rounding.is_exact() => Ok(self),
+            CacheStream::Positional { kv, trace } => Ok(CacheStream::Positional { kv: kv.with_rounding(rounding), trace }),
+            CacheStream::Scored(_) => {
+                Err(Error::input(format!("a {} cache is modelled for positional policies, not yet for score-based ones", rounding.label())))
+            }
         }
     }
 
