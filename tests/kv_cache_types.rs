@@ -120,6 +120,24 @@ fn both_simulator_paths_round_the_same_places() {
     }
 }
 
+/// The KL divergence from the exact cache: exactly 0 at every step where nothing is rounded (the
+/// lockstep replays run the same arithmetic), above 0 where a q4_0 cache rounds.
+#[test]
+fn kl_from_the_exact_cache_is_zero_when_nothing_rounds() {
+    use sinkscope::kv::divergence::divergence_from_exact;
+    let Some(lm) = smollm2() else { return };
+    let ids = book_ids(&lm, 200);
+    let policy = Policy::new(Eviction::Sink { sinks: 4 }, 96, PositionMode::Slot);
+    let exact_all = CacheRounding { keys: CacheFormat::Fp8E4m3, exact_first: 1000, before_rope: true, ..CacheRounding::default() };
+    let kl = divergence_from_exact(&lm.model, &ids, policy, exact_all, &mut |_, _| {}).unwrap();
+    assert_eq!(kl.len(), ids.len() - 1);
+    assert!(kl.iter().all(|&x| x == 0.0), "{:?}", &kl[..8]);
+    let q4 = CacheRounding { keys: CacheFormat::Q4_0, values: CacheFormat::Q4_0, before_rope: true, ..CacheRounding::default() };
+    let kl = divergence_from_exact(&lm.model, &ids, policy, q4, &mut |_, _| {}).unwrap();
+    let mean = kl.iter().sum::<f64>() / kl.len() as f64;
+    assert!(kl.iter().all(|x| x.is_finite() && *x >= 0.0) && mean > 1e-3, "mean KL {mean}");
+}
+
 /// The flags: what a run recorded, and each flag that cannot apply refused by name (one line,
 /// exit 2, nothing written).
 #[test]
@@ -216,6 +234,26 @@ fn cache_type_flags_are_recorded_and_refused_where_they_cannot_apply() {
     let base = ["stream", "-m", m, "-f", f, "--tokens", "200", "--policy", "sink", "--cache", "64"];
     let with = |extra: &[&'static str]| -> Vec<&str> { base.iter().copied().chain(extra.iter().copied()).collect() };
     refused(&with(&["--unquantized-first", "4"]), "--unquantized-first keeps tokens exact in a rounded cache");
+    refused(&with(&["--kl"]), "--kl measures a rounding cache against the exact one");
+    let keep_delta = [
+        "stream",
+        "-m",
+        m,
+        "-f",
+        f,
+        "--tokens",
+        "200",
+        "--policy",
+        "keep",
+        "--cache",
+        "64",
+        "--positions",
+        "delta",
+        "--cache-type-k",
+        "q8_0",
+        "--kl",
+    ];
+    refused(&keep_delta, "not for keep N=4");
     refused(&with(&["--cache-type-k", "f16", "--no-attn-rot"]), "--no-attn-rot is for block formats");
     refused(&with(&["--cache-type-k", "q3_k"]), "not a cache type; one of f32, f16, bf16, q8_0");
     let h2o: Vec<&str> = ["stream", "-m", m, "-f", f, "--tokens", "200", "--policy", "h2o", "--cache", "64", "--cache-type-k", "q8_0"].to_vec();

@@ -366,3 +366,11 @@ pub fn format_frontier(f: &Frontier) -> String {
     }
     s
 }
+
+/// One line on a rounding cache's KL divergence from the exact cache (`stream --kl`).
+pub fn format_divergence(kl: &[f64], first_eviction: Option<usize>) -> String {
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let after = first_eviction.filter(|&s| s < kl.len()).map_or(String::new(), |s| format!(" ({:.4} after the first eviction)", mean(&kl[s..])));
+    let (worst, at) = kl.iter().enumerate().fold((0.0f64, 0), |(m, i), (j, &x)| if x > m { (x, j) } else { (m, i) });
+    format!("KL from the exact cache's next-token distribution: mean {:.4} nats per token{after}; largest {worst:.3} at step {at}", mean(kl))
+}

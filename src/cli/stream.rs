@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::cache_format_args::CacheFormatArgs;
-use super::format::{format_frontier, format_outcome, format_recommendation};
+use super::format::{format_divergence, format_frontier, format_outcome, format_recommendation};
 use super::model_args::ModelArgs;
 use super::policy_args::{CacheArgs, PolicyArgs};
 use super::session::Session;
@@ -52,6 +52,10 @@ pub struct StreamArgs {
     pub policy: PolicyArgs,
     #[command(flatten)]
     pub formats: CacheFormatArgs,
+    /// With a rounding cache: also each step's KL divergence of the next-token distribution from
+    /// the exact cache's (the stream runs twice more, exact and rounded in lockstep).
+    #[arg(long)]
+    pub kl: bool,
     /// Also print the perplexity of every N-token segment of the stream (0: not).
     #[arg(long, default_value_t = 0)]
     pub segment: usize,
@@ -222,7 +226,7 @@ pub fn run_stream(args: StreamArgs, s: &mut Session) -> Result<()> {
     let policy = Policy::try_from(&args.policy)?;
     let rounding = args.formats.rounding(policy.positions)?;
     let (lm, progress) = s.model(&args.model)?;
-    let outcome = stream_into(lm, &args.text.source(), (policy, rounding), args.out.as_deref(), progress)?;
+    let (outcome, kl) = stream_into(lm, &args.text.source(), (policy, rounding, args.kl), args.out.as_deref(), progress)?;
     if !s.prints() {
         return Ok(());
     }
@@ -230,9 +234,16 @@ pub fn run_stream(args: StreamArgs, s: &mut Session) -> Result<()> {
         println!("cache: {}", rounding.describe());
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&outcome)?);
+        let mut value = serde_json::to_value(&outcome)?;
+        if let (Some(kl), Some(map)) = (kl, value.as_object_mut()) {
+            map.insert("kl_from_exact".into(), serde_json::to_value(kl)?);
+        }
+        println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print!("{}", format_outcome(&outcome));
+        if let Some(kl) = &kl {
+            println!("{}", format_divergence(kl, outcome.first_eviction_step));
+        }
         if args.segment > 0 {
             for (start, n, p) in crate::kv::simulate::segment_ppl(&outcome.nll, args.segment) {
                 println!("  tokens {:>7}–{:<7} perplexity {p:.3}", start, start + n);

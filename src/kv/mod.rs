@@ -7,6 +7,7 @@ pub mod alternatives;
 pub mod cache;
 mod cache_decode;
 pub mod canary;
+pub mod divergence;
 pub mod memory;
 pub mod per_head;
 pub mod policy;

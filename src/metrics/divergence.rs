@@ -20,6 +20,16 @@ pub fn log_softmax_rows(logits: &[f32], vocab: usize) -> Vec<f32> {
     out
 }
 
+/// KL(P ‖ Q) of each row, for log-probabilities `p_logp` and `q_logp` of matching rows (at least
+/// 0, as in [`compare_rows`]); rows run in parallel and come back in order.
+pub fn kl_rows(p_logp: &[f32], q_logp: &[f32], vocab: usize) -> Vec<f64> {
+    p_logp
+        .par_chunks(vocab)
+        .zip(q_logp.par_chunks(vocab))
+        .map(|(p, q)| p.iter().zip(q).map(|(&lp, &lq)| (exp_f32(lp) * (lp - lq)) as f64).sum::<f64>().max(0.0))
+        .collect()
+}
+
 /// Sums over rows of (NLL_masked − NLL_clean) and KL(P_clean ‖ P_masked), for log-probabilities
 /// of matching rows and the target token of each row. Rows run in parallel, but their results
 /// are added in row order, so the sums do not depend on the number of threads or on scheduling.

@@ -1,6 +1,7 @@
 //! Streaming into a run: tokenize a long text, replay one cache policy (`stream`) or sweep the
 //! number of pinned sinks at a fixed budget (`recommend`), and write `stream.json`.
 
+use crate::kv::divergence::{check_divergence, divergence_from_exact};
 use crate::kv::memory::model_windows_note;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -142,21 +143,28 @@ fn stream_ids(lm: &LoadedModel, t: &StreamSource, progress: &mut dyn Progress) -
     Ok(ids)
 }
 
-/// Streams `source` under one policy, its cache storing keys and values as `rounding` says;
-/// writes stream.json into `out` when given.
+/// Streams `source` under one policy, its cache storing keys and values as `rounding` says (with
+/// `kl`, also each step's KL divergence from the exact cache's next-token distribution); writes
+/// stream.json into `out` when given.
 pub fn stream_into(
     lm: &mut LoadedModel,
     source: &StreamSource,
-    (policy, rounding): (Policy, CacheRounding),
+    (policy, rounding, kl): (Policy, CacheRounding, bool),
     out: Option<&Path>,
     progress: &mut dyn Progress,
-) -> Result<StreamOutcome> {
+) -> Result<(StreamOutcome, Option<Vec<f64>>)> {
     let start = Instant::now();
     let ids = stream_tokens(lm, source, progress)?;
     for w in policy.validate(ids.len(), lm.model.cfg.context_len)? {
         progress.warning(&w);
     }
     refuse_unmodelled_rounding(&lm.model, &[policy], rounding)?;
+    if kl && rounding.is_exact() {
+        return Err(Error::input("--kl measures a rounding cache against the exact one; give --cache-type-k or --cache-type-v"));
+    }
+    if kl {
+        check_divergence(&lm.model, policy)?;
+    }
     super::claim_out(lm, out)?;
     let opts = SimOptions { token_by_token: source.token_by_token, rounding, ..SimOptions::default() };
     let label = policy.label();
@@ -164,12 +172,20 @@ pub fn stream_into(
     if outcome.first_eviction_step.is_none() && policy.eviction != Eviction::Dense {
         progress.warning("the stream ended before the first eviction; ppl_after_eviction is undefined");
     }
+    let divergence = match kl {
+        true => {
+            let label = format!("KL from the exact cache, {label}");
+            Some(divergence_from_exact(&lm.model, &ids, policy, rounding, &mut |done, total| progress.steps(&label, done, total))?)
+        }
+        false => None,
+    };
     if let Some(dir) = out {
         let mut report = stream_report(lm, source, &ids, vec![outcome.clone()], None, start)?;
         report.cache_rounding = (!rounding.is_exact()).then_some(rounding);
+        report.kl_from_exact = divergence.clone();
         write_stream_report(&report, dir)?;
     }
-    Ok(outcome)
+    Ok((outcome, divergence))
 }
 
 /// Runs the sink-count sweep (of `sink`, or of a score-based policy's pinned keys) on a loaded model (writing stream.json into `out` when given).
@@ -257,5 +273,6 @@ pub fn stream_report(
         recommendation,
         wall_seconds: start.elapsed().as_secs_f64(),
         cache_rounding: None,
+        kl_from_exact: None,
     })
 }

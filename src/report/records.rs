@@ -50,4 +50,7 @@ pub struct StreamReport {
     /// The cache's storage formats when they round (`--cache-type-k/v`); absent: exact.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_rounding: Option<CacheRounding>,
+    /// With `stream --kl`: KL(P_exact ‖ P_rounded) of each step's next-token distribution (nats).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kl_from_exact: Option<Vec<f64>>,
 }
