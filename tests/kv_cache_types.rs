@@ -138,6 +138,20 @@ fn kl_from_the_exact_cache_is_zero_when_nothing_rounds() {
     assert!(kl.iter().all(|x| x.is_finite() && *x >= 0.0) && mean > 1e-3, "mean KL {mean}");
 }
 
+/// A model without RoPE (GPT-2's learned positions) keeps the same key before and after RoPE: its
+/// slot policies decode through their own cache under a rounding declared after RoPE too.
+#[test]
+fn a_model_without_rope_rounds_its_slot_caches() {
+    let path = common::fixture("arch/gpt2");
+    let lm = load(path.to_str().unwrap(), &LoadOptions::default()).unwrap();
+    let ids: Vec<u32> = (0..80u32).map(|i| (i * 7 + 3) % lm.model.cfg.vocab_size as u32).collect();
+    let fp8 = CacheRounding { keys: CacheFormat::Fp8E5m2, values: CacheFormat::Fp8E5m2, ..CacheRounding::default() };
+    let policy = Policy::new(Eviction::Sink { sinks: 2 }, 24, PositionMode::Slot);
+    let (replay, decoded) = (nll(&lm, &ids, policy, fp8, false), nll(&lm, &ids, policy, fp8, true));
+    let exact = nll(&lm, &ids, policy, CacheRounding::default(), true);
+    assert!(mean_gap(&decoded, &exact) > 0.0 && mean_gap(&replay, &exact) > 0.0);
+}
+
 /// The flags: what a run recorded, and each flag that cannot apply refused by name (one line,
 /// exit 2, nothing written).
 #[test]

@@ -91,15 +91,10 @@ fn summary(r: &VerifyReport) -> String {
 
 /// The declared cache format against its near misses.
 fn format_summary(f: &FormatCheck) -> String {
-    let mut s = format!(
-        "  cache format, over {} scored tokens (mean engine − simulator log-probability, in standard errors):
-",
-        f.tokens
-    );
+    let mut s = format!("  cache format, over {} scored tokens (mean engine − simulator log-probability, in standard errors):\n", f.tokens);
     for fit in &f.fits {
         s += &format!(
-            "    {:<34} {:+.4} nats {:+7.1}σ  perplexity {:.3} vs {:.3}  {}
-",
+            "    {:<34} {:+.4} nats {:+7.1}σ  perplexity {:.3} vs {:.3}  {}\n",
             fit.label, fit.bias, fit.z, fit.engine_ppl, fit.sim_ppl, fit.cause
         );
     }
@@ -111,8 +106,7 @@ fn format_summary(f: &FormatCheck) -> String {
     if f.verdict == FormatVerdict::Conforms && !f.indistinguishable.is_empty() {
         s += &format!(" (this trace cannot tell it from {})", f.indistinguishable.join(", "));
     }
-    s + "
-"
+    s + "\n"
 }
 
 fn policy_summary(r: &VerifyReport) -> String {

@@ -116,6 +116,12 @@ pub fn simulate_with(
         return Err(Error::input("the stream needs at least 2 tokens"));
     }
     refuse_unmodelled_rounding(model, policies, opts.rounding)?;
+    // Without RoPE (learned positions) a key is the same before and after it: store it as the
+    // slot mode's engine does, which the policy caches decoded under `slot` need.
+    let opts = SimOptions {
+        rounding: CacheRounding { before_rope: opts.rounding.before_rope || model.cfg.arch.learned_positions, ..opts.rounding },
+        ..opts
+    };
     if policies.iter().any(Policy::is_scored) {
         return with_scored_apart(model, ids, policies, opts, progress);
     }
