@@ -399,6 +399,9 @@ fn quantized_cache_agreement(model_file: &str) {
     let dir = common::temp_dir(&format!("llama-cpp-kv-{model_file}"));
     let ids = book_ids(&model, TOKENS_AT_256, &dir);
     // (K, V, Hadamard rotation, context shift at n_ctx 256 with --keep 4)
+    // The iq4_nl row and the declarations `verify` cannot settle over 512 tokens (printed, not
+    // asserted) run with SINKSCOPE_LONG_TESTS=1, as docs/findings.md's tables were made.
+    let long = common::long_tests();
     let cases = [
         ("f16", "f16", true, false),
         ("q8_0", "q8_0", true, false),
@@ -408,6 +411,7 @@ fn quantized_cache_agreement(model_file: &str) {
         ("iq4_nl", "iq4_nl", true, false),
         ("q4_0", "q4_0", true, true),
     ];
+    let cases = cases.into_iter().filter(|c| long || c.0 != "iq4_nl");
     let mut verdicts = Vec::new();
     eprintln!("| model | K / V | rotation | cache | floor: mean \\|Δ\\| | llama.cpp vs sinkscope: mean / max \\|Δ\\| | perplexity llama.cpp / sinkscope | declared f16 instead |");
     for (k, v, rot, shift) in cases {
@@ -453,7 +457,7 @@ fn quantized_cache_agreement(model_file: &str) {
         );
         assert!(!shift || shifts > 0, "llama.cpp never shifted");
         // `verify` with the format declared right, and wrong in the ways an engine might be.
-        for (what, formats) in verify_declarations(k, v, rot) {
+        for (what, formats) in verify_declarations(k, v, rot).into_iter().filter(|(what, _)| long || matches!(*what, "right" | "f16")) {
             let mut args = vec!["verify", run.trace.to_str().unwrap(), "-m", model.to_str().unwrap(), "--json"];
             args.extend(policy.iter().map(String::as_str));
             if !shift {
