@@ -209,28 +209,14 @@ fn cache_type_flags_are_recorded_and_refused_where_they_cannot_apply() {
         |r: &serde_json::Value| -> Vec<f64> { r["run"]["steps"].as_array().unwrap().iter().map(|s| s["logprob"].as_f64().unwrap()).collect() };
     assert_ne!(logprobs(&exact), logprobs(&q4), "the q4_0 cache changes nothing in canary");
     // needle streams its positional arms through the same rounded cache.
+    let needle = |policies: &'static str, formats: &[&'static str]| -> Vec<&str> {
+        let base = ["needle", "-m", m, "--lengths", "300", "--depths", "0.5", "--trials", "2", "--policy", policies, "--cache", "128"];
+        base.into_iter().chain(formats.iter().copied()).collect()
+    };
     let nd = tmp.join("needle");
-    let o = common::sinkscope(&[
-        "needle",
-        "-m",
-        m,
-        "--lengths",
-        "300",
-        "--depths",
-        "0.5",
-        "--trials",
-        "2",
-        "--policy",
-        "dense,sink",
-        "--cache",
-        "128",
-        "--cache-type-k",
-        "q4_0",
-        "--unquantized-first",
-        "4",
-        "-o",
-        nd.to_str().unwrap(),
-    ]);
+    let mut args = needle("dense,sink", &["--cache-type-k", "q4_0", "--unquantized-first", "4", "-o"]);
+    args.push(nd.to_str().unwrap());
+    let o = common::sinkscope(&args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("cache: K q4_0 · V f32 · 4 exact"));
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(nd.join("needle.json")).unwrap()).unwrap();
@@ -276,22 +262,6 @@ fn cache_type_flags_are_recorded_and_refused_where_they_cannot_apply() {
     refused(&rec, "add --no-recompute");
     let tiny = ["stream", "-m", stories.to_str().unwrap(), "-f", f, "--tokens", "100", "--policy", "sink", "--cache", "32", "--cache-type-k", "q4_0"];
     refused(&tiny, "a q4_0 key cache stores blocks of 32 values, and this model's heads hold 8");
-    let needle_h2o = [
-        "needle",
-        "-m",
-        m,
-        "--lengths",
-        "300",
-        "--depths",
-        "0.5",
-        "--trials",
-        "2",
-        "--policy",
-        "sink,h2o",
-        "--cache",
-        "128",
-        "--cache-type-k",
-        "q8_0",
-    ];
+    let needle_h2o = needle("sink,h2o", &["--cache-type-k", "q8_0"]);
     refused(&needle_h2o, "not yet for h2o");
 }

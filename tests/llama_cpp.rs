@@ -447,7 +447,7 @@ fn quantized_cache_agreement(model_file: &str) {
         let as_f16 = replay(&["--cache-type-k", "f16", "--cache-type-v", "f16"], false);
         let engine = logprobs(&run.trace);
         let floor = gap(&exact, &other);
-        let (mean, max) = (gap(&engine, &exact), max_gap(&engine, &exact));
+        let (mean, max) = (gap(&engine, &exact), worst_logprob_gap(&format!("{model_file} {k}/{v}"), &engine, &exact));
         let (ppl_engine, ppl_sim, ppl_f16) = (perplexity(&engine), perplexity(&exact), perplexity(&as_f16));
         let shifts = run.summary["shifts"].as_array().map_or(0, Vec::len);
         let place = if shift { format!("shift ×{shifts}") } else { "dense".into() };
@@ -522,10 +522,6 @@ fn gap(a: &[Option<f64>], b: &[Option<f64>]) -> f64 {
     let d: Vec<f64> = a.iter().zip(b).filter_map(|(x, y)| Some((x.as_ref()? - y.as_ref()?).abs())).collect();
     assert!(!d.is_empty() && d.iter().all(|x| x.is_finite()));
     d.iter().sum::<f64>() / d.len() as f64
-}
-
-fn max_gap(a: &[Option<f64>], b: &[Option<f64>]) -> f64 {
-    a.iter().zip(b).filter_map(|(x, y)| Some((x.as_ref()? - y.as_ref()?).abs())).fold(0.0, f64::max)
 }
 
 fn perplexity(lp: &[Option<f64>]) -> f64 {

@@ -49,7 +49,7 @@ impl CacheFormatArgs {
         if r.is_exact() && self.unquantized_first > 0 {
             return Err(Error::input("--unquantized-first keeps tokens exact in a rounded cache; give --cache-type-k or --cache-type-v"));
         }
-        if self.no_attn_rot && !r.keys.is_block() && !r.values.is_block() {
+        if self.no_attn_rot && !r.has_block() {
             return Err(Error::input("--no-attn-rot is for block formats (q8_0, q5_0, q5_1, q4_0, q4_1, iq4_nl), which llama.cpp rotates"));
         }
         Ok(r)

@@ -87,7 +87,7 @@ pub fn format_near_misses(declared: CacheRounding) -> Vec<(CacheRounding, String
     if !k.is_exact() && v != k {
         add(CacheRounding { values: k, ..declared }, format!("the values stored as {} too", k.name()));
     }
-    if k.is_block() || v.is_block() {
+    if declared.has_block() {
         let hadamard = !declared.hadamard;
         let cause = if hadamard { "llama.cpp's Hadamard rotation on" } else { "no Hadamard rotation (LLAMA_ATTN_ROT_DISABLE)" };
         add(CacheRounding { hadamard, ..declared }, cause.into());

@@ -4,15 +4,13 @@
 //! what users tuning cache types ask for besides perplexity.
 
 use super::policy::{Policy, PositionMode};
+use super::simulate::STREAM_BLOCK;
 use super::trace::PolicyTrace;
 use crate::error::{Error, Result};
 use crate::metrics::divergence::{kl_rows, log_softmax_rows};
 use crate::model::cache_rounding::CacheRounding;
 use crate::model::decoder::Decoder;
 use crate::model::policy_forward::StreamKv;
-
-/// Queries per block (as in the simulator's replay).
-const BLOCK: usize = 128;
 
 /// Refuses a policy whose stream is not replayed from stream keys.
 pub fn check_divergence(model: &Decoder, policy: Policy) -> Result<()> {
@@ -43,8 +41,8 @@ pub fn divergence_from_exact(
     let mut exact = StreamKv::new(policy.pinned());
     let mut rounded = StreamKv::new(policy.pinned()).with_rounding(rounding);
     let mut kl = Vec::with_capacity(steps);
-    for b0 in (0..steps).step_by(BLOCK) {
-        let b = BLOCK.min(steps - b0);
+    for b0 in (0..steps).step_by(STREAM_BLOCK) {
+        let b = STREAM_BLOCK.min(steps - b0);
         let views = (b0..b0 + b).map(|t| Ok(trace.step(t)?.0)).collect::<Result<Vec<_>>>()?;
         let tokens = &ids[b0..b0 + b];
         let logp = |h: &candle_core::Tensor| -> Result<(Vec<f32>, usize)> {

@@ -29,7 +29,7 @@ use crate::model::policy_forward::{QueryView, StreamKv};
 use crate::model::receiver::NoCapture;
 
 /// Queries per block when replaying a policy (the window's keys are re-read once per block).
-const STREAM_BLOCK: usize = 128;
+pub(super) const STREAM_BLOCK: usize = 128;
 
 /// Steps averaged when looking for the perplexity cliff.
 pub const CLIFF_WINDOW: usize = 32;

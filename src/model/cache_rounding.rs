@@ -60,11 +60,25 @@ impl CacheRounding {
         format!("K {} · V {}{exact}", self.keys.name(), self.values.name())
     }
 
+    /// [`CacheRounding::label`], marked `(not rotated)` where block formats are stored without
+    /// llama.cpp's Hadamard rotation: what tells near misses apart.
+    pub fn name(&self) -> String {
+        match self.hadamard || !self.has_block() {
+            true => self.label(),
+            false => format!("{} (not rotated)", self.label()),
+        }
+    }
+
+    /// Whether keys or values are stored in a block format (which llama.cpp rotates).
+    pub fn has_block(&self) -> bool {
+        self.keys.is_block() || self.values.is_block()
+    }
+
     /// The label and how keys are stored: `K q4_0 · V q4_0 · 4 exact; keys rounded after RoPE,
     /// block formats Hadamard-rotated (llama.cpp)`.
     pub fn describe(&self) -> String {
         let keys = if self.before_rope { "keys rounded before RoPE (slot positions)" } else { "keys rounded after RoPE" };
-        let rotation = match (self.keys.is_block() || self.values.is_block(), self.hadamard) {
+        let rotation = match (self.has_block(), self.hadamard) {
             (false, _) => "",
             (true, true) => ", block formats Hadamard-rotated (llama.cpp)",
             (true, false) => ", block formats not rotated (LLAMA_ATTN_ROT_DISABLE)",

@@ -157,13 +157,9 @@ fn check_format(
     (declared, declared_lp): (CacheRounding, &[f64]),
     progress: &mut dyn Progress,
 ) -> Result<FormatCheck> {
-    let mut replays: Vec<FormatReplay> = vec![(declared.label(), "as declared".into(), declared_lp.to_vec())];
+    let mut replays: Vec<FormatReplay> = vec![(declared.name(), "as declared".into(), declared_lp.to_vec())];
     for (rounding, cause) in format_near_misses(declared).into_iter().skip(1) {
-        let name = format!(
-            "{}{}",
-            rounding.label(),
-            if rounding.hadamard || !(rounding.keys.is_block() || rounding.values.is_block()) { "" } else { " (not rotated)" }
-        );
+        let name = rounding.name();
         let label = format!("{} with {name}", opts.policy.label());
         let sim = SimOptions { rounding, ..SimOptions::default() };
         let o = simulate_with(&lm.model, ids, &[opts.policy], sim, &mut |done, total| progress.steps(&label, done, total))?.remove(0);
