@@ -35,7 +35,10 @@ fn every_cache_format_rounds_as_llama_cpp_and_ml_dtypes_do() {
     }
 }
 
+#[macro_use]
 mod common;
+#[cfg(feature = "tui")]
+mod dashboard;
 
 use sinkscope::kv::{simulate_with, Eviction, Policy, PositionMode, SimOptions};
 use sinkscope::model::cache_rounding::CacheRounding;
@@ -129,13 +132,68 @@ fn kl_from_the_exact_cache_is_zero_when_nothing_rounds() {
     let ids = book_ids(&lm, 200);
     let policy = Policy::new(Eviction::Sink { sinks: 4 }, 96, PositionMode::Slot);
     let exact_all = CacheRounding { keys: CacheFormat::Fp8E4m3, exact_first: 1000, before_rope: true, ..CacheRounding::default() };
-    let kl = divergence_from_exact(&lm.model, &ids, policy, exact_all, &mut |_, _| {}).unwrap();
+    let kl = divergence_from_exact(&lm.model, &ids, (policy, exact_all), 4, &mut |_, _| {}).unwrap().kl;
     assert_eq!(kl.len(), ids.len() - 1);
     assert!(kl.iter().all(|&x| x == 0.0), "{:?}", &kl[..8]);
     let q4 = CacheRounding { keys: CacheFormat::Q4_0, values: CacheFormat::Q4_0, before_rope: true, ..CacheRounding::default() };
-    let kl = divergence_from_exact(&lm.model, &ids, policy, q4, &mut |_, _| {}).unwrap();
+    let kl = divergence_from_exact(&lm.model, &ids, (policy, q4), 4, &mut |_, _| {}).unwrap().kl;
     let mean = kl.iter().sum::<f64>() / kl.len() as f64;
     assert!(kl.iter().all(|x| x.is_finite() && *x >= 0.0) && mean > 1e-3, "mean KL {mean}");
+}
+
+/// Keeps every layer's attention pattern of a dense forward.
+#[derive(Default)]
+struct Patterns(Vec<Vec<f32>>, Vec<usize>);
+
+impl sinkscope::model::receiver::HookReceiver for Patterns {
+    fn wants(&self, hook: &sinkscope::model::hook::HookPoint) -> bool {
+        matches!(hook, sinkscope::model::hook::HookPoint::Pattern(_))
+    }
+    fn record(&mut self, hook: &sinkscope::model::hook::HookPoint, _: std::ops::Range<usize>, value: &candle_core::Tensor) -> sinkscope::Result<()> {
+        let sinkscope::model::hook::HookPoint::Pattern(layer) = *hook else { return Ok(()) };
+        assert_eq!(layer, self.0.len(), "one pattern per layer, in order");
+        self.1 = value.dims().to_vec();
+        self.0.push(value.flatten_all()?.to_vec1::<f32>()?);
+        Ok(())
+    }
+}
+
+/// Where the error lands, per head: the exact stream's attention on the sink positions is the
+/// dense forward's own attention pattern summed over those keys (to 1e-4); a cache that keeps
+/// every position exact moves nothing and stores no error; q4_0 stores one at every position
+/// and moves attention.
+#[test]
+fn the_error_by_head_holds_the_dense_patterns_sink_mass() {
+    use sinkscope::kv::divergence::divergence_from_exact;
+    let Some(lm) = smollm2() else { return };
+    let ids = book_ids(&lm, 120);
+    let sinks = 3;
+    let mut patterns = Patterns::default();
+    lm.model.forward(&ids, None, &mut patterns).unwrap();
+    let (heads, t) = (patterns.1[0], patterns.1[1]);
+    assert_eq!((patterns.0.len(), t), (lm.model.cfg.n_layers, ids.len()));
+    let dense = Policy::new(Eviction::Dense, ids.len(), PositionMode::Slot);
+    let exact_all = CacheRounding { keys: CacheFormat::Fp8E4m3, exact_first: 1000, before_rope: true, ..CacheRounding::default() };
+    let kept = divergence_from_exact(&lm.model, &ids, (dense, exact_all), sinks, &mut |_, _| {}).unwrap().by_head;
+    assert_eq!((kept.heads.len(), kept.queries, kept.sink_positions), (lm.model.cfg.n_layers * heads, ids.len() - 1 - sinks, sinks));
+    for h in &kept.heads {
+        let a = &patterns.0[h.layer];
+        // Queries 3..=118 predict tokens 4..=119: the stream's steps, those past the sinks.
+        let want: f64 =
+            (sinks..t - 1).map(|q| (0..sinks).map(|k| a[(h.head * t + q) * t + k] as f64).sum::<f64>()).sum::<f64>() / (t - 1 - sinks) as f64;
+        assert!((h.sink_mass_exact - want).abs() < 1e-4, "L{} H{}: {} against the pattern's {want}", h.layer, h.head, h.sink_mass_exact);
+        assert_eq!(h.sink_mass_rounded, h.sink_mass_exact, "nothing rounded, nothing moved");
+        assert_eq!((h.key_error_sinks, h.key_error_rest, h.value_error_rest), (Some(0.0), Some(0.0), Some(0.0)));
+    }
+    let q4 = CacheRounding { keys: CacheFormat::Q4_0, values: CacheFormat::Q4_0, ..CacheRounding::default() };
+    let rounded = divergence_from_exact(&lm.model, &ids, (dense, q4), sinks, &mut |_, _| {}).unwrap().by_head;
+    for (h, e) in rounded.heads.iter().zip(&kept.heads) {
+        assert_eq!(h.sink_mass_exact, e.sink_mass_exact, "the exact side does not depend on the rounding");
+        assert!(h.key_error_sinks.unwrap() > 0.01 && h.value_error_rest.unwrap() > 0.01, "q4_0 rounds: {h:?}");
+        assert!((0.0..=1.0).contains(&h.sink_mass_rounded));
+    }
+    let moved = rounded.most_moved()[0].sink_mass_moved();
+    assert!(moved > 1e-3, "q4_0 moves some head's attention off the sinks ({moved})");
 }
 
 /// A model without RoPE (GPT-2's learned positions) keeps the same key before and after RoPE: its
@@ -150,6 +208,36 @@ fn a_model_without_rope_rounds_its_slot_caches() {
     let (replay, decoded) = (nll(&lm, &ids, policy, fp8, false), nll(&lm, &ids, policy, fp8, true));
     let exact = nll(&lm, &ids, policy, CacheRounding::default(), true);
     assert!(mean_gap(&decoded, &exact) > 0.0 && mean_gap(&replay, &exact) > 0.0);
+}
+
+/// `stream --kl`'s error by head: printed, in stream.json, a Parquet table (one row per head),
+/// a figure, and the dashboard's streaming view.
+fn where_the_error_lands_is_in_the_run_its_tables_and_the_dashboard(out: &std::path::Path, stdout: &str, report: &serde_json::Value) {
+    assert!(stdout.contains("Where the error lands (positions 0–3 as the sinks, 195 queries per head)"), "{stdout}");
+    let heads = report["cache_error_by_head"]["heads"].as_array().unwrap();
+    assert_eq!(heads.len(), 30 * 9, "SmolLM2: 30 layers × 9 heads");
+    // The first 4 positions are kept exact: their keys carry no error.
+    assert!(heads.iter().all(|h| h["key_error_sinks"].as_f64() == Some(0.0) && h["key_error_rest"].as_f64().unwrap() > 0.0));
+    assert_eq!(report["kl_from_exact"].as_array().unwrap().len(), 199);
+    #[cfg(all(feature = "parquet", feature = "plots"))]
+    {
+        let o = common::sinkscope(&["export", out.to_str().unwrap(), "--parquet", "--png"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let frame = sinkscope::report::parquet::read_frame(&out.join("tables/cache_error_heads.parquet")).unwrap();
+        assert_eq!(frame.height(), 270);
+        let moved = frame.column("sink_mass_moved").unwrap().f64().unwrap().get(0).unwrap();
+        assert_eq!(moved, heads[0]["sink_mass_exact"].as_f64().unwrap() - heads[0]["sink_mass_rounded"].as_f64().unwrap());
+        let kl = sinkscope::report::parquet::read_frame(&out.join("tables/stream_nll.parquet")).unwrap();
+        assert_eq!(kl.column("kl_from_exact").unwrap().f64().unwrap().get(5), report["kl_from_exact"][5].as_f64());
+        assert!(std::fs::metadata(out.join("figures/cache-error-heads.png")).unwrap().len() > 1000);
+    }
+    #[cfg(feature = "tui")]
+    {
+        use sinkscope::tui::{action::Action, state::Tab};
+        let mut app = sinkscope::tui::state::App::new(sinkscope::report::run::Run::open(out).unwrap());
+        let s = dashboard::screen(&mut app, &[Action::GoTab(Tab::Streaming)]);
+        assert!(s.contains("Cache K q4_0 · V q8_0 · 4 exact") && s.contains("moved most off the sinks"), "{s}");
+    }
 }
 
 /// The flags: what a run recorded, and each flag that cannot apply refused by name (one line,
@@ -181,6 +269,7 @@ fn cache_type_flags_are_recorded_and_refused_where_they_cannot_apply() {
         "q8_0",
         "--unquantized-first",
         "4",
+        "--kl",
         "-o",
         out.to_str().unwrap(),
     ]);
@@ -193,6 +282,7 @@ fn cache_type_flags_are_recorded_and_refused_where_they_cannot_apply() {
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("stream.json")).unwrap()).unwrap();
     let r = &report["cache_rounding"];
     assert_eq!((r["keys"].as_str(), r["values"].as_str(), r["exact_first"].as_u64()), (Some("q4_0"), Some("q8_0"), Some(4)));
+    where_the_error_lands_is_in_the_run_its_tables_and_the_dashboard(&out, &stdout, &report);
     // canary decodes through the same cache: its steps see the rounded keys and values.
     let canary = |extra: &[&str]| -> serde_json::Value {
         let mut args =
@@ -264,4 +354,80 @@ fn cache_type_flags_are_recorded_and_refused_where_they_cannot_apply() {
     refused(&tiny, "a q4_0 key cache stores blocks of 32 values, and this model's heads hold 8");
     let needle_h2o = needle("sink,h2o", &["--cache-type-k", "q8_0"]);
     refused(&needle_h2o, "not yet for h2o");
+}
+
+/// `recommend --cache-types`: every (cache type × exact first tokens) × policy row, each row's
+/// perplexity the one `stream` gives the same configuration on the scored steps, the memory
+/// shares the formats' bits say, the choice the best row within the budget and on the frontier;
+/// the file records, the Parquet table, and the flags that cannot apply refused by name.
+#[test]
+fn the_cache_type_frontier_answers_under_a_memory_budget() {
+    let Some(model) = common::model("SmolLM2-135M-Instruct.Q4_1.gguf") else { return };
+    let text = common::corpora_dir().join("pg1342_pride_and_prejudice.txt");
+    let (m, f) = (model.to_str().unwrap(), text.to_str().unwrap());
+    let tmp = common::temp_dir("kv-cache-frontier");
+    let out = tmp.join("run");
+    let base = ["-m", m, "-f", f, "--start-char", "30000", "--tokens", "300", "--cache", "48"];
+    let mut args = vec!["recommend"];
+    args.extend(base);
+    args.extend(["--windows", "96", "--cache-types", "q8_0,q4_0,q8_0/q4_0", "--unquantized-firsts", "0,4", "--memory-budget", "25%", "--json", "-o"]);
+    args.push(out.to_str().unwrap());
+    let o = common::sinkscope(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let fr: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = fr["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3 * 2 * 3, "3 types × N ∈ {{0, 4}} × (S=4 at W = 48, 96, and the full cache)");
+    assert_eq!(fr["scored_from"], 96);
+    let reference_bytes = fr["reference_bytes"].as_f64().unwrap();
+    let budget = 0.25 * reference_bytes;
+    let chosen = fr["chosen"].as_u64().unwrap() as usize;
+    let ratio = |r: &serde_json::Value| r["ratio"].as_f64().unwrap();
+    let bytes = |r: &serde_json::Value| r["bytes"].as_f64().unwrap();
+    assert!(bytes(&rows[chosen]) <= budget && rows[chosen]["on_frontier"] == true);
+    for r in rows {
+        assert!(bytes(r) > budget || ratio(r) >= ratio(&rows[chosen]), "a better row within the budget: {r}");
+        let [lo, hi] = [r["ratio_ci"][0].as_f64().unwrap(), r["ratio_ci"][1].as_f64().unwrap()];
+        assert!(lo <= ratio(r) && ratio(r) <= hi, "{r}");
+    }
+    // The q4_0 full cache stores 4.5 bits per value where f16 stores 16.
+    let full_q4 = rows.iter().find(|r| r["format"] == "K q4_0 · V q4_0" && r["cache"].is_null()).unwrap();
+    assert_eq!(full_q4["memory_share"].as_f64().unwrap(), 4.5 / 16.0);
+    // A row is what `stream` gives the same configuration, on the steps the frontier scores.
+    let mut stream = vec!["stream"];
+    stream.extend(base);
+    stream.extend(["--policy", "sink", "--sinks", "4", "--cache-type-k", "q8_0", "--cache-type-v", "q4_0", "--unquantized-first", "4", "--json"]);
+    let s = common::sinkscope(&stream);
+    assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
+    let nll: Vec<f64> =
+        serde_json::from_slice::<serde_json::Value>(&s.stdout).unwrap()["nll"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    let want = (nll[96..].iter().sum::<f64>() / (nll.len() - 96) as f64).exp();
+    let row = rows.iter().find(|r| r["format"] == "K q8_0 · V q4_0 · 4 exact" && r["cache"] == 48).unwrap();
+    assert!((row["ppl"].as_f64().unwrap() - want).abs() < 1e-9, "{row} against stream's {want}");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("stream.json")).unwrap()).unwrap();
+    assert_eq!(report["cache_frontier"]["rows"].as_array().unwrap().len(), 18);
+    assert_eq!(report["outcomes"].as_array().unwrap().len(), 19, "the exact full cache and every row");
+    #[cfg(feature = "parquet")]
+    {
+        let o = common::sinkscope(&["export", out.to_str().unwrap(), "--parquet"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let frame = sinkscope::report::parquet::read_frame(&out.join("tables/cache_frontier.parquet")).unwrap();
+        assert_eq!(frame.height(), 18);
+        let chosen_col = frame.column("chosen").unwrap().bool().unwrap();
+        assert_eq!((0..chosen_col.len()).filter(|&i| chosen_col.get(i) == Some(true)).count(), 1);
+    }
+    let refused = |extra: &[&str], says: &str| {
+        let mut all = vec!["recommend"];
+        all.extend(base);
+        all.extend_from_slice(extra);
+        let o = common::sinkscope(&all);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(says) && err.trim().lines().count() == 1, "{extra:?}: {err}");
+    };
+    refused(&["--windows", "96"], "--cache-types");
+    refused(&["--cache-types", "q4_0", "--memory-budget", "140%"], "140% is not a share");
+    refused(&["--cache-types", "q4_0", "--cache-type-k", "q8_0"], "--cache-type-k");
+    refused(&["--cache-types", "q4_0", "--per-head"], "--per-head");
+    refused(&["--cache-types", "q5_k"], "not a cache type");
+    refused(&["--cache-types", "f16", "--no-attn-rot"], "--no-attn-rot is for block formats");
 }

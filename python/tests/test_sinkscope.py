@@ -264,3 +264,22 @@ def test_verify_equals_the_binary(stories, book, cli, tmp_path):
     py, binary = near_miss.record("verify"), json.loads((tmp_path / "cli-miss" / "verify.json").read_text())
     assert py.pop("wall_seconds") > 0 and binary.pop("wall_seconds") > 0
     assert py == binary and py["conformance"]["verdict"]["verdict"] != "conforms"
+
+
+def test_quantized_cache_keywords_equal_the_binary(stories, book, cli, tmp_path):
+    """Cache types reach the binary as keywords: `stream`'s error by head and `recommend`'s
+    frontier give the binary's tables (fp8: stories260K's 8-wide heads hold no 32-value block)."""
+    m = sinkscope.load(stories)
+    fmt = dict(cache_type_k="fp8-e5m2", cache_type_v="fp8-e5m2", kl=True)
+    run = m.stream(file=book, policy="sink", cache=32, sinks=4, tokens=120, out=tmp_path / "py", **fmt)
+    ran = cli("stream", "-m", stories, "-f", book, "--policy", "sink", "--cache", 32, "--sinks", 4, "--tokens", 120,
+              "--cache-type-k", "fp8-e5m2", "--cache-type-v", "fp8-e5m2", "--kl", "-o", tmp_path / "cli")
+    assert ran.returncode == 0, ran.stderr
+    assert_same_tables(run, cli_tables(cli, tmp_path / "cli"))
+    heads = run["cache_error_heads"]
+    assert heads.height == 5 * 8 and heads["key_error_rest"].min() > 0
+    assert run["stream_nll"]["kl_from_exact"].null_count() == 0
+    frontier = m.recommend(file=book, cache=32, tokens=120, cache_types=["fp8-e4m3", "fp8-e5m2"],
+                           unquantized_firsts=[0], memory_budget="60%", out=tmp_path / "frontier")
+    table = frontier["cache_frontier"]
+    assert table.height == 2 * 2 and table["chosen"].sum() == 1

@@ -5,6 +5,7 @@
 use clap::Args;
 
 use crate::error::{Error, Result};
+use crate::kv::cache_frontier::MemoryBudget;
 use crate::kv::policy::PositionMode;
 use crate::model::cache_rounding::CacheRounding;
 use crate::numerics::cache_formats::CacheFormat;
@@ -53,5 +54,76 @@ impl CacheFormatArgs {
             return Err(Error::input("--no-attn-rot is for block formats (q8_0, q5_0, q5_1, q4_0, q4_1, iq4_nl), which llama.cpp rotates"));
         }
         Ok(r)
+    }
+}
+
+/// A cache type of `recommend --cache-types`: `T` for keys and values alike, or `K/V`.
+pub fn parse_format_pair(s: &str) -> std::result::Result<(CacheFormat, CacheFormat), String> {
+    match s.split_once('/') {
+        Some((k, v)) => Ok((parse_format(k)?, parse_format(v)?)),
+        None => parse_format(s).map(|f| (f, f)),
+    }
+}
+
+/// A memory budget: a share of the f16 full cache (`40%`) or a size (`12MiB`, `1.5GiB`, `800KiB`,
+/// or bytes).
+pub fn parse_memory_budget(s: &str) -> std::result::Result<MemoryBudget, String> {
+    let number = |x: &str| x.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v > 0.0);
+    if let Some(p) = s.strip_suffix('%') {
+        return number(p)
+            .filter(|&v| v <= 100.0)
+            .map(|v| MemoryBudget::Share(v / 100.0))
+            .ok_or_else(|| format!("{s} is not a share between 0% and 100%"));
+    }
+    let (digits, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len()));
+    let scale = match unit {
+        "" | "B" => 1u64,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        _ => return Err(format!("{s}: give a share (40%) or a size in B, KiB, MiB or GiB")),
+    };
+    number(digits).map(|v| MemoryBudget::Bytes((v * scale as f64).round() as u64)).ok_or_else(|| format!("{s} is not a positive size"))
+}
+
+/// Every (cache type × exact first tokens) of a frontier as a rounding under keys placed by
+/// `positions` (an exact type once, whatever N), in the order given.
+pub fn frontier_roundings(
+    types: &[(CacheFormat, CacheFormat)],
+    firsts: &[usize],
+    no_attn_rot: bool,
+    positions: PositionMode,
+) -> Result<Vec<CacheRounding>> {
+    let mut out: Vec<CacheRounding> = Vec::new();
+    for &(keys, values) in types {
+        for &n in firsts {
+            let r = CacheRounding { keys, values, exact_first: n, hadamard: !no_attn_rot, before_rope: positions == PositionMode::Slot };
+            let r = if r.is_exact() { CacheRounding { exact_first: 0, ..r } } else { r };
+            if !out.contains(&r) {
+                out.push(r);
+            }
+        }
+    }
+    if no_attn_rot && !out.iter().any(CacheRounding::has_block) {
+        return Err(Error::input("--no-attn-rot is for block formats (q8_0, q5_0, q5_1, q4_0, q4_1, iq4_nl), which llama.cpp rotates"));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_and_budgets_parse_and_nonsense_is_refused() {
+        assert_eq!(parse_format_pair("q8_0/q4_0"), Ok((CacheFormat::Q8_0, CacheFormat::Q4_0)));
+        assert_eq!(parse_format_pair("q4_0"), Ok((CacheFormat::Q4_0, CacheFormat::Q4_0)));
+        assert!(parse_format_pair("q3_k").is_err() && parse_format_pair("q8_0/").is_err());
+        assert_eq!(parse_memory_budget("40%"), Ok(MemoryBudget::Share(0.4)));
+        assert_eq!(parse_memory_budget("1.5MiB"), Ok(MemoryBudget::Bytes(1_572_864)));
+        assert_eq!(parse_memory_budget("4096"), Ok(MemoryBudget::Bytes(4096)));
+        for bad in ["0%", "140%", "NaN%", "12MB", "-3MiB", "MiB", "inf"] {
+            assert!(parse_memory_budget(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -3,6 +3,8 @@
 
 use crate::analysis::findings::AnalysisFindings;
 use crate::analysis::AnalysisReport;
+use crate::kv::cache_frontier::CacheFrontier;
+use crate::kv::divergence::CacheErrorByHead;
 use crate::kv::per_head::Frontier;
 use crate::kv::recommend::Recommendation;
 use crate::kv::simulate::StreamOutcome;
@@ -373,4 +375,73 @@ pub fn format_divergence(kl: &[f64], first_eviction: Option<usize>) -> String {
     let after = first_eviction.filter(|&s| s < kl.len()).map_or(String::new(), |s| format!(" ({:.4} after the first eviction)", mean(&kl[s..])));
     let (worst, at) = kl.iter().enumerate().fold((0.0f64, 0), |(m, i), (j, &x)| if x > m { (x, j) } else { (m, i) });
     format!("KL from the exact cache's next-token distribution: mean {:.4} nats per token{after}; largest {worst:.3} at step {at}", mean(kl))
+}
+
+/// Where a rounding cache's error lands: the sinks' rounding error against the rest, and the
+/// heads whose attention moved most off the sink positions.
+pub fn format_cache_error(e: &CacheErrorByHead) -> String {
+    let mut out =
+        format!("Where the error lands (positions 0–{} as the sinks, {} queries per head):\n", e.sink_positions.saturating_sub(1), e.queries);
+    let (keys, values, keys_abs) = e.sink_error_ratios();
+    let times = |r: Option<f64>| r.map_or("n/a".to_string(), |r| format!("{r:.2}×"));
+    out.push_str(&format!(
+        "  the sinks' rounding error over the other positions': keys {} relative, {} absolute; values {} relative (mean over heads)\n",
+        times(keys),
+        times(keys_abs),
+        times(values)
+    ));
+    out.push_str("  heads whose attention moved most off the sinks (exact → rounded):\n");
+    let err = |x: Option<f64>| x.map_or("n/a".to_string(), |x| format!("{x:.3}"));
+    for h in e.most_moved().into_iter().take(5) {
+        out.push_str(&format!(
+            "    L{:<3} H{:<3} {:.3} → {:.3} ({:+.3})  key error at the sinks {}, elsewhere {}\n",
+            h.layer,
+            h.head,
+            h.sink_mass_exact,
+            h.sink_mass_rounded,
+            -h.sink_mass_moved(),
+            err(h.key_error_sinks),
+            err(h.key_error_rest)
+        ));
+    }
+    out
+}
+
+/// `recommend --cache-types`: every configuration against the exact full cache (★ the choice,
+/// ◆ on the frontier), then the verdict.
+pub fn format_cache_frontier(f: &CacheFrontier) -> String {
+    let mut out = format!(
+        "cache types over {} tokens, scored from step {} ({} steps): the exact full cache's perplexity {:.3}, its memory as f16 {:.2} MiB\n\n",
+        f.tokens,
+        f.scored_from,
+        f.scored_steps,
+        f.reference_ppl,
+        f.reference_bytes as f64 / (1 << 20) as f64
+    );
+    let width = f.rows.iter().map(|r| r.format.chars().count()).max().unwrap_or(6).max(6);
+    let policy_width = f.rows.iter().map(|r| r.policy.chars().count()).max().unwrap_or(6).max(6);
+    out.push_str(&format!(
+        "    {:<width$}  {:<policy_width$} {:>9} {:>8}  {:>19} {:>11} {:>7}\n",
+        "format", "policy", "ppl", "Δppl", "95% interval", "memory", "share"
+    ));
+    for (i, r) in f.rows.iter().enumerate() {
+        let pct = |x: f64| format!("{:+.1}%", 100.0 * (x - 1.0));
+        let mark = match (f.chosen == Some(i), r.on_frontier) {
+            (true, _) => "★",
+            (false, true) => "◆",
+            _ => " ",
+        };
+        out.push_str(&format!(
+            "  {mark} {:<width$}  {:<policy_width$} {:>9.3} {:>8}  {:>19} {:>7.2} MiB {:>6.1}%\n",
+            r.format,
+            r.policy,
+            r.ppl,
+            pct(r.ratio),
+            r.ratio_ci.map_or("-".into(), |[lo, hi]| format!("{} to {}", pct(lo), pct(hi))),
+            r.bytes as f64 / (1 << 20) as f64,
+            100.0 * r.memory_share
+        ));
+    }
+    out.push_str(&format!("\n★ chosen · ◆ on the frontier (no other row has less memory and a lower perplexity)\n{}\n", f.verdict));
+    out
 }

@@ -5,14 +5,18 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::cache_format_args::CacheFormatArgs;
-use super::format::{format_divergence, format_frontier, format_outcome, format_recommendation};
+use super::cache_format_args::{frontier_roundings, parse_format_pair, parse_memory_budget, CacheFormatArgs};
+use super::format::{format_cache_error, format_cache_frontier, format_divergence, format_frontier, format_outcome, format_recommendation};
 use super::model_args::ModelArgs;
 use super::policy_args::{CacheArgs, PolicyArgs};
 use super::session::Session;
 use crate::error::{Error, Result};
 use crate::io::staging::check_out_dir;
+use crate::kv::cache_frontier::MemoryBudget;
+use crate::kv::divergence::SINK_POSITIONS;
 use crate::kv::policy::{Eviction, Policy, PolicyKind};
+use crate::numerics::cache_formats::CacheFormat;
+use crate::pipeline::cache_frontier::{frontier_into, FrontierOptions};
 use crate::pipeline::heads::{per_head_sweep, PerHeadSweep, CAUSAL_TOKENS, GATE_TOKENS};
 use crate::pipeline::stream::{stream_into, sweep_into, StreamSource, SweepOptions, RECOMPUTE_BUDGET};
 
@@ -56,6 +60,10 @@ pub struct StreamArgs {
     /// the exact cache's (the stream runs twice more, exact and rounded in lockstep).
     #[arg(long)]
     pub kl: bool,
+    /// Under --kl, the first this many stream positions count as the sinks when saying where
+    /// the error lands per head (attention moved off them, their keys' rounding error).
+    #[arg(long, default_value_t = SINK_POSITIONS, requires = "kl", value_parser = super::counts::at_least_one)]
+    pub sink_positions: usize,
     /// Also print the perplexity of every N-token segment of the stream (0: not).
     #[arg(long, default_value_t = 0)]
     pub segment: usize,
@@ -80,9 +88,10 @@ pub struct RecommendArgs {
     pub cache: CacheArgs,
     #[command(flatten)]
     pub formats: CacheFormatArgs,
-    /// Sink counts to sweep (0 = a plain window, or the score-based policy unpinned).
-    #[arg(long, value_delimiter = ',', default_value = "0,1,2,4,8,16")]
-    pub sinks: Vec<usize>,
+    /// Sink counts to sweep (0 = a plain window, or the score-based policy unpinned)
+    /// [default: 0,1,2,4,8,16; 4 with --cache-types].
+    #[arg(long, value_delimiter = ',')]
+    pub sinks: Option<Vec<usize>>,
     /// The policy whose pinned first tokens are swept: sink (S = 0 is window), h2o, tova or snapkv.
     #[arg(long, value_enum, default_value_t = PolicyKind::Sink)]
     pub policy: PolicyKind,
@@ -109,6 +118,22 @@ pub struct RecommendArgs {
     /// keep --head-sinks sinks + W − S recent), against KV memory, beside `sink` at equal memory.
     #[arg(long, conflicts_with_all = ["sinks", "policy", "recent", "observe", "positions", "delta", "no_recompute", "recompute_every", "recompute_budget"])]
     pub per_head: bool,
+    /// Sweep cache types instead: the frontier over these (`q4_0` for keys and values, `q8_0/q4_0`
+    /// for K/V) × --unquantized-firsts × `sink` at each S of --sinks and each W of --cache and
+    /// --windows, with the full cache, against the exact full cache's perplexity on the same
+    /// steps and the f16 full cache's memory.
+    #[arg(long, value_delimiter = ',', value_parser = parse_format_pair, conflicts_with_all = ["per_head", "cache_type_k", "cache_type_v", "unquantized_first", "policy", "no_recompute", "recompute_every", "recompute_budget"])]
+    pub cache_types: Vec<(CacheFormat, CacheFormat)>,
+    /// Under --cache-types, the numbers of first tokens kept exact.
+    #[arg(long, value_delimiter = ',', default_value = "0,4", requires = "cache_types")]
+    pub unquantized_firsts: Vec<usize>,
+    /// Under --cache-types, more budgets W beside --cache.
+    #[arg(long, value_delimiter = ',', requires = "cache_types", value_parser = super::counts::at_least_one)]
+    pub windows: Vec<usize>,
+    /// Under --cache-types, choose the lowest perplexity within this memory: a share of the f16
+    /// full cache (`40%`) or a size (`12MiB`) [default: the least memory within --delta].
+    #[arg(long, requires = "cache_types", value_parser = parse_memory_budget)]
+    pub memory_budget: Option<MemoryBudget>,
     /// S of the streaming heads under --per-head.
     #[arg(long, default_value_t = 4, requires = "per_head")]
     pub head_sinks: usize,
@@ -135,10 +160,14 @@ pub struct RecommendArgs {
 enum Recommend {
     Sinks(SweepOptions),
     PerHead(PerHeadSweep),
+    Frontier(FrontierOptions),
 }
 
 impl RecommendArgs {
     fn mode(&self) -> Result<Recommend> {
+        if !self.cache_types.is_empty() {
+            return self.frontier().map(Recommend::Frontier);
+        }
         let rounding = self.formats.rounding(self.cache.positions)?;
         if !rounding.is_exact() && self.per_head {
             return Err(Error::input("--per-head does not model a quantized cache yet; leave out --cache-type-k/-v"));
@@ -182,15 +211,37 @@ impl RecommendArgs {
         }))
     }
 
+    /// The cache-type frontier: every rounding × `sink` at each S and W, and the full cache.
+    fn frontier(&self) -> Result<FrontierOptions> {
+        let roundings = frontier_roundings(&self.cache_types, &self.unquantized_firsts, self.formats.no_attn_rot, self.cache.positions)?;
+        let mut windows: Vec<usize> = std::iter::once(self.cache.cache).chain(self.windows.iter().copied()).collect();
+        windows.sort_unstable();
+        windows.dedup();
+        let mut sinks = self.sinks.clone().unwrap_or_else(|| vec![4]);
+        sinks.sort_unstable();
+        sinks.dedup();
+        let mut policies = Vec::new();
+        for &w in &windows {
+            let budget = CacheArgs { cache: w, ..self.cache.clone() };
+            for &s in &sinks {
+                let rule = Eviction::sink_or_window(s).kind();
+                policies.push(budget.policy(rule, rule.pins().then_some(s))?);
+            }
+        }
+        policies.push(Policy::new(Eviction::Dense, self.cache.cache, self.cache.positions));
+        Ok(FrontierOptions { source: self.text.source(), roundings, policies, delta: self.delta, memory_budget: self.memory_budget })
+    }
+
     /// The rule at each asked S, in increasing S (S = 0 of `sink` is `window`).
     fn swept_policies(&self) -> Result<Vec<Policy>> {
-        if self.sinks.is_empty() {
+        let sinks = self.sinks.clone().unwrap_or_else(|| vec![0, 1, 2, 4, 8, 16]);
+        if sinks.is_empty() {
             return Err(Error::input("--sinks needs at least one value"));
         }
         if !matches!(self.policy, PolicyKind::Sink | PolicyKind::Window | PolicyKind::H2o | PolicyKind::Tova | PolicyKind::Snapkv) {
             return Err(Error::input(format!("recommend sweeps the S of sink, h2o, tova or snapkv; --policy {} has none", self.policy.name())));
         }
-        let mut sinks = self.sinks.clone();
+        let mut sinks = sinks;
         sinks.sort_unstable();
         sinks.dedup();
         sinks
@@ -226,7 +277,8 @@ pub fn run_stream(args: StreamArgs, s: &mut Session) -> Result<()> {
     let policy = Policy::try_from(&args.policy)?;
     let rounding = args.formats.rounding(policy.positions)?;
     let (lm, progress) = s.model(&args.model)?;
-    let (outcome, kl) = stream_into(lm, &args.text.source(), (policy, rounding, args.kl), args.out.as_deref(), progress)?;
+    let (outcome, kl) =
+        stream_into(lm, &args.text.source(), (policy, rounding, args.kl.then_some(args.sink_positions)), args.out.as_deref(), progress)?;
     if !s.prints() {
         return Ok(());
     }
@@ -235,14 +287,16 @@ pub fn run_stream(args: StreamArgs, s: &mut Session) -> Result<()> {
     }
     if args.json {
         let mut value = serde_json::to_value(&outcome)?;
-        if let (Some(kl), Some(map)) = (kl, value.as_object_mut()) {
-            map.insert("kl_from_exact".into(), serde_json::to_value(kl)?);
+        if let (Some(d), Some(map)) = (kl, value.as_object_mut()) {
+            map.insert("kl_from_exact".into(), serde_json::to_value(&d.kl)?);
+            map.insert("cache_error_by_head".into(), serde_json::to_value(&d.by_head)?);
         }
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print!("{}", format_outcome(&outcome));
-        if let Some(kl) = &kl {
-            println!("{}", format_divergence(kl, outcome.first_eviction_step));
+        if let Some(d) = &kl {
+            println!("{}", format_divergence(&d.kl, outcome.first_eviction_step));
+            print!("{}", format_cache_error(&d.by_head));
         }
         if args.segment > 0 {
             for (start, n, p) in crate::kv::simulate::segment_ppl(&outcome.nll, args.segment) {
@@ -266,6 +320,15 @@ pub fn run_recommend(args: RecommendArgs, s: &mut Session) -> Result<()> {
                 match args.json {
                     true => println!("{}", serde_json::to_string_pretty(&f)?),
                     false => print!("{}", format_frontier(&f)),
+                }
+            }
+        }
+        Recommend::Frontier(opts) => {
+            let f = frontier_into(lm, &opts, args.out.as_deref(), progress)?;
+            if s.prints() {
+                match args.json {
+                    true => println!("{}", serde_json::to_string_pretty(&f)?),
+                    false => print!("{}", format_cache_frontier(&f)),
                 }
             }
         }

@@ -6,6 +6,7 @@
 pub mod alternatives;
 pub mod cache;
 mod cache_decode;
+pub mod cache_frontier;
 pub mod canary;
 pub mod divergence;
 pub mod memory;

@@ -11,6 +11,7 @@ pub mod fetch;
 pub mod fit;
 pub mod gguf;
 pub mod gguf_config;
+pub mod head_tally;
 pub mod hf;
 pub mod hf_fields;
 pub mod hook;

@@ -18,6 +18,7 @@ use rayon::prelude::*;
 use super::cache_rounding::CacheRounding;
 use super::decoder::attention::{soft_cap, Attend, LayerAttention};
 use super::decoder::Decoder;
+use super::head_tally::{add_errors, HeadTally};
 use super::receiver::{HookReceiver, NoCapture};
 use crate::error::{Error, Result};
 use crate::numerics::kernels::{softmax_segments, softmax_segments_with_sink};
@@ -132,6 +133,10 @@ impl StreamKv {
 /// cos and sin tables of one RoPE at some positions.
 type Tables = (Tensor, Tensor);
 
+/// One RoPE's tables at the rows' stream positions and, when any view pins keys, at their pinned
+/// positions.
+type ViewTables = (Tables, Option<Tables>);
+
 /// One layer's block of queries (before and after RoPE at the rows' stream positions), new keys
 /// (rotated) and values, heads first, with the block's shape and the layer's tables for pinned
 /// keys (when any view pins some).
@@ -210,6 +215,29 @@ fn softmax_row(s: &mut [f32], segments: &[Range<usize>], scale: f32, softcap: Op
     }
 }
 
+/// Adds the rounding error of a block's stored keys and values (against the same rows unrounded,
+/// `k` and `v` as the layer computed them) to the tally; nothing for an exact cache.
+fn tally_errors(
+    tally: Option<&mut HeadTally>,
+    at: &LayerAttention,
+    (tables, rounding, positions): (&[ViewTables], &CacheRounding, &[usize]),
+    (k, v): (&Tensor, &Tensor),
+    (k_stored, v_stored): (&Tensor, &Tensor),
+    (heads, kv_heads): (usize, usize),
+) -> Result<()> {
+    let (Some(tally), false) = (tally, rounding.is_exact()) else { return Ok(()) };
+    let Some(((cos, sin), _)) = tables.get(at.rope_index) else { return Err(Error::Internal("a layer's RoPE has no tables".into())) };
+    let first = |x: &Tensor| -> Result<Tensor> { Ok(x.transpose(0, 1)?.contiguous()?) };
+    let flat = |x: &Tensor| -> Result<Vec<f32>> { Ok(x.flatten_all()?.to_vec1::<f32>()?) };
+    let k_exact = flat(&at.rope.apply(&first(k)?, cos, sin)?)?;
+    let d_head = k_stored.dim(2)?;
+    let layer = tally.layer(at.index, heads, kv_heads);
+    let sinks = layer.sink_positions;
+    add_errors(layer.key_error, &k_exact, &flat(k_stored)?, positions, d_head, sinks);
+    add_errors(layer.value_error, &flat(&first(v)?)?, &flat(v_stored)?, positions, d_head, sinks);
+    Ok(())
+}
+
 /// Attention of a block of consecutive stream queries, each with its own [`QueryView`].
 struct ViewAttention<'a> {
     kv: &'a mut StreamKv,
@@ -219,6 +247,30 @@ struct ViewAttention<'a> {
     /// Per RoPE of the model (Gemma 3's local layers have their own): tables at the queries'
     /// stream positions and at their pinned positions.
     tables: Vec<(Tables, Option<Tables>)>,
+    /// Per-head sums of sink attention and rounding error, when asked for.
+    tally: Option<&'a mut HeadTally>,
+}
+
+impl ViewAttention<'_> {
+    /// Adds each counted query's attention on the sink positions to its head's sum: `weights`
+    /// holds rows (KV head, group member, query r) over `pinned` pinned columns (stream positions
+    /// 0…) and the window's columns (stream positions `base`…).
+    fn tally_sink_mass(&mut self, layer: usize, weights: &[f32], (heads, kv_heads): (usize, usize), (pinned, base): (usize, usize)) {
+        let (start, b) = (self.start, self.views.len());
+        let Some(tally) = self.tally.as_deref_mut() else { return };
+        let layer = tally.layer(layer, heads, kv_heads);
+        let sinks = layer.sink_positions;
+        let cols = weights.len() / (heads * b).max(1);
+        let sink_cols: Vec<usize> = (0..pinned.min(sinks)).chain((base..sinks).map(|p| pinned + p - base)).filter(|&c| c < cols).collect();
+        let mass: Vec<f64> = weights.par_chunks(cols).map(|row| sink_cols.iter().map(|&c| row[c] as f64).sum()).collect();
+        let counted = (0..b).filter(|r| start + r >= sinks).count();
+        for (row, m) in mass.iter().enumerate() {
+            if start + row % b >= sinks {
+                layer.sink_mass[row / b] += m;
+            }
+        }
+        *layer.queries += counted;
+    }
 }
 
 impl Attend for ViewAttention<'_> {
@@ -232,6 +284,7 @@ impl Attend for ViewAttention<'_> {
         let block = heads_first(at, &self.tables, &rounding, &positions, (q, k, v))?;
         let (b, h, dh, kvh, group, at_pinned) = (block.rows, block.heads, block.d_head, block.kv_heads, block.group(), block.at_pinned);
         let HeadsFirst { q_heads, q_stream, k: k_new, v: v_new, .. } = block;
+        tally_errors(self.tally.as_deref_mut(), at, (&self.tables, &rounding, &positions), (k, v), (&k_new, &v_new), (h, kvh))?;
         let kv = &mut *self.kv;
         if kv.k.len() <= layer {
             kv.k.push(k_new);
@@ -269,6 +322,7 @@ impl Attend for ViewAttention<'_> {
             // Row (kv head, member, r) belongs to head row / b.
             softmax_row(s, &segments, scale, at.softcap, sinks.map(|logits| logits[row / b]));
         });
+        self.tally_sink_mass(layer, &a, (h, kvh), (pinned, base));
         let pattern = Tensor::from_vec(a, (kvh, group * b, cols), &Device::Cpu)?;
         let out = pattern.matmul(&values)?.reshape((h, b, dh))?;
         Ok(out.transpose(0, 1)?.contiguous()?.reshape((b, h * dh))?)
@@ -349,6 +403,12 @@ impl Decoder {
     /// only move forward (`from` never decreases), never reach past the query, and pin at most
     /// the tokens `kv` keeps pinned; keys no later query can see are dropped as the window moves.
     pub fn forward_windowed(&self, tokens: &[u32], views: &[QueryView], kv: &mut StreamKv) -> Result<Tensor> {
+        self.forward_windowed_tallied(tokens, views, kv, None)
+    }
+
+    /// [`Decoder::forward_windowed`], adding each head's sink attention and rounding error to
+    /// `tally` when given.
+    pub fn forward_windowed_tallied(&self, tokens: &[u32], views: &[QueryView], kv: &mut StreamKv, tally: Option<&mut HeadTally>) -> Result<Tensor> {
         if tokens.is_empty() || tokens.len() != views.len() {
             return Err(Error::Internal("forward_windowed needs one view per token".into()));
         }
@@ -365,7 +425,7 @@ impl Decoder {
         let positions: Vec<usize> = (start..start + tokens.len()).collect();
         let tables = self.view_tables(&positions, views)?;
         let x = self.embed_tokens(tokens, &positions)?;
-        let mut attend = ViewAttention { kv, views, start, tables };
+        let mut attend = ViewAttention { kv, views, start, tables, tally };
         self.run_blocks(x, 0, &mut attend, &mut NoCapture)
     }
 

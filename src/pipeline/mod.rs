@@ -3,6 +3,7 @@
 //! a plain options struct (never a clap struct) and reporting through [`progress::Progress`].
 
 pub mod analyze;
+pub mod cache_frontier;
 pub mod canary;
 pub mod capture;
 pub mod demo;

@@ -1,7 +1,7 @@
 //! Streaming into a run: tokenize a long text, replay one cache policy (`stream`) or sweep the
 //! number of pinned sinks at a fixed budget (`recommend`), and write `stream.json`.
 
-use crate::kv::divergence::{check_divergence, divergence_from_exact};
+use crate::kv::divergence::{check_divergence, divergence_from_exact, Divergence};
 use crate::kv::memory::model_windows_note;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -144,25 +144,26 @@ fn stream_ids(lm: &LoadedModel, t: &StreamSource, progress: &mut dyn Progress) -
 }
 
 /// Streams `source` under one policy, its cache storing keys and values as `rounding` says (with
-/// `kl`, also each step's KL divergence from the exact cache's next-token distribution); writes
-/// stream.json into `out` when given.
+/// `kl` = Some(S), also each step's KL divergence from the exact cache's next-token distribution
+/// and each head's error, the first S positions counted as the sinks); writes stream.json into
+/// `out` when given.
 pub fn stream_into(
     lm: &mut LoadedModel,
     source: &StreamSource,
-    (policy, rounding, kl): (Policy, CacheRounding, bool),
+    (policy, rounding, kl): (Policy, CacheRounding, Option<usize>),
     out: Option<&Path>,
     progress: &mut dyn Progress,
-) -> Result<(StreamOutcome, Option<Vec<f64>>)> {
+) -> Result<(StreamOutcome, Option<Divergence>)> {
     let start = Instant::now();
     let ids = stream_tokens(lm, source, progress)?;
     for w in policy.validate(ids.len(), lm.model.cfg.context_len)? {
         progress.warning(&w);
     }
     refuse_unmodelled_rounding(&lm.model, &[policy], rounding)?;
-    if kl && rounding.is_exact() {
+    if kl.is_some() && rounding.is_exact() {
         return Err(Error::input("--kl measures a rounding cache against the exact one; give --cache-type-k or --cache-type-v"));
     }
-    if kl {
+    if kl.is_some() {
         check_divergence(&lm.model, policy)?;
     }
     super::claim_out(lm, out)?;
@@ -173,16 +174,17 @@ pub fn stream_into(
         progress.warning("the stream ended before the first eviction; ppl_after_eviction is undefined");
     }
     let divergence = match kl {
-        true => {
+        Some(sinks) => {
             let label = format!("KL from the exact cache, {label}");
-            Some(divergence_from_exact(&lm.model, &ids, policy, rounding, &mut |done, total| progress.steps(&label, done, total))?)
+            Some(divergence_from_exact(&lm.model, &ids, (policy, rounding), sinks, &mut |done, total| progress.steps(&label, done, total))?)
         }
-        false => None,
+        None => None,
     };
     if let Some(dir) = out {
         let mut report = stream_report(lm, source, &ids, vec![outcome.clone()], None, start)?;
         report.cache_rounding = (!rounding.is_exact()).then_some(rounding);
-        report.kl_from_exact = divergence.clone();
+        report.kl_from_exact = divergence.as_ref().map(|d| d.kl.clone());
+        report.cache_error_by_head = divergence.as_ref().map(|d| d.by_head.clone());
         write_stream_report(&report, dir)?;
     }
     Ok((outcome, divergence))
@@ -274,5 +276,7 @@ pub fn stream_report(
         wall_seconds: start.elapsed().as_secs_f64(),
         cache_rounding: None,
         kl_from_exact: None,
+        cache_error_by_head: None,
+        cache_frontier: None,
     })
 }

@@ -48,6 +48,8 @@ pub(crate) enum FigureKind {
     NeedlePolicy(usize),
     NeedleDistance,
     NeedleHeads,
+    /// `stream --kl`'s attention moved off the sinks per head.
+    CacheErrorHeads,
 }
 
 /// The figures this run has data for, in reading order.
@@ -118,6 +120,13 @@ fn record_specs(run: &Run, specs: &mut Vec<FigureSpec>) {
     }
     if !super::figures::unpinned_kept(run).is_empty() {
         specs.push(spec("kept-first", "How often score-based policies with nothing pinned keep each of the first positions", FigureKind::KeptFirst));
+    }
+    if run.stream.as_ref().is_some_and(|s| s.cache_error_by_head.is_some()) {
+        specs.push(spec(
+            "cache-error-heads",
+            "Attention the rounding cache moves off the sink positions, per head (layer × head)",
+            FigureKind::CacheErrorHeads,
+        ));
     }
     if run.per_head.is_some() {
         specs.push(spec(

@@ -82,6 +82,7 @@ fn draw<S: FigureSink>(run: &Run, spec: &FigureSpec, sink: &mut S) -> Result<boo
         FigureKind::NeedlePolicy(i) => give(run.needle.as_ref().and_then(|n| super::needle::heatmaps(n).into_iter().nth(i).map(|h| h.1)), sink),
         FigureKind::NeedleDistance => give(run.needle.as_ref().map(super::needle::accuracy_by_distance), sink),
         FigureKind::NeedleHeads => give(run.needle.as_ref().and_then(super::needle::heads_grid), sink),
+        FigureKind::CacheErrorHeads => give(run.stream.as_ref().and_then(|s| super::cache_error::moved_grid(s, &run.model_name())), sink),
     }
 }
 
@@ -111,10 +112,11 @@ pub fn figure_svgs(run: &Run, opts: &ExportOptions, only: Option<&[String]>) -> 
     Ok(out)
 }
 
-/// Every table of the run, in `export`'s order: the run's own, then its needle sweep's
-/// (report::needle builds on report::tables).
+/// Every table of the run, in `export`'s order: the run's own, its quantized cache's, then its
+/// needle sweep's (report::cache_error and report::needle build on report::tables).
 pub fn run_tables(run: &Run) -> Vec<Table> {
-    tables(run).into_iter().chain(run.needle.iter().flat_map(super::needle::tables)).collect()
+    let own = tables(run).into_iter().chain(super::cache_error::tables(run));
+    own.chain(run.needle.iter().flat_map(super::needle::tables)).collect()
 }
 
 #[cfg(feature = "parquet")]

@@ -3,6 +3,7 @@
 //! and the Markdown findings.
 
 pub mod bundle;
+pub mod cache_error;
 #[cfg(feature = "plots")]
 pub mod charts;
 pub mod export;

@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::capture::memory::MemoryEstimate;
 use crate::capture::summary::CaptureSummary;
+use crate::kv::cache_frontier::CacheFrontier;
+use crate::kv::divergence::CacheErrorByHead;
 use crate::kv::recommend::Recommendation;
 use crate::kv::simulate::StreamOutcome;
 use crate::model::cache_rounding::CacheRounding;
@@ -53,4 +55,10 @@ pub struct StreamReport {
     /// With `stream --kl`: KL(P_exact ‖ P_rounded) of each step's next-token distribution (nats).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kl_from_exact: Option<Vec<f64>>,
+    /// With `stream --kl`: where the rounding error lands, per head.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_error_by_head: Option<CacheErrorByHead>,
+    /// With `recommend --cache-types`: the frontier over cache type × exact first tokens × policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_frontier: Option<CacheFrontier>,
 }

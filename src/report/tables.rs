@@ -132,7 +132,7 @@ pub(super) struct Meta {
     pub(super) version: String,
 }
 
-fn meta(run: &Run) -> Meta {
+pub(super) fn meta(run: &Run) -> Meta {
     Meta { model: run.model_name(), sha256: run.model().sha256.clone().unwrap_or_default(), version: run.sinkscope_version().to_string() }
 }
 
@@ -495,6 +495,8 @@ fn stream_nll(s: &StreamReport, m: &Meta) -> Table {
         .opt_f64("nll", |r| Some(o(r).nll[r.1]).filter(|v| v.is_finite()))
         .u32("cache_len", |r| o(r).cache_len.get(r.1).copied().unwrap_or(0))
         .bool("evicted", |r| o(r).first_eviction_step.is_some_and(|e| r.1 >= e))
+        // `stream --kl`'s divergence of this step from the exact cache (null without it).
+        .opt_f64("kl_from_exact", |r| s.kl_from_exact.as_ref().filter(|_| s.outcomes.len() == 1).and_then(|k| k.get(r.1).copied()))
         .build("stream_nll")
 }
 

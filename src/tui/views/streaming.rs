@@ -1,6 +1,7 @@
 //! Streaming: rolling perplexity against tokens for every KV-cache policy (braille lines), the
 //! first eviction marked, the sweep table with the recommended sink count, the verdict, what a
-//! score-based policy kept, and the per-head frontier when the run has one.
+//! score-based policy kept, the per-head frontier when the run has one, and what a rounding cache
+//! moved (its KL, the heads that lost most sink attention).
 
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
@@ -10,6 +11,8 @@ use ratatui::widgets::{Axis, Chart, Dataset, GraphType, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::{block, heading, kv, missing, DIM};
+use crate::kv::cache_frontier::CacheFrontier;
+use crate::report::records::StreamReport;
 use crate::tui::layout;
 use crate::tui::state::App;
 use crate::tui::widgets::colour::{series, short};
@@ -51,6 +54,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App) {
             v.push(Line::from(r.verdict.clone()));
         }
         None => match &app.run.per_head {
+            _ if stream.cache_frontier.is_some() => v.extend(stream.cache_frontier.as_ref().map(frontier_lines).unwrap_or_default()),
             Some(fr) => {
                 v.push(heading(&format!("Per-head policies, W = {}", fr.cache)));
                 v.push(Line::from(Span::styled("PPL from step W: per-head · uniform sink, same memory", Style::new().fg(DIM))));
@@ -65,6 +69,7 @@ pub fn render(f: &mut Frame, area: Rect, app: &App) {
             ))),
         },
     }
+    v.extend(rounding_lines(stream));
     v.push(Line::from(""));
     v.push(kv("text", format!("{} from char {}", stream.text_source, stream.start_char)));
     // What the selected score-based policy kept: do its heavy hitters rediscover the sinks?
@@ -74,6 +79,46 @@ pub fn render(f: &mut Frame, area: Rect, app: &App) {
         v.push(kv("mean age", format!("{:.1} tokens", k.mean_age)));
     }
     f.render_widget(Paragraph::new(v).wrap(Wrap { trim: false }).block(block("Recommendation")), g.verdict);
+}
+
+/// `recommend --cache-types`: the configurations on the frontier and the verdict.
+fn frontier_lines(f: &CacheFrontier) -> Vec<Line<'static>> {
+    let mut v = vec![heading(&format!("Cache types: the frontier (exact full cache {:.3})", f.reference_ppl))];
+    for (i, r) in f.rows.iter().enumerate().filter(|(_, r)| r.on_frontier) {
+        let line = kv(&format!("{:>5.1}%", 100.0 * r.memory_share), format!("{:+.1}% · {} · {}", 100.0 * (r.ratio - 1.0), r.format, r.policy));
+        v.push(if f.chosen == Some(i) { line.style(Style::new().fg(Color::LightGreen)) } else { line });
+    }
+    v.push(Line::from(""));
+    v.push(Line::from(f.verdict.clone()));
+    v
+}
+
+/// A rounding cache's format, its KL from the exact cache and the heads whose attention it moved
+/// most off the sinks (`stream --kl`).
+fn rounding_lines(stream: &StreamReport) -> Vec<Line<'static>> {
+    let Some(rounding) = stream.cache_rounding else { return Vec::new() };
+    let mut v = vec![Line::from(""), heading(&format!("Cache {}", rounding.name()))];
+    if let Some(kl) = stream.kl_from_exact.as_ref().filter(|k| !k.is_empty()) {
+        v.push(kv("KL", format!("{:.4} nats per token from the exact cache (mean)", kl.iter().sum::<f64>() / kl.len() as f64)));
+    }
+    let Some(e) = &stream.cache_error_by_head else { return v };
+    let times = |r: Option<f64>| r.map_or("n/a".to_string(), |r| format!("{r:.2}×"));
+    let (keys, values, keys_abs) = e.sink_error_ratios();
+    v.push(kv(
+        "sink error",
+        format!(
+            "keys {} ({} absolute) · values {} the other positions' (0–{})",
+            times(keys),
+            times(keys_abs),
+            times(values),
+            e.sink_positions.saturating_sub(1)
+        ),
+    ));
+    v.push(Line::from(Span::styled("moved most off the sinks (exact → rounded):", Style::new().fg(DIM))));
+    for h in e.most_moved().into_iter().take(5) {
+        v.push(kv(&format!("L{} H{}", h.layer, h.head), format!("{:.3} → {:.3}", h.sink_mass_exact, h.sink_mass_rounded)));
+    }
+    v
 }
 
 fn chart(f: &mut Frame, area: Rect, app: &App) {
