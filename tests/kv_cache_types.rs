@@ -196,6 +196,24 @@ fn the_error_by_head_holds_the_dense_patterns_sink_mass() {
     assert!(moved > 1e-3, "q4_0 moves some head's attention off the sinks ({moved})");
 }
 
+/// `recompute` rounds too: each window is prefilled afresh into a cache of the format. With W as
+/// long as the stream every step's window is the dense stream's prefix, so recompute is the dense
+/// stream under the same format (two paths: a prefilled policy cache against the block replay);
+/// at a short W the rounding changes recompute's numbers.
+#[test]
+fn recompute_prefills_each_window_into_a_rounding_cache() {
+    let Some(lm) = smollm2() else { return };
+    let ids = book_ids(&lm, 96);
+    let q8 = CacheRounding { keys: CacheFormat::Q8_0, values: CacheFormat::Q8_0, ..CacheRounding::default() };
+    let dense = nll(&lm, &ids, Policy::new(Eviction::Dense, 0, PositionMode::Original), q8, false);
+    let whole = nll(&lm, &ids, Policy::new(Eviction::Recompute, 200, PositionMode::Original), q8, false);
+    let gap = mean_gap(&dense, &whole);
+    assert!(gap < 2e-3, "recompute over the whole prefix against the dense stream, q8_0: mean |Δ| {gap}");
+    let short = Policy::new(Eviction::Recompute, 32, PositionMode::Original);
+    let (exact, rounded) = (nll(&lm, &ids, short, CacheRounding::default(), false), nll(&lm, &ids, short, q8, false));
+    assert!(mean_gap(&exact[32..], &rounded[32..]) > 0.0);
+}
+
 /// A model without RoPE (GPT-2's learned positions) keeps the same key before and after RoPE: its
 /// slot policies decode through their own cache under a rounding declared after RoPE too.
 #[test]
@@ -348,8 +366,8 @@ fn cache_type_flags_are_recorded_and_refused_where_they_cannot_apply() {
     refused(&with(&["--cache-type-k", "q3_k"]), "not a cache type; one of f32, f16, bf16, q8_0");
     let h2o: Vec<&str> = ["stream", "-m", m, "-f", f, "--tokens", "200", "--policy", "h2o", "--cache", "64", "--cache-type-k", "q8_0"].to_vec();
     refused(&h2o, "not yet for h2o");
-    let rec = ["recommend", "-m", m, "-f", f, "--tokens", "200", "--cache", "64", "--cache-type-k", "q8_0"];
-    refused(&rec, "add --no-recompute");
+    let per_head = ["recommend", "-m", m, "-f", f, "--tokens", "200", "--cache", "64", "--cache-type-k", "q8_0", "--per-head"];
+    refused(&per_head, "--per-head does not model a quantized cache yet");
     let tiny = ["stream", "-m", stories.to_str().unwrap(), "-f", f, "--tokens", "100", "--policy", "sink", "--cache", "32", "--cache-type-k", "q4_0"];
     refused(&tiny, "a q4_0 key cache stores blocks of 32 values, and this model's heads hold 8");
     let needle_h2o = needle("sink,h2o", &["--cache-type-k", "q8_0"]);

@@ -172,9 +172,6 @@ impl RecommendArgs {
         if !rounding.is_exact() && self.per_head {
             return Err(Error::input("--per-head does not model a quantized cache yet; leave out --cache-type-k/-v"));
         }
-        if !rounding.is_exact() && !self.no_recompute {
-            return Err(Error::input("the recompute reference does not model a quantized cache yet; add --no-recompute"));
-        }
         if self.per_head {
             return Ok(Recommend::PerHead(PerHeadSweep {
                 cache: self.cache.cache,

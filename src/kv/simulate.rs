@@ -141,7 +141,7 @@ pub fn simulate_with(
         decode_through_caches(model, ids, chosen, cache, shared, (STREAM_BLOCK, opts.token_by_token), &mut |k| counter.add(k))?;
     }
     for (i, p) in policies.iter().enumerate().filter(|(_, p)| !p.is_cached()) {
-        recompute(model, ids, p.cache.max(1), shared, every, &mut tracks[i], &mut |k| counter.add(k))?;
+        recompute(model, ids, (p.cache.max(1), opts.rounding), (shared, every), &mut tracks[i], &mut |k| counter.add(k))?;
     }
     Ok(outcomes(&model.cfg, policies, tracks, (n, shared, every), &opts.rounding))
 }
@@ -188,9 +188,9 @@ pub fn refuse_unmodelled_rounding(model: &Decoder, policies: &[Policy], rounding
         return Ok(());
     }
     rounding.check(model.cfg.d_head)?;
-    if let Some(p) = policies.iter().find(|p| !p.is_cached() || p.is_scored()) {
+    if let Some(p) = policies.iter().find(|p| p.is_scored()) {
         return Err(Error::input(format!(
-            "a {} cache is modelled for the dense, window, sink and keep policies, not yet for {}",
+            "a {} cache is modelled for the dense, window, sink, keep and recompute policies, not yet for {}",
             rounding.label(),
             p.eviction.kind().name()
         )));
@@ -342,7 +342,14 @@ const RECOMPUTE_BATCH_ROWS: usize = 1024;
 /// `recompute W` after the shared prefix: at each scored step t, the last W tokens (t included)
 /// run from scratch at positions 0…W−1 and the NLL of token t+1 is read from the last row.
 /// Windows of equal length run as batches; `progress(n)` reports n more steps done.
-fn recompute(model: &Decoder, ids: &[u32], w: usize, shared: usize, every: usize, track: &mut Track, progress: &mut dyn FnMut(usize)) -> Result<()> {
+fn recompute(
+    model: &Decoder,
+    ids: &[u32],
+    (w, rounding): (usize, CacheRounding),
+    (shared, every): (usize, usize),
+    track: &mut Track,
+    progress: &mut dyn FnMut(usize),
+) -> Result<()> {
     let steps = ids.len() - 1;
     let batch = (RECOMPUTE_BATCH_ROWS / w).max(1);
     let window = |t: usize| (t + 1).saturating_sub(w)..t + 1;
@@ -358,7 +365,10 @@ fn recompute(model: &Decoder, ids: &[u32], w: usize, shared: usize, every: usize
         let group: Vec<usize> = scored[at..].iter().copied().take(batch).take_while(|&t| window(t).len() == len).collect();
         let t0 = Instant::now();
         let windows: Vec<&[u32]> = group.iter().map(|&t| &ids[window(t)]).collect();
-        let hidden = model.forward_windows(&windows)?;
+        let hidden = match rounding.is_exact() {
+            true => model.forward_windows(&windows)?,
+            false => rounded_windows(model, &windows, rounding)?,
+        };
         let last_rows: Vec<u32> = (0..group.len()).map(|g| (g * len + len - 1) as u32).collect();
         let last = hidden.index_select(&candle_core::Tensor::new(last_rows.as_slice(), hidden.device())?, 0)?;
         let targets: Vec<u32> = group.iter().map(|&t| ids[t + 1]).collect();
@@ -372,6 +382,20 @@ fn recompute(model: &Decoder, ids: &[u32], w: usize, shared: usize, every: usize
         at += group.len();
     }
     Ok(())
+}
+
+/// Each window prefilled afresh into a dense cache storing keys and values as `rounding` says (an
+/// engine that recomputes its window fills a new cache of that format; the window's own first
+/// tokens are the ones `exact_first` keeps), hidden states stacked window after window.
+fn rounded_windows(model: &Decoder, windows: &[&[u32]], rounding: CacheRounding) -> Result<candle_core::Tensor> {
+    let hidden = windows
+        .iter()
+        .map(|w| {
+            let mut cache = PolicyCache::new(dense(), model.cfg.d_head)?.with_rounding(rounding);
+            model.forward_with(w, Some(&mut cache), &mut NoCapture)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(candle_core::Tensor::cat(&hidden, 0)?)
 }
 
 /// The smallest K such that scoring `recompute W` on every K-th step after the budget fills runs
