@@ -8,8 +8,8 @@ use clap::Args;
 
 use super::model_args::ModelArgs;
 use super::session::Session;
-use crate::error::{Error, Result};
-use crate::metrics::quant::QuantScheme;
+use crate::error::Result;
+use crate::metrics::quant::{QuantScheme, BIT_WIDTHS};
 use crate::pipeline::quant::{quant_into, QuantOptions};
 
 #[derive(Args, Debug)]
@@ -26,11 +26,11 @@ pub struct QuantArgs {
     #[arg(long, default_value_t = 4, value_parser = super::counts::at_least_one)]
     pub sequences: usize,
     /// Integer widths, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "8,4")]
+    #[arg(long, value_delimiter = ',', default_value = "8,4", value_parser = parse_bits)]
     pub bits: Vec<u32>,
     /// Schemes, comma-separated: tensor_dynamic, token_dynamic, channel_static, tensor_static.
-    #[arg(long, value_delimiter = ',', default_value = "tensor_dynamic,token_dynamic,channel_static,tensor_static")]
-    pub schemes: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_value = "tensor_dynamic,token_dynamic,channel_static,tensor_static", value_parser = parse_scheme)]
+    pub schemes: Vec<QuantScheme>,
     /// Quantize the keys and values (the KV cache) too.
     #[arg(long)]
     pub kv: bool,
@@ -53,11 +53,18 @@ pub struct QuantArgs {
     pub out: Option<PathBuf>,
 }
 
-fn scheme(name: &str) -> Result<QuantScheme> {
-    QuantScheme::ALL
-        .into_iter()
-        .find(|s| s.name() == name.trim())
-        .ok_or_else(|| Error::input(format!("unknown scheme '{name}' (expected tensor_dynamic, token_dynamic, channel_static or tensor_static)")))
+/// `--bits`' values: integer widths the fake quantization takes.
+fn parse_bits(s: &str) -> std::result::Result<u32, String> {
+    let bits = s.trim().parse::<u32>().map_err(|e| e.to_string())?;
+    match BIT_WIDTHS.contains(&bits) {
+        true => Ok(bits),
+        false => Err(format!("{bits} is not a width between {} and {}", BIT_WIDTHS.start(), BIT_WIDTHS.end())),
+    }
+}
+
+/// `--schemes`' values, by name.
+fn parse_scheme(s: &str) -> std::result::Result<QuantScheme, String> {
+    QuantScheme::parse(s).ok_or_else(|| format!("unknown scheme '{s}' (expected tensor_dynamic, token_dynamic, channel_static or tensor_static)"))
 }
 
 pub fn run(args: QuantArgs, s: &mut Session) -> Result<()> {
@@ -66,7 +73,7 @@ pub fn run(args: QuantArgs, s: &mut Session) -> Result<()> {
         tokens: args.max_tokens,
         sequences: args.sequences,
         bits: args.bits,
-        schemes: args.schemes.iter().map(|s| scheme(s)).collect::<Result<_>>()?,
+        schemes: args.schemes,
         kv: args.kv,
         calibrate: args.calibrate,
         calib_skip_first: args.calib_skip_first,

@@ -78,8 +78,16 @@ pub enum QuantScheme {
     TensorStatic,
 }
 
+/// The integer widths the fake quantization takes.
+pub const BIT_WIDTHS: std::ops::RangeInclusive<u32> = 2..=16;
+
 impl QuantScheme {
     pub const ALL: [QuantScheme; 4] = [QuantScheme::TensorDynamic, QuantScheme::TokenDynamic, QuantScheme::ChannelStatic, QuantScheme::TensorStatic];
+
+    /// The scheme of this name (`None`: no such scheme).
+    pub fn parse(name: &str) -> Option<QuantScheme> {
+        QuantScheme::ALL.into_iter().find(|s| s.name() == name.trim())
+    }
 
     pub fn name(&self) -> &'static str {
         match self {

@@ -10,7 +10,7 @@ use crate::capture::quant::{score, Calibration, QuantSetting};
 use crate::error::{Error, Result};
 use crate::io::staging::Staging;
 use crate::io::write_json_atomic;
-use crate::metrics::quant::QuantScheme;
+use crate::metrics::quant::{QuantScheme, BIT_WIDTHS};
 use crate::model::load::LoadedModel;
 use crate::report::run::QUANT_FILE;
 
@@ -40,8 +40,8 @@ impl QuantOptions {
         if self.tokens < 2 || self.sequences == 0 {
             return Err(Error::input("--max-tokens must be at least 2 and --sequences at least 1"));
         }
-        if self.bits.is_empty() || self.bits.iter().any(|&b| !(2..=16).contains(&b)) {
-            return Err(Error::input("--bits takes widths between 2 and 16, e.g. 8,4"));
+        if self.bits.is_empty() || self.bits.iter().any(|b| !BIT_WIDTHS.contains(b)) {
+            return Err(Error::input(format!("--bits takes widths between {} and {}, e.g. 8,4", BIT_WIDTHS.start(), BIT_WIDTHS.end())));
         }
         if self.schemes.is_empty() {
             return Err(Error::input("--schemes needs at least one of tensor_dynamic, token_dynamic, channel_static, tensor_static"));
