@@ -424,14 +424,22 @@ fn the_cache_type_frontier_answers_under_a_memory_budget() {
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("stream.json")).unwrap()).unwrap();
     assert_eq!(report["cache_frontier"]["rows"].as_array().unwrap().len(), 18);
     assert_eq!(report["outcomes"].as_array().unwrap().len(), 19, "the exact full cache and every row");
-    #[cfg(feature = "parquet")]
+    #[cfg(all(feature = "parquet", feature = "plots"))]
     {
-        let o = common::sinkscope(&["export", out.to_str().unwrap(), "--parquet"]);
+        let o = common::sinkscope(&["export", out.to_str().unwrap(), "--parquet", "--png"]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let frame = sinkscope::report::parquet::read_frame(&out.join("tables/cache_frontier.parquet")).unwrap();
         assert_eq!(frame.height(), 18);
         let chosen_col = frame.column("chosen").unwrap().bool().unwrap();
         assert_eq!((0..chosen_col.len()).filter(|&i| chosen_col.get(i) == Some(true)).count(), 1);
+        assert!(std::fs::metadata(out.join("figures/cache-frontier.png")).unwrap().len() > 1000);
+    }
+    #[cfg(feature = "tui")]
+    {
+        use sinkscope::tui::{action::Action, state::Tab};
+        let mut app = sinkscope::tui::state::App::new(sinkscope::report::run::Run::open(&out).unwrap());
+        let screen = dashboard::screen(&mut app, &[Action::GoTab(Tab::Streaming)]);
+        assert!(screen.contains("Cache types") && screen.contains("costs") && screen.contains("The frontier"), "{screen}");
     }
     let refused = |extra: &[&str], says: &str| {
         let mut all = vec!["recommend"];

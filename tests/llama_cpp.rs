@@ -538,3 +538,48 @@ fn smollm2_quantized_caches_agree_with_llama_cpp() {
 fn gemma3_quantized_caches_agree_with_llama_cpp() {
     quantized_cache_agreement("gemma-3-270m-q4_k_m.gguf");
 }
+
+/// The cache types llama.cpp refuses, as its context creation says: a quantized V without flash
+/// attention, and a block format whose 32 values do not divide the head size (stories260K's heads
+/// hold 8) — which sinkscope refuses too; a quantized K without flash attention it runs.
+#[test]
+fn llama_cpp_refuses_a_quantized_v_without_flash_attention_and_blocks_wider_than_a_head() {
+    let _turn = one_test_at_a_time();
+    let Some(cache) = common::llama_cpp() else { return };
+    let Some(smollm2) = common::model("SmolLM2-135M-Instruct.Q4_1.gguf") else { return };
+    let Some(dir) = common::models_dir() else { return };
+    let stories = dir.join("stories260K.gguf");
+    let tmp = common::temp_dir("llama-cpp-refusals");
+    let ids = tmp.join("ids.json");
+    std::fs::write(&ids, "[1, 45, 99, 263, 31]").unwrap();
+    let engine = |model: &Path, extra: &[&str]| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/llama-cpp/context_shift.py");
+        let mut cmd = Command::new(cache.join("venv/bin/python"));
+        cmd.env("LLAMA_CPP_LIB_PATH", cache.join("build/bin")).arg(script).arg("--model").arg(model).arg("--ids").arg(&ids);
+        cmd.args(["--ctx", "256", "--dense", "--threads", "2", "--verbose"]).args(extra).arg("--out").arg(tmp.join("trace.jsonl"));
+        let out = cmd.output().expect("the engine's python runs");
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, log) = engine(&smollm2, &["--type-k", "f16", "--type-v", "q4_0", "--no-flash-attn"]);
+    assert!(!ok && log.contains("quantized V cache requires flash_attn to be enabled"), "{log}");
+    let (ok, log) = engine(&smollm2, &["--type-k", "q4_0", "--type-v", "f16", "--no-flash-attn"]);
+    assert!(ok, "a quantized K runs without flash attention: {log}");
+    let (ok, log) = engine(&stories, &["--type-k", "q4_0", "--type-v", "f16"]);
+    assert!(!ok && log.contains("K cache type q4_0 with block size 32 does not divide n_embd_head_k=8"), "{log}");
+    let f = common::corpora_dir().join("tinystories_val_subset.txt");
+    let out = common::sinkscope(&[
+        "stream",
+        "-m",
+        stories.to_str().unwrap(),
+        "-f",
+        f.to_str().unwrap(),
+        "--tokens",
+        "64",
+        "--policy",
+        "dense",
+        "--cache-type-k",
+        "q4_0",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.code() == Some(2) && err.contains("a q4_0 key cache stores blocks of 32 values, and this model's heads hold 8"), "{err}");
+}

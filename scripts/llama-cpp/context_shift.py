@@ -85,6 +85,7 @@ def main():
     ap.add_argument("--type-k", choices=sorted(GGML_TYPES), help="the key cache's type (llama.cpp's --cache-type-k), flash attention as llama.cpp chooses")
     ap.add_argument("--type-v", choices=sorted(GGML_TYPES), help="the value cache's type (--cache-type-v)")
     ap.add_argument("--no-attn-rot", action="store_true", help="LLAMA_ATTN_ROT_DISABLE=1: no Hadamard rotation of a quantized cache")
+    ap.add_argument("--no-flash-attn", action="store_true", help="flash attention off (llama.cpp refuses a quantized V cache without it)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--summary")
     ap.add_argument("--verbose", action="store_true", help="llama.cpp's own log on stderr")
@@ -127,6 +128,8 @@ def main():
             fail("--kv-type f32 and --type-k/--type-v do not go together")
         cp.type_k = GGML_TYPES[a.type_k or "f16"]
         cp.type_v = GGML_TYPES[a.type_v or "f16"]
+    if a.no_flash_attn:
+        cp.flash_attn_type = 0  # LLAMA_FLASH_ATTN_TYPE_DISABLED
     cp.n_threads = cp.n_threads_batch = a.threads
     ctx = L.llama_init_from_model(model, cp)
     if not ctx:

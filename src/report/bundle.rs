@@ -50,6 +50,8 @@ pub(crate) enum FigureKind {
     NeedleHeads,
     /// `stream --kl`'s attention moved off the sinks per head.
     CacheErrorHeads,
+    /// `recommend --cache-types`' perplexity against memory.
+    CacheFrontier,
 }
 
 /// The figures this run has data for, in reading order.
@@ -126,6 +128,13 @@ fn record_specs(run: &Run, specs: &mut Vec<FigureSpec>) {
             "cache-error-heads",
             "Attention the rounding cache moves off the sink positions, per head (layer × head)",
             FigureKind::CacheErrorHeads,
+        ));
+    }
+    if run.stream.as_ref().is_some_and(|s| s.cache_frontier.is_some()) {
+        specs.push(spec(
+            "cache-frontier",
+            "Cache types × exact first tokens × W: perplexity over the exact full cache's against memory, the frontier as its own line",
+            FigureKind::CacheFrontier,
         ));
     }
     if run.per_head.is_some() {

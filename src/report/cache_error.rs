@@ -95,3 +95,39 @@ pub fn moved_grid(s: &StreamReport, model: &str) -> Option<super::plot::HeadGrid
         value_label: "|Δ sink mass|".into(),
     })
 }
+
+/// `recommend --cache-types`' configurations: perplexity over the exact full cache's against
+/// memory, one line per cache type (its configurations by memory), the frontier as its own line.
+#[cfg(feature = "plots")]
+pub fn frontier_chart(s: &StreamReport, model: &str) -> Option<super::charts::LineChart> {
+    let f = s.cache_frontier.as_ref()?;
+    let point = |r: &FrontierRow| (100.0 * r.memory_share, r.ratio);
+    let mut formats: Vec<&str> = Vec::new();
+    for r in &f.rows {
+        if !formats.contains(&r.format.as_str()) {
+            formats.push(&r.format);
+        }
+    }
+    let by_memory = |mut v: Vec<(f64, f64)>| {
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        v
+    };
+    let mut series: Vec<(String, Vec<(f64, f64)>)> =
+        formats.iter().map(|&name| (name.to_string(), by_memory(f.rows.iter().filter(|r| r.format == name).map(point).collect()))).collect();
+    series.push(("the frontier".into(), by_memory(f.rows.iter().filter(|r| r.on_frontier).map(point).collect())));
+    let chosen = f.chosen.map_or("none".to_string(), |i| format!("{} with {}", f.rows[i].format, f.rows[i].policy));
+    Some(super::charts::LineChart {
+        title: format!("{model} — cache types: perplexity against memory"),
+        subtitle: format!(
+            "{} tokens, scored from step {}; the exact full cache's perplexity {:.3}; chosen: {chosen}",
+            f.tokens, f.scored_from, f.reference_ppl
+        ),
+        x_desc: "KV memory at the peak (% of the f16 full cache)".into(),
+        y_desc: "perplexity over the exact full cache's (log)".into(),
+        series,
+        log_y: true,
+        markers: Vec::new(),
+        points: true,
+        legend_bottom: true,
+    })
+}

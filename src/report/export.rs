@@ -82,6 +82,7 @@ fn draw<S: FigureSink>(run: &Run, spec: &FigureSpec, sink: &mut S) -> Result<boo
         FigureKind::NeedlePolicy(i) => give(run.needle.as_ref().and_then(|n| super::needle::heatmaps(n).into_iter().nth(i).map(|h| h.1)), sink),
         FigureKind::NeedleDistance => give(run.needle.as_ref().map(super::needle::accuracy_by_distance), sink),
         FigureKind::NeedleHeads => give(run.needle.as_ref().and_then(super::needle::heads_grid), sink),
+        FigureKind::CacheFrontier => give(run.stream.as_ref().and_then(|s| super::cache_error::frontier_chart(s, &run.model_name())), sink),
         FigureKind::CacheErrorHeads => give(run.stream.as_ref().and_then(|s| super::cache_error::moved_grid(s, &run.model_name())), sink),
     }
 }

@@ -83,13 +83,17 @@ pub fn render(f: &mut Frame, area: Rect, app: &App) {
 
 /// `recommend --cache-types`: the configurations on the frontier and the verdict.
 fn frontier_lines(f: &CacheFrontier) -> Vec<Line<'static>> {
-    let mut v = vec![heading(&format!("Cache types: the frontier (exact full cache {:.3})", f.reference_ppl))];
+    // The verdict first: the panel is short, the frontier's rows can be many.
+    let mut v = vec![
+        heading("Cache types"),
+        Line::from(f.verdict.clone()),
+        Line::from(""),
+        heading(&format!("The frontier (exact full cache {:.3})", f.reference_ppl)),
+    ];
     for (i, r) in f.rows.iter().enumerate().filter(|(_, r)| r.on_frontier) {
         let line = kv(&format!("{:>5.1}%", 100.0 * r.memory_share), format!("{:+.1}% · {} · {}", 100.0 * (r.ratio - 1.0), r.format, r.policy));
         v.push(if f.chosen == Some(i) { line.style(Style::new().fg(Color::LightGreen)) } else { line });
     }
-    v.push(Line::from(""));
-    v.push(Line::from(f.verdict.clone()));
     v
 }
 
