@@ -37,12 +37,17 @@ pub struct Replay {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct DeltaStats {
     pub steps: usize,
+    /// null (NaN) over no steps.
+    #[serde(serialize_with = "crate::io::serde_nan::nan_as_null", deserialize_with = "crate::io::serde_nan::nan_if_null")]
     pub mean_abs: f64,
+    #[serde(serialize_with = "crate::io::serde_nan::nan_as_null", deserialize_with = "crate::io::serde_nan::nan_if_null")]
     pub max_abs: f64,
     /// Index of the largest |Δ|.
     pub worst_index: Option<usize>,
     /// Perplexity of the engine and of the simulator over these steps.
+    #[serde(serialize_with = "crate::io::serde_nan::nan_as_null", deserialize_with = "crate::io::serde_nan::nan_if_null")]
     pub engine_ppl: f64,
+    #[serde(serialize_with = "crate::io::serde_nan::nan_as_null", deserialize_with = "crate::io::serde_nan::nan_if_null")]
     pub sim_ppl: f64,
 }
 
@@ -57,7 +62,8 @@ pub struct Fit {
     pub informative_steps: usize,
     /// Mean over those steps of |Δ declared| − |Δ this| (positive: this explains the trace better).
     pub gain_vs_declared: f64,
-    /// That mean in standard errors.
+    /// That mean in standard errors (null: infinite, every difference the same).
+    #[serde(serialize_with = "crate::io::serde_nan::nan_as_null", deserialize_with = "crate::io::serde_nan::nan_if_null")]
     pub z_vs_declared: f64,
     pub explains_better: bool,
 }
@@ -82,7 +88,8 @@ pub struct Conformance {
     pub floor: DeltaStats,
     /// The engine against the declared policy from the first eviction on.
     pub after: DeltaStats,
-    /// The largest mean |Δ| after the first eviction that conforms.
+    /// The largest mean |Δ| after the first eviction that conforms (null: nothing was evicted).
+    #[serde(serialize_with = "crate::io::serde_nan::nan_as_null", deserialize_with = "crate::io::serde_nan::nan_if_null")]
     pub allowed_mean_abs: f64,
     pub verdict: Verdict,
     /// Every candidate (the declared one included), best explanation first.

@@ -24,7 +24,8 @@ pub struct FormatFit {
     pub cause: String,
     /// Mean engine − simulator log-probability over the scored tokens (nats).
     pub bias: f64,
-    /// That mean in standard errors.
+    /// That mean in standard errors (null: infinite, every difference the same).
+    #[serde(serialize_with = "crate::io::serde_nan::nan_as_null", deserialize_with = "crate::io::serde_nan::nan_if_null")]
     pub z: f64,
     pub mean_abs: f64,
     pub engine_ppl: f64,

@@ -51,13 +51,13 @@ impl Default for AnalysisSettings {
 pub struct LayerNorms {
     pub layer: usize,
     /// NaN (JSON null) when the probe has no sink positions.
-    #[serde(deserialize_with = "crate::io::serde_nan::nan_if_null")]
+    #[serde(serialize_with = "crate::io::serde_nan::nan_as_null", deserialize_with = "crate::io::serde_nan::nan_if_null")]
     pub value_norm_sink: f64,
-    #[serde(deserialize_with = "crate::io::serde_nan::nan_if_null")]
+    #[serde(serialize_with = "crate::io::serde_nan::nan_as_null", deserialize_with = "crate::io::serde_nan::nan_if_null")]
     pub value_norm_rest: f64,
-    #[serde(deserialize_with = "crate::io::serde_nan::nan_if_null")]
+    #[serde(serialize_with = "crate::io::serde_nan::nan_as_null", deserialize_with = "crate::io::serde_nan::nan_if_null")]
     pub key_norm_sink: f64,
-    #[serde(deserialize_with = "crate::io::serde_nan::nan_if_null")]
+    #[serde(serialize_with = "crate::io::serde_nan::nan_as_null", deserialize_with = "crate::io::serde_nan::nan_if_null")]
     pub key_norm_rest: f64,
 }
 

@@ -123,16 +123,16 @@ pub struct SurveyRow {
     pub windows: Vec<usize>,
     pub learned_sinks: bool,
     /// Sink_0^ε in percent over every (probe, layer, head).
-    #[serde(deserialize_with = "crate::io::serde_nan::nan_if_null")]
+    #[serde(serialize_with = "crate::io::serde_nan::nan_as_null", deserialize_with = "crate::io::serde_nan::nan_if_null")]
     pub sink_0: f64,
-    #[serde(deserialize_with = "crate::io::serde_nan::nan_if_null")]
+    #[serde(serialize_with = "crate::io::serde_nan::nan_as_null", deserialize_with = "crate::io::serde_nan::nan_if_null")]
     pub f_attn: f64,
     /// Sink positions found other than 0.
     pub sink_positions_beyond_0: Vec<usize>,
     /// The largest |h| in any layer output of any probe, and its ratio to that layer's median.
     pub max_activation: f64,
     /// Infinite when that median is 0 (written as null, read back as infinite).
-    #[serde(deserialize_with = "crate::io::serde_nan::inf_if_null")]
+    #[serde(serialize_with = "crate::io::serde_nan::nan_as_null", deserialize_with = "crate::io::serde_nan::inf_if_null")]
     pub max_to_median: f64,
     pub first_massive_layer: Option<usize>,
     /// Mean α_0 over heads, per layer.

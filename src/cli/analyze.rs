@@ -10,6 +10,7 @@ use super::format::format_summary;
 use super::model_args::ModelArgs;
 use super::session::Session;
 use crate::error::Result;
+use crate::io::finite_json::to_pretty;
 use crate::io::staging::check_out_dir;
 use crate::io::text::read_input;
 use crate::pipeline::analyze::{analyze_into, AnalyzeOptions};
@@ -84,7 +85,7 @@ pub fn run(args: AnalyzeArgs, s: &mut Session) -> Result<()> {
         return Ok(());
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{}", to_pretty(&report, "the JSON printed")?);
     } else {
         print!("{}", format_summary(&report));
         println!("report: {}", args.out.join(ANALYSIS_FILE).display());

@@ -11,6 +11,7 @@ use super::model_args::ModelArgs;
 use super::policy_args::PolicyArgs;
 use super::session::Session;
 use crate::error::Result;
+use crate::io::finite_json::to_pretty;
 use crate::kv::canary::FIRST_SLOTS;
 use crate::kv::policy::Policy;
 use crate::pipeline::canary::{canary_into, CanaryJob, CANARY_TRACE};
@@ -78,7 +79,7 @@ pub fn run(args: CanaryArgs, s: &mut Session) -> Result<()> {
         return Ok(());
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        println!("{}", to_pretty(&r, "the JSON printed")?);
         return Ok(());
     }
     let run = &r.run;

@@ -10,6 +10,7 @@ use super::session::Session;
 use crate::capture::memory::human;
 use crate::capture::run::CaptureOptions;
 use crate::error::Result;
+use crate::io::finite_json::to_pretty;
 use crate::io::staging::check_out_dir;
 use crate::io::text::read_input;
 use crate::pipeline::capture::{capture_into, CaptureJob};
@@ -85,7 +86,7 @@ pub fn run(args: CaptureArgs, s: &mut Session) -> Result<()> {
         return Ok(());
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{}", to_pretty(&report, "the JSON printed")?);
     } else {
         let ppl = report.nll.as_ref().map(|n| format!(" (perplexity {:.3})", n.perplexity)).unwrap_or_default();
         let rss = report.peak_rss_bytes.map(|b| format!(", peak RSS {}", human(b))).unwrap_or_default();

@@ -5,6 +5,7 @@ use clap::Args;
 
 use super::progress::TerminalProgress;
 use crate::error::{Error, Result};
+use crate::io::finite_json::to_pretty;
 use crate::model::catalog::{human_bytes, lookup, CatalogEntry, CATALOG};
 use crate::model::fetch::{download_dir, fetch, offline_from_env};
 use crate::model::source::find_alias;
@@ -69,7 +70,7 @@ pub fn run_models(args: ModelsArgs) -> Result<()> {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "download_dir": cache, "models": rows }))?);
+        println!("{}", to_pretty(&serde_json::json!({ "download_dir": cache, "models": rows }), "the JSON printed")?);
         return Ok(());
     }
     println!("{:<14} {:>9}  {:<10} where", "alias", "size", "arch");

@@ -5,6 +5,7 @@ use clap::Args;
 use super::format::format_info;
 use super::progress::TerminalProgress;
 use crate::error::Result;
+use crate::io::finite_json::to_pretty;
 use crate::model::decoder::WeightDtype;
 use crate::model::fetch::{ensure, offline_from_env};
 use crate::model::load::{load, LoadOptions};
@@ -29,7 +30,7 @@ pub fn run(args: InfoArgs) -> Result<()> {
     ensure(&args.model, args.offline || offline_from_env(), &mut TerminalProgress::new())?;
     let lm = load(&args.model, &LoadOptions { dtype: args.dtype, scan_weights: true, report_unread: true, ..LoadOptions::default() })?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&lm.info)?);
+        println!("{}", to_pretty(&lm.info, "the JSON printed")?);
     } else {
         print!("{}", format_info(&lm.info));
     }

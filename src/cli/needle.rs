@@ -12,6 +12,7 @@ use super::policy_args::CacheArgs;
 use super::session::Session;
 use crate::analysis::needle::{budget_split, NeedleHeads, NeedleReport};
 use crate::error::Result;
+use crate::io::finite_json::to_pretty;
 use crate::io::staging::check_out_dir;
 use crate::kv::policy::{Policy, PolicyKind};
 use crate::kv::retrieval::Compression;
@@ -129,7 +130,7 @@ pub fn run(args: NeedleArgs, s: &mut Session) -> Result<()> {
         return Ok(());
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report.cells)?);
+        println!("{}", to_pretty(&report.cells, "the JSON printed")?);
     } else {
         print!("{}", summary(&report));
         println!("depth × length grids in {}; figures in {}", args.out.join(NEEDLE_MD).display(), args.out.join("figures").display());

@@ -9,6 +9,7 @@ use clap::Args;
 use super::model_args::ModelArgs;
 use super::session::Session;
 use crate::error::Result;
+use crate::io::finite_json::to_pretty;
 use crate::metrics::quant::{QuantScheme, BIT_WIDTHS};
 use crate::pipeline::quant::{quant_into, QuantOptions};
 
@@ -86,7 +87,7 @@ pub fn run(args: QuantArgs, s: &mut Session) -> Result<()> {
         return Ok(());
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{}", to_pretty(&report, "the JSON printed")?);
         return Ok(());
     }
     println!(

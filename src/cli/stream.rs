@@ -11,6 +11,7 @@ use super::model_args::ModelArgs;
 use super::policy_args::{CacheArgs, PolicyArgs};
 use super::session::Session;
 use crate::error::{Error, Result};
+use crate::io::finite_json::{check, to_pretty};
 use crate::io::staging::check_out_dir;
 use crate::kv::cache_frontier::MemoryBudget;
 use crate::kv::divergence::SINK_POSITIONS;
@@ -283,12 +284,15 @@ pub fn run_stream(args: StreamArgs, s: &mut Session) -> Result<()> {
         println!("cache: {}", rounding.describe());
     }
     if args.json {
+        // to_value turns a NaN into null before to_pretty could see it: check the parts first.
+        check(&outcome, "the JSON printed")?;
+        check(&kl.as_ref().map(|d| (&d.kl, &d.by_head)), "the JSON printed")?;
         let mut value = serde_json::to_value(&outcome)?;
         if let (Some(d), Some(map)) = (kl, value.as_object_mut()) {
             map.insert("kl_from_exact".into(), serde_json::to_value(&d.kl)?);
             map.insert("cache_error_by_head".into(), serde_json::to_value(&d.by_head)?);
         }
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        println!("{}", to_pretty(&value, "the JSON printed")?);
     } else {
         print!("{}", format_outcome(&outcome));
         if let Some(d) = &kl {
@@ -315,7 +319,7 @@ pub fn run_recommend(args: RecommendArgs, s: &mut Session) -> Result<()> {
             let f = per_head_sweep(lm, &args.text.source(), &sweep, args.out.as_deref(), progress)?;
             if s.prints() {
                 match args.json {
-                    true => println!("{}", serde_json::to_string_pretty(&f)?),
+                    true => println!("{}", to_pretty(&f, "the JSON printed")?),
                     false => print!("{}", format_frontier(&f)),
                 }
             }
@@ -324,7 +328,7 @@ pub fn run_recommend(args: RecommendArgs, s: &mut Session) -> Result<()> {
             let f = frontier_into(lm, &opts, args.out.as_deref(), progress)?;
             if s.prints() {
                 match args.json {
-                    true => println!("{}", serde_json::to_string_pretty(&f)?),
+                    true => println!("{}", to_pretty(&f, "the JSON printed")?),
                     false => print!("{}", format_cache_frontier(&f)),
                 }
             }
@@ -336,7 +340,7 @@ pub fn run_recommend(args: RecommendArgs, s: &mut Session) -> Result<()> {
             }
             if s.prints() {
                 match args.json {
-                    true => println!("{}", serde_json::to_string_pretty(&rec)?),
+                    true => println!("{}", to_pretty(&rec, "the JSON printed")?),
                     false => print!("{}", format_recommendation(&rec)),
                 }
             }

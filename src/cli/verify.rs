@@ -14,6 +14,7 @@ use super::session::Session;
 use crate::analysis::conformance::Verdict;
 use crate::analysis::format_check::{FormatCheck, FormatVerdict};
 use crate::error::Result;
+use crate::io::finite_json::to_pretty;
 use crate::io::staging::check_out_dir;
 use crate::kv::policy::Policy;
 use crate::pipeline::verify::{verify_into, VerifyOptions, VerifyReport};
@@ -74,7 +75,7 @@ pub fn run(args: VerifyArgs, s: &mut Session) -> Result<u8> {
     let report = verify_into(lm, &opts, args.out.as_deref(), progress)?;
     if s.prints() {
         match args.json {
-            true => println!("{}", serde_json::to_string_pretty(&report)?),
+            true => println!("{}", to_pretty(&report, "the JSON printed")?),
             false => print!("{}", summary(&report)),
         }
     }

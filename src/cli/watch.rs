@@ -9,6 +9,7 @@ use clap::Args;
 use super::session::Session;
 use crate::analysis::sink_loss::{WatchOptions, WatchReport};
 use crate::error::Result;
+use crate::io::finite_json::to_pretty;
 use crate::metrics::changepoint::StepOptions;
 use crate::pipeline::watch::{follow, watch_file, Follow};
 
@@ -84,7 +85,7 @@ pub fn run(args: WatchArgs, s: &mut Session) -> Result<u8> {
     let Some(report) = report else { return Ok(0) };
     if s.prints() {
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            println!("{}", to_pretty(&report, "the JSON printed")?);
         } else if !args.follow {
             print!("{}", summary(&report));
         } else {

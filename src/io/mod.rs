@@ -4,6 +4,7 @@
 
 pub mod arrays;
 pub mod atomic;
+pub mod finite_json;
 pub mod regular;
 pub mod run_dir;
 pub mod run_log;

@@ -42,7 +42,7 @@ pub struct StreamOutcome {
     pub policy: Policy,
     pub label: String,
     /// NLL (nats) of token t+1 at step t.
-    #[serde(deserialize_with = "crate::io::serde_nan::nans_if_null")]
+    #[serde(serialize_with = "crate::io::serde_nan::nans_as_null", deserialize_with = "crate::io::serde_nan::nans_if_null")]
     pub nll: Vec<f64>,
     /// Entries the query of step t could see (the cache's length, its own entry included).
     pub cache_len: Vec<usize>,
