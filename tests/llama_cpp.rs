@@ -48,9 +48,7 @@ fn run_engine_with(cache: &Path, model: &Path, ids: &Path, ctx: usize, keep: Opt
         None => "dense".into(),
     };
     let (trace, summary) = (dir.join(format!("{tag}.jsonl")), dir.join(format!("{tag}.json")));
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/llama-cpp/context_shift.py");
-    let mut cmd = Command::new(cache.join("venv/bin/python"));
-    cmd.env("LLAMA_CPP_LIB_PATH", cache.join("build/bin")).arg(script).arg("--model").arg(model).arg("--ids").arg(ids);
+    let mut cmd = driver(cache, model, ids);
     cmd.args(["--ctx", &ctx.to_string(), "--break", brk, "--threads", "2"]).args(extra).arg("--out").arg(&trace).arg("--summary").arg(&summary);
     match keep {
         Some(k) => cmd.args(["--keep", &k.to_string()]),
@@ -60,6 +58,15 @@ fn run_engine_with(cache: &Path, model: &Path, ids: &Path, ctx: usize, keep: Opt
     assert!(out.status.success(), "llama.cpp driver {tag}: {}", String::from_utf8_lossy(&out.stderr));
     let summary = serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
     EngineRun { trace, summary }
+}
+
+/// The forced-ids driver (`scripts/llama-cpp/context_shift.py`) on `model` and `ids`, through the
+/// built engine in `cache`; the caller adds the run's flags.
+fn driver(cache: &Path, model: &Path, ids: &Path) -> Command {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/llama-cpp/context_shift.py");
+    let mut cmd = Command::new(cache.join("venv/bin/python"));
+    cmd.env("LLAMA_CPP_LIB_PATH", cache.join("build/bin")).arg(script).arg("--model").arg(model).arg("--ids").arg(ids);
+    cmd
 }
 
 /// `n` token ids of a book under `model`'s tokenizer, written where the engine reads them.
@@ -553,9 +560,7 @@ fn llama_cpp_refuses_a_quantized_v_without_flash_attention_and_blocks_wider_than
     let ids = tmp.join("ids.json");
     std::fs::write(&ids, "[1, 45, 99, 263, 31]").unwrap();
     let engine = |model: &Path, extra: &[&str]| {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/llama-cpp/context_shift.py");
-        let mut cmd = Command::new(cache.join("venv/bin/python"));
-        cmd.env("LLAMA_CPP_LIB_PATH", cache.join("build/bin")).arg(script).arg("--model").arg(model).arg("--ids").arg(&ids);
+        let mut cmd = driver(&cache, model, &ids);
         cmd.args(["--ctx", "256", "--dense", "--threads", "2", "--verbose"]).args(extra).arg("--out").arg(tmp.join("trace.jsonl"));
         let out = cmd.output().expect("the engine's python runs");
         (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())

@@ -50,7 +50,6 @@ pub fn frontier_into(lm: &mut LoadedModel, opts: &FrontierOptions, out: Option<&
     }
     for r in &opts.roundings {
         refuse_unmodelled_rounding(&lm.model, &opts.policies, *r)?;
-        r.check(lm.model.cfg.d_head)?;
     }
     super::claim_out(lm, out)?;
     let dense = Policy::new(Eviction::Dense, ids.len(), opts.policies[0].positions);
