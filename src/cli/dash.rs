@@ -11,6 +11,7 @@ use super::progress::TerminalProgress;
 use crate::error::{Error, Result};
 use crate::io::staging::check_out_dir;
 use crate::io::text::read_input;
+use crate::pipeline::claim_out;
 use crate::pipeline::demo::capture_and_analyze;
 use crate::report::run::Run;
 
@@ -35,31 +36,36 @@ pub struct DashArgs {
 }
 
 pub fn run(args: DashArgs) -> Result<()> {
-    // Before minutes of computing with -f, not after.
-    if !std::io::stdout().is_terminal() {
-        return Err(Error::input("`sinkscope dash` needs an interactive terminal (stdout is not a TTY); for files, use `capture`/`analyze` with -o"));
-    }
-    let dir = match (&args.run, &args.file) {
-        (Some(dir), None) => dir.clone(),
-        (None, Some(file)) => compute(&args, file)?,
-        _ => {
-            return Err(Error::input("give a run directory (`sinkscope dash RUN_DIR`) or a text to compute one (`sinkscope dash -m MODEL -f TEXT`)"))
+    // What was given is checked first (a bad run or model says so when piped too); the terminal
+    // is checked before minutes of computing with -f, not after.
+    match (&args.run, &args.file) {
+        (Some(dir), None) => {
+            let run = Run::open(dir)?;
+            needs_terminal()?;
+            crate::tui::run(run)
         }
-    };
-    let run = Run::open(&dir)?;
-    crate::tui::run(run)
+        (None, Some(file)) => {
+            let out = args.out.clone().unwrap_or_else(|| {
+                let stem = file.file_stem().map_or("text".into(), |s| s.to_string_lossy().into_owned());
+                PathBuf::from("reports").join(format!("dash-{stem}"))
+            });
+            check_out_dir(&out)?;
+            let (text, _) = read_input(None, Some(file))?;
+            let mut lm = args.model.load()?;
+            claim_out(&mut lm, Some(&out))?;
+            needs_terminal()?;
+            capture_and_analyze(&mut lm, file, &text, args.max_tokens, !args.no_ablation, &out, &mut TerminalProgress::new())?;
+            eprintln!("wrote {}", out.display());
+            crate::tui::run(Run::open(&out)?)
+        }
+        _ => Err(Error::input("give a run directory (`sinkscope dash RUN_DIR`) or a text to compute one (`sinkscope dash -m MODEL -f TEXT`)")),
+    }
 }
 
-/// Captures and analyzes `file` into the output directory; returns it.
-fn compute(args: &DashArgs, file: &std::path::Path) -> Result<PathBuf> {
-    let out = args.out.clone().unwrap_or_else(|| {
-        let stem = file.file_stem().map_or("text".into(), |s| s.to_string_lossy().into_owned());
-        PathBuf::from("reports").join(format!("dash-{stem}"))
-    });
-    check_out_dir(&out)?;
-    let (text, _) = read_input(None, Some(file))?;
-    let mut lm = args.model.load()?;
-    capture_and_analyze(&mut lm, file, &text, args.max_tokens, !args.no_ablation, &out, &mut TerminalProgress::new())?;
-    eprintln!("wrote {}", out.display());
-    Ok(out)
+fn needs_terminal() -> Result<()> {
+    if std::io::stdout().is_terminal() {
+        Ok(())
+    } else {
+        Err(Error::input("`sinkscope dash` needs an interactive terminal (stdout is not a TTY); for files, use `capture`/`analyze` with -o"))
+    }
 }

@@ -11,8 +11,9 @@ pub fn read_text_file(path: &Path) -> Result<String> {
         std::io::ErrorKind::IsADirectory => Error::file(path, "is a directory, not a text file"),
         _ => Error::file(path, format!("cannot read ({e})")),
     })?;
-    if bytes.is_empty() {
-        return Err(Error::file(path, "the text file is empty; give a file with some text"));
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        let what = if bytes.is_empty() { "the text file is empty" } else { "the text file holds only whitespace" };
+        return Err(Error::file(path, format!("{what}; give a file with some text")));
     }
     if bytes.contains(&0) {
         return Err(Error::file(path, "looks like a binary file (it contains NUL bytes); give a UTF-8 text file"));

@@ -92,6 +92,7 @@ pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progr
         let peak = if p.eviction == Eviction::Dense { longest } else { p.cache.min(longest) };
         check_fits(&lm.model.cfg, peak, &format!("{} at {longest} tokens", p.label()), available_memory())?;
     }
+    check_length_bound(longest, lm.model.cfg.context_len)?;
     let filler = match &opts.filler {
         Some(path) => read_text_file(path)?,
         None => REPEATED_FILLER.to_string(),
@@ -215,6 +216,21 @@ fn filler_for(filler: &str, length: usize) -> &str {
 }
 
 /// Whether two sweeps make the same prompts at a length both run (the other lengths do not matter).
+/// The longest prompt a sweep runs, in multiples of the model's trained context: a bounded cache
+/// keeps memory small at any length, so without it a mistyped length streams until killed.
+pub const MAX_CONTEXTS_PER_PROMPT: usize = 64;
+
+fn check_length_bound(longest: usize, context: usize) -> Result<()> {
+    let bound = MAX_CONTEXTS_PER_PROMPT.saturating_mul(context);
+    if longest > bound {
+        return Err(Error::input(format!(
+            "--lengths {longest} is {:.0}× the model's trained context of {context}; needle runs prompts up to {MAX_CONTEXTS_PER_PROMPT}× it ({bound} tokens) so that a sweep ends — give shorter --lengths",
+            longest as f64 / context.max(1) as f64
+        )));
+    }
+    Ok(())
+}
+
 fn same_prompts(a: &NeedleSettings, b: &NeedleSettings) -> bool {
     NeedleSettings { lengths: Vec::new(), ..a.clone() } == NeedleSettings { lengths: Vec::new(), ..b.clone() }
 }

@@ -13,7 +13,7 @@ use super::stream::{sink_sweep, stream_tokens, sweep_into, StreamSource, SweepOp
 use crate::analysis::survey::{StreamingHeads, Survey, SurveyRow, SurveySweep};
 use crate::analysis::AnalysisReport;
 use crate::error::{Error, Result};
-use crate::io::staging::Staging;
+use crate::io::staging::{create_out_dir, Staging};
 use crate::io::{write_atomic, write_json_atomic, write_part_json};
 use crate::kv::per_head::measure;
 use crate::model::load::{load_source, LoadOptions, LoadedModel};
@@ -102,7 +102,8 @@ pub fn survey_models(opts: &SurveyOptions, pick: &dyn Fn(usize) -> bool, out: &P
     let slugs = slugs(opts)?;
     let picked: Vec<usize> = (0..opts.models.len()).filter(|&i| pick(i)).collect();
     let sources = check_inputs(opts, &picked)?;
-    std::fs::create_dir_all(out).map_err(|e| Error::file(out, format!("cannot create the output directory ({e})")))?;
+    // Removed again while empty if the first model fails.
+    create_out_dir(out)?;
     // (the path read, the label rows and records carry)
     let texts: Vec<(PathBuf, String)> = if opts.texts.is_empty() {
         let t = out.join(DEFAULT_TEXT_FILE);
@@ -163,9 +164,6 @@ fn check_inputs(opts: &SurveyOptions, picked: &[usize]) -> Result<Vec<ModelSourc
     }
     let sources = picked.iter().map(|&i| resolve(&opts.models[i])).collect::<Result<Vec<_>>>()?;
     for text in &opts.texts {
-        if !text.is_file() {
-            return Err(Error::file(text, "no such text file"));
-        }
         crate::io::text::read_text_file(text)?;
     }
     sweep_options(opts, PathBuf::new(), opts.caches[0])?;
@@ -296,7 +294,7 @@ fn streaming_heads(
     }
     let evidence = measure(&lm.model, &ids, sinks, recent)?;
     let heads = StreamingHeads::new(sha, label, (tokens, ids.len()), (sinks, recent), evidence.outside);
-    std::fs::create_dir_all(dir).map_err(|e| Error::file(dir, format!("cannot create ({e})")))?;
+    create_out_dir(dir)?;
     write_part_json(&dir.join(STREAMING_HEADS_FILE), &heads)?;
     Ok(Some(heads))
 }

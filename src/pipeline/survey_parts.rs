@@ -15,7 +15,7 @@ use super::progress::Progress;
 use super::survey::{epsilon, slugs, survey_models, text_labels, write_survey, LoadRecord, SurveyOptions, DEFAULT_TEXT_FILE};
 use crate::analysis::survey::{Survey, SurveyRow};
 use crate::error::{Error, IoContext, Result};
-use crate::io::staging::{check_out_dir, remove_leftovers};
+use crate::io::staging::{check_out_dir, create_out_dir, remove_leftovers};
 use crate::io::{write_atomic, write_part_json};
 
 /// Where a survey directory keeps its part records.
@@ -130,7 +130,7 @@ pub fn survey_shard(opts: &SurveyOptions, shard: Shard, out: &Path, progress: &m
     let rows = rows.into_iter().map(|(index, row)| PartRow { index, row }).collect();
     let part = SurveyPart { format: PART_FORMAT, shard: shard.k, shards: shard.n, settings, rows };
     let dir = out.join(PARTS_DIR);
-    std::fs::create_dir_all(&dir).map_err(|e| Error::file(&dir, format!("cannot create ({e})")))?;
+    create_out_dir(&dir)?;
     let path = dir.join(shard.file_name());
     write_part_json(&path, &part)?;
     Ok((path, part))
@@ -169,7 +169,7 @@ pub fn merge_parts(dirs: &[PathBuf], out: &Path, progress: &mut dyn Progress) ->
         // report.json is refused here, not published in the merged survey).
         crate::report::run::Run::open(from)?;
     }
-    std::fs::create_dir_all(out).map_err(|e| Error::file(out, format!("cannot create the output directory ({e})")))?;
+    create_out_dir(out)?;
     let here = out.canonicalize().with_file(out)?;
     for ((from, to), (_, f, _)) in runs.iter().zip(&rows) {
         if f.dir != here {
@@ -314,7 +314,7 @@ fn settings_diff(there: &SurveySettings, here: &SurveySettings) -> Option<String
 /// next merge removes the temporary one).
 fn copy_run_dir(from: &Path, to: &Path) -> Result<()> {
     let (Some(parent), Some(name)) = (to.parent(), to.file_name()) else { return Err(Error::file(to, "is not a directory path")) };
-    std::fs::create_dir_all(parent).map_err(|e| Error::file(parent, format!("cannot create ({e})")))?;
+    create_out_dir(parent)?;
     remove_leftovers(parent);
     let name = name.to_string_lossy();
     let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));

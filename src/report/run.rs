@@ -231,9 +231,11 @@ impl Run {
 /// Floating-point slack on a share's bounds (sums of weights land a few ulps past 1).
 const SLACK: f64 = 1e-6;
 
-/// Perplexities are at least 1; shares of attention lie in [0, 1].
+/// Perplexities are at least 1; shares (of attention, of trials) lie in [0, 1].
 const PERPLEXITY: (f64, f64) = (1.0, f64::INFINITY);
 const SHARE: (f64, f64) = (0.0, 1.0);
+/// A negative log-likelihood is at least 0.
+const NLL: (f64, f64) = (0.0, f64::INFINITY);
 
 /// Refuses the first value of `run`'s records outside its range.
 fn check_ranges(run: &Run, dir: &Path) -> Result<()> {
@@ -265,6 +267,37 @@ fn check_ranges(run: &Run, dir: &Path) -> Result<()> {
         for o in &s.outcomes {
             within(dir, STREAM_FILE, o.ppl, PERPLEXITY, || format!("ppl of {}", o.label))?;
         }
+    }
+    if let Some(q) = &run.quant {
+        within(dir, QUANT_FILE, q.baseline.ppl, PERPLEXITY, || "baseline.ppl".into())?;
+        for c in &q.cases {
+            within(dir, QUANT_FILE, c.nll.ppl, PERPLEXITY, || format!("nll.ppl of {}", c.label))?;
+        }
+    }
+    if let Some(n) = &run.needle {
+        check_needle_ranges(n, dir)?;
+    }
+    Ok(())
+}
+
+/// A needle sweep's shares, ranks and answer NLLs.
+fn check_needle_ranges(n: &crate::analysis::needle::NeedleReport, dir: &Path) -> Result<()> {
+    for (i, t) in n.trials.iter().enumerate() {
+        let at = |what: &str| format!("trials[{i}].{what}");
+        for (what, v) in [("depth", t.depth), ("depth_actual", t.depth_actual), ("needle_kept", t.needle_kept)] {
+            within(dir, NEEDLE_FILE, v, SHARE, || at(what))?;
+        }
+        within(dir, NEEDLE_FILE, t.answer_nll, NLL, || at("answer_nll"))?;
+        within(dir, NEEDLE_FILE, t.rank as f64, (1.0, t.candidates as f64), || at("rank"))?;
+    }
+    for (i, c) in n.cells.iter().enumerate() {
+        let at = |what: &str| format!("cells[{i}].{what}");
+        let shares = [("depth", c.depth), ("rank_accuracy", c.rank_accuracy), ("exact_accuracy", c.exact_accuracy), ("needle_kept", c.needle_kept)];
+        for (what, v) in shares.into_iter().chain(c.rank_ci.map(|v| ("rank_ci", v))).chain(c.exact_ci.map(|v| ("exact_ci", v))) {
+            within(dir, NEEDLE_FILE, v, SHARE, || at(what))?;
+        }
+        within(dir, NEEDLE_FILE, c.mean_rank, (1.0, f64::INFINITY), || at("mean_rank"))?;
+        within(dir, NEEDLE_FILE, c.answer_nll, NLL, || at("answer_nll"))?;
     }
     Ok(())
 }

@@ -488,6 +488,7 @@ pub fn targets() -> Option<Vec<Target>> {
         Target { name: "stream-json", file: "stream.json", seeds: vec![small_json(&run.join("stream.json"))], run: open_run },
         Target { name: "per-head-json", file: "per_head.json", seeds: vec![std::fs::read(fixture("fuzz/per_head.json")).ok()?], run: open_run },
         Target { name: "quant-json", file: "quant.json", seeds: vec![std::fs::read(fixture("fuzz/quant.json")).ok()?], run: open_run },
+        Target { name: "needle-json", file: "needle.json", seeds: vec![std::fs::read(fixture("fuzz/needle.json")).ok()?], run: open_run },
         Target {
             name: "survey-json",
             file: "survey.json",
@@ -537,6 +538,11 @@ fn open_run(dir: &Path, _: &Path) -> bool {
     // What a run accepted holds values in range (a mutated perplexity of 0.5 or -1 is refused).
     if let Some(nll) = run.capture.as_ref().and_then(|c| c.nll.as_ref()) {
         assert!(nll.perplexity.is_nan() || nll.perplexity >= 1.0, "accepted a perplexity of {}", nll.perplexity);
+    }
+    if let Some(n) = &run.needle {
+        for t in &n.trials {
+            assert!((1..=t.candidates).contains(&t.rank), "accepted a rank of {} among {}", t.rank, t.candidates);
+        }
     }
     let _ = sinkscope::report::tables::tables(&run);
     let _ = run.capture_alphas();
