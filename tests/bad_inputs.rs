@@ -132,7 +132,7 @@ fn every_kind_of_bad_input_ends_as_promised_in_every_command_that_takes_it() {
                 failures.push(format!("{} — `{shown}`: changed the run in {dir}", case.kind));
             }
         }
-        if ["ppl", "alpha", "trunc", "needle", "quant"].iter().any(|r| work.join(r).join("tables").exists()) {
+        if ["ppl", "alpha", "trunc", "needle", "quant", "kl"].iter().any(|r| work.join(r).join("tables").exists()) {
             failures.push(format!("{} — `{shown}`: published tables from a bad record", case.kind));
         }
     }

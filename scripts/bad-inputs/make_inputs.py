@@ -2,7 +2,7 @@
 the file or directory `name` in WORK, made here. Used by table.sh and tests/bad_inputs.rs.
 
     python3 make_inputs.py SHARED RUN_FIXTURE WORK        every input
-    python3 make_inputs.py --runs WORK RUN_FIXTURE         only the edited runs (ppl, alpha, trunc, needle, quant), afresh
+    python3 make_inputs.py --runs WORK RUN_FIXTURE         only the edited runs (ppl, alpha, trunc, needle, quant, kl), afresh
 
 The runs of other models (`other`, `held`) are made by the binary under test itself: each build
 writes its own records.
@@ -54,6 +54,14 @@ def edited_runs(work, fixture):
         r = json.load(open(os.path.join(fixture, "..", "fuzz", record)))
         edit(r)
         json.dump(r, open(os.path.join(work, name, record), "w"))
+    # A stream.json of `stream --kl` whose one head's sink mass is out of range.
+    shutil.rmtree(os.path.join(work, "kl"), ignore_errors=True)
+    os.makedirs(os.path.join(work, "kl"))
+    r = json.load(open(os.path.join(fixture, "stream.json")))
+    head = {"layer": 0, "head": 0, "kv_head": 0, "sink_mass_exact": 0.5, "sink_mass_rounded": 1.5,
+            "key_error_sinks": 0.1, "key_error_rest": 0.1, "value_error_sinks": 0.1, "value_error_rest": 0.1}
+    r["cache_error_by_head"] = {"sink_positions": 4, "queries": 10, "heads": [head]}
+    json.dump(r, open(os.path.join(work, "kl", "stream.json"), "w"))
     report = os.path.join(work, "trunc", "report.json")
     text = open(report, "rb").read()
     open(report, "wb").write(text[: len(text) // 2])

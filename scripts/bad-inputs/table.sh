@@ -51,7 +51,7 @@ cell() {
   [ -e "$work/no" ] && first="$first [left no/]"
   [ "$(ls -l --time-style=full-iso "$work/other" | md5sum)" != "$before_other" ] && first="$first [changed the other model's run]"
   [ "$(ls -l --time-style=full-iso "$work/held" | md5sum)" != "$before_held" ] && first="$first [wrote into the held run]"
-  for r in ppl alpha trunc needle quant; do [ -e "$work/$r/tables" ] && first="$first [published tables]"; done
+  for r in ppl alpha trunc needle quant kl; do [ -e "$work/$r/tables" ] && first="$first [published tables]"; done
   printf '%s' "$rc: ${first//|/\\|}"
 }
 

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::policy::{Policy, PositionMode, Scorer};
 use crate::error::{Error, Result};
+use crate::model::cache_rounding::CacheRounding;
 use crate::model::decoder::KvStore;
 use crate::model::hook::HookPoint;
 use crate::model::receiver::HookReceiver;
@@ -148,6 +149,10 @@ pub struct ScoredCache {
     pub(super) next_stream: usize,
     tables: RopeTables,
     pub(super) tally: Tally,
+    /// How the cache stores keys and values (exact unless [`ScoredCache::with_rounding`]).
+    pub(super) rounding: CacheRounding,
+    /// A key and a value row being rounded.
+    scratch: (Vec<f32>, Vec<f32>),
 }
 
 impl ScoredCache {
@@ -166,7 +171,45 @@ impl ScoredCache {
             next_stream: 0,
             tables: RopeTables::new(d_head),
             tally: Tally::default(),
+            rounding: CacheRounding::default(),
+            scratch: (Vec::new(), Vec::new()),
         })
+    }
+
+    /// The same (empty) cache storing keys and values as `rounding` says, each rounded once as
+    /// it enters. Its keys are kept before RoPE and rotated as they are read, so rounded keys are
+    /// modelled at slot positions (an engine that stores keys before RoPE); at original positions
+    /// an engine stores them rotated, which this cache does not.
+    pub fn with_rounding(mut self, rounding: CacheRounding) -> Result<Self> {
+        if !rounding.keys.is_exact() && !rounding.before_rope {
+            return Err(Error::input(format!(
+                "a {} cache under {} is modelled at slot positions (keys stored before RoPE), not yet at {} positions",
+                rounding.label(),
+                self.policy.eviction.kind().name(),
+                self.policy.positions.name()
+            )));
+        }
+        rounding.check(self.d_head)?;
+        self.rounding = rounding;
+        Ok(self)
+    }
+
+    /// Appends a key (before RoPE) and its value at stream position `pos` to (layer, KV head),
+    /// rounded as the cache stores them.
+    pub(super) fn store(&mut self, layer: usize, kv: usize, pos: usize, k: &[f32], v: &[f32]) {
+        let set = &mut self.sets[layer][kv];
+        if self.rounding.is_exact() {
+            set.push(pos, k, v);
+            return;
+        }
+        let (kr, vr) = &mut self.scratch;
+        kr.clear();
+        kr.extend_from_slice(k);
+        vr.clear();
+        vr.extend_from_slice(v);
+        self.rounding.key_row(kr, pos);
+        self.rounding.value_row(vr, pos);
+        set.push(pos, kr, vr);
     }
 
     /// Keys held per (layer, KV head) — the most any set holds, under a per-head policy.
@@ -207,12 +250,14 @@ impl ScoredCache {
     /// stream order (a cache compressed at once; see `kv::retrieval::compress`).
     pub(super) fn fill(&mut self, layer: usize, kv: usize, keys: &[(usize, Vec<f32>, Vec<f32>)]) -> Result<()> {
         let dh = self.d_head;
-        let set = self.sets.get_mut(layer).and_then(|l| l.get_mut(kv)).ok_or_else(|| Error::Internal("no such (layer, KV head)".into()))?;
+        if self.sets.get(layer).and_then(|l| l.get(kv)).is_none() {
+            return Err(Error::Internal("no such (layer, KV head)".into()));
+        }
         for (p, k, v) in keys {
             if k.len() != dh || v.len() != dh {
                 return Err(Error::Internal("a key of the wrong width".into()));
             }
-            set.push(*p, k, v);
+            self.store(layer, kv, *p, k, v);
         }
         Ok(())
     }
@@ -311,10 +356,10 @@ impl KvStore for ScoredCache {
         let first = self.next_stream;
         with_f32(&k_new, |k| {
             with_f32(&v_new, |v| {
-                for (h, set) in self.sets[layer].iter_mut().enumerate() {
+                for h in 0..kvh {
                     for r in 0..t {
                         let at = (h * t + r) * dh;
-                        set.push(first + r, &k[at..at + dh], &v[at..at + dh]);
+                        self.store(layer, h, first + r, &k[at..at + dh], &v[at..at + dh]);
                     }
                 }
             })
@@ -336,6 +381,10 @@ impl KvStore for ScoredCache {
             }
         };
         Ok((keys, values))
+    }
+
+    fn round_queries(&self, q: &Tensor) -> Result<Tensor> {
+        self.rounding.queries(q)
     }
 
     fn commit(&mut self, t: usize) {

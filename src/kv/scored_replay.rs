@@ -82,7 +82,7 @@ impl Attend for BlockAttention<'_> {
                         let step = self.start + r;
                         for kv in 0..kvh {
                             let at_kv = (r * kvh + kv) * dh;
-                            self.cache.sets[l][kv].push(step, &k[at_kv..at_kv + dh], &v[at_kv..at_kv + dh]);
+                            self.cache.store(l, kv, step, &k[at_kv..at_kv + dh], &v[at_kv..at_kv + dh]);
                         }
                         if l == 0 {
                             self.lens.push(self.cache.sets[0].iter().map(|s| s.pos.len()).max().unwrap_or(0));
@@ -110,6 +110,7 @@ impl Attend for BlockAttention<'_> {
                                 let head = kv * group + g;
                                 let qh = &q[(r * h + head) * dh..][..dh];
                                 rotate(rope, qh, &cos[q_pos * half..], &sin[q_pos * half..], &mut q_rot);
+                                self.cache.rounding.query_row(&mut q_rot);
                                 for (i, s) in p.iter_mut().enumerate() {
                                     // Keys a window or more slots back are hidden on windowed layers.
                                     let hidden = at.window.is_some_and(|w| q_pos - key_pos(i) >= w);

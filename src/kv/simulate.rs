@@ -181,19 +181,15 @@ fn refuse_unmodelled_windows(model: &Decoder, policies: &[Policy], opts: SimOpti
     Ok(())
 }
 
-/// A quantized cache is modelled for the positional policies (dense, window, sink, keep) and
-/// heads whose size its blocks divide.
+/// A quantized cache is modelled for heads whose size its blocks divide, and under score-based
+/// policies with keys stored before RoPE (`ScoredCache::with_rounding`).
 pub fn refuse_unmodelled_rounding(model: &Decoder, policies: &[Policy], rounding: CacheRounding) -> Result<()> {
     if rounding.is_exact() {
         return Ok(());
     }
     rounding.check(model.cfg.d_head)?;
-    if let Some(p) = policies.iter().find(|p| p.is_scored()) {
-        return Err(Error::input(format!(
-            "a {} cache is modelled for the dense, window, sink, keep and recompute policies, not yet for {}",
-            rounding.label(),
-            p.eviction.kind().name()
-        )));
+    for p in policies.iter().filter(|p| p.is_scored()) {
+        ScoredCache::new(*p, 1, 1, 1, model.cfg.d_head)?.with_rounding(rounding)?;
     }
     Ok(())
 }
@@ -295,7 +291,7 @@ fn scored(model: &Decoder, ids: &[u32], policy: Policy, opts: SimOptions, progre
         ));
     }
     let (n, steps) = (ids.len(), ids.len() - 1);
-    let mut cache = ScoredCache::new(policy, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head)?;
+    let mut cache = ScoredCache::new(policy, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head)?.with_rounding(opts.rounding)?;
     let track = if opts.token_by_token {
         let mut track = Track { nll: Vec::with_capacity(steps), lens: Vec::with_capacity(steps), wall: 0.0 };
         let start = Instant::now();

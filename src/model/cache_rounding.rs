@@ -112,6 +112,26 @@ impl CacheRounding {
         self.round(q, self.keys.query_format(), rotation, None)
     }
 
+    /// One key row of a head (before or after RoPE, as `before_rope` says) at stream position
+    /// `position`, as the cache returns it: for the caches that store rows one at a time.
+    pub fn key_row(&self, row: &mut [f32], position: usize) {
+        if position >= self.exact_first {
+            round_row(row, self.keys, self.key_rotation(row.len()));
+        }
+    }
+
+    /// One value row of a head at stream position `position`, as the cache returns it.
+    pub fn value_row(&self, row: &mut [f32], position: usize) {
+        if position >= self.exact_first {
+            round_row(row, self.values, self.value_rotation(row.len()));
+        }
+    }
+
+    /// One rotated query row of a head, in the format of its product with the cached keys.
+    pub fn query_row(&self, row: &mut [f32]) {
+        round_row(row, self.keys.query_format(), self.key_rotation(row.len()));
+    }
+
     fn round(&self, x: &Tensor, format: CacheFormat, rotation: Option<usize>, positions: Option<&[usize]>) -> Result<Tensor> {
         if format.is_exact() {
             return Ok(x.clone());
@@ -125,15 +145,24 @@ impl CacheRounding {
             if positions.is_some_and(|p| p[i % n] < self.exact_first) {
                 continue;
             }
-            if let Some(r) = rotation {
-                hadamard::rotate(row, r);
-            }
-            format.round_trip(row);
-            if let Some(r) = rotation {
-                hadamard::rotate(row, r);
-            }
+            round_row(row, format, rotation);
         }
         Ok(Tensor::from_vec(data, (heads, n, dh), &Device::Cpu)?)
+    }
+}
+
+/// A row through `format` and back, in the rotated basis when there is a rotation (the Hadamard
+/// transform is its own inverse, so the row returns to its own basis).
+fn round_row(row: &mut [f32], format: CacheFormat, rotation: Option<usize>) {
+    if format.is_exact() {
+        return;
+    }
+    if let Some(r) = rotation {
+        hadamard::rotate(row, r);
+    }
+    format.round_trip(row);
+    if let Some(r) = rotation {
+        hadamard::rotate(row, r);
     }
 }
 

@@ -251,11 +251,8 @@ fn check(opts: &NeedleOptions) -> Result<()> {
     }
     if !opts.rounding.is_exact() {
         let label = opts.rounding.label();
-        if let Some((p, c)) = opts.policies.iter().find(|(p, c)| !p.is_cached() || p.is_scored() || *c == Compression::QuestionKnown) {
-            return Err(Error::input(format!(
-                "a {label} cache is modelled for needle's streamed dense, window, sink and keep arms, not yet for {}",
-                label_of(*p, *c)
-            )));
+        if let Some((p, c)) = opts.policies.iter().find(|(p, c)| !p.is_cached() || *c == Compression::QuestionKnown) {
+            return Err(Error::input(format!("a {label} cache is modelled for needle's streamed arms, not yet for {}", label_of(*p, *c))));
         }
         if opts.retrieval_heads.is_some() {
             return Err(Error::input(format!("a {label} cache is not modelled yet for the per-head arms of --retrieval-heads")));

@@ -234,7 +234,7 @@ const SLACK: f64 = 1e-6;
 /// Perplexities are at least 1; shares (of attention, of trials) lie in [0, 1].
 const PERPLEXITY: (f64, f64) = (1.0, f64::INFINITY);
 const SHARE: (f64, f64) = (0.0, 1.0);
-/// A negative log-likelihood is at least 0.
+/// A negative log-likelihood (or a KL divergence) is at least 0.
 const NLL: (f64, f64) = (0.0, f64::INFINITY);
 
 /// Refuses the first value of `run`'s records outside its range.
@@ -266,6 +266,14 @@ fn check_ranges(run: &Run, dir: &Path) -> Result<()> {
     if let Some(s) = &run.stream {
         for o in &s.outcomes {
             within(dir, STREAM_FILE, o.ppl, PERPLEXITY, || format!("ppl of {}", o.label))?;
+        }
+        for (t, &kl) in s.kl_from_exact.iter().flatten().enumerate() {
+            within(dir, STREAM_FILE, kl, NLL, || format!("kl_from_exact[{t}]"))?;
+        }
+        for h in s.cache_error_by_head.iter().flat_map(|c| &c.heads) {
+            let at = |what: &str| format!("cache_error_by_head: {what} of layer {} head {}", h.layer, h.head);
+            within(dir, STREAM_FILE, h.sink_mass_exact, SHARE, || at("sink_mass_exact"))?;
+            within(dir, STREAM_FILE, h.sink_mass_rounded, SHARE, || at("sink_mass_rounded"))?;
         }
     }
     if let Some(q) = &run.quant {

@@ -80,15 +80,12 @@ impl CacheStream {
         }
     }
 
-    /// The same (empty) positional stream with its cache storing keys and values as `rounding`
-    /// says; a score-based cache does not model a rounding one.
+    /// The same (empty) stream with its cache storing keys and values as `rounding` says.
     pub fn rounded(self, rounding: CacheRounding) -> Result<Self> {
         match self {
             _ if rounding.is_exact() => Ok(self),
             CacheStream::Positional { kv, trace } => Ok(CacheStream::Positional { kv: kv.with_rounding(rounding), trace }),
-            CacheStream::Scored(_) => {
-                Err(Error::input(format!("a {} cache is modelled for positional policies, not yet for score-based ones", rounding.label())))
-            }
+            CacheStream::Scored(c) => Ok(CacheStream::Scored(c.with_rounding(rounding)?)),
         }
     }
 
