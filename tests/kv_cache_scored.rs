@@ -107,8 +107,8 @@ fn scored_caches_under_cache_types_run_through_the_binary() {
     assert!(stderr.contains("under h2o is modelled at slot positions") && stderr.contains("not yet at original positions"), "{stderr}");
     assert!(!tmp.join("other").exists());
     // needle's streamed score-based arm (an fp8 cache: stories260K's heads hold 8 values).
-    let nd = tmp.join("needle");
-    let needle = common::sinkscope(&[
+    let nd = tmp.join("needle-run");
+    let mut args = vec![
         "needle",
         "-m",
         "stories260k",
@@ -126,9 +126,23 @@ fn scored_caches_under_cache_types_run_through_the_binary() {
         "fp8-e4m3",
         "-o",
         nd.to_str().unwrap(),
-    ]);
+    ];
+    let needle = common::sinkscope(&args);
     assert!(needle.status.success(), "{}", String::from_utf8_lossy(&needle.stderr));
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(nd.join("needle.json")).unwrap()).unwrap();
     assert_eq!(report["settings"]["cache_rounding"]["keys"], "fp8-e4m3", "{}", report["settings"]);
     assert!(report["trials"][0]["answer_nll"].as_f64().is_some_and(f64::is_finite));
+    // The answer's KL from the same policy's exact cache: above 0 here, exactly 0 with every
+    // position kept exact (an fp8 key cache does not round its queries).
+    let kl = |r: &serde_json::Value| r["trials"].as_array().unwrap().iter().map(|t| t["kl_from_exact"].as_f64().unwrap()).collect::<Vec<f64>>();
+    assert!(kl(&report).iter().all(|&k| k > 0.0), "{:?}", kl(&report));
+    assert!(String::from_utf8_lossy(&needle.stdout).contains("the answer's KL from the same policy's exact cache"));
+    args.extend_from_slice(&["--unquantized-first", "100000"]);
+    let all_exact = common::sinkscope(
+        &args.iter().map(|a| a.replace("needle-run", "needle-exact")).collect::<Vec<_>>().iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    assert!(all_exact.status.success(), "{}", String::from_utf8_lossy(&all_exact.stderr));
+    let exact: serde_json::Value = serde_json::from_slice(&std::fs::read(tmp.join("needle-exact").join("needle.json")).unwrap()).unwrap();
+    assert!(kl(&exact).iter().all(|&k| k == 0.0), "{:?}", kl(&exact));
+    assert_eq!(exact["cells"][0]["kl_from_exact"], 0.0);
 }

@@ -100,6 +100,10 @@ pub struct NeedleTrial {
     /// The cache budget W the prompt ran under (`None`: dense).
     #[serde(default)]
     pub budget: Option<usize>,
+    /// Under a rounding cache: the mean over the answer's tokens of KL(P_exact ‖ P_rounded),
+    /// against the same policy with an exact cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kl_from_exact: Option<f64>,
 }
 
 /// Every trial of one policy × length × depth, summarised.
@@ -124,6 +128,9 @@ pub struct NeedleCell {
     pub budget: Option<usize>,
     /// The needle lay less than the cache budget W from the answer (always, with no eviction).
     pub within_budget: bool,
+    /// Under a rounding cache: the trials' mean answer KL from the exact cache's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kl_from_exact: Option<f64>,
 }
 
 /// Cells of `trials` in their first-seen order of (policy, length, depth).
@@ -161,6 +168,7 @@ pub fn cells(trials: &[NeedleTrial]) -> Vec<NeedleCell> {
                 needle_kept: mean(&|t| t.needle_kept),
                 budget,
                 within_budget: budget.is_none_or(|w| distance < w as f64),
+                kl_from_exact: group.iter().map(|t| t.kl_from_exact).sum::<Option<f64>>().map(|sum| sum / n as f64),
             }
         })
         .collect()
@@ -285,6 +293,7 @@ mod tests {
             distance,
             needle_kept: 1.0,
             budget: (policy != "dense").then_some(64),
+            kl_from_exact: None,
         }
     }
 

@@ -160,6 +160,14 @@ fn summary(r: &NeedleReport) -> String {
         let split = budget_split(&r.cells, &p.label);
         out += &format!("  {:<width$} {:>28} {:>28} {:>8.0}\n", p.label, side(split.within), side(split.beyond), p.seconds);
     }
+    if s.cache_rounding.is_some() {
+        let kl_of = |label: &str| {
+            let kl: Vec<f64> = r.trials.iter().filter(|t| t.policy == label).filter_map(|t| t.kl_from_exact).collect();
+            (!kl.is_empty()).then(|| format!("{label} {:.4} nats", kl.iter().sum::<f64>() / kl.len() as f64))
+        };
+        let each: Vec<String> = r.policies.iter().filter_map(|p| kl_of(&p.label)).collect();
+        out += &format!("  the answer's KL from the same policy's exact cache (mean over trials and answer tokens): {}\n", each.join(", "));
+    }
     if let Some(h) = &r.heads {
         out += &heads_summary(h);
     }

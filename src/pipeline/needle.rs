@@ -19,7 +19,7 @@ use crate::io::{write_atomic, write_json_atomic, write_part_json};
 use crate::kv::memory::check_fits;
 use crate::kv::policy::{Eviction, Policy};
 use crate::kv::retrieval::haystack::{draw_trials, Haystack, Trial, REPEATED_FILLER};
-use crate::kv::retrieval::{compression_applies, sweep, sweep_from, CacheStream, Compression};
+use crate::kv::retrieval::{compression_applies, sweep, sweep_against_exact, sweep_from, CacheStream, Compression};
 use crate::model::cache_rounding::CacheRounding;
 use crate::model::fit::available_memory;
 use crate::model::load::LoadedModel;
@@ -315,9 +315,11 @@ fn run_part(
         Some(full) => {
             sweep_from(&lm.model, CacheStream::new(&lm.model, arm.policy)?.with_full_heads(full)?, haystack, &insertions, trials, &mut report)?
         }
+        // A rounding cache runs beside the same policy's exact one: the answer's KL from it.
         None if !opts.rounding.is_exact() => {
-            let stream = CacheStream::new(&lm.model, arm.policy)?.rounded(opts.rounding)?;
-            sweep_from(&lm.model, stream, haystack, &insertions, trials, &mut report)?
+            let rounded = CacheStream::new(&lm.model, arm.policy)?.rounded(opts.rounding)?;
+            let exact = CacheStream::new(&lm.model, arm.policy)?;
+            sweep_against_exact(&lm.model, (rounded, exact), haystack, &insertions, trials, &mut report)?
         }
         None => sweep(&lm.model, arm.policy, arm.compression, haystack, &insertions, trials, &mut report)?,
     };
@@ -340,6 +342,7 @@ fn run_part(
                 distance: o.prompt_len - o.needle_start,
                 needle_kept: o.needle_kept,
                 budget: arm.budget,
+                kl_from_exact: o.kl_from_exact,
             });
         }
     }

@@ -47,6 +47,7 @@ pub fn tables(r: &NeedleReport) -> Vec<Table> {
         .f64("distance", |c| c.distance)
         .f64("needle_kept", |c| c.needle_kept)
         .bool("within_budget", |c| c.within_budget)
+        .opt_f64("kl_from_exact", |c| c.kl_from_exact)
         .build("needle");
     let trials = Builder::new(&r.trials, &m)
         .str("policy", |t: &NeedleTrial| t.policy.clone())
@@ -65,6 +66,7 @@ pub fn tables(r: &NeedleReport) -> Vec<Table> {
         .u32("distance", |t| t.distance)
         .f64("needle_kept", |t| t.needle_kept)
         .opt_u32("cache", |t| t.budget)
+        .opt_f64("kl_from_exact", |t| t.kl_from_exact)
         .build("needle_trials");
     let mut out = vec![cells, trials];
     out.extend(r.heads.as_ref().map(|h| heads_table(h, &m)));

@@ -296,6 +296,7 @@ fn check_needle_ranges(n: &crate::analysis::needle::NeedleReport, dir: &Path) ->
             within(dir, NEEDLE_FILE, v, SHARE, || at(what))?;
         }
         within(dir, NEEDLE_FILE, t.answer_nll, NLL, || at("answer_nll"))?;
+        within(dir, NEEDLE_FILE, t.kl_from_exact.unwrap_or(0.0), NLL, || at("kl_from_exact"))?;
         within(dir, NEEDLE_FILE, t.rank as f64, (1.0, t.candidates as f64), || at("rank"))?;
     }
     for (i, c) in n.cells.iter().enumerate() {

@@ -24,6 +24,7 @@ use super::policy::{Eviction, Policy, PositionMode};
 use super::scored::ScoredCache;
 use super::trace::PolicyTrace;
 use crate::error::{Error, Result};
+use crate::metrics::divergence::{kl_rows, log_softmax_rows};
 use crate::model::cache_rounding::CacheRounding;
 use crate::model::decoder::Decoder;
 use crate::model::policy_forward::{QueryView, StreamKv};
@@ -159,6 +160,12 @@ impl CandidateScores {
 /// `last` being the final-norm hidden row of the prompt's last token: each candidate continues a
 /// copy of the stream, so its later tokens see what the policy keeps as the answer goes in.
 pub fn score_candidates(model: &Decoder, stream: &CacheStream, last: &Tensor, candidates: &[Vec<u32>]) -> Result<CandidateScores> {
+    scores_from_rows(model, &candidate_rows(model, stream, last, candidates)?, candidates)
+}
+
+/// The final-norm hidden rows that predict the candidates' tokens (see [`scores_from_rows`]);
+/// rows 0…m−1 predict the truth's m tokens.
+fn candidate_rows(model: &Decoder, stream: &CacheStream, last: &Tensor, candidates: &[Vec<u32>]) -> Result<Tensor> {
     let m = answer_len(candidates)?;
     let mut rows = vec![last.clone()];
     if m > 1 {
@@ -184,7 +191,19 @@ pub fn score_candidates(model: &Decoder, stream: &CacheStream, last: &Tensor, ca
             }
         }
     }
-    scores_from_rows(model, &Tensor::cat(&rows, 0)?, candidates)
+    Ok(Tensor::cat(&rows, 0)?)
+}
+
+/// Mean over the truth's tokens of KL(P_exact ‖ P) between the next-token distributions the two
+/// sets of hidden rows give (teacher-forced on the truth: rows 0…m−1 of each).
+fn truth_kl(model: &Decoder, exact: &Tensor, rows: &Tensor, m: usize) -> Result<f64> {
+    let vocab = model.cfg.vocab_size;
+    let logp = |h: &Tensor| -> Result<Vec<f32>> {
+        let logits = model.logits(&h.narrow(0, 0, m)?)?;
+        Ok(log_softmax_rows(&logits.flatten_all()?.to_vec1::<f32>()?, vocab))
+    };
+    let kl = kl_rows(&logp(exact)?, &logp(rows)?, vocab);
+    Ok(kl.iter().sum::<f64>() / kl.len().max(1) as f64)
 }
 
 /// The candidates' scores from final-norm hidden rows: row 0 predicts every candidate's first
@@ -222,6 +241,9 @@ pub struct TrialOutcome {
     pub needle_start: usize,
     /// The share of the needle's tokens the cache held when the answer began.
     pub needle_kept: f64,
+    /// Against the same policy with an exact cache ([`sweep_against_exact`]): the mean over the
+    /// answer's tokens of KL(P_exact ‖ P) of the next-token distribution.
+    pub kl_from_exact: Option<f64>,
 }
 
 /// When a policy compresses the prompt relative to the question.
@@ -298,7 +320,31 @@ fn answer_len(candidates: &[Vec<u32>]) -> Result<usize> {
 /// [`CacheStream::with_full_heads`]).
 pub fn sweep_from(
     model: &Decoder,
-    mut trunk: CacheStream,
+    trunk: CacheStream,
+    haystack: &Haystack,
+    insertions: &[usize],
+    trials: &[Trial],
+    progress: &mut dyn FnMut(usize),
+) -> Result<Vec<Vec<TrialOutcome>>> {
+    sweep_streams(model, (trunk, None), haystack, insertions, trials, progress)
+}
+
+/// [`sweep_from`] on `rounded` (a rounding cache's stream) with `exact` (the same policy's, exact)
+/// in lockstep: each outcome also holds the answer's KL divergence from the exact cache's.
+pub fn sweep_against_exact(
+    model: &Decoder,
+    (rounded, exact): (CacheStream, CacheStream),
+    haystack: &Haystack,
+    insertions: &[usize],
+    trials: &[Trial],
+    progress: &mut dyn FnMut(usize),
+) -> Result<Vec<Vec<TrialOutcome>>> {
+    sweep_streams(model, (rounded, Some(exact)), haystack, insertions, trials, progress)
+}
+
+fn sweep_streams(
+    model: &Decoder,
+    (mut trunk, mut twin): (CacheStream, Option<CacheStream>),
     haystack: &Haystack,
     insertions: &[usize],
     trials: &[Trial],
@@ -306,30 +352,51 @@ pub fn sweep_from(
 ) -> Result<Vec<Vec<TrialOutcome>>> {
     check_insertions(haystack, insertions)?;
     let filler = &haystack.filler;
-    if !trunk.is_empty() {
+    if !trunk.is_empty() || twin.as_ref().is_some_and(|t| !t.is_empty()) {
         return Err(Error::Internal("a sweep starts from an empty stream".into()));
     }
     let mut order: Vec<usize> = (0..insertions.len()).collect();
     order.sort_by_key(|&i| (insertions[i], i));
     let mut out: Vec<Vec<TrialOutcome>> = vec![Vec::new(); insertions.len()];
-    trunk.run(model, &haystack.head)?;
+    let advance = |trunk: &mut CacheStream, twin: &mut Option<CacheStream>, tokens: &[u32]| -> Result<()> {
+        trunk.run(model, tokens)?;
+        if let Some(t) = twin.as_mut() {
+            t.run(model, tokens)?;
+        }
+        Ok(())
+    };
+    advance(&mut trunk, &mut twin, &haystack.head)?;
     progress(haystack.head.len());
     for i in order {
         let at = insertions[i];
         let reached = trunk.len() - haystack.head.len();
         if at > reached {
-            trunk.run(model, &filler[reached..at])?;
+            advance(&mut trunk, &mut twin, &filler[reached..at])?;
             progress(at - reached);
         }
         let needle_start = haystack.head.len() + at;
         for trial in trials {
-            let mut stream = trunk.clone();
             let rest = [&trial.needle[..], &filler[at..], &haystack.question[..]].concat();
-            let hidden = stream.run(model, &rest)?;
-            let last = hidden.narrow(0, hidden.dim(0)? - 1, 1)?;
+            // The prompt's end through a copy of a trunk: the cache, its last hidden row.
+            let prompt = |trunk: &CacheStream| -> Result<(CacheStream, Tensor)> {
+                let mut stream = trunk.clone();
+                let hidden = stream.run(model, &rest)?;
+                let last = hidden.narrow(0, hidden.dim(0)? - 1, 1)?;
+                Ok((stream, last))
+            };
+            let (stream, last) = prompt(&trunk)?;
             let needle_kept = stream.held_share(needle_start..needle_start + trial.needle.len());
-            let scores = score_candidates(model, &stream, &last, &trial.candidates)?;
-            out[i].push(TrialOutcome { scores, prompt_len: stream.len(), needle_start, needle_kept });
+            let rows = candidate_rows(model, &stream, &last, &trial.candidates)?;
+            let scores = scores_from_rows(model, &rows, &trial.candidates)?;
+            let kl_from_exact = match &twin {
+                Some(t) => {
+                    let (exact, exact_last) = prompt(t)?;
+                    let exact_rows = candidate_rows(model, &exact, &exact_last, &trial.candidates[..1])?;
+                    Some(truth_kl(model, &exact_rows, &rows, trial.candidates[0].len())?)
+                }
+                None => None,
+            };
+            out[i].push(TrialOutcome { scores, prompt_len: stream.len(), needle_start, needle_kept, kl_from_exact });
             progress(rest.len());
         }
     }
@@ -358,7 +425,7 @@ fn compressed_sweep(
         let needle_kept = stream.held_share(needle_start..needle_start + trial.needle.len());
         let scores = score_candidates(model, &stream, &last, &trial.candidates)?;
         progress(prompt.len());
-        Ok(TrialOutcome { scores, prompt_len: prompt.len(), needle_start, needle_kept })
+        Ok(TrialOutcome { scores, prompt_len: prompt.len(), needle_start, needle_kept, kl_from_exact: None })
     })
 }
 
@@ -413,6 +480,6 @@ fn recompute_sweep(
         let seen = prompt.len().saturating_sub(w);
         let needle_end = needle_start + trial.needle.len();
         let needle_kept = needle_end.saturating_sub(needle_start.max(seen)) as f64 / trial.needle.len().max(1) as f64;
-        Ok(TrialOutcome { scores, prompt_len: prompt.len(), needle_start, needle_kept })
+        Ok(TrialOutcome { scores, prompt_len: prompt.len(), needle_start, needle_kept, kl_from_exact: None })
     })
 }
