@@ -146,3 +146,38 @@ fn scored_caches_under_cache_types_run_through_the_binary() {
     assert!(kl(&exact).iter().all(|&k| k == 0.0), "{:?}", kl(&exact));
     assert_eq!(exact["cells"][0]["kl_from_exact"], 0.0);
 }
+
+/// The per-head sweep under a rounding cache: the mixed store rounds as the scored policies do
+/// (with no head full, it is `h2o` R = W − S under the same rounding, NLL for NLL), counts each
+/// format's bits in its memory, and compares each share with a uniform sink cache run through the
+/// same store (at 0% and 100% retrieval heads, the same cache: the same perplexity).
+#[test]
+fn the_per_head_sweep_rounds_every_cache_it_runs() {
+    use sinkscope::kv::per_head::{mixed_policy, simulate_mixed};
+    let Some(lm) = smollm2() else { return };
+    let ids = book_ids(&lm, 160);
+    let cfg = &lm.model.cfg;
+    let none = vec![vec![false; cfg.n_kv_heads]; cfg.n_layers];
+    let rounding = CacheRounding { exact_first: 4, ..q4() };
+    let mixed = simulate_mixed(&lm.model, &ids, &none, (4, 64), rounding).unwrap();
+    assert_eq!(mixed.outcome.nll, nll(&lm, &ids, mixed_policy(4, 64), rounding, false));
+    // 4 exact entries per (layer, KV head) at f16, the rest at q4_0 + q8_0: 4.5 + 8.5 bits a value.
+    let heads = cfg.n_layers * cfg.n_kv_heads;
+    let want = (4 * heads * 2 * cfg.d_head * 2) as f64 + ((mixed.entries - 4 * heads) * cfg.d_head) as f64 * 13.0 / 8.0;
+    assert_eq!(mixed.bytes, want.ceil() as u64);
+
+    let Some(model) = common::model("SmolLM2-135M-Instruct.Q4_1.gguf") else { return };
+    let text = common::corpora_dir().join("pg1342_pride_and_prejudice.txt");
+    let tmp = common::temp_dir("kv-cache-per-head");
+    let out = tmp.join("run");
+    let args = ["recommend", "-m", model.to_str().unwrap(), "-f", text.to_str().unwrap(), "--tokens", "200", "--cache", "64"];
+    let extra = ["--per-head", "--shares", "0,1", "--cache-type-k", "q4_0", "--cache-type-v", "q8_0", "-o", out.to_str().unwrap()];
+    let ran = common::sinkscope(&args.iter().chain(&extra).copied().collect::<Vec<_>>());
+    assert!(ran.status.success(), "{}", String::from_utf8_lossy(&ran.stderr));
+    assert!(String::from_utf8_lossy(&ran.stdout).contains("cache: K q4_0 · V q8_0"));
+    let f: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("per_head.json")).unwrap()).unwrap();
+    assert_eq!(f["cache_rounding"]["keys"], "q4_0");
+    for row in f["rows"].as_array().unwrap() {
+        assert_eq!(row["ppl_from_w"], row["uniform_ppl_from_w"], "{row}");
+    }
+}

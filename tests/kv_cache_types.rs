@@ -364,8 +364,6 @@ fn cache_type_flags_are_recorded_and_refused_where_they_cannot_apply() {
     refused(&keep_delta, "not for keep N=4");
     refused(&with(&["--cache-type-k", "f16", "--no-attn-rot"]), "--no-attn-rot is for block formats");
     refused(&with(&["--cache-type-k", "q3_k"]), "not a cache type; one of f32, f16, bf16, q8_0");
-    let per_head = ["recommend", "-m", m, "-f", f, "--tokens", "200", "--cache", "64", "--cache-type-k", "q8_0", "--per-head"];
-    refused(&per_head, "--per-head does not model a quantized cache yet");
     let tiny = ["stream", "-m", stories.to_str().unwrap(), "-f", f, "--tokens", "100", "--policy", "sink", "--cache", "32", "--cache-type-k", "q4_0"];
     refused(&tiny, "a q4_0 key cache stores blocks of 32 values, and this model's heads hold 8");
     // needle's streamed h2o arm runs under a rounding cache (tests/kv_cache_scored.rs); its

@@ -69,7 +69,9 @@ fn score_policies_match_a_pytorch_loop() {
 fn per_head_run_matches(lm: &LoadedModel, ids: &[u32], w: usize, run: &serde_json::Value) {
     let gates: Vec<Vec<bool>> =
         run["gates"].as_array().unwrap().iter().map(|l| l.as_array().unwrap().iter().map(|g| g.as_bool().unwrap()).collect()).collect();
-    let o = sinkscope::kv::per_head::simulate_mixed(&lm.model, ids, &gates, run["sinks"].as_u64().unwrap() as usize, w).unwrap().outcome;
+    let o = sinkscope::kv::per_head::simulate_mixed(&lm.model, ids, &gates, (run["sinks"].as_u64().unwrap() as usize, w), Default::default())
+        .unwrap()
+        .outcome;
     let want: Vec<f64> = run["nll"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
     let worst = common::max_abs_diff("o.nll", &o.nll, &want);
     eprintln!("{}: max |ΔNLL| {worst:.2e} vs the PyTorch loop", o.label);
@@ -138,15 +140,15 @@ fn per_head_policies_span_sink_to_dense() {
     assert!(evidence.alpha0.iter().flatten().any(|&a| a > 0.5));
     assert_eq!((score.len(), score[0].len()), (cfg.n_layers, cfg.n_kv_heads));
     let close = |a: &[f64], b: &[f64]| common::max_abs_diff("NLL", a, b);
-    let none = simulate_mixed(&lm.model, &ids, &gates_by_share(&score, 0.0), 4, 64).unwrap();
+    let none = simulate_mixed(&lm.model, &ids, &gates_by_share(&score, 0.0), (4, 64), Default::default()).unwrap();
     let sink = simulate(&lm.model, &ids, &[policy(PolicyKind::Sink, 4, 64, 0)], &mut |_, _| {}).unwrap().remove(0);
     assert!(close(&none.outcome.nll, &sink.nll) < 1e-4, "no retrieval heads vs sink: {}", close(&none.outcome.nll, &sink.nll));
-    let all = simulate_mixed(&lm.model, &ids, &gates_by_share(&score, 1.0), 4, 64).unwrap();
+    let all = simulate_mixed(&lm.model, &ids, &gates_by_share(&score, 1.0), (4, 64), Default::default()).unwrap();
     let dense = simulate(&lm.model, &ids, &[policy(PolicyKind::Dense, 0, 0, 0)], &mut |_, _| {}).unwrap().remove(0);
     assert!(close(&all.outcome.nll, &dense.nll) < 1e-4, "all retrieval heads vs dense: {}", close(&all.outcome.nll, &dense.nll));
     let kv = cfg.n_layers * cfg.n_kv_heads;
     assert_eq!((none.entries, all.entries), (kv * 63, kv * 299));
-    let half = simulate_mixed(&lm.model, &ids, &gates_by_share(&score, 0.5), 4, 64).unwrap();
+    let half = simulate_mixed(&lm.model, &ids, &gates_by_share(&score, 0.5), (4, 64), Default::default()).unwrap();
     assert_eq!(half.retrieval_heads, kv / 2);
     assert_eq!(half.entries, (kv / 2) * 299 + (kv - kv / 2) * 63);
     assert_eq!(half.bytes, half.entries as u64 * 2 * cfg.d_head as u64 * 2);

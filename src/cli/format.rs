@@ -351,7 +351,14 @@ pub fn format_frontier(f: &Frontier) -> String {
         f.cache,
         f.gates.ranked_by_text()
     );
-    s.push_str(&format!("retrieval heads      KV entries   KV memory (f16)   ppl from step {:<5}  | uniform sink, same memory: W   ppl from step {}  | uniform at equal ppl\n", f.cache, f.cache));
+    let stored = match &f.cache_rounding {
+        Some(r) => {
+            s.push_str(&format!("cache: {} (every cache of the sweep; the heads are ranked on the exact model)\n\n", r.describe()));
+            "stored"
+        }
+        None => "f16",
+    };
+    s.push_str(&format!("retrieval heads      KV entries   KV memory ({stored})   ppl from step {:<5}  | uniform sink, same memory: W   ppl from step {}  | uniform at equal ppl\n", f.cache, f.cache));
     for r in &f.rows {
         s.push_str(&format!(
             "{:>4} of {:<4} ({:>5.1}%) {:>10}   {:>12.2} MiB   {:>18}   | {:>28}   {:>18}  | {}\n",

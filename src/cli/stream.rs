@@ -15,7 +15,7 @@ use crate::io::finite_json::{check, to_pretty};
 use crate::io::staging::check_out_dir;
 use crate::kv::cache_frontier::MemoryBudget;
 use crate::kv::divergence::SINK_POSITIONS;
-use crate::kv::policy::{Eviction, Policy, PolicyKind};
+use crate::kv::policy::{Eviction, Policy, PolicyKind, PositionMode};
 use crate::numerics::cache_formats::CacheFormat;
 use crate::pipeline::cache_frontier::{frontier_into, FrontierOptions};
 use crate::pipeline::heads::{per_head_sweep, PerHeadSweep, CAUSAL_TOKENS, GATE_TOKENS};
@@ -169,12 +169,10 @@ impl RecommendArgs {
         if !self.cache_types.is_empty() {
             return self.frontier().map(Recommend::Frontier);
         }
-        let rounding = self.formats.rounding(self.cache.positions)?;
-        if !rounding.is_exact() && self.per_head {
-            return Err(Error::input("--per-head does not model a quantized cache yet; leave out --cache-type-k/-v"));
-        }
         if self.per_head {
             return Ok(Recommend::PerHead(PerHeadSweep {
+                // Every cache of the sweep runs at slot positions.
+                rounding: self.formats.rounding(PositionMode::Slot)?,
                 cache: self.cache.cache,
                 sinks: self.head_sinks,
                 shares: self.shares.clone(),
@@ -189,6 +187,7 @@ impl RecommendArgs {
                 }),
             }));
         }
+        let rounding = self.formats.rounding(self.cache.positions)?;
         if !(self.delta >= 0.0 && self.delta.is_finite()) {
             return Err(Error::input("--delta must be a finite number ≥ 0"));
         }

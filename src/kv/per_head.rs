@@ -14,6 +14,7 @@ use super::policy::{Eviction, Policy, PositionMode, Scorer};
 use super::scored::ScoredCache;
 use super::simulate::{ppl, replay_scored, StreamOutcome, Track};
 use crate::error::{Error, Result};
+use crate::model::cache_rounding::CacheRounding;
 use crate::model::decoder::Decoder;
 use crate::model::hook::HookPoint;
 use crate::model::receiver::HookReceiver;
@@ -195,6 +196,18 @@ pub struct MixedOutcome {
     pub bytes: u64,
 }
 
+/// Bytes of `entries` keys and values of one KV head each, `exact` of them (the first positions
+/// `--unquantized-first` keeps) at f16 and the rest in `rounding`'s formats (all at f16 when it
+/// is exact, as the engines store an exact cache).
+fn stored_bytes(d_head: usize, entries: usize, exact: usize, rounding: &CacheRounding) -> u64 {
+    let f16_entry = 2 * d_head as u64 * CACHE_ELEMENT_BYTES;
+    if rounding.is_exact() {
+        return entries as u64 * f16_entry;
+    }
+    let rounded_entry = d_head as f64 * (rounding.keys.bits_per_value() + rounding.values.bits_per_value()) / 8.0;
+    (exact as u64 * f16_entry) + ((entries - exact) as f64 * rounded_entry).ceil() as u64
+}
+
 /// What a mixed policy's streaming heads keep: `h2o` whose recent window is all of W − S keeps
 /// exactly what `sink` S keeps (at slot positions); retrieval heads are set on its cache with
 /// [`ScoredCache::with_full_heads`].
@@ -203,8 +216,15 @@ pub fn mixed_policy(sinks: usize, cache: usize) -> Policy {
 }
 
 /// Streams `ids` with retrieval heads (`full`) keeping every key and the others S sinks + the
-/// rest of a budget of W recent keys, a block of tokens at a time.
-pub fn simulate_mixed(model: &Decoder, ids: &[u32], full: &[Vec<bool>], sinks: usize, cache: usize) -> Result<MixedOutcome> {
+/// rest of a budget of W recent keys, a block of tokens at a time, the cache storing keys and
+/// values as `rounding` says.
+pub fn simulate_mixed(
+    model: &Decoder,
+    ids: &[u32],
+    full: &[Vec<bool>],
+    (sinks, cache): (usize, usize),
+    rounding: CacheRounding,
+) -> Result<MixedOutcome> {
     let cfg = &model.cfg;
     if ids.len() < 2 || sinks >= cache {
         return Err(Error::input(format!(
@@ -212,14 +232,15 @@ pub fn simulate_mixed(model: &Decoder, ids: &[u32], full: &[Vec<bool>], sinks: u
         )));
     }
     let policy = mixed_policy(sinks, cache);
-    let mut store = ScoredCache::new(policy, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head)?.with_full_heads(full)?;
+    let mut store =
+        ScoredCache::new(policy, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head)?.with_full_heads(full)?.with_rounding(rounding)?;
     let steps = ids.len() - 1;
     let Track { nll, lens, wall } = replay_scored(model, ids, &mut store, &mut |_, _| {})?;
     let retrieval_heads = full.iter().flatten().filter(|&&f| f).count();
     let kv_heads = cfg.n_layers * cfg.n_kv_heads;
     let first_eviction_step = (retrieval_heads < kv_heads && steps > cache).then_some(cache);
     let entries = store.entries();
-    let bytes = entries as u64 * 2 * cfg.d_head as u64 * CACHE_ELEMENT_BYTES;
+    let bytes = stored_bytes(cfg.d_head, entries, store.entries_before(rounding.exact_first), &rounding);
     // Sets of different sizes: the memory is what they hold together (every layer counted as
     // held, whatever a layer's own window lets its queries see).
     let memory = KvMemory {
@@ -229,7 +250,7 @@ pub fn simulate_mixed(model: &Decoder, ids: &[u32], full: &[Vec<bool>], sinks: u
         windowed_layers: 0,
         bytes,
         bytes_without_windows: bytes,
-        stored_as: None,
+        stored_as: (!rounding.is_exact()).then_some(rounding),
     };
     let outcome = StreamOutcome {
         policy,
@@ -298,6 +319,9 @@ pub struct Frontier {
     pub gates: HeadGates,
     pub rows: Vec<FrontierRow>,
     pub wall_seconds: f64,
+    /// The formats every cache of the sweep stored keys and values in (absent: exact).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_rounding: Option<CacheRounding>,
 }
 
 #[cfg(test)]

@@ -222,6 +222,11 @@ impl ScoredCache {
         self.sets.iter().flatten().map(|h| h.pos.len()).sum()
     }
 
+    /// Of [`ScoredCache::entries`], those at stream positions below `n`.
+    pub fn entries_before(&self, n: usize) -> usize {
+        self.sets.iter().flatten().map(|h| h.pos.iter().filter(|&&p| p < n).count()).sum()
+    }
+
     /// Marks the (layer, KV head) sets that keep every key (`full[l][kv]`; the retrieval heads
     /// of a per-head policy). Only the block replay runs sets of different sizes.
     pub fn with_full_heads(mut self, full: &[Vec<bool>]) -> Result<Self> {

@@ -14,7 +14,9 @@ use crate::io::staging::Staging;
 use crate::io::write_json_atomic;
 use crate::kv::per_head::{gates_by_share, gates_tsv, measure, simulate_mixed, uniform_bytes_at, Frontier, FrontierRow, GateEvidence, HeadGates};
 use crate::kv::policy::{Eviction, Policy, PositionMode};
-use crate::kv::simulate::{ppl, simulate};
+use crate::kv::simulate::{ppl, simulate, StreamOutcome};
+use crate::model::cache_rounding::CacheRounding;
+use crate::model::decoder::Decoder;
 use crate::model::load::LoadedModel;
 use crate::report::run::{PER_HEAD_FILE, STREAM_FILE};
 
@@ -120,6 +122,22 @@ pub struct PerHeadSweep {
     pub causal_tokens: Option<usize>,
     /// See [`GateOptions::calibration`].
     pub calibration: Option<StreamSource>,
+    /// How every cache of the sweep (mixed and uniform) stores keys and values; the heads are
+    /// chosen on the exact model.
+    pub rounding: CacheRounding,
+}
+
+/// The uniform `sink` S cache a share is compared with. Under a rounding cache it runs through
+/// the mixed arm's own store (no head full: `sink` S exactly), so that the two differ by the
+/// policy, not by two arithmetics' rounding noise (about 3% perplexity under q4_0).
+fn uniform_arm(model: &Decoder, ids: &[u32], (uniform, sinks): (Policy, usize), rounding: CacheRounding) -> Result<StreamOutcome> {
+    if rounding.is_exact() {
+        return Ok(simulate(model, ids, &[uniform], &mut |_, _| {})?.remove(0));
+    }
+    let none = vec![vec![false; model.cfg.n_kv_heads]; model.cfg.n_layers];
+    let mut o = simulate_mixed(model, ids, &none, (sinks, uniform.cache), rounding)?.outcome;
+    (o.policy, o.label) = (uniform, uniform.label());
+    Ok(o)
 }
 
 /// Sweeps `shares` of retrieval heads (streaming heads keep S sinks + W − S recent), each beside
@@ -156,10 +174,10 @@ pub fn per_head_sweep(
     for (i, &share) in shares.iter().enumerate() {
         progress.stage(&format!("[{}/{}] {:.0}% of KV heads keep the whole cache", i + 1, shares.len(), 100.0 * share));
         let full = gates_by_share(gates.ranking(), share);
-        let mixed = simulate_mixed(&lm.model, &ids, &full, sinks, cache)?;
+        let mixed = simulate_mixed(&lm.model, &ids, &full, (sinks, cache), sweep.rounding)?;
         let uniform_cache = (mixed.entries as f64 / kv_heads as f64).round() as usize + 1;
         let uniform = Policy::new(Eviction::Sink { sinks }, uniform_cache.max(sinks + 2), PositionMode::Slot);
-        let u = simulate(&lm.model, &ids, &[uniform], &mut |_, _| {})?.remove(0);
+        let u = uniform_arm(&lm.model, &ids, (uniform, sinks), sweep.rounding)?;
         let mut uniform_outcome = u.clone();
         uniform_outcome.label = format!("{} (memory of {:.0}% retrieval)", u.label, 100.0 * share);
         outcomes.push(mixed.outcome.clone());
@@ -179,11 +197,13 @@ pub fn per_head_sweep(
     for i in 0..rows.len() {
         rows[i].uniform_bytes_at_equal_ppl = uniform_bytes_at(&rows, rows[i].ppl_from_w);
     }
-    let frontier = Frontier { cache, sinks, tokens: ids.len(), gates, rows, wall_seconds: start.elapsed().as_secs_f64() };
+    let cache_rounding = (!sweep.rounding.is_exact()).then_some(sweep.rounding);
+    let frontier = Frontier { cache, sinks, tokens: ids.len(), gates, rows, wall_seconds: start.elapsed().as_secs_f64(), cache_rounding };
     if let Some(dir) = out {
         // Every stream as stream.json (the run's curves and `stream_nll`), the frontier beside it:
         // both land together or not at all.
-        let report = stream_report(lm, source, &ids, outcomes, None, start)?;
+        let mut report = stream_report(lm, source, &ids, outcomes, None, start)?;
+        report.cache_rounding = cache_rounding;
         let stage = Staging::begin(dir)?;
         write_json_atomic(&stage.path(STREAM_FILE)?, &report)?;
         write_json_atomic(&stage.path(PER_HEAD_FILE)?, &frontier)?;
