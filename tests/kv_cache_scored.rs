@@ -181,3 +181,47 @@ fn the_per_head_sweep_rounds_every_cache_it_runs() {
         assert_eq!(row["ppl_from_w"], row["uniform_ppl_from_w"], "{row}");
     }
 }
+
+/// needle's per-head arms (`--retrieval-heads`: whole heads chosen on the exact model) run under
+/// a rounding cache too, each beside its exact twin: every prompt of every arm has its KL.
+#[test]
+fn needles_per_head_arms_run_under_a_rounding_cache() {
+    let Some(model) = common::model("stories260K.gguf") else { return };
+    let filler = common::corpora_dir().join("tinystories_val_subset.txt");
+    let out = common::temp_child("kv-cache-needle-heads", "run");
+    let args = [
+        "needle",
+        "-m",
+        model.to_str().unwrap(),
+        "-f",
+        filler.to_str().unwrap(),
+        "--lengths",
+        "200",
+        "--depths",
+        "0,1",
+        "--trials",
+        "2",
+        "--cache",
+        "96",
+        "--policy",
+        "dense",
+        "--retrieval-heads",
+        "--whole-share",
+        "0.2",
+        "--cache-type-k",
+        "fp8-e4m3",
+        "--cache-type-v",
+        "fp8-e5m2",
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    let ran = common::sinkscope(&args);
+    assert!(ran.status.success(), "{}", String::from_utf8_lossy(&ran.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("needle.json")).unwrap()).unwrap();
+    let trials = report["trials"].as_array().unwrap();
+    for label in ["per-head, needle heads whole (4 of 20) + sink S=4, W=96", "sink S=4 at per-head memory", "dense"] {
+        let arm: Vec<&serde_json::Value> = trials.iter().filter(|t| t["policy"].as_str().unwrap().starts_with(label)).collect();
+        assert_eq!(arm.len(), 4, "{label}");
+        assert!(arm.iter().all(|t| t["kl_from_exact"].as_f64().is_some_and(|k| k >= 0.0)), "{label}: {arm:?}");
+    }
+}

@@ -254,9 +254,6 @@ fn check(opts: &NeedleOptions) -> Result<()> {
         if let Some((p, c)) = opts.policies.iter().find(|(p, c)| !p.is_cached() || *c == Compression::QuestionKnown) {
             return Err(Error::input(format!("a {label} cache is modelled for needle's streamed arms, not yet for {}", label_of(*p, *c))));
         }
-        if opts.retrieval_heads.is_some() {
-            return Err(Error::input(format!("a {label} cache is not modelled yet for the per-head arms of --retrieval-heads")));
-        }
     }
     Ok(())
 }
@@ -311,17 +308,23 @@ fn run_part(
         // Every token a recompute window runs is reported; elsewhere the prompts' only.
         progress.steps(&label, done, if recompute { tokens_run } else { tokens_run - candidates * (answer_len - 1) });
     };
-    let outcomes = match &arm.full_heads {
-        Some(full) => {
-            sweep_from(&lm.model, CacheStream::new(&lm.model, arm.policy)?.with_full_heads(full)?, haystack, &insertions, trials, &mut report)?
+    // The arm's empty stream (its whole heads kept whole) under `rounding`.
+    let stream = |rounding: CacheRounding| -> Result<CacheStream> {
+        let s = CacheStream::new(&lm.model, arm.policy)?;
+        let s = match &arm.full_heads {
+            Some(full) => s.with_full_heads(full)?,
+            None => s,
+        };
+        s.rounded(rounding)
+    };
+    let outcomes = match (&arm.full_heads, opts.rounding.is_exact()) {
+        // A rounding cache runs beside the same arm's exact one: the answer's KL from it.
+        (_, false) => {
+            let streams = (stream(opts.rounding)?, stream(CacheRounding::default())?);
+            sweep_against_exact(&lm.model, streams, haystack, &insertions, trials, &mut report)?
         }
-        // A rounding cache runs beside the same policy's exact one: the answer's KL from it.
-        None if !opts.rounding.is_exact() => {
-            let rounded = CacheStream::new(&lm.model, arm.policy)?.rounded(opts.rounding)?;
-            let exact = CacheStream::new(&lm.model, arm.policy)?;
-            sweep_against_exact(&lm.model, (rounded, exact), haystack, &insertions, trials, &mut report)?
-        }
-        None => sweep(&lm.model, arm.policy, arm.compression, haystack, &insertions, trials, &mut report)?,
+        (Some(_), true) => sweep_from(&lm.model, stream(opts.rounding)?, haystack, &insertions, trials, &mut report)?,
+        (None, true) => sweep(&lm.model, arm.policy, arm.compression, haystack, &insertions, trials, &mut report)?,
     };
     let mut rows = Vec::new();
     for ((&depth, &at), per_trial) in opts.depths.iter().zip(&insertions).zip(&outcomes) {
