@@ -225,3 +225,27 @@ fn needles_per_head_arms_run_under_a_rounding_cache() {
         assert!(arm.iter().all(|t| t["kl_from_exact"].as_f64().is_some_and(|k| k >= 0.0)), "{label}: {arm:?}");
     }
 }
+
+/// `stream --kl` under a score-based policy: two of its caches (exact, rounding) in lockstep, each
+/// keeping what its own attention chooses. Where nothing rounds, the KL is exactly 0 and the two
+/// sink masses equal; with a budget that never evicts, the exact side's sink mass is the dense
+/// positional replay's (to 1e-4, every head of SmolLM2).
+#[test]
+fn kl_and_where_the_error_lands_under_a_scored_policy() {
+    use sinkscope::kv::divergence::divergence_from_exact;
+    let Some(lm) = smollm2() else { return };
+    let ids = book_ids(&lm, 128);
+    let fp8 =
+        CacheRounding { keys: CacheFormat::Fp8E4m3, values: CacheFormat::Fp8E5m2, before_rope: true, exact_first: 1000, ..CacheRounding::default() };
+    let none = divergence_from_exact(&lm.model, &ids, (h2o(48), fp8), 4, &mut |_, _| {}).unwrap();
+    assert!(none.kl.len() == 127 && none.kl.iter().all(|&k| k == 0.0), "{:?}", &none.kl[..8]);
+    assert!(none.by_head.heads.iter().all(|h| h.sink_mass_exact == h.sink_mass_rounded));
+    let scored = divergence_from_exact(&lm.model, &ids, (h2o(128), q4()), 4, &mut |_, _| {}).unwrap();
+    let dense = divergence_from_exact(&lm.model, &ids, (Policy::new(Eviction::Dense, 128, PositionMode::Slot), q4()), 4, &mut |_, _| {}).unwrap();
+    assert_eq!(scored.by_head.queries, dense.by_head.queries);
+    for (s, d) in scored.by_head.heads.iter().zip(&dense.by_head.heads) {
+        assert!((s.sink_mass_exact - d.sink_mass_exact).abs() < 1e-4, "L{} H{}: {} vs {}", s.layer, s.head, s.sink_mass_exact, d.sink_mass_exact);
+        assert!(s.key_error_rest.is_some_and(|e| e > 0.0) && s.value_error_sinks.is_some_and(|e| e > 0.0));
+    }
+    assert!(scored.kl.iter().all(|&k| k >= 0.0) && scored.kl.iter().sum::<f64>() > 0.0);
+}

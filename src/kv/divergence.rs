@@ -1,10 +1,12 @@
 //! How far a rounding cache moves the model's next-token distributions from the exact cache's,
-//! step by step: the stream replayed twice in lockstep under one policy (the same keys visible to
-//! each query, exact in one cache and rounded in the other), KL(P_exact ‖ P_rounded) per step —
+//! step by step: the stream replayed twice in lockstep under one policy (for a positional policy
+//! the same keys visible to each query, exact in one cache and rounded in the other; a
+//! score-based one keeps in each cache what that cache's own attention chooses), KL(P_exact ‖ P_rounded) per step —
 //! what users tuning cache types ask for besides perplexity — and where that error lands, per
 //! head: the attention moved off the sink positions, the sinks' rounding error against the rest.
 
 use super::policy::{Policy, PositionMode};
+use super::scored::ScoredCache;
 use super::simulate::STREAM_BLOCK;
 use super::trace::PolicyTrace;
 use crate::error::{Error, Result};
@@ -95,9 +97,9 @@ pub struct Divergence {
 /// Refuses a policy whose stream is not replayed from stream keys.
 pub fn check_divergence(model: &Decoder, policy: Policy) -> Result<()> {
     let learned = model.cfg.arch.learned_positions;
-    if !policy.is_cached() || policy.is_scored() || policy.positions == PositionMode::Delta || (learned && policy.positions == PositionMode::Slot) {
+    if !policy.is_cached() || policy.positions == PositionMode::Delta || (learned && policy.positions == PositionMode::Slot) {
         return Err(Error::input(format!(
-            "the KL divergence from the exact cache is measured for dense, window, sink and keep at slot or original positions (original only on a model with learned positions), not for {}",
+            "the KL divergence from the exact cache is measured for dense, window, sink, keep and the score-based policies at slot or original positions (original only on a model with learned positions), not for {}",
             policy.label()
         )));
     }
@@ -117,6 +119,9 @@ pub fn divergence_from_exact(
 ) -> Result<Divergence> {
     check_divergence(model, policy)?;
     rounding.check(model.cfg.d_head)?;
+    if policy.is_scored() {
+        return scored_divergence(model, ids, (policy, rounding), sink_positions, progress);
+    }
     let steps = ids.len().saturating_sub(1);
     let mut trace = PolicyTrace::after_prefix(policy, 0);
     let mut exact = StreamKv::new(policy.pinned());
@@ -127,17 +132,45 @@ pub fn divergence_from_exact(
         let b = STREAM_BLOCK.min(steps - b0);
         let views = (b0..b0 + b).map(|t| Ok(trace.step(t)?.0)).collect::<Result<Vec<_>>>()?;
         let tokens = &ids[b0..b0 + b];
-        let logp = |h: &candle_core::Tensor| -> Result<(Vec<f32>, usize)> {
-            let logits = model.logits(h)?;
-            let vocab = logits.dim(1)?;
-            Ok((log_softmax_rows(&logits.flatten_all()?.to_vec1::<f32>()?, vocab), vocab))
-        };
-        let (p, vocab) = logp(&model.forward_windowed_tallied(tokens, &views, &mut exact, Some(&mut exact_tally))?)?;
-        let (q, _) = logp(&model.forward_windowed_tallied(tokens, &views, &mut rounded, Some(&mut rounded_tally))?)?;
+        let (p, vocab) = log_probs(model, &model.forward_windowed_tallied(tokens, &views, &mut exact, Some(&mut exact_tally))?)?;
+        let (q, _) = log_probs(model, &model.forward_windowed_tallied(tokens, &views, &mut rounded, Some(&mut rounded_tally))?)?;
         kl.extend(kl_rows(&p, &q, vocab));
         progress(b0 + b, steps);
     }
     Ok(Divergence { kl, by_head: by_head(&exact_tally, &rounded_tally) })
+}
+
+/// [`divergence_from_exact`] for a score-based policy: two of its caches, exact and rounding, each
+/// keeping the keys its own attention chooses, replayed in lockstep.
+fn scored_divergence(
+    model: &Decoder,
+    ids: &[u32],
+    (policy, rounding): (Policy, CacheRounding),
+    sink_positions: usize,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Divergence> {
+    let cfg = &model.cfg;
+    let cache = |r: CacheRounding| -> Result<ScoredCache> {
+        Ok(ScoredCache::new(policy, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head)?.with_rounding(r)?.with_head_tally(sink_positions))
+    };
+    let (mut exact, mut rounded) = (cache(CacheRounding::default())?, cache(rounding)?);
+    let steps = ids.len().saturating_sub(1);
+    let mut kl = Vec::with_capacity(steps);
+    for b0 in (0..steps).step_by(STREAM_BLOCK) {
+        let b = STREAM_BLOCK.min(steps - b0);
+        let (p, vocab) = log_probs(model, &exact.forward_block(model, &ids[b0..b0 + b])?.0)?;
+        let (q, _) = log_probs(model, &rounded.forward_block(model, &ids[b0..b0 + b])?.0)?;
+        kl.extend(kl_rows(&p, &q, vocab));
+        progress(b0 + b, steps);
+    }
+    Ok(Divergence { kl, by_head: by_head(&exact.head_tally(), &rounded.head_tally()) })
+}
+
+/// Each final-norm hidden row's next-token log-probabilities, and the vocabulary size.
+fn log_probs(model: &Decoder, hidden: &candle_core::Tensor) -> Result<(Vec<f32>, usize)> {
+    let logits = model.logits(hidden)?;
+    let vocab = logits.dim(1)?;
+    Ok((log_softmax_rows(&logits.flatten_all()?.to_vec1::<f32>()?, vocab), vocab))
 }
 
 /// Each query head's row from the two streams' tallies.

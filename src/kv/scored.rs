@@ -13,6 +13,7 @@ use super::policy::{Policy, PositionMode, Scorer};
 use crate::error::{Error, Result};
 use crate::model::cache_rounding::CacheRounding;
 use crate::model::decoder::KvStore;
+use crate::model::head_tally::HeadTally;
 use crate::model::hook::HookPoint;
 use crate::model::receiver::HookReceiver;
 use crate::model::rope::{Rope, RopeTables};
@@ -153,6 +154,9 @@ pub struct ScoredCache {
     pub(super) rounding: CacheRounding,
     /// A key and a value row being rounded.
     scratch: (Vec<f32>, Vec<f32>),
+    /// Per head, the attention on the first positions and the rounding error of what is stored
+    /// (the block replay fills it; see [`ScoredCache::with_head_tally`]).
+    pub(super) head_tally: Option<HeadTally>,
 }
 
 impl ScoredCache {
@@ -173,7 +177,21 @@ impl ScoredCache {
             tally: Tally::default(),
             rounding: CacheRounding::default(),
             scratch: (Vec::new(), Vec::new()),
+            head_tally: None,
         })
+    }
+
+    /// The same (empty) cache tallying, per head, the attention its queries past the first
+    /// `sink_positions` positions pay them and the rounding error of the keys and values stored
+    /// (`kv::divergence`; the block replay fills it).
+    pub fn with_head_tally(mut self, sink_positions: usize) -> Self {
+        self.head_tally = Some(HeadTally::new(sink_positions));
+        self
+    }
+
+    /// The tally so far (empty without [`ScoredCache::with_head_tally`]).
+    pub fn head_tally(&self) -> HeadTally {
+        self.head_tally.clone().unwrap_or_default()
     }
 
     /// The same (empty) cache storing keys and values as `rounding` says, each rounded once as
@@ -210,6 +228,12 @@ impl ScoredCache {
         self.rounding.key_row(kr, pos);
         self.rounding.value_row(vr, pos);
         set.push(pos, kr, vr);
+        if let Some(t) = self.head_tally.as_mut() {
+            let sinks = t.sink_positions;
+            let at = t.layer(layer, self.group * self.n_kv, self.n_kv);
+            at.key_error[kv].add(k, kr, pos < sinks);
+            at.value_error[kv].add(v, vr, pos < sinks);
+        }
     }
 
     /// Keys held per (layer, KV head) — the most any set holds, under a per-head policy.

@@ -73,6 +73,9 @@ impl Attend for BlockAttention<'_> {
         let scale = 1.0 / (dh as f32).sqrt();
         let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
         let mut out = vec![0f32; b * h * dh];
+        // Per query head, the attention on the first positions (queries past them), for the tally.
+        let sinks_at = self.cache.head_tally.as_ref().map(|t| t.sink_positions);
+        let (mut sink_mass, mut counted) = (vec![0f64; h], 0usize);
         with_f32(&q, |q| {
             with_f32(&k, |k| {
                 with_f32(&v, |v| -> Result<()> {
@@ -87,6 +90,8 @@ impl Attend for BlockAttention<'_> {
                         if l == 0 {
                             self.lens.push(self.cache.sets[0].iter().map(|s| s.pos.len()).max().unwrap_or(0));
                         }
+                        let tallied = sinks_at.filter(|&n| step >= n);
+                        counted += usize::from(tallied.is_some());
                         for kv in 0..kvh {
                             let set = &self.cache.sets[l][kv];
                             // Sets of a per-head policy hold different numbers of keys.
@@ -118,6 +123,9 @@ impl Attend for BlockAttention<'_> {
                                         if hidden { f32::NEG_INFINITY } else { capped(dot(&q_rot, &keys[i * dh..(i + 1) * dh]) * scale, at.softcap) };
                                 }
                                 softmax(&mut p, at.sinks.map(|s| s[head]));
+                                if let Some(n) = tallied {
+                                    sink_mass[head] += p.iter().zip(&set.pos).filter(|(_, &pos)| pos < n).map(|(&w, _)| w as f64).sum::<f64>();
+                                }
                                 let o = &mut out[(r * h + head) * dh..][..dh];
                                 for (i, &w) in p.iter().enumerate() {
                                     o.iter_mut().zip(&set.v[i * dh..(i + 1) * dh]).for_each(|(o, &x)| *o += w * x);
@@ -134,6 +142,11 @@ impl Attend for BlockAttention<'_> {
                 })
             })
         })????;
+        if let Some(t) = self.cache.head_tally.as_mut() {
+            let at = t.layer(l, h, kvh);
+            at.sink_mass.iter_mut().zip(&sink_mass).for_each(|(s, m)| *s += m);
+            *at.queries += counted;
+        }
         Ok(Tensor::from_vec(out, (b, h * dh), &Device::Cpu)?)
     }
 
