@@ -8,34 +8,12 @@
 //! at original positions (an engine storing rotated keys) are refused by name.
 
 mod common;
+mod rounding;
 
-use sinkscope::kv::{simulate_with, Eviction, Policy, PositionMode, Scorer, SimOptions};
+use rounding::{book_ids, mean_gap, nll, smollm2};
+use sinkscope::kv::{Eviction, Policy, PositionMode, Scorer};
 use sinkscope::model::cache_rounding::CacheRounding;
-use sinkscope::model::{load, LoadOptions, LoadedModel};
 use sinkscope::numerics::cache_formats::CacheFormat;
-
-fn smollm2() -> Option<LoadedModel> {
-    let path = common::model("SmolLM2-135M-Instruct.Q4_1.gguf")?;
-    Some(load(path.to_str().unwrap(), &LoadOptions::default()).unwrap())
-}
-
-fn book_ids(lm: &LoadedModel, n: usize) -> Vec<u32> {
-    let text = std::fs::read_to_string(common::corpora_dir().join("pg1342_pride_and_prejudice.txt")).unwrap();
-    lm.tokenizer.encode(&text[30_000..60_000]).unwrap()[..n].to_vec()
-}
-
-fn nll(lm: &LoadedModel, ids: &[u32], policy: Policy, rounding: CacheRounding, token_by_token: bool) -> Vec<f64> {
-    let opts = SimOptions { rounding, token_by_token, ..SimOptions::default() };
-    let o = simulate_with(&lm.model, ids, &[policy], opts, &mut |_, _| {}).unwrap().remove(0);
-    assert!(o.nll.iter().all(|x| x.is_finite()), "{}: a non-finite NLL", o.label);
-    assert_eq!(o.nll.len(), ids.len() - 1);
-    o.nll
-}
-
-fn mean_gap(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).sum::<f64>() / a.len() as f64
-}
 
 fn h2o(cache: usize) -> Policy {
     Policy::new(Eviction::Scored { sinks: 4, scorer: Scorer::H2o { recent: None } }, cache, PositionMode::Slot)

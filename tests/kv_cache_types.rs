@@ -40,31 +40,12 @@ mod common;
 #[cfg(feature = "tui")]
 mod dashboard;
 
-use sinkscope::kv::{simulate_with, Eviction, Policy, PositionMode, SimOptions};
+mod rounding;
+
+use rounding::{book_ids, mean_gap, nll, smollm2};
+use sinkscope::kv::{Eviction, Policy, PositionMode};
 use sinkscope::model::cache_rounding::CacheRounding;
-use sinkscope::model::{load, LoadOptions, LoadedModel};
-
-fn smollm2() -> Option<LoadedModel> {
-    let path = common::model("SmolLM2-135M-Instruct.Q4_1.gguf")?;
-    Some(load(path.to_str().unwrap(), &LoadOptions::default()).unwrap())
-}
-
-fn book_ids(lm: &LoadedModel, n: usize) -> Vec<u32> {
-    let text = std::fs::read_to_string(common::corpora_dir().join("pg1342_pride_and_prejudice.txt")).unwrap();
-    lm.tokenizer.encode(&text[30_000..60_000]).unwrap()[..n].to_vec()
-}
-
-fn nll(lm: &LoadedModel, ids: &[u32], policy: Policy, rounding: CacheRounding, token_by_token: bool) -> Vec<f64> {
-    let opts = SimOptions { rounding, token_by_token, ..SimOptions::default() };
-    let o = simulate_with(&lm.model, ids, &[policy], opts, &mut |_, _| {}).unwrap().remove(0);
-    assert!(o.nll.iter().all(|x| x.is_finite()), "{}: a non-finite NLL", o.label);
-    o.nll
-}
-
-fn mean_gap(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).sum::<f64>() / a.len() as f64
-}
+use sinkscope::model::{load, LoadOptions};
 
 /// Keys and values the cache keeps exact are the exact simulator's, bit for bit, on both of its
 /// paths (the block replay, and decoding through the policy's cache); an fp8 key cache (whose

@@ -122,22 +122,39 @@ pub fn divergence_from_exact(
     if policy.is_scored() {
         return scored_divergence(model, ids, (policy, rounding), sink_positions, progress);
     }
-    let steps = ids.len().saturating_sub(1);
     let mut trace = PolicyTrace::after_prefix(policy, 0);
     let mut exact = StreamKv::new(policy.pinned());
     let mut rounded = StreamKv::new(policy.pinned()).with_rounding(rounding);
-    let mut kl = Vec::with_capacity(steps);
     let (mut exact_tally, mut rounded_tally) = (HeadTally::new(sink_positions), HeadTally::new(sink_positions));
+    let kl = lockstep_kl(model, ids, progress, |tokens, b0| {
+        let views = (b0..b0 + tokens.len()).map(|t| Ok(trace.step(t)?.0)).collect::<Result<Vec<_>>>()?;
+        Ok((
+            model.forward_windowed_tallied(tokens, &views, &mut exact, Some(&mut exact_tally))?,
+            model.forward_windowed_tallied(tokens, &views, &mut rounded, Some(&mut rounded_tally))?,
+        ))
+    })?;
+    Ok(Divergence { kl, by_head: by_head(&exact_tally, &rounded_tally) })
+}
+
+/// KL(P_exact ‖ P_rounded) at every step, the stream run a block at a time through `run` (the
+/// block's tokens and first step → the exact and the rounding stream's final-norm hidden rows).
+fn lockstep_kl(
+    model: &Decoder,
+    ids: &[u32],
+    progress: &mut dyn FnMut(usize, usize),
+    mut run: impl FnMut(&[u32], usize) -> Result<(candle_core::Tensor, candle_core::Tensor)>,
+) -> Result<Vec<f64>> {
+    let steps = ids.len().saturating_sub(1);
+    let mut kl = Vec::with_capacity(steps);
     for b0 in (0..steps).step_by(STREAM_BLOCK) {
         let b = STREAM_BLOCK.min(steps - b0);
-        let views = (b0..b0 + b).map(|t| Ok(trace.step(t)?.0)).collect::<Result<Vec<_>>>()?;
-        let tokens = &ids[b0..b0 + b];
-        let (p, vocab) = log_probs(model, &model.forward_windowed_tallied(tokens, &views, &mut exact, Some(&mut exact_tally))?)?;
-        let (q, _) = log_probs(model, &model.forward_windowed_tallied(tokens, &views, &mut rounded, Some(&mut rounded_tally))?)?;
+        let (exact, rounded) = run(&ids[b0..b0 + b], b0)?;
+        let (p, vocab) = log_probs(model, &exact)?;
+        let (q, _) = log_probs(model, &rounded)?;
         kl.extend(kl_rows(&p, &q, vocab));
         progress(b0 + b, steps);
     }
-    Ok(Divergence { kl, by_head: by_head(&exact_tally, &rounded_tally) })
+    Ok(kl)
 }
 
 /// [`divergence_from_exact`] for a score-based policy: two of its caches, exact and rounding, each
@@ -154,15 +171,7 @@ fn scored_divergence(
         Ok(ScoredCache::new(policy, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head)?.with_rounding(r)?.with_head_tally(sink_positions))
     };
     let (mut exact, mut rounded) = (cache(CacheRounding::default())?, cache(rounding)?);
-    let steps = ids.len().saturating_sub(1);
-    let mut kl = Vec::with_capacity(steps);
-    for b0 in (0..steps).step_by(STREAM_BLOCK) {
-        let b = STREAM_BLOCK.min(steps - b0);
-        let (p, vocab) = log_probs(model, &exact.forward_block(model, &ids[b0..b0 + b])?.0)?;
-        let (q, _) = log_probs(model, &rounded.forward_block(model, &ids[b0..b0 + b])?.0)?;
-        kl.extend(kl_rows(&p, &q, vocab));
-        progress(b0 + b, steps);
-    }
+    let kl = lockstep_kl(model, ids, progress, |tokens, _| Ok((exact.forward_block(model, tokens)?.0, rounded.forward_block(model, tokens)?.0)))?;
     Ok(Divergence { kl, by_head: by_head(&exact.head_tally(), &rounded.head_tally()) })
 }
 
