@@ -1,9 +1,10 @@
 //! How far a rounding cache moves the model's next-token distributions from the exact cache's,
 //! step by step: the stream replayed twice in lockstep under one policy (for a positional policy
 //! the same keys visible to each query, exact in one cache and rounded in the other; a
-//! score-based one keeps in each cache what that cache's own attention chooses), KL(P_exact ‖ P_rounded) per step —
-//! what users tuning cache types ask for besides perplexity — and where that error lands, per
-//! head: the attention moved off the sink positions, the sinks' rounding error against the rest.
+//! score-based one keeps in each cache what that cache's own attention chooses), KL(P_exact ‖
+//! P_rounded) per step — what users tuning cache types ask for besides perplexity — and where
+//! that error lands, per head: the attention moved off the sink positions, the sinks' rounding
+//! error against the rest.
 
 use super::policy::{Policy, PositionMode};
 use super::scored::ScoredCache;
