@@ -43,9 +43,9 @@ fn a_scored_cache_rounds_where_the_positional_caches_do() {
     // either side, so that check is relative, as between the positional cache's own two paths:
     // nearer the dense rounded replay than the dense exact one.
     let dense = Policy::new(Eviction::Dense, 128, PositionMode::Slot);
-    let worst = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
     let (scored_decoded, dense_decoded) = (nll(&lm, &ids, h2o(128), q4(), true), nll(&lm, &ids, dense, q4(), true));
-    assert!(worst(&scored_decoded, &dense_decoded) < 1e-6, "decoded: {}", worst(&scored_decoded, &dense_decoded));
+    let worst = common::max_abs_diff("h2o W=128 decoded vs dense decoded", &scored_decoded, &dense_decoded);
+    assert!(worst < 1e-6, "decoded: {worst}");
     let (scored, dense_rounded) = (nll(&lm, &ids, h2o(128), q4(), false), nll(&lm, &ids, dense, q4(), false));
     let dense_exact = nll(&lm, &ids, dense, CacheRounding::default(), false);
     let (same, unrounded) = (mean_gap(&scored, &dense_rounded), mean_gap(&scored, &dense_exact));

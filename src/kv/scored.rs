@@ -199,17 +199,23 @@ impl ScoredCache {
     /// modelled at slot positions (an engine that stores keys before RoPE); at original positions
     /// an engine stores them rotated, which this cache does not.
     pub fn with_rounding(mut self, rounding: CacheRounding) -> Result<Self> {
+        Self::refuse_unmodelled(&self.policy, &rounding, self.d_head)?;
+        self.rounding = rounding;
+        Ok(self)
+    }
+
+    /// Refuses what [`ScoredCache::with_rounding`] does not model: rounded keys stored after RoPE,
+    /// and a block format wider than the heads.
+    pub fn refuse_unmodelled(policy: &Policy, rounding: &CacheRounding, d_head: usize) -> Result<()> {
         if !rounding.keys.is_exact() && !rounding.before_rope {
             return Err(Error::input(format!(
                 "a {} cache under {} is modelled at slot positions (keys stored before RoPE), not yet at {} positions",
                 rounding.label(),
-                self.policy.eviction.kind().name(),
-                self.policy.positions.name()
+                policy.eviction.kind().name(),
+                policy.positions.name()
             )));
         }
-        rounding.check(self.d_head)?;
-        self.rounding = rounding;
-        Ok(self)
+        rounding.check(d_head)
     }
 
     /// Appends a key (before RoPE) and its value at stream position `pos` to (layer, KV head),

@@ -189,7 +189,7 @@ pub fn refuse_unmodelled_rounding(model: &Decoder, policies: &[Policy], rounding
     }
     rounding.check(model.cfg.d_head)?;
     for p in policies.iter().filter(|p| p.is_scored()) {
-        ScoredCache::new(*p, 1, 1, 1, model.cfg.d_head)?.with_rounding(rounding)?;
+        ScoredCache::refuse_unmodelled(p, &rounding, model.cfg.d_head)?;
     }
     Ok(())
 }
