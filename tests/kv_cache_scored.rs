@@ -59,6 +59,35 @@ fn a_scored_cache_rounds_where_the_positional_caches_do() {
     assert!(paths < unrounded, "decoded vs replay {paths:.4}, vs the exact cache {unrounded:.4}");
 }
 
+/// At original positions a scored cache stores each key rotated at its stream position and
+/// rounds it there, as an engine that keeps keys rotated does: with every position exact it is
+/// the exact scored cache bit for bit; with a budget that never evicts, decoded, it is the dense
+/// stream through the positional cache rounding after RoPE (< 1e-6 per token); and its two paths
+/// round the same places.
+#[test]
+fn a_scored_cache_at_original_positions_rounds_keys_as_rotated() {
+    let Some(lm) = smollm2() else { return };
+    let ids = book_ids(&lm, 128);
+    let at_original = |cache| Policy { positions: PositionMode::Original, ..h2o(cache) };
+    let rotated = CacheRounding { before_rope: false, ..q4() };
+    for tbt in [false, true] {
+        let exact = nll(&lm, &ids, at_original(48), CacheRounding::default(), tbt);
+        let fp8 = CacheRounding { keys: CacheFormat::Fp8E4m3, values: CacheFormat::Fp8E5m2, exact_first: 1000, ..CacheRounding::default() };
+        assert_eq!(nll(&lm, &ids, at_original(48), fp8, tbt), exact, "every position exact (token by token: {tbt})");
+    }
+    let dense = Policy::new(Eviction::Dense, 128, PositionMode::Original);
+    let (scored, positional) = (nll(&lm, &ids, at_original(128), rotated, true), nll(&lm, &ids, dense, rotated, true));
+    let worst = common::max_abs_diff("h2o W=128 at original positions vs dense, decoded", &scored, &positional);
+    assert!(worst < 1e-6, "{worst}");
+    let before_rope = nll(&lm, &ids, at_original(128), CacheRounding { before_rope: true, ..rotated }, true);
+    assert!(mean_gap(&before_rope, &scored) > 1e-3, "rounding before and after RoPE differ");
+    let exact = nll(&lm, &ids, at_original(48), CacheRounding::default(), true);
+    let (replay, decoded) = (nll(&lm, &ids, at_original(48), rotated, false), nll(&lm, &ids, at_original(48), rotated, true));
+    let (paths, unrounded) = (mean_gap(&decoded, &replay), mean_gap(&decoded, &exact));
+    eprintln!("h2o W=48 q4_0 at original positions: decoded vs replay {paths:.4}, vs the exact cache {unrounded:.4} nats per token");
+    assert!(paths < unrounded, "decoded vs replay {paths:.4}, vs the exact cache {unrounded:.4}");
+}
+
 #[test]
 fn scored_caches_under_cache_types_run_through_the_binary() {
     let Some(model) = common::model("SmolLM2-135M-Instruct.Q4_1.gguf") else { return };
@@ -78,12 +107,11 @@ fn scored_caches_under_cache_types_run_through_the_binary() {
     assert_eq!(report["cache_rounding"]["keys"], "q4_0", "{}", report["cache_rounding"]);
     let ppl = report["outcomes"][0]["ppl"].as_f64().unwrap();
     assert!(ppl.is_finite() && ppl > 1.0, "{ppl}");
-    // Rounded keys at original positions: refused by name, nothing written.
-    let refused = stream(&["--positions", "original"], tmp.join("other").to_str().unwrap());
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("under h2o is modelled at slot positions") && stderr.contains("not yet at original positions"), "{stderr}");
-    assert!(!tmp.join("other").exists());
+    // At original positions keys are stored rotated, rounded after RoPE.
+    let original = stream(&["--positions", "original"], tmp.join("original").to_str().unwrap());
+    assert!(original.status.success(), "{}", String::from_utf8_lossy(&original.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(tmp.join("original/stream.json")).unwrap()).unwrap();
+    assert!(report["cache_rounding"]["before_rope"] == false && report["outcomes"][0]["ppl"].as_f64().is_some_and(f64::is_finite));
     // needle's streamed score-based arm (an fp8 cache: stories260K's heads hold 8 values).
     let nd = tmp.join("needle-run");
     let mut args = vec![

@@ -14,7 +14,8 @@ use crate::numerics::cache_formats::CacheFormat;
 #[derive(Args, Debug, Clone, PartialEq)]
 pub struct CacheFormatArgs {
     /// The format keys are stored in: llama.cpp's f32, f16, bf16, q8_0, q5_0, q5_1, q4_0, q4_1,
-    /// iq4_nl, or vLLM's fp8-e4m3, fp8-e5m2 (scale 1) [default: f32, exact].
+    /// iq4_nl, vLLM's fp8-e4m3, fp8-e5m2 (scale 1), or KIVI's kivi2, kivi4 (with values in
+    /// kivi2 or kivi4) [default: f32, exact].
     #[arg(long, value_name = "T", value_parser = parse_format)]
     pub cache_type_k: Option<CacheFormat>,
     /// The format values are stored in (the same names) [default: f32, exact].
@@ -26,11 +27,14 @@ pub struct CacheFormatArgs {
     /// Store block formats without llama.cpp's Hadamard rotation (as `LLAMA_ATTN_ROT_DISABLE=1`).
     #[arg(long)]
     pub no_attn_rot: bool,
+    /// KIVI's full-precision recent window R, a multiple of 32 [default: 128].
+    #[arg(long, value_name = "R")]
+    pub kivi_residual: Option<usize>,
 }
 
 fn parse_format(s: &str) -> std::result::Result<CacheFormat, String> {
     CacheFormat::parse(s).ok_or_else(|| {
-        let names: Vec<&str> = CacheFormat::ALL.iter().map(|f| f.name()).collect();
+        let names: Vec<&str> = CacheFormat::ALL.iter().chain(&CacheFormat::KIVI).map(|f| f.name()).collect();
         format!("not a cache type; one of {}", names.join(", "))
     })
 }
@@ -40,13 +44,11 @@ impl CacheFormatArgs {
     /// so its cache stores them before RoPE; `original` and `delta` store them rotated. A flag
     /// with nothing to act on is refused by name.
     pub fn rounding(&self, positions: PositionMode) -> Result<CacheRounding> {
-        let r = CacheRounding {
-            keys: self.cache_type_k.unwrap_or(CacheFormat::F32),
-            values: self.cache_type_v.unwrap_or(CacheFormat::F32),
-            exact_first: self.unquantized_first,
-            hadamard: !self.no_attn_rot,
-            before_rope: positions == PositionMode::Slot,
-        };
+        let (keys, values) = (self.cache_type_k.unwrap_or(CacheFormat::F32), self.cache_type_v.unwrap_or(CacheFormat::F32));
+        let r = rounding_of((keys, values), self.unquantized_first, !self.no_attn_rot, positions, self.kivi_residual);
+        if self.kivi_residual.is_some() && !r.is_kivi() {
+            return Err(Error::input("--kivi-residual is KIVI's recent window; give --cache-type-k and --cache-type-v kivi2 or kivi4"));
+        }
         if r.is_exact() && self.unquantized_first > 0 {
             return Err(Error::input("--unquantized-first keeps tokens exact in a rounded cache; give --cache-type-k or --cache-type-v"));
         }
@@ -55,6 +57,30 @@ impl CacheFormatArgs {
         }
         Ok(r)
     }
+}
+
+/// [`CacheFormatArgs::rounding`] for a command that stores rows one at a time (`command`),
+/// refusing KIVI's schemes by name.
+impl CacheFormatArgs {
+    pub fn row_rounding(&self, positions: PositionMode, command: &str) -> Result<CacheRounding> {
+        let r = self.rounding(positions)?;
+        r.refuse_kivi(command)?;
+        Ok(r)
+    }
+}
+
+/// One rounding: keys placed by `positions` are stored before RoPE under `slot` (except KIVI's,
+/// which quantizes keys as they are rotated); `kivi_residual` applies to KIVI's schemes only.
+fn rounding_of(
+    (keys, values): (CacheFormat, CacheFormat),
+    exact_first: usize,
+    hadamard: bool,
+    positions: PositionMode,
+    kivi_residual: Option<usize>,
+) -> CacheRounding {
+    let kivi = keys.is_kivi() || values.is_kivi();
+    let kivi_residual = kivi.then(|| kivi_residual.unwrap_or(crate::numerics::kivi::DEFAULT_RESIDUAL));
+    CacheRounding { keys, values, exact_first, hadamard, before_rope: positions == PositionMode::Slot && !kivi, kivi_residual }
 }
 
 /// A cache type of `recommend --cache-types`: `T` for keys and values alike, or `K/V`.
@@ -93,16 +119,20 @@ pub fn frontier_roundings(
     firsts: &[usize],
     no_attn_rot: bool,
     positions: PositionMode,
+    kivi_residual: Option<usize>,
 ) -> Result<Vec<CacheRounding>> {
     let mut out: Vec<CacheRounding> = Vec::new();
     for &(keys, values) in types {
         for &n in firsts {
-            let r = CacheRounding { keys, values, exact_first: n, hadamard: !no_attn_rot, before_rope: positions == PositionMode::Slot };
+            let r = rounding_of((keys, values), n, !no_attn_rot, positions, kivi_residual);
             let r = if r.is_exact() { CacheRounding { exact_first: 0, ..r } } else { r };
             if !out.contains(&r) {
                 out.push(r);
             }
         }
+    }
+    if kivi_residual.is_some() && !out.iter().any(CacheRounding::is_kivi) {
+        return Err(Error::input("--kivi-residual is KIVI's recent window; give kivi2 or kivi4 among --cache-types"));
     }
     if no_attn_rot && !out.iter().any(CacheRounding::has_block) {
         return Err(Error::input("--no-attn-rot is for block formats (q8_0, q5_0, q5_1, q4_0, q4_1, iq4_nl), which llama.cpp rotates"));

@@ -60,7 +60,7 @@ pub struct CanaryArgs {
 
 pub fn run(args: CanaryArgs, s: &mut Session) -> Result<()> {
     let policy = Policy::try_from(&args.policy)?;
-    let rounding = args.formats.rounding(policy.positions)?;
+    let rounding = args.formats.row_rounding(policy.positions, "`canary`")?;
     let job = CanaryJob {
         prompt: args.prompt,
         force: args.force,

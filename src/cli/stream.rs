@@ -210,7 +210,13 @@ impl RecommendArgs {
 
     /// The cache-type frontier: every rounding × `sink` at each S and W, and the full cache.
     fn frontier(&self) -> Result<FrontierOptions> {
-        let roundings = frontier_roundings(&self.cache_types, &self.unquantized_firsts, self.formats.no_attn_rot, self.cache.positions)?;
+        let roundings = frontier_roundings(
+            &self.cache_types,
+            &self.unquantized_firsts,
+            self.formats.no_attn_rot,
+            self.cache.positions,
+            self.formats.kivi_residual,
+        )?;
         let mut windows: Vec<usize> = std::iter::once(self.cache.cache).chain(self.windows.iter().copied()).collect();
         windows.sort_unstable();
         windows.dedup();

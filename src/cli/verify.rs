@@ -63,7 +63,7 @@ pub fn run(args: VerifyArgs, s: &mut Session) -> Result<u8> {
     }
     let policy = Policy::try_from(&args.policy)?;
     let formats_given = args.formats.cache_type_k.is_some() || args.formats.cache_type_v.is_some();
-    let rounding = args.formats.rounding(policy.positions)?;
+    let rounding = args.formats.row_rounding(policy.positions, "`verify`")?;
     let opts = VerifyOptions {
         trace: args.trace.clone(),
         prompt_ids: args.prompt_ids.clone(),

@@ -50,11 +50,13 @@ impl PolicyCache {
     }
 
     /// The same (empty) cache storing keys and values as `rounding` says: rounded after RoPE
-    /// unless `rounding.before_rope`, so rotated keys are kept.
-    pub fn with_rounding(mut self, rounding: CacheRounding) -> Self {
+    /// unless `rounding.before_rope`, so rotated keys are kept. KIVI's schemes are refused (this
+    /// cache stores rows one at a time).
+    pub fn with_rounding(mut self, rounding: CacheRounding) -> Result<Self> {
+        rounding.refuse_kivi("a policy's own cache, decoded token by token (delta positions, --token-by-token, canary, verify)")?;
         self.rounding = rounding;
         self.keep_rotated |= self.rounds_rotated();
-        self
+        Ok(self)
     }
 
     /// Whether the cache holds rounded rotated keys (and reads keys from `k_rot`).

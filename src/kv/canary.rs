@@ -142,7 +142,7 @@ pub fn run_canary(model: &Decoder, opts: &CanaryOptions, progress: &mut dyn FnMu
     }
     let rope_of = |l: usize| model.layer_rope(l);
     opts.rounding.check(model.cfg.d_head)?;
-    let mut cache = PolicyCache::new(policy, model.cfg.d_head)?.with_rounding(opts.rounding);
+    let mut cache = PolicyCache::new(policy, model.cfg.d_head)?.with_rounding(opts.rounding)?;
     let mut rng = XorShift(opts.seed.max(1));
     let mut tokens = opts.prompt.clone();
     let mut steps: Vec<CanaryStep> = Vec::with_capacity(total);

@@ -37,15 +37,15 @@ pub fn kv_memory(cfg: &DecoderConfig, peak: usize) -> KvMemory {
 }
 
 /// [`kv_memory`] for a cache storing keys and values as `rounding` says: its formats' bits per
-/// value (block scales included), the first `exact_first` entries of a layer at f16 (an engine's
-/// unquantized type); an exact (f32) simulator cache counts as f16, as the engines store it.
+/// value (block scales included), the first `exact_first` entries of a layer (and KIVI's recent
+/// window) at f16 (an engine's unquantized type); an exact (f32) simulator cache counts as f16, as the engines store it.
 pub fn kv_memory_stored(cfg: &DecoderConfig, peak: usize, rounding: &CacheRounding) -> KvMemory {
     let values = (cfg.n_kv_heads * cfg.d_head) as f64;
     let f16_entry = 2.0 * values * CACHE_ELEMENT_BYTES as f64;
     let quantized = !rounding.is_exact();
     let rounded_entry = if quantized { values * (rounding.keys.bits_per_value() + rounding.values.bits_per_value()) / 8.0 } else { f16_entry };
     let layer_bytes = |held: usize| -> f64 {
-        let exact = if quantized { rounding.exact_first.min(held) } else { 0 };
+        let exact = if quantized { rounding.full_precision_entries(held) } else { 0 };
         exact as f64 * f16_entry + (held - exact) as f64 * rounded_entry
     };
     let held: Vec<usize> = cfg.layer_windows().iter().map(|w| w.map_or(peak, |w| w.min(peak))).collect();
@@ -148,6 +148,11 @@ mod tests {
         assert_eq!(kv_memory_stored(&cfg(None, None), 1000, &exact4).bytes, 6 * (4 * 64 + 996 * 18));
         assert_eq!(kv_memory_stored(&cfg(None, None), 16, &q4).describe(), "1.7 KiB (K q4_0 · V q4_0)");
         assert_eq!(kv_memory_stored(&cfg(None, None), 16, &CacheRounding::default()), kv_memory(&cfg(None, None), 16));
+        // KIVI-2: 2-bit codes plus an f16 min and scale per 32 (3 bits a value: 2·16·3/8 = 12
+        // bytes an entry), its recent window of R = 128 and the 4 exact first tokens at f16.
+        let kivi = CacheRounding { keys: CacheFormat::Kivi2, values: CacheFormat::Kivi2, exact_first: 4, kivi_residual: Some(128), ..q4 };
+        assert_eq!(kv_memory_stored(&cfg(None, None), 1000, &kivi).bytes, 6 * (132 * 64 + 868 * 12));
+        assert_eq!(kv_memory_stored(&cfg(None, None), 100, &kivi).bytes, 6 * 100 * 64, "all within the window");
     }
 
     #[test]

@@ -19,6 +19,9 @@ use crate::model::receiver::HookReceiver;
 use crate::model::rope::{Rope, RopeTables};
 use crate::numerics::tensor::with_f32;
 
+/// One stream position's rotation of a key row: the layer's RoPE and its cos and sin rows.
+pub(super) type KeyRotation<'a> = (&'a Rope, &'a [f32], &'a [f32]);
+
 /// SnapKV's max-pooling kernel over neighbouring keys.
 const SNAPKV_KERNEL: usize = 7;
 /// Early positions whose survival `kept_first_share` reports.
@@ -195,51 +198,58 @@ impl ScoredCache {
     }
 
     /// The same (empty) cache storing keys and values as `rounding` says, each rounded once as
-    /// it enters. Its keys are kept before RoPE and rotated as they are read, so rounded keys are
-    /// modelled at slot positions (an engine that stores keys before RoPE); at original positions
-    /// an engine stores them rotated, which this cache does not.
+    /// it enters: at slot positions keys are kept before RoPE (an engine that rotates them by
+    /// slot when read), at original positions rotated at their stream positions, as an engine
+    /// that keeps them rotated stores them ([`ScoredCache::stores_rotated`]).
     pub fn with_rounding(mut self, rounding: CacheRounding) -> Result<Self> {
         Self::refuse_unmodelled(&self.policy, &rounding, self.d_head)?;
         self.rounding = rounding;
         Ok(self)
     }
 
-    /// Refuses what [`ScoredCache::with_rounding`] does not model: rounded keys stored after RoPE,
-    /// and a block format wider than the heads.
+    /// Refuses what [`ScoredCache::with_rounding`] does not model: KIVI's schemes, and a block
+    /// format wider than the heads.
     pub fn refuse_unmodelled(policy: &Policy, rounding: &CacheRounding, d_head: usize) -> Result<()> {
-        if !rounding.keys.is_exact() && !rounding.before_rope {
-            return Err(Error::input(format!(
-                "a {} cache under {} is modelled at slot positions (keys stored before RoPE), not yet at {} positions",
-                rounding.label(),
-                policy.eviction.kind().name(),
-                policy.positions.name()
-            )));
-        }
+        rounding.refuse_kivi(&format!("the score-based {} policy", policy.eviction.kind().name()))?;
         rounding.check(d_head)
     }
 
+    /// Whether keys are stored rotated at their stream positions and rounded after RoPE (original
+    /// positions under a rounding key format); else they are kept before RoPE.
+    pub(super) fn stores_rotated(&self) -> bool {
+        self.policy.positions == PositionMode::Original && !self.rounding.keys.is_exact() && !self.rounding.before_rope
+    }
+
     /// Appends a key (before RoPE) and its value at stream position `pos` to (layer, KV head),
-    /// rounded as the cache stores them.
-    pub(super) fn store(&mut self, layer: usize, kv: usize, pos: usize, k: &[f32], v: &[f32]) {
+    /// rounded as the cache stores them; `rotation` turns the key to its stream position where
+    /// the cache [stores keys rotated](ScoredCache::stores_rotated).
+    pub(super) fn store(&mut self, (layer, kv, pos): (usize, usize, usize), k: &[f32], v: &[f32], rotation: Option<KeyRotation>) -> Result<()> {
+        let rotated = self.stores_rotated();
         let set = &mut self.sets[layer][kv];
         if self.rounding.is_exact() {
             set.push(pos, k, v);
-            return;
+            return Ok(());
         }
         let (kr, vr) = &mut self.scratch;
         kr.clear();
         kr.extend_from_slice(k);
+        if rotated {
+            let Some((rope, cos, sin)) = rotation else { return Err(Error::Internal("a rotated key store without its rotation".into())) };
+            rope.rotate_row(k, cos, sin, kr);
+        }
+        let exact_key = self.head_tally.is_some().then(|| kr.clone());
         vr.clear();
         vr.extend_from_slice(v);
         self.rounding.key_row(kr, pos);
         self.rounding.value_row(vr, pos);
         set.push(pos, kr, vr);
-        if let Some(t) = self.head_tally.as_mut() {
+        if let (Some(t), Some(exact_key)) = (self.head_tally.as_mut(), exact_key) {
             let sinks = t.sink_positions;
             let at = t.layer(layer, self.group * self.n_kv, self.n_kv);
-            at.key_error[kv].add(k, kr, pos < sinks);
+            at.key_error[kv].add(&exact_key, kr, pos < sinks);
             at.value_error[kv].add(v, vr, pos < sinks);
         }
+        Ok(())
     }
 
     /// Keys held per (layer, KV head) — the most any set holds, under a per-head policy.
@@ -292,7 +302,7 @@ impl ScoredCache {
             if k.len() != dh || v.len() != dh {
                 return Err(Error::Internal("a key of the wrong width".into()));
             }
-            self.store(layer, kv, *p, k, v);
+            self.store((layer, kv, *p), k, v, None)?;
         }
         Ok(())
     }
@@ -389,16 +399,22 @@ impl KvStore for ScoredCache {
         }
         let (k_new, v_new) = (k_pre.contiguous()?, v.contiguous()?);
         let first = self.next_stream;
+        // The new keys' rotations at their stream positions (for a cache that stores them rotated).
+        let (cos, sin) = rope.tables(&(first..first + t).collect::<Vec<_>>(), &Device::Cpu)?;
+        let (cos, sin) = (cos.flatten_all()?.to_vec1::<f32>()?, sin.flatten_all()?.to_vec1::<f32>()?);
+        let half = rope.rot_dims / 2;
         with_f32(&k_new, |k| {
-            with_f32(&v_new, |v| {
+            with_f32(&v_new, |v| -> Result<()> {
                 for h in 0..kvh {
                     for r in 0..t {
                         let at = (h * t + r) * dh;
-                        self.store(layer, h, first + r, &k[at..at + dh], &v[at..at + dh]);
+                        let rotation = (rope, &cos[r * half..], &sin[r * half..]);
+                        self.store((layer, h, first + r), &k[at..at + dh], &v[at..at + dh], Some(rotation))?;
                     }
                 }
+                Ok(())
             })
-        })??;
+        })???;
         let n = self.sets[layer][0].pos.len();
         let gather = |f: &dyn Fn(&HeadSet) -> &[f32]| -> Result<Tensor> {
             let all: Vec<f32> = self.sets[layer].iter().flat_map(|s| f(s).iter().copied()).collect();
@@ -408,6 +424,8 @@ impl KvStore for ScoredCache {
         let keys = match self.policy.positions {
             // Every head's i-th key sits at slot i.
             PositionMode::Slot => rope.rotate_cached(&keys_pre, &(0..n).collect::<Vec<_>>(), self.tables.of(rope)?)?,
+            // Stored rotated at their stream positions already.
+            _ if self.stores_rotated() => keys_pre,
             // Each head's keys at their own stream positions.
             _ => {
                 let heads: Vec<Tensor> =

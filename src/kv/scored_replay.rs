@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::model::decoder::attention::{capped, Attend, LayerAttention};
 use crate::model::decoder::Decoder;
 use crate::model::receiver::{HookReceiver, NoCapture};
-use crate::model::rope::{Rope, RopeLayout};
+use crate::model::rope::Rope;
 use crate::numerics::tensor::with_f32;
 
 impl ScoredCache {
@@ -75,6 +75,8 @@ impl Attend for BlockAttention<'_> {
         let mut out = vec![0f32; b * h * dh];
         // Per query head, the attention on the first positions (queries past them), for the tally.
         let sinks_at = self.cache.head_tally.as_ref().map(|t| t.sink_positions);
+        // Keys stored rotated at their stream positions are read as they are.
+        let rotated = self.cache.stores_rotated();
         let (mut sink_mass, mut counted) = (vec![0f64; h], 0usize);
         with_f32(&q, |q| {
             with_f32(&k, |k| {
@@ -85,7 +87,8 @@ impl Attend for BlockAttention<'_> {
                         let step = self.start + r;
                         for kv in 0..kvh {
                             let at_kv = (r * kvh + kv) * dh;
-                            self.cache.store(l, kv, step, &k[at_kv..at_kv + dh], &v[at_kv..at_kv + dh]);
+                            let rotation = (rope, &cos[step * half..], &sin[step * half..]);
+                            self.cache.store((l, kv, step), &k[at_kv..at_kv + dh], &v[at_kv..at_kv + dh], Some(rotation))?;
                         }
                         if l == 0 {
                             self.lens.push(self.cache.sets[0].iter().map(|s| s.pos.len()).max().unwrap_or(0));
@@ -101,20 +104,18 @@ impl Attend for BlockAttention<'_> {
                             let q_pos = if policy.positions == PositionMode::Original { step } else { n - 1 };
                             keys.resize(n * dh, 0.0);
                             for i in 0..n {
-                                rotate(
-                                    rope,
-                                    &set.k[i * dh..(i + 1) * dh],
-                                    &cos[key_pos(i) * half..],
-                                    &sin[key_pos(i) * half..],
-                                    &mut keys[i * dh..(i + 1) * dh],
-                                );
+                                let out = &mut keys[i * dh..(i + 1) * dh];
+                                match rotated {
+                                    true => out.copy_from_slice(&set.k[i * dh..(i + 1) * dh]),
+                                    false => rope.rotate_row(&set.k[i * dh..(i + 1) * dh], &cos[key_pos(i) * half..], &sin[key_pos(i) * half..], out),
+                                }
                             }
                             let mut summed = vec![0f32; n];
                             let mut p = vec![0f32; n];
                             for g in 0..group {
                                 let head = kv * group + g;
                                 let qh = &q[(r * h + head) * dh..][..dh];
-                                rotate(rope, qh, &cos[q_pos * half..], &sin[q_pos * half..], &mut q_rot);
+                                rope.rotate_row(qh, &cos[q_pos * half..], &sin[q_pos * half..], &mut q_rot);
                                 self.cache.rounding.query_row(&mut q_rot);
                                 for (i, s) in p.iter_mut().enumerate() {
                                     // Keys a window or more slots back are hidden on windowed layers.
@@ -168,21 +169,4 @@ fn softmax(row: &mut [f32], sink: Option<f32>) {
         sum += *x;
     }
     row.iter_mut().for_each(|x| *x /= sum);
-}
-
-/// `x` rotated by one position's cos/sin (rot_dims/2 of each) into `out`, in the rope's layout;
-/// dimensions past rot_dims pass through.
-fn rotate(rope: &Rope, x: &[f32], cos: &[f32], sin: &[f32], out: &mut [f32]) {
-    let (rot, half) = (rope.rot_dims, rope.rot_dims / 2);
-    out.copy_from_slice(x);
-    for i in 0..half {
-        let (a, b) = match rope.layout {
-            RopeLayout::HalfSplit => (i, i + half),
-            RopeLayout::Interleaved => (2 * i, 2 * i + 1),
-        };
-        let (c, s) = (cos[i], sin[i]);
-        out[a] = x[a] * c - x[b] * s;
-        out[b] = x[b] * c + x[a] * s;
-    }
-    debug_assert!(rot <= x.len());
 }

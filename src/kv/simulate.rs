@@ -27,6 +27,7 @@ use crate::model::decoder::config::describe_windows;
 use crate::model::decoder::{Decoder, DecoderConfig};
 use crate::model::policy_forward::{QueryView, StreamKv};
 use crate::model::receiver::NoCapture;
+use crate::numerics::kivi::KiviWindow;
 
 /// Queries per block when replaying a policy (the window's keys are re-read once per block).
 pub(super) const STREAM_BLOCK: usize = 128;
@@ -191,7 +192,28 @@ pub fn refuse_unmodelled_rounding(model: &Decoder, policies: &[Policy], rounding
     for p in policies.iter().filter(|p| p.is_scored()) {
         ScoredCache::refuse_unmodelled(p, &rounding, model.cfg.d_head)?;
     }
+    if let Some(window) = rounding.kivi_window() {
+        policies.iter().try_for_each(|p| refuse_unmodelled_kivi(p, &window))?;
+    }
     Ok(())
+}
+
+/// KIVI is modelled in the block replay, where keys keep the angles of their stream positions:
+/// for policies that evict, at `original` positions, and with the recent window KIVI quantizes.
+fn refuse_unmodelled_kivi(p: &Policy, window: &KiviWindow) -> Result<()> {
+    let label = p.label();
+    match p.eviction {
+        Eviction::Dense => Ok(()),
+        Eviction::Recompute => Err(Error::input(format!("a KIVI cache is not modelled under {label}, which re-runs its window from scratch at every step"))),
+        _ if p.positions != PositionMode::Original => Err(Error::input(format!(
+            "a KIVI cache under {label} is modelled at original positions (KIVI quantizes keys as rotated at their stream positions, which a cache that re-rotates them does not keep): give --positions original"
+        ))),
+        Eviction::Window | Eviction::Sink { .. } if p.cache - p.pinned().min(p.cache) < window.residual => Err(Error::input(format!(
+            "a KIVI cache quantizes its recent window's R = {} keys together once it fills, and {label} holds fewer recent keys: keep W − S ≥ R or give a smaller --kivi-residual",
+            window.residual
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Whether `p` is decoded through its own cache (`kv::cache_decode`) rather than replayed from
@@ -221,7 +243,7 @@ impl Prefix {
         let shared = ids.len() - 1;
         let kv = StreamKv::new(0).with_rounding(rounding);
         let mut prefix = Prefix { nll: Vec::with_capacity(shared), kv, cache: None, wall: 0.0 };
-        let dense_cache = || -> Result<PolicyCache> { Ok(PolicyCache::new(dense(), model.cfg.d_head)?.keeping_rotated().with_rounding(rounding)) };
+        let dense_cache = || -> Result<PolicyCache> { PolicyCache::new(dense(), model.cfg.d_head)?.keeping_rotated().with_rounding(rounding) };
         if token_by_token {
             let mut cache = dense_cache()?;
             for t in 0..shared {
@@ -387,7 +409,7 @@ fn rounded_windows(model: &Decoder, windows: &[&[u32]], rounding: CacheRounding)
     let hidden = windows
         .iter()
         .map(|w| {
-            let mut cache = PolicyCache::new(dense(), model.cfg.d_head)?.with_rounding(rounding);
+            let mut cache = PolicyCache::new(dense(), model.cfg.d_head)?.with_rounding(rounding)?;
             model.forward_with(w, Some(&mut cache), &mut NoCapture)
         })
         .collect::<Result<Vec<_>>>()?;

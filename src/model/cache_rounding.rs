@@ -5,6 +5,11 @@
 //! dot product in (8-bit blocks against a block-format key, f16 against f16). Values read back
 //! into f32. The first `exact_first` stream positions stay exact (IntactKV, KVSink).
 //!
+//! KIVI's schemes (`kivi2`, `kivi4`) have no row round trip: whether a query reads a key rounded
+//! depends on its distance and the key's group (`numerics::kivi`), which only the block replay
+//! models (`model::kivi_stream`); every cache that stores rows one at a time refuses them
+//! ([`CacheRounding::refuse_kivi`]).
+//!
 //! Not modelled, below the engines' own floor: an f16 V accumulated in f16 (llama.cpp's
 //! `VKQ16`), and q8_1's separately rounded block sum in the q4_1/q5_1 dot product.
 
@@ -13,6 +18,7 @@ use candle_core::{Device, Tensor};
 use crate::error::{Error, Result};
 use crate::numerics::cache_formats::{CacheFormat, BLOCK};
 use crate::numerics::hadamard;
+use crate::numerics::kivi::{KiviWindow, DEFAULT_RESIDUAL, GROUP};
 
 /// The cache's storage formats and what stays exact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -27,11 +33,14 @@ pub struct CacheRounding {
     /// Keys are stored before RoPE and rotated when read (the `slot` position mode's engine), not
     /// stored rotated (llama.cpp, under `original` and `delta`).
     pub before_rope: bool,
+    /// KIVI's full-precision recent window R (tokens), for its schemes only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kivi_residual: Option<usize>,
 }
 
 impl Default for CacheRounding {
     fn default() -> Self {
-        CacheRounding { keys: CacheFormat::F32, values: CacheFormat::F32, exact_first: 0, hadamard: true, before_rope: false }
+        CacheRounding { keys: CacheFormat::F32, values: CacheFormat::F32, exact_first: 0, hadamard: true, before_rope: false, kivi_residual: None }
     }
 }
 
@@ -41,8 +50,39 @@ impl CacheRounding {
         self.keys.is_exact() && self.values.is_exact()
     }
 
-    /// Refuses a block format for heads whose size is not a multiple of its block.
+    /// Whether keys and values are stored by KIVI's scheme.
+    pub fn is_kivi(&self) -> bool {
+        self.keys.is_kivi() || self.values.is_kivi()
+    }
+
+    /// When a query reads KIVI's quantized copies (`None` for the other formats).
+    pub fn kivi_window(&self) -> Option<KiviWindow> {
+        self.is_kivi().then(|| KiviWindow { residual: self.kivi_residual.unwrap_or(DEFAULT_RESIDUAL), exact_first: self.exact_first })
+    }
+
+    /// Entries of a layer holding `held` that stay at full precision: the first `exact_first`,
+    /// and under KIVI its recent window.
+    pub fn full_precision_entries(&self, held: usize) -> usize {
+        let first = self.exact_first.min(held);
+        first + self.kivi_window().map_or(0, |w| w.residual.min(held - first))
+    }
+
+    /// Refuses KIVI's schemes in a cache that stores rows one at a time, named by `what`.
+    pub fn refuse_kivi(&self, what: &str) -> Result<()> {
+        match self.is_kivi() {
+            true => Err(Error::input(format!(
+                "a KIVI cache (kivi2, kivi4) is not modelled in {what}: its rounding depends on a key's group and the query's distance, which `stream` and `recommend` model under dense, window and sink policies at original positions"
+            ))),
+            false => Ok(()),
+        }
+    }
+
+    /// Refuses a block format for heads whose size is not a multiple of its block, and a KIVI
+    /// setting KIVI's scheme does not define.
     pub fn check(&self, d_head: usize) -> Result<()> {
+        if self.is_kivi() {
+            return self.check_kivi(d_head);
+        }
         for (what, f) in [("key", self.keys), ("value", self.values)] {
             if f.is_block() && !d_head.is_multiple_of(BLOCK) {
                 return Err(Error::input(format!(
@@ -54,10 +94,32 @@ impl CacheRounding {
         Ok(())
     }
 
-    /// A label such as `K q4_0 · V f16 · 4 exact`.
+    fn check_kivi(&self, d_head: usize) -> Result<()> {
+        if !(self.keys.is_kivi() && self.values.is_kivi()) {
+            return Err(Error::input(format!(
+                "KIVI stores keys per channel and values per token together: give kivi2 or kivi4 for both --cache-type-k and --cache-type-v (not {} with {})",
+                self.keys.name(),
+                self.values.name()
+            )));
+        }
+        if !d_head.is_multiple_of(GROUP) {
+            return Err(Error::input(format!(
+                "KIVI groups a value's channels {GROUP} at a time, and this model's heads hold {d_head}: use f16, bf16 or fp8"
+            )));
+        }
+        match self.kivi_residual.unwrap_or(DEFAULT_RESIDUAL) {
+            r if r == 0 || !r.is_multiple_of(GROUP) => Err(Error::input(format!(
+                "--kivi-residual {r}: KIVI quantizes whole groups of {GROUP} keys, so its recent window is a positive multiple of {GROUP}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// A label such as `K q4_0 · V f16 · 4 exact` (`K kivi2 · V kivi2 · R 128` for KIVI).
     pub fn label(&self) -> String {
         let exact = if self.exact_first > 0 { format!(" · {} exact", self.exact_first) } else { String::new() };
-        format!("K {} · V {}{exact}", self.keys.name(), self.values.name())
+        let residual = self.kivi_window().map_or(String::new(), |w| format!(" · R {}", w.residual));
+        format!("K {} · V {}{residual}{exact}", self.keys.name(), self.values.name())
     }
 
     /// [`CacheRounding::label`], marked `(not rotated)` where block formats are stored without
@@ -77,7 +139,11 @@ impl CacheRounding {
     /// The label and how keys are stored: `K q4_0 · V q4_0 · 4 exact; keys rounded after RoPE,
     /// block formats Hadamard-rotated (llama.cpp)`.
     pub fn describe(&self) -> String {
-        let keys = if self.before_rope { "keys rounded before RoPE (slot positions)" } else { "keys rounded after RoPE" };
+        let keys = match (self.is_kivi(), self.before_rope) {
+            (true, _) => "keys per channel over 32 tokens after RoPE, values per token, the last R tokens exact (KIVI)",
+            (false, true) => "keys rounded before RoPE (slot positions)",
+            (false, false) => "keys rounded after RoPE",
+        };
         let rotation = match (self.has_block(), self.hadamard) {
             (false, _) => "",
             (true, true) => ", block formats Hadamard-rotated (llama.cpp)",
@@ -135,6 +201,9 @@ impl CacheRounding {
     fn round(&self, x: &Tensor, format: CacheFormat, rotation: Option<usize>, positions: Option<&[usize]>) -> Result<Tensor> {
         if format.is_exact() {
             return Ok(x.clone());
+        }
+        if format.is_kivi() {
+            return Err(Error::Internal("KIVI rows were rounded one at a time".into()));
         }
         let (heads, n, dh) = x.dims3()?;
         if positions.is_some_and(|p| p.len() != n) {

@@ -16,6 +16,7 @@ pub mod hf;
 pub mod hf_fields;
 pub mod hook;
 pub mod info;
+mod kivi_stream;
 pub mod llama2c;
 pub mod load;
 pub mod matmul;

@@ -19,6 +19,7 @@ use super::cache_rounding::CacheRounding;
 use super::decoder::attention::{soft_cap, Attend, LayerAttention};
 use super::decoder::Decoder;
 use super::head_tally::{add_errors, HeadTally};
+use super::kivi_stream::{self, Kivi, Layout};
 use super::receiver::{HookReceiver, NoCapture};
 use crate::error::{Error, Result};
 use crate::numerics::kernels::{softmax_segments, softmax_segments_with_sink};
@@ -120,6 +121,18 @@ impl StreamKv {
         Ok(())
     }
 
+    /// Appends a block's stored keys and values (heads first) to `layer`'s.
+    fn store(&mut self, layer: usize, k: Tensor, v: Tensor) -> Result<()> {
+        if self.k.len() <= layer {
+            self.k.push(k);
+            self.v.push(v);
+        } else {
+            self.k[layer] = Tensor::cat(&[&self.k[layer], &k], 1)?;
+            self.v[layer] = Tensor::cat(&[&self.v[layer], &v], 1)?;
+        }
+        Ok(())
+    }
+
     /// The first `n` pinned keys and values of `layer`.
     fn pinned(&self, layer: usize, n: usize) -> Result<(Tensor, Tensor)> {
         if self.base == 0 {
@@ -172,15 +185,18 @@ fn heads_first<'t>(
     let (rows, heads, d_head) = q.dims3()?;
     let first = |x: &Tensor| -> Result<Tensor> { Ok(x.transpose(0, 1)?.contiguous()?) };
     let q_heads = first(q)?;
-    let k = match rounding.before_rope {
-        true => at.rope.apply(&rounding.keys(&first(k)?, positions)?, cos, sin)?,
-        false => rounding.keys(&at.rope.apply(&first(k)?, cos, sin)?, positions)?,
+    // KIVI's copies are made as the rows join the layer's store (`kivi_stream`).
+    let k = match (rounding.is_kivi(), rounding.before_rope) {
+        (true, _) => at.rope.apply(&first(k)?, cos, sin)?,
+        (false, true) => at.rope.apply(&rounding.keys(&first(k)?, positions)?, cos, sin)?,
+        (false, false) => rounding.keys(&at.rope.apply(&first(k)?, cos, sin)?, positions)?,
     };
+    let v = if rounding.is_kivi() { first(v)? } else { rounding.values(&first(v)?, positions)? };
     let kv_heads = k.dim(0)?;
     Ok(HeadsFirst {
         q_stream: rounding.queries(&at.rope.apply(&q_heads, cos, sin)?)?,
         k,
-        v: rounding.values(&first(v)?, positions)?,
+        v,
         q_heads,
         at_pinned: at_pinned.as_ref(),
         rows,
@@ -273,6 +289,41 @@ impl ViewAttention<'_> {
     }
 }
 
+/// Stores a block's keys and values (starting at stream position `start`) with KIVI's copies
+/// beside them (`kivi_stream`), tallying the rounding error of every key group the block
+/// completed and of its values.
+fn store_kivi(
+    (kv, tally, start): (&mut StreamKv, Option<&mut HeadTally>, usize),
+    at: &LayerAttention,
+    (k, v): (&Tensor, &Tensor),
+    positions: &[usize],
+    (kivi, (heads, kv_heads)): (&Kivi, (usize, usize)),
+) -> Result<()> {
+    let layer = at.index;
+    let (keys, rows) = kivi_stream::append_keys(kv.k.get(layer), kv.base, k, start, kivi)?;
+    let (values, rounded_values) = kivi_stream::paired_values(v, positions, kivi)?;
+    if let Some(tally) = tally {
+        let layer = tally.layer(layer, heads, kv_heads);
+        let (sinks, dh) = (layer.sink_positions, k.dim(2)?);
+        add_errors(layer.key_error, &rows.exact, &rows.rounded, &rows.positions, dh, sinks);
+        add_errors(layer.value_error, &v.flatten_all()?.to_vec1::<f32>()?, &rounded_values, positions, dh, sinks);
+    }
+    if kv.k.len() <= layer {
+        kv.k.push(keys);
+        kv.v.push(values);
+    } else {
+        kv.k[layer] = keys;
+        kv.v[layer] = Tensor::cat(&[&kv.v[layer], &values], 1)?;
+    }
+    Ok(())
+}
+
+/// KIVI's setting when the cache is stored by its scheme.
+fn kivi_of(rounding: &CacheRounding) -> Option<Kivi> {
+    let window = rounding.kivi_window()?;
+    Some(Kivi { window, key_bits: rounding.keys.kivi_bits()?, value_bits: rounding.values.kivi_bits()? })
+}
+
 impl Attend for ViewAttention<'_> {
     fn rows(&self) -> Range<usize> {
         self.start..self.start + self.views.len()
@@ -284,32 +335,41 @@ impl Attend for ViewAttention<'_> {
         let block = heads_first(at, &self.tables, &rounding, &positions, (q, k, v))?;
         let (b, h, dh, kvh, group, at_pinned) = (block.rows, block.heads, block.d_head, block.kv_heads, block.group(), block.at_pinned);
         let HeadsFirst { q_heads, q_stream, k: k_new, v: v_new, .. } = block;
-        tally_errors(self.tally.as_deref_mut(), at, (&self.tables, &rounding, &positions), (k, v), (&k_new, &v_new), (h, kvh))?;
-        let kv = &mut *self.kv;
-        if kv.k.len() <= layer {
-            kv.k.push(k_new);
-            kv.v.push(v_new);
-        } else {
-            kv.k[layer] = Tensor::cat(&[&kv.k[layer], &k_new], 1)?;
-            kv.v[layer] = Tensor::cat(&[&kv.v[layer], &v_new], 1)?;
+        let kivi = kivi_of(&rounding);
+        match kivi {
+            Some(kivi) => store_kivi((self.kv, self.tally.as_deref_mut(), self.start), at, (&k_new, &v_new), &positions, (&kivi, (h, kvh)))?,
+            None => {
+                tally_errors(self.tally.as_deref_mut(), at, (&self.tables, &rounding, &positions), (k, v), (&k_new, &v_new), (h, kvh))?;
+                self.kv.store(layer, k_new, v_new)?;
+            }
         }
+        let kv = &*self.kv;
         let (base, n_window) = (kv.base, kv.k[layer].dim(1)?);
         let pinned = self.views.iter().map(|v| v.pinned).max().unwrap_or(0);
         let flat = |x: &Tensor| -> Result<Tensor> { Ok(x.reshape((kvh, group * b, dh))?) };
-        let window_scores = flat(&q_stream)?.matmul(&kv.k[layer].t()?)?;
+        let product = |q: &Tensor, keys: &Tensor| -> Result<Tensor> {
+            match kivi {
+                Some(_) => kivi_stream::paired_scores(&flat(q)?, keys),
+                None => Ok(flat(q)?.matmul(&keys.t()?)?),
+            }
+        };
+        let window_scores = product(&q_stream, &kv.k[layer])?;
         let (scores, values) = match (at_pinned, pinned) {
             (Some((cos, sin)), p) if p > 0 => {
                 let (pk, pv) = kv.pinned(layer, p)?;
                 let (pk, pv) = (pk.contiguous()?, pv.contiguous()?);
                 let q_pinned = rounding.queries(&rope.apply(&q_heads, cos, sin)?)?;
-                let pinned_scores = flat(&q_pinned)?.matmul(&pk.t()?)?;
-                (Tensor::cat(&[&pinned_scores, &window_scores], 2)?, Tensor::cat(&[&pv, &kv.v[layer]], 1)?)
+                (Tensor::cat(&[&product(&q_pinned, &pk)?, &window_scores], 2)?, Tensor::cat(&[&pv, &kv.v[layer]], 1)?)
             }
             _ => (window_scores, kv.v[layer].clone()),
         };
         let cols = pinned + n_window;
-        let scale = 1.0 / (dh as f32).sqrt();
+        let layout = Layout { start: self.start, queries: b, pinned, base, cols };
         let mut a = scores.flatten_all()?.to_vec1::<f32>()?;
+        if let Some(kivi) = &kivi {
+            a = kivi_stream::chosen_scores(&a, layout, &kivi.window);
+        }
+        let scale = 1.0 / (dh as f32).sqrt();
         let (views, start, window, sinks) = (self.views, self.start, at.window, at.sinks);
         // Rows are (kv head, group member, query r).
         a.par_chunks_mut(cols).enumerate().for_each(|(row, s)| {
@@ -323,8 +383,11 @@ impl Attend for ViewAttention<'_> {
             softmax_row(s, &segments, scale, at.softcap, sinks.map(|logits| logits[row / b]));
         });
         self.tally_sink_mass(layer, &a, (h, kvh), (pinned, base));
-        let pattern = Tensor::from_vec(a, (kvh, group * b, cols), &Device::Cpu)?;
-        let out = pattern.matmul(&values)?.reshape((h, b, dh))?;
+        let out = match &kivi {
+            Some(kivi) => kivi_stream::chosen_values(&a, &values, layout, &kivi.window)?,
+            None => Tensor::from_vec(a, (kvh, group * b, cols), &Device::Cpu)?.matmul(&values)?,
+        };
+        let out = out.reshape((h, b, dh))?;
         Ok(out.transpose(0, 1)?.contiguous()?.reshape((b, h * dh))?)
     }
 
@@ -420,6 +483,9 @@ impl Decoder {
                 return Err(Error::Internal(format!("query {t} has an impossible view {v:?} (window starts at {}, {} pinned)", kv.base, kv.pin)));
             }
         }
+        if let Some(window) = kv.rounding.kivi_window() {
+            kivi_stream::check_chunks_held(views.iter().enumerate().map(|(r, v)| (start + r, v.from, v.pinned)), &window)?;
+        }
         let oldest = views.iter().map(|v| v.from).min().unwrap_or(start);
         kv.forget_before(oldest)?;
         let positions: Vec<usize> = (start..start + tokens.len()).collect();
@@ -452,6 +518,7 @@ impl Decoder {
         if len == 0 || branches.is_empty() || branches.iter().any(|b| b.len() != len) {
             return Err(Error::Internal("forward_branches needs branches as long as the views".into()));
         }
+        kv.rounding.refuse_kivi("needle's candidate answers")?;
         let start = kv.len;
         for (r, v) in views.iter().enumerate() {
             let t = start + r;

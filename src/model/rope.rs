@@ -150,6 +150,23 @@ impl Rope {
         Ok((Tensor::from_vec(cos, (positions.len(), half), device)?, Tensor::from_vec(sin, (positions.len(), half), device)?))
     }
 
+    /// `x` (one head's row) rotated by one position's `cos`/`sin` (rot_dims/2 of each) into
+    /// `out`, in this rope's layout; dimensions past rot_dims pass through.
+    pub fn rotate_row(&self, x: &[f32], cos: &[f32], sin: &[f32], out: &mut [f32]) {
+        let half = self.rot_dims / 2;
+        debug_assert!(self.rot_dims <= x.len());
+        out.copy_from_slice(x);
+        for i in 0..half {
+            let (a, b) = match self.layout {
+                RopeLayout::HalfSplit => (i, i + half),
+                RopeLayout::Interleaved => (2 * i, 2 * i + 1),
+            };
+            let (c, s) = (cos[i], sin[i]);
+            out[a] = x[a] * c - x[b] * s;
+            out[b] = x[b] * c + x[a] * s;
+        }
+    }
+
     /// Rotates `x` (heads, positions.len(), d_head) to the given positions.
     pub fn rotate(&self, x: &Tensor, positions: &[usize]) -> Result<Tensor> {
         let (cos, sin) = self.tables(positions, x.device())?;

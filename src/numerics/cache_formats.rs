@@ -30,6 +30,9 @@ pub enum CacheFormat {
     Iq4Nl,
     Fp8E4m3,
     Fp8E5m2,
+    /// KIVI's 2-bit codes (`numerics::kivi`): not a row format, see [`CacheFormat::is_kivi`].
+    Kivi2,
+    Kivi4,
 }
 
 /// Values per block of the block formats.
@@ -67,11 +70,32 @@ impl CacheFormat {
             CacheFormat::Iq4Nl => "iq4_nl",
             CacheFormat::Fp8E4m3 => "fp8-e4m3",
             CacheFormat::Fp8E5m2 => "fp8-e5m2",
+            CacheFormat::Kivi2 => "kivi2",
+            CacheFormat::Kivi4 => "kivi4",
         }
     }
 
+    /// KIVI's schemes (keys per channel, values per token, a full-precision recent window): not
+    /// in [`CacheFormat::ALL`], whose formats round one row at a time.
+    pub const KIVI: [CacheFormat; 2] = [CacheFormat::Kivi2, CacheFormat::Kivi4];
+
     pub fn parse(s: &str) -> Option<CacheFormat> {
-        CacheFormat::ALL.into_iter().find(|f| f.name() == s)
+        CacheFormat::ALL.into_iter().chain(CacheFormat::KIVI).find(|f| f.name() == s)
+    }
+
+    /// KIVI's code width (`Some(2)`, `Some(4)`) for its schemes.
+    pub fn kivi_bits(self) -> Option<u32> {
+        match self {
+            CacheFormat::Kivi2 => Some(2),
+            CacheFormat::Kivi4 => Some(4),
+            _ => None,
+        }
+    }
+
+    /// Whether the format is one of KIVI's, whose rounding depends on the neighbouring tokens and
+    /// on the query's distance (`numerics::kivi`), so it has no row round trip.
+    pub fn is_kivi(self) -> bool {
+        self.kivi_bits().is_some()
     }
 
     /// Storage bits per value, block scales included (q4_0: 18 bytes per 32 values = 4.5).
@@ -85,6 +109,10 @@ impl CacheFormat {
             CacheFormat::Q4_0 | CacheFormat::Iq4Nl => 18.0 * 8.0 / 32.0,
             CacheFormat::Q4_1 => 20.0 * 8.0 / 32.0,
             CacheFormat::Fp8E4m3 | CacheFormat::Fp8E5m2 => 8.0,
+            // A group of 32 codes carries its f16 min and scale (32 bits: 1 a value); the recent
+            // window's tokens are counted apart, at f16 (`kv::memory`).
+            CacheFormat::Kivi2 => 2.0 + 1.0,
+            CacheFormat::Kivi4 => 4.0 + 1.0,
         }
     }
 
@@ -112,14 +140,17 @@ impl CacheFormat {
     }
 
     /// Rounds `row` in place to what the cache returns for it. Block formats need a row length
-    /// that is a multiple of [`BLOCK`] (checked when the cache is configured).
+    /// that is a multiple of [`BLOCK`] (checked when the cache is configured). KIVI's schemes have
+    /// no row round trip: the caches refuse them before storing a row (`CacheRounding::refuse_kivi`).
     pub fn round_trip(self, row: &mut [f32]) {
+        debug_assert!(!self.is_kivi(), "KIVI has no row round trip");
         match self {
             CacheFormat::F32 => {}
             CacheFormat::F16 => row.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32()),
             CacheFormat::Bf16 => row.iter_mut().for_each(|x| *x = bf16::from_f32(*x).to_f32()),
             CacheFormat::Fp8E4m3 => row.iter_mut().for_each(|x| *x = fp8_round(*x, 3, 7, 448.0)),
             CacheFormat::Fp8E5m2 => row.iter_mut().for_each(|x| *x = fp8_round(*x, 2, 15, 57344.0)),
+            CacheFormat::Kivi2 | CacheFormat::Kivi4 => {}
             block => row.chunks_exact_mut(BLOCK).for_each(|b| round_block(block, b)),
         }
     }
