@@ -255,3 +255,39 @@ fn kl_and_where_the_error_lands_under_a_scored_policy() {
     }
     assert!(scored.kl.iter().all(|&k| k >= 0.0) && scored.kl.iter().sum::<f64>() > 0.0);
 }
+
+/// needle's question-known and recompute arms under a rounding cache (stories260K, fp8 keys: its
+/// heads hold 8 values): each beside its exact twin, the answer's KL above 0; with every position
+/// kept exact (an fp8 key cache does not round its queries) the KL is exactly 0 and the answer's
+/// NLL the exact run's (the prompt's attention read through the cache: 1e-4 nats), at slot and at
+/// original positions.
+#[test]
+fn needles_question_known_and_recompute_arms_run_under_a_rounding_cache() {
+    let tmp = common::temp_dir("needle-arms-rounding");
+    for positions in ["slot", "original"] {
+        let run = |extra: &[&str], name: &str| -> serde_json::Value {
+            let out = tmp.join(format!("{name}-{positions}"));
+            let mut args =
+                vec!["needle", "-m", "stories260k", "--lengths", "200", "--depths", "0.5", "--trials", "2", "--policy", "snapkv,h2o,recompute"];
+            args.extend_from_slice(&["--cache", "64", "--question-known", "--positions", positions, "-o", out.to_str().unwrap()]);
+            args.extend_from_slice(extra);
+            let o = common::sinkscope(&args);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            serde_json::from_slice(&std::fs::read(out.join("needle.json")).unwrap()).unwrap()
+        };
+        let field = |r: &serde_json::Value, f: &str| -> Vec<(String, f64)> {
+            r["trials"].as_array().unwrap().iter().map(|t| (t["policy"].as_str().unwrap().to_string(), t[f].as_f64().unwrap())).collect()
+        };
+        let exact = run(&[], "exact");
+        let rounded = run(&["--cache-type-k", "fp8-e4m3", "--cache-type-v", "fp8-e5m2"], "fp8");
+        let all_exact = run(&["--cache-type-k", "fp8-e4m3", "--unquantized-first", "100000"], "all-exact");
+        let arms: Vec<String> = field(&rounded, "kl_from_exact").into_iter().map(|(p, _)| p).collect();
+        assert!(arms.iter().any(|p| p.contains("question known")) && arms.iter().any(|p| p.starts_with("recompute")), "{arms:?}");
+        assert!(field(&rounded, "kl_from_exact").iter().all(|(_, k)| *k > 0.0), "{:?}", field(&rounded, "kl_from_exact"));
+        assert!(field(&all_exact, "kl_from_exact").iter().all(|(_, k)| *k == 0.0), "{:?}", field(&all_exact, "kl_from_exact"));
+        for ((p, got), (q, want)) in field(&all_exact, "answer_nll").iter().zip(field(&exact, "answer_nll")) {
+            assert_eq!(p, &q);
+            assert!((got - want).abs() < 1e-4, "{positions} {p}: {got} against the exact run's {want}");
+        }
+    }
+}

@@ -347,10 +347,6 @@ fn cache_type_flags_are_recorded_and_refused_where_they_cannot_apply() {
     refused(&with(&["--cache-type-k", "q3_k"]), "not a cache type; one of f32, f16, bf16, q8_0");
     let tiny = ["stream", "-m", stories.to_str().unwrap(), "-f", f, "--tokens", "100", "--policy", "sink", "--cache", "32", "--cache-type-k", "q4_0"];
     refused(&tiny, "a q4_0 key cache stores blocks of 32 values, and this model's heads hold 8");
-    // needle's streamed h2o arm runs under a rounding cache (tests/kv_cache_scored.rs); its
-    // question-known arm does not yet.
-    let needle_h2o = needle("h2o", &["--cache-type-k", "q8_0", "--question-known"]);
-    refused(&needle_h2o, "· question known");
 }
 
 /// `recommend --cache-types`: every (cache type × exact first tokens) × policy row, each row's

@@ -3,11 +3,30 @@
 
 use candle_core::Tensor;
 
-use super::policy::{Policy, PositionMode};
+use super::policy::{Eviction, Policy, PositionMode};
 use crate::error::Result;
 use crate::model::cache_rounding::CacheRounding;
-use crate::model::decoder::KvStore;
+use crate::model::decoder::{Decoder, KvStore};
+use crate::model::receiver::NoCapture;
 use crate::model::rope::{Rope, RopeTables};
+
+/// Runs each window from scratch (positions 0…), as into a fresh dense cache storing keys and values
+/// as `rounding` says (an engine that recomputes its window fills a new cache of that format; the
+/// window's own first tokens are the ones `exact_first` keeps); hidden states stacked window after
+/// window. An exact cache runs them as one batch.
+pub fn prefill_windows(model: &Decoder, windows: &[&[u32]], rounding: CacheRounding) -> Result<Tensor> {
+    if rounding.is_exact() {
+        return model.forward_windows(windows);
+    }
+    let hidden = windows
+        .iter()
+        .map(|w| {
+            let mut cache = PolicyCache::new(Policy::new(Eviction::Dense, 0, PositionMode::Slot), model.cfg.d_head)?.with_rounding(rounding)?;
+            model.forward_with(w, Some(&mut cache), &mut NoCapture)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Tensor::cat(&hidden, 0)?)
+}
 
 /// Keys/values of every layer for the entries a policy has kept. Cloning is cheap (tensors are
 /// shared), which is how policies share the stream before their first eviction.

@@ -292,17 +292,25 @@ impl ScoredCache {
     }
 
     /// Gives (layer, KV head) the keys `keys` (stream position, key before RoPE, value), in
-    /// stream order (a cache compressed at once; see `kv::retrieval::compress`).
-    pub(super) fn fill(&mut self, layer: usize, kv: usize, keys: &[(usize, Vec<f32>, Vec<f32>)]) -> Result<()> {
+    /// stream order (a cache compressed at once; see `kv::retrieval::compress`), stored as
+    /// [`ScoredCache::store`] does; `tables` holds the layer's rope and its cos/sin rows (half
+    /// of its rotated dimensions each) for positions 0… past the last key.
+    pub(super) fn fill(
+        &mut self,
+        (layer, kv): (usize, usize),
+        keys: &[(usize, Vec<f32>, Vec<f32>)],
+        tables: (&Rope, &(Vec<f32>, Vec<f32>, usize)),
+    ) -> Result<()> {
         let dh = self.d_head;
         if self.sets.get(layer).and_then(|l| l.get(kv)).is_none() {
             return Err(Error::Internal("no such (layer, KV head)".into()));
         }
+        let (rope, (cos, sin, half)) = tables;
         for (p, k, v) in keys {
-            if k.len() != dh || v.len() != dh {
-                return Err(Error::Internal("a key of the wrong width".into()));
+            if k.len() != dh || v.len() != dh || cos.len() < (p + 1) * half {
+                return Err(Error::Internal("a key of the wrong width, or past the rotation tables".into()));
             }
-            self.store((layer, kv, *p), k, v, None)?;
+            self.store((layer, kv, *p), k, v, Some((rope, &cos[p * half..], &sin[p * half..])))?;
         }
         Ok(())
     }

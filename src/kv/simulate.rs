@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::cache::PolicyCache;
+use super::cache::{prefill_windows, PolicyCache};
 use super::cache_decode::decode_through_caches;
 pub(super) use super::cache_decode::Track;
 use super::memory::{kv_memory_stored, KvMemory};
@@ -383,10 +383,7 @@ fn recompute(
         let group: Vec<usize> = scored[at..].iter().copied().take(batch).take_while(|&t| window(t).len() == len).collect();
         let t0 = Instant::now();
         let windows: Vec<&[u32]> = group.iter().map(|&t| &ids[window(t)]).collect();
-        let hidden = match rounding.is_exact() {
-            true => model.forward_windows(&windows)?,
-            false => rounded_windows(model, &windows, rounding)?,
-        };
+        let hidden = prefill_windows(model, &windows, rounding)?;
         let last_rows: Vec<u32> = (0..group.len()).map(|g| (g * len + len - 1) as u32).collect();
         let last = hidden.index_select(&candle_core::Tensor::new(last_rows.as_slice(), hidden.device())?, 0)?;
         let targets: Vec<u32> = group.iter().map(|&t| ids[t + 1]).collect();
@@ -400,20 +397,6 @@ fn recompute(
         at += group.len();
     }
     Ok(())
-}
-
-/// Each window prefilled afresh into a dense cache storing keys and values as `rounding` says (an
-/// engine that recomputes its window fills a new cache of that format; the window's own first
-/// tokens are the ones `exact_first` keeps), hidden states stacked window after window.
-fn rounded_windows(model: &Decoder, windows: &[&[u32]], rounding: CacheRounding) -> Result<candle_core::Tensor> {
-    let hidden = windows
-        .iter()
-        .map(|w| {
-            let mut cache = PolicyCache::new(dense(), model.cfg.d_head)?.with_rounding(rounding)?;
-            model.forward_with(w, Some(&mut cache), &mut NoCapture)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(candle_core::Tensor::cat(&hidden, 0)?)
 }
 
 /// The smallest K such that scoring `recompute W` on every K-th step after the budget fills runs

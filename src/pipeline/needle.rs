@@ -249,12 +249,6 @@ fn check(opts: &NeedleOptions) -> Result<()> {
         p.check()?;
         compression_applies(p, *compression)?;
     }
-    if !opts.rounding.is_exact() {
-        let label = opts.rounding.label();
-        if let Some((p, c)) = opts.policies.iter().find(|(p, c)| !p.is_cached() || *c == Compression::QuestionKnown) {
-            return Err(Error::input(format!("a {label} cache is modelled for needle's streamed arms, not yet for {}", label_of(*p, *c))));
-        }
-    }
     Ok(())
 }
 
@@ -317,14 +311,14 @@ fn run_part(
         };
         s.rounded(rounding)
     };
+    // A rounding cache runs beside the same arm's exact one: the answer's KL from it.
     let outcomes = match (&arm.full_heads, opts.rounding.is_exact()) {
-        // A rounding cache runs beside the same arm's exact one: the answer's KL from it.
-        (_, false) => {
+        (Some(_), false) => {
             let streams = (stream(opts.rounding)?, stream(CacheRounding::default())?);
             sweep_against_exact(&lm.model, streams, haystack, &insertions, trials, &mut report)?
         }
         (Some(_), true) => sweep_from(&lm.model, stream(opts.rounding)?, haystack, &insertions, trials, &mut report)?,
-        (None, true) => sweep(&lm.model, arm.policy, arm.compression, haystack, &insertions, trials, &mut report)?,
+        (None, _) => sweep(&lm.model, (arm.policy, arm.compression, opts.rounding), haystack, &insertions, trials, &mut report)?,
     };
     let mut rows = Vec::new();
     for ((&depth, &at), per_trial) in opts.depths.iter().zip(&insertions).zip(&outcomes) {

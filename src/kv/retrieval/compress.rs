@@ -5,15 +5,21 @@
 //! positions; H2O: every query; TOVA: the last one), summed over the query heads that share the
 //! KV head; each keeps its S first keys, its protected recent ones (H2O's R, SnapKV's window) and
 //! the best-scored rest up to W (ties to the newer key, as the streaming rule evicts the older);
-//! decoding then continues from that cache with no further eviction.
+//! decoding then continues from that cache with no further eviction. Under a rounding cache the
+//! prompt attends over its keys and values as the cache stores them, so its scores are the
+//! rounded cache's, and the kept keys are stored rounded.
 
 use std::ops::Range;
 
-use candle_core::Tensor;
+use candle_core::{Device, Tensor};
 
+use super::haystack::{Haystack, Trial};
+use super::{candidate_rows, compression_applies, each_prompt, scores_from_rows, truth_kl, CacheStream, Compression, TrialOutcome};
 use crate::error::{Error, Result};
-use crate::kv::policy::{Policy, Scorer};
+use crate::kv::cache::PolicyCache;
+use crate::kv::policy::{Eviction, Policy, Scorer};
 use crate::kv::scored::{snapkv_pooled, ScoredCache};
+use crate::model::cache_rounding::CacheRounding;
 use crate::model::decoder::Decoder;
 use crate::model::hook::HookPoint;
 use crate::model::receiver::HookReceiver;
@@ -65,7 +71,7 @@ impl HookReceiver for PrefillScores {
 /// Runs `ids` with every key, compresses each (layer, KV head) to `policy`'s budget as its scorer
 /// ranks the keys, and returns the cache (room for `extra` more tokens without eviction) and the
 /// final-norm hidden row of the last token.
-pub fn compress_prefilled(model: &Decoder, policy: Policy, ids: &[u32], extra: usize) -> Result<(ScoredCache, Tensor)> {
+pub fn compress_prefilled(model: &Decoder, (policy, rounding): (Policy, CacheRounding), ids: &[u32], extra: usize) -> Result<(ScoredCache, Tensor)> {
     let cfg = &model.cfg;
     let Some(scorer) = policy.scorer() else { return Err(Error::Internal(format!("{} has no scorer to compress with", policy.label()))) };
     let n = ids.len();
@@ -83,24 +89,72 @@ pub fn compress_prefilled(model: &Decoder, policy: Policy, ids: &[u32], extra: u
         k: vec![Vec::new(); cfg.n_layers],
         v: vec![Vec::new(); cfg.n_layers],
     };
-    let hidden = model.forward(ids, None, &mut rec)?;
+    // Under a rounding cache the prompt's own attention reads the keys and values as stored (an
+    // engine writes each batch to its cache and attends over it), and so scores them.
+    let hidden = match rounding.is_exact() {
+        true => model.forward(ids, None, &mut rec)?,
+        false => {
+            let mut prefill = PolicyCache::new(Policy::new(Eviction::Dense, 0, policy.positions), dh)?.with_rounding(rounding)?;
+            model.forward_with(ids, Some(&mut prefill), &mut rec)?
+        }
+    };
     let last = hidden.narrow(0, n - 1, 1)?;
     let grown = Policy { cache: policy.cache.max(n.min(policy.cache)) + extra, ..policy };
-    let mut cache = ScoredCache::new(grown, cfg.n_layers, cfg.n_heads, kvh, dh)?;
+    let mut cache = ScoredCache::new(grown, cfg.n_layers, cfg.n_heads, kvh, dh)?.with_rounding(rounding)?;
     for l in 0..cfg.n_layers {
         if rec.k[l].len() != n * kvh * dh || rec.v[l].len() != n * kvh * dh {
             return Err(Error::Internal(format!("layer {l}'s keys and values did not arrive whole")));
         }
+        let rope = model.layer_rope(l);
+        let (cos, sin) = rope.tables(&(0..n).collect::<Vec<_>>(), &Device::Cpu)?;
+        let tables = (cos.flatten_all()?.to_vec1::<f32>()?, sin.flatten_all()?.to_vec1::<f32>()?, rope.rot_dims / 2);
         for kv in 0..kvh {
             let scores = &rec.scores[l][kv * n..(kv + 1) * n];
             let kept = kept_positions(&policy, scorer, scores);
             let row = |x: &[f32], p: usize| x[(p * kvh + kv) * dh..][..dh].to_vec();
             let keys: Vec<(usize, Vec<f32>, Vec<f32>)> = kept.into_iter().map(|p| (p, row(&rec.k[l], p), row(&rec.v[l], p))).collect();
-            cache.fill(l, kv, &keys)?;
+            cache.fill((l, kv), &keys, (&rope, &tables))?;
         }
     }
     cache.set_stream_len(n);
     Ok((cache, last))
+}
+
+/// [`super::sweep`] with the question known: each prompt prefilled whole and compressed once;
+/// under a rounding cache beside the same compression of the exact cache (which may keep other
+/// keys: its own attention chooses), for the answer's KL from it.
+pub(super) fn compressed_sweep(
+    model: &Decoder,
+    (policy, rounding): (Policy, CacheRounding),
+    haystack: &Haystack,
+    insertions: &[usize],
+    trials: &[Trial],
+    progress: &mut dyn FnMut(usize),
+) -> Result<Vec<Vec<TrialOutcome>>> {
+    compression_applies(&policy, Compression::QuestionKnown)?;
+    // The streaming refusals hold here too (delta positions; original positions on a model with
+    // its own sliding windows).
+    CacheStream::new(model, policy)?;
+    let answer_len = trials.first().and_then(|t| t.candidates.first()).map_or(0, Vec::len);
+    each_prompt(insertions, trials, |at, trial| {
+        let prompt = haystack.prompt(at, &trial.needle);
+        let (cache, last) = compress_prefilled(model, (policy, rounding), &prompt, answer_len)?;
+        let stream = CacheStream::Scored(cache);
+        let needle_start = haystack.head.len() + at;
+        let needle_kept = stream.held_share(needle_start..needle_start + trial.needle.len());
+        let rows = candidate_rows(model, &stream, &last, &trial.candidates)?;
+        let kl_from_exact = match rounding.is_exact() {
+            true => None,
+            false => {
+                let (exact, exact_last) = compress_prefilled(model, (policy, CacheRounding::default()), &prompt, answer_len)?;
+                let exact_rows = candidate_rows(model, &CacheStream::Scored(exact), &exact_last, &trial.candidates[..1])?;
+                Some(truth_kl(model, &exact_rows, &rows, answer_len)?)
+            }
+        };
+        let scores = scores_from_rows(model, &rows, &trial.candidates)?;
+        progress(prompt.len());
+        Ok(TrialOutcome { scores, prompt_len: prompt.len(), needle_start, needle_kept, kl_from_exact })
+    })
 }
 
 /// The positions one (layer, KV head) keeps, in order: all of them within the budget; else the

@@ -14,12 +14,14 @@
 pub mod compress;
 pub mod haystack;
 pub mod heads;
+mod recompute;
 
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
-use self::compress::compress_prefilled;
+use self::compress::compressed_sweep;
 use self::haystack::{Haystack, Trial};
+use self::recompute::recompute_sweep;
 use super::policy::{Eviction, Policy, PositionMode};
 use super::scored::ScoredCache;
 use super::trace::PolicyTrace;
@@ -279,12 +281,12 @@ pub fn compression_applies(policy: &Policy, compression: Compression) -> Result<
 /// Runs every (insertion, trial) prompt of `haystack` through `policy`'s cache and scores its
 /// candidates; `insertions` are filler indices (see [`Haystack::insertion`]). Streamed, the head
 /// and the filler run once, in order, each prompt branching off where its needle goes; with the
-/// question known, each prompt is prefilled and compressed on its own. `progress(n)` reports n
-/// more tokens run. Outcomes are `[insertion][trial]`, in the order given.
+/// question known, each prompt is prefilled and compressed on its own. Under a rounding cache
+/// each arm runs beside its exact twin and records the answer's KL from it. `progress(n)` reports
+/// n more tokens run. Outcomes are `[insertion][trial]`, in the order given.
 pub fn sweep(
     model: &Decoder,
-    policy: Policy,
-    compression: Compression,
+    (policy, compression, rounding): (Policy, Compression, CacheRounding),
     haystack: &Haystack,
     insertions: &[usize],
     trials: &[Trial],
@@ -292,12 +294,16 @@ pub fn sweep(
 ) -> Result<Vec<Vec<TrialOutcome>>> {
     check_insertions(haystack, insertions)?;
     if compression == Compression::QuestionKnown {
-        return compressed_sweep(model, policy, haystack, insertions, trials, progress);
+        return compressed_sweep(model, (policy, rounding), haystack, insertions, trials, progress);
     }
     if policy.eviction == Eviction::Recompute {
-        return recompute_sweep(model, policy.cache, haystack, insertions, trials, progress);
+        return recompute_sweep(model, (policy.cache, rounding), haystack, insertions, trials, progress);
     }
-    sweep_from(model, CacheStream::new(model, policy)?, haystack, insertions, trials, progress)
+    let stream = CacheStream::new(model, policy)?;
+    match rounding.is_exact() {
+        true => sweep_from(model, stream, haystack, insertions, trials, progress),
+        false => sweep_against_exact(model, (stream.clone().rounded(rounding)?, stream), haystack, insertions, trials, progress),
+    }
 }
 
 fn check_insertions(haystack: &Haystack, insertions: &[usize]) -> Result<()> {
@@ -327,6 +333,15 @@ pub fn sweep_from(
     progress: &mut dyn FnMut(usize),
 ) -> Result<Vec<Vec<TrialOutcome>>> {
     sweep_streams(model, (trunk, None), haystack, insertions, trials, progress)
+}
+
+/// `one(insertion, trial)` for every (insertion, trial) prompt, as `[insertion][trial]`.
+fn each_prompt(insertions: &[usize], trials: &[Trial], mut one: impl FnMut(usize, &Trial) -> Result<TrialOutcome>) -> Result<Vec<Vec<TrialOutcome>>> {
+    let mut out = Vec::with_capacity(insertions.len());
+    for &at in insertions {
+        out.push(trials.iter().map(|trial| one(at, trial)).collect::<Result<Vec<_>>>()?);
+    }
+    Ok(out)
 }
 
 /// [`sweep_from`] on `rounded` (a rounding cache's stream) with `exact` (the same policy's, exact)
@@ -401,85 +416,4 @@ fn sweep_streams(
         }
     }
     Ok(out)
-}
-
-/// [`sweep`] with the question known: each prompt prefilled whole and compressed once.
-fn compressed_sweep(
-    model: &Decoder,
-    policy: Policy,
-    haystack: &Haystack,
-    insertions: &[usize],
-    trials: &[Trial],
-    progress: &mut dyn FnMut(usize),
-) -> Result<Vec<Vec<TrialOutcome>>> {
-    compression_applies(&policy, Compression::QuestionKnown)?;
-    // The streaming refusals hold here too (delta positions; original positions on a model with
-    // its own sliding windows).
-    CacheStream::new(model, policy)?;
-    let answer_len = trials.first().and_then(|t| t.candidates.first()).map_or(0, Vec::len);
-    each_prompt(insertions, trials, |at, trial| {
-        let prompt = haystack.prompt(at, &trial.needle);
-        let (cache, last) = compress_prefilled(model, policy, &prompt, answer_len)?;
-        let stream = CacheStream::Scored(cache);
-        let needle_start = haystack.head.len() + at;
-        let needle_kept = stream.held_share(needle_start..needle_start + trial.needle.len());
-        let scores = score_candidates(model, &stream, &last, &trial.candidates)?;
-        progress(prompt.len());
-        Ok(TrialOutcome { scores, prompt_len: prompt.len(), needle_start, needle_kept, kl_from_exact: None })
-    })
-}
-
-/// `one(insertion, trial)` for every (insertion, trial) prompt, as `[insertion][trial]`.
-fn each_prompt(insertions: &[usize], trials: &[Trial], mut one: impl FnMut(usize, &Trial) -> Result<TrialOutcome>) -> Result<Vec<Vec<TrialOutcome>>> {
-    let mut out = Vec::with_capacity(insertions.len());
-    for &at in insertions {
-        out.push(trials.iter().map(|trial| one(at, trial)).collect::<Result<Vec<_>>>()?);
-    }
-    Ok(out)
-}
-
-/// [`sweep`] under `recompute W`: no cache; each answer token is predicted by a fresh run of the
-/// last W tokens before it (positions from 0), the prompt's tail and the candidate's earlier
-/// tokens — what the simulator's `recompute` runs at every step. Windows of one answer position
-/// run as one batch.
-fn recompute_sweep(
-    model: &Decoder,
-    w: usize,
-    haystack: &Haystack,
-    insertions: &[usize],
-    trials: &[Trial],
-    progress: &mut dyn FnMut(usize),
-) -> Result<Vec<Vec<TrialOutcome>>> {
-    let w = w.max(1);
-    each_prompt(insertions, trials, |at, trial| {
-        let prompt = haystack.prompt(at, &trial.needle);
-        let candidates = &trial.candidates;
-        let m = answer_len(candidates)?;
-        let tail = |seq: &[u32]| seq[seq.len().saturating_sub(w)..].to_vec();
-        // Answer position j's windows: the prompt's for j = 0, each candidate's after.
-        let mut rows = Vec::with_capacity(m);
-        let mut by_position: Vec<Vec<Tensor>> = Vec::with_capacity(m);
-        for j in 0..m {
-            let windows: Vec<Vec<u32>> =
-                if j == 0 { vec![tail(&prompt)] } else { candidates.iter().map(|c| tail(&[&prompt[..], &c[..j]].concat())).collect() };
-            let refs: Vec<&[u32]> = windows.iter().map(Vec::as_slice).collect();
-            let len = refs[0].len();
-            let hidden = model.forward_windows(&refs)?;
-            by_position.push((0..windows.len()).map(|i| hidden.narrow(0, i * len + len - 1, 1)).collect::<candle_core::Result<_>>()?);
-            progress(windows.len() * len);
-        }
-        // Row order of [`scores_from_rows`]: j = 0, then each candidate's j = 1..m.
-        rows.push(by_position[0][0].clone());
-        for c in 0..candidates.len() {
-            for row in by_position.iter().skip(1) {
-                rows.push(row[c].clone());
-            }
-        }
-        let scores = scores_from_rows(model, &Tensor::cat(&rows, 0)?, candidates)?;
-        let needle_start = haystack.head.len() + at;
-        let seen = prompt.len().saturating_sub(w);
-        let needle_end = needle_start + trial.needle.len();
-        let needle_kept = needle_end.saturating_sub(needle_start.max(seen)) as f64 / trial.needle.len().max(1) as f64;
-        Ok(TrialOutcome { scores, prompt_len: prompt.len(), needle_start, needle_kept, kl_from_exact: None })
-    })
 }
