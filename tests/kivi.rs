@@ -209,3 +209,33 @@ fn kivi_runs_through_stream_and_the_frontier() {
     let share = full["memory_share"].as_f64().unwrap();
     assert!((share - (68.0 * 16.0 + 251.0 * 5.0) / (319.0 * 16.0)).abs() < 1e-3, "{share}");
 }
+
+/// needle under KIVI (dense, and a sink window at original positions): each arm beside its exact
+/// twin; with a recent window longer than any prompt nothing is read rounded: the dense answer's
+/// KL is 0 (to the paired products' float order) and its NLL the exact run's.
+#[test]
+fn the_needle_runs_under_kivi() {
+    let Some(model) = common::model("SmolLM2-135M-Instruct.Q4_1.gguf") else { return };
+    let m = model.to_str().unwrap();
+    let tmp = common::temp_dir("kivi-needle");
+    let run = |extra: &[&str], name: &str| -> serde_json::Value {
+        let out = tmp.join(name);
+        let policies = if name == "kivi" { "dense,sink" } else { "dense" };
+        let mut args = vec!["needle", "-m", m, "--lengths", "300", "--depths", "0.5", "--trials", "2", "--policy", policies, "--cache", "160"];
+        args.extend_from_slice(&["--positions", "original", "-o", out.to_str().unwrap()]);
+        args.extend_from_slice(extra);
+        let o = common::sinkscope(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&std::fs::read(out.join("needle.json")).unwrap()).unwrap()
+    };
+    let field = |r: &serde_json::Value, f: &str| -> Vec<f64> { r["trials"].as_array().unwrap().iter().map(|t| t[f].as_f64().unwrap()).collect() };
+    let kivi = ["--cache-type-k", "kivi2", "--cache-type-v", "kivi2", "--kivi-residual", "64"];
+    let rounded = run(&kivi, "kivi");
+    assert_eq!(rounded["settings"]["cache_rounding"]["keys"], "kivi2");
+    assert!(field(&rounded, "kl_from_exact").iter().all(|&k| k > 1e-3), "{:?}", field(&rounded, "kl_from_exact"));
+    let exact = run(&[], "exact");
+    let long = run(&["--cache-type-k", "kivi2", "--cache-type-v", "kivi2", "--kivi-residual", "512"], "long");
+    assert!(field(&long, "kl_from_exact").iter().all(|&k| k.abs() < 1e-6), "{:?}", field(&long, "kl_from_exact"));
+    let gap = common::max_abs_diff("answer NLL", &field(&long, "answer_nll"), &field(&exact, "answer_nll"));
+    assert!(gap < 1e-4, "{gap}");
+}

@@ -122,7 +122,7 @@ pub fn run(args: NeedleArgs, s: &mut Session) -> Result<()> {
             sinks: args.sinks,
             cache: args.cache.cache,
         }),
-        rounding: args.formats.row_rounding(args.cache.positions, "`needle`")?,
+        rounding: args.formats.rounding(args.cache.positions)?,
     };
     let (lm, progress) = s.model(&args.model)?;
     let report = needle_into(lm, &opts, &args.out, progress)?;

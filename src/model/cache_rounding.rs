@@ -71,7 +71,7 @@ impl CacheRounding {
     pub fn refuse_kivi(&self, what: &str) -> Result<()> {
         match self.is_kivi() {
             true => Err(Error::input(format!(
-                "a KIVI cache (kivi2, kivi4) is not modelled in {what}: its rounding depends on a key's group and the query's distance, which `stream` and `recommend` model under dense, window and sink policies at original positions"
+                "a KIVI cache (kivi2, kivi4) is not modelled in {what}: its rounding depends on a key's group and the query's distance, which sinkscope models for dense, window and sink policies at original positions (`stream`, `recommend`, `needle`)"
             ))),
             false => Ok(()),
         }

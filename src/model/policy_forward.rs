@@ -87,6 +87,11 @@ impl StreamKv {
         Ok(StreamKv { pin, ..self.clone() })
     }
 
+    /// How the cache stores keys and values.
+    pub fn rounding(&self) -> CacheRounding {
+        self.rounding
+    }
+
     /// Tokens run so far.
     pub fn len(&self) -> usize {
         self.len

@@ -20,6 +20,7 @@ use crate::kv::memory::check_fits;
 use crate::kv::policy::{Eviction, Policy};
 use crate::kv::retrieval::haystack::{draw_trials, Haystack, Trial, REPEATED_FILLER};
 use crate::kv::retrieval::{compression_applies, sweep, sweep_against_exact, sweep_from, CacheStream, Compression};
+use crate::kv::simulate::refuse_unmodelled_rounding;
 use crate::model::cache_rounding::CacheRounding;
 use crate::model::fit::available_memory;
 use crate::model::load::LoadedModel;
@@ -71,7 +72,13 @@ struct Part {
 pub fn needle_into(lm: &mut LoadedModel, opts: &NeedleOptions, out: &Path, progress: &mut dyn Progress) -> Result<NeedleReport> {
     let start = Instant::now();
     check(opts)?;
-    opts.rounding.check(lm.model.cfg.d_head)?;
+    // The formats, and each arm's policy under them (KIVI: dense, window and sink at original
+    // positions only); the retrieval heads' arms are score-based caches.
+    let policies: Vec<Policy> = opts.policies.iter().map(|(p, _)| *p).collect();
+    refuse_unmodelled_rounding(&lm.model, &policies, opts.rounding)?;
+    if opts.retrieval_heads.is_some() {
+        opts.rounding.refuse_kivi("needle's per-head arms (--retrieval-heads), score-based caches")?;
+    }
     super::claim_out(lm, Some(out))?;
     let sha = lm.info.sha256.clone().unwrap_or_default();
     let settings = NeedleSettings {

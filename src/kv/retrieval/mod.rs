@@ -183,7 +183,16 @@ fn candidate_rows(model: &Decoder, stream: &CacheStream, last: &Tensor, candidat
                         None => Ok(QueryView::dense(t)),
                     })
                     .collect::<Result<Vec<_>>>()?;
-                rows.push(model.forward_branches(&heads, &views, kv)?);
+                match kv.rounding().is_kivi() {
+                    // KIVI's copies are made as keys join the store, a group at a time (and a
+                    // chunk may close inside the answer): each candidate on its own copy.
+                    true => {
+                        for c in &heads {
+                            rows.push(model.forward_windowed(c, &views, &mut kv.clone())?);
+                        }
+                    }
+                    false => rows.push(model.forward_branches(&heads, &views, kv)?),
+                }
             }
             // Each (layer, KV head) keeps its own keys, chosen by the candidate's own attention.
             CacheStream::Scored(_) => {
