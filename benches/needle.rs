@@ -12,6 +12,7 @@ use std::time::Instant;
 use sinkscope::kv::retrieval::haystack::{draw_trials, Haystack};
 use sinkscope::kv::retrieval::{sweep, Compression};
 use sinkscope::kv::{Eviction, Policy, PositionMode};
+use sinkscope::model::cache_rounding::CacheRounding;
 use sinkscope::model::receiver::NoCapture;
 use sinkscope::model::{load, LoadOptions};
 
@@ -38,7 +39,7 @@ fn main() {
     {
         let mut tokens = 0;
         let t = Instant::now();
-        let out = sweep(m, policy, Compression::Streamed, &haystack, &insertions, &trials, &mut |n| tokens += n).unwrap();
+        let out = sweep(m, (policy, Compression::Streamed, CacheRounding::default()), &haystack, &insertions, &trials, &mut |n| tokens += n).unwrap();
         let sweep_s = t.elapsed().as_secs_f64();
         report.push(format!("\"{name}_sweep_s\": {sweep_s:.2}, \"{name}_tokens\": {tokens}"));
         if name != "dense" {

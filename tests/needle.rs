@@ -9,6 +9,7 @@ mod common;
 use sinkscope::kv::retrieval::haystack::{draw_trials, Haystack, REPEATED_FILLER};
 use sinkscope::kv::retrieval::{sweep, Compression};
 use sinkscope::kv::{simulate_with, Eviction, Policy, PolicyKind, PositionMode, SimOptions};
+use sinkscope::model::cache_rounding::CacheRounding;
 use sinkscope::model::receiver::NoCapture;
 use sinkscope::model::{load, LoadOptions, LoadedModel};
 
@@ -54,11 +55,25 @@ fn under_dense_the_answer_nll_is_a_plain_forward_and_window_the_banded_forward()
     for file in ["stories260K.gguf", "SmolLM2-135M-Instruct.Q4_1.gguf"] {
         let Some(mut lm) = load_model(file) else { return };
         let c = case(&lm, 300, REPEATED_FILLER);
-        let dense =
-            sweep(&lm.model, policy(PolicyKind::Dense, 0, 0), Compression::Streamed, &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
+        let dense = sweep(
+            &lm.model,
+            (policy(PolicyKind::Dense, 0, 0), Compression::Streamed, CacheRounding::default()),
+            &c.haystack,
+            &c.insertions,
+            &c.trials,
+            &mut |_| {},
+        )
+        .unwrap();
         let w = 64;
-        let window =
-            sweep(&lm.model, policy(PolicyKind::Window, 0, w), Compression::Streamed, &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
+        let window = sweep(
+            &lm.model,
+            (policy(PolicyKind::Window, 0, w), Compression::Streamed, CacheRounding::default()),
+            &c.haystack,
+            &c.insertions,
+            &c.trials,
+            &mut |_| {},
+        )
+        .unwrap();
         let plain = |lm: &LoadedModel, ids: &[u32], p: usize, answer: &[u32]| -> Vec<f64> {
             let h = lm.model.forward(ids, None, &mut NoCapture).unwrap();
             lm.model.next_token_nll(&h.narrow(0, p - 1, answer.len()).unwrap(), answer).unwrap()
@@ -130,10 +145,12 @@ fn sink_keep_recompute_and_score_based_rules_match_the_simulator_and_shared_pref
             policy(PolicyKind::Snapkv, 4, 96),
             policy(PolicyKind::Recompute, 0, 96),
         ] {
-            let all = sweep(&lm.model, p, Compression::Streamed, &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
+            let all =
+                sweep(&lm.model, (p, Compression::Streamed, CacheRounding::default()), &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
             // The prompts one at a time (no shared prefix), and the truth through the simulator.
             for (i, &at) in c.insertions.iter().enumerate() {
-                let alone = sweep(&lm.model, p, Compression::Streamed, &c.haystack, &[at], &c.trials[1..], &mut |_| {}).unwrap();
+                let alone =
+                    sweep(&lm.model, (p, Compression::Streamed, CacheRounding::default()), &c.haystack, &[at], &c.trials[1..], &mut |_| {}).unwrap();
                 common::assert_close(&format!("{file} {} shared vs alone", p.label()), &all[i][1].scores.nll, &alone[0][0].scores.nll, NLL_TOL);
                 assert_eq!(all[i][1].needle_kept, alone[0][0].needle_kept);
                 // Decoding token by token is slow: the score-based rules at one depth.
@@ -156,7 +173,15 @@ fn sink_keep_recompute_and_score_based_rules_match_the_simulator_and_shared_pref
 fn rank_and_greedy_match_follow_from_the_scores() {
     let Some(lm) = load_model("SmolLM2-135M-Instruct.Q4_1.gguf") else { return };
     let c = case(&lm, 400, REPEATED_FILLER);
-    let dense = sweep(&lm.model, policy(PolicyKind::Dense, 0, 0), Compression::Streamed, &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
+    let dense = sweep(
+        &lm.model,
+        (policy(PolicyKind::Dense, 0, 0), Compression::Streamed, CacheRounding::default()),
+        &c.haystack,
+        &c.insertions,
+        &c.trials,
+        &mut |_| {},
+    )
+    .unwrap();
     for (o, trial) in dense.iter().flat_map(|row| row.iter().zip(&c.trials)) {
         let s = &o.scores;
         let better = s.nll[1..].iter().filter(|&&d| d <= s.nll[0]).count();
@@ -267,14 +292,35 @@ fn with_the_question_known_a_budget_that_holds_the_prompt_is_dense_and_the_quest
         let Some(lm) = load_model(file) else { return };
         let book = std::fs::read_to_string(common::corpora_dir().join("pg84_frankenstein.txt")).unwrap();
         let c = case(&lm, 260, &book[..20_000]);
-        let dense =
-            sweep(&lm.model, policy(PolicyKind::Dense, 0, 0), Compression::Streamed, &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
+        let dense = sweep(
+            &lm.model,
+            (policy(PolicyKind::Dense, 0, 0), Compression::Streamed, CacheRounding::default()),
+            &c.haystack,
+            &c.insertions,
+            &c.trials,
+            &mut |_| {},
+        )
+        .unwrap();
         for kind in [PolicyKind::H2o, PolicyKind::Tova, PolicyKind::Snapkv] {
             // W = 300 holds the 260-token prompt: compressing keeps every key.
-            let whole =
-                sweep(&lm.model, policy(kind, 4, 300), Compression::QuestionKnown, &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
-            let small =
-                sweep(&lm.model, policy(kind, 4, 64), Compression::QuestionKnown, &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
+            let whole = sweep(
+                &lm.model,
+                (policy(kind, 4, 300), Compression::QuestionKnown, CacheRounding::default()),
+                &c.haystack,
+                &c.insertions,
+                &c.trials,
+                &mut |_| {},
+            )
+            .unwrap();
+            let small = sweep(
+                &lm.model,
+                (policy(kind, 4, 64), Compression::QuestionKnown, CacheRounding::default()),
+                &c.haystack,
+                &c.insertions,
+                &c.trials,
+                &mut |_| {},
+            )
+            .unwrap();
             for ((d, w), s) in dense.iter().flatten().zip(whole.iter().flatten()).zip(small.iter().flatten()) {
                 common::assert_close(&format!("{file} {kind:?} question known, W = 300, vs dense"), &w.scores.nll, &d.scores.nll, NLL_TOL);
                 assert_eq!(w.needle_kept, 1.0);
@@ -288,15 +334,35 @@ fn with_the_question_known_a_budget_that_holds_the_prompt_is_dense_and_the_quest
         }
         // The compressed cache differs from the streamed one: the streamed policy at W = 64 is
         // another run of the same prompts.
-        let streamed =
-            sweep(&lm.model, policy(PolicyKind::Snapkv, 4, 64), Compression::Streamed, &c.haystack, &c.insertions, &c.trials, &mut |_| {}).unwrap();
-        let known =
-            sweep(&lm.model, policy(PolicyKind::Snapkv, 4, 64), Compression::QuestionKnown, &c.haystack, &c.insertions, &c.trials, &mut |_| {})
-                .unwrap();
+        let streamed = sweep(
+            &lm.model,
+            (policy(PolicyKind::Snapkv, 4, 64), Compression::Streamed, CacheRounding::default()),
+            &c.haystack,
+            &c.insertions,
+            &c.trials,
+            &mut |_| {},
+        )
+        .unwrap();
+        let known = sweep(
+            &lm.model,
+            (policy(PolicyKind::Snapkv, 4, 64), Compression::QuestionKnown, CacheRounding::default()),
+            &c.haystack,
+            &c.insertions,
+            &c.trials,
+            &mut |_| {},
+        )
+        .unwrap();
         let differs = streamed.iter().flatten().zip(known.iter().flatten()).filter(|(a, b)| (a.scores.nll[0] - b.scores.nll[0]).abs() > 1e-3).count();
         assert!(differs > 0, "{file}: the question-known snapkv scored every prompt as the streamed one");
-        assert!(sweep(&lm.model, policy(PolicyKind::Sink, 4, 64), Compression::QuestionKnown, &c.haystack, &c.insertions, &c.trials, &mut |_| {})
-            .is_err());
+        assert!(sweep(
+            &lm.model,
+            (policy(PolicyKind::Sink, 4, 64), Compression::QuestionKnown, CacheRounding::default()),
+            &c.haystack,
+            &c.insertions,
+            &c.trials,
+            &mut |_| {}
+        )
+        .is_err());
     }
 }
 
@@ -309,8 +375,24 @@ fn gemma_s_own_sliding_windows_hold_under_the_stream_and_its_branches() {
     let book = std::fs::read_to_string(common::corpora_dir().join("pg84_frankenstein.txt")).unwrap();
     let haystack = Haystack::new(&lm.tokenizer, &book[..20_000], 700, trials[0].needle.len()).unwrap();
     let insertions = [haystack.insertion(0.0), haystack.insertion(0.9)];
-    let dense = sweep(&lm.model, policy(PolicyKind::Dense, 0, 0), Compression::Streamed, &haystack, &insertions, &trials, &mut |_| {}).unwrap();
-    let sink = sweep(&lm.model, policy(PolicyKind::Sink, 4, 128), Compression::Streamed, &haystack, &insertions, &trials, &mut |_| {}).unwrap();
+    let dense = sweep(
+        &lm.model,
+        (policy(PolicyKind::Dense, 0, 0), Compression::Streamed, CacheRounding::default()),
+        &haystack,
+        &insertions,
+        &trials,
+        &mut |_| {},
+    )
+    .unwrap();
+    let sink = sweep(
+        &lm.model,
+        (policy(PolicyKind::Sink, 4, 128), Compression::Streamed, CacheRounding::default()),
+        &haystack,
+        &insertions,
+        &trials,
+        &mut |_| {},
+    )
+    .unwrap();
     for (i, &at) in insertions.iter().enumerate() {
         let prompt = haystack.prompt(at, &trials[0].needle);
         for (k, cand) in trials[0].candidates.iter().enumerate() {
@@ -326,7 +408,15 @@ fn gemma_s_own_sliding_windows_hold_under_the_stream_and_its_branches() {
         common::assert_close(&format!("gemma sink depth {i} vs the simulator"), &sink[i][0].scores.truth_tokens, &want, NLL_TOL);
     }
     // window W = 128 against the forward whose every layer sees at most 128 keys.
-    let window = sweep(&lm.model, policy(PolicyKind::Window, 0, 128), Compression::Streamed, &haystack, &insertions, &trials, &mut |_| {}).unwrap();
+    let window = sweep(
+        &lm.model,
+        (policy(PolicyKind::Window, 0, 128), Compression::Streamed, CacheRounding::default()),
+        &haystack,
+        &insertions,
+        &trials,
+        &mut |_| {},
+    )
+    .unwrap();
     let mut banded = lm;
     for l in banded.model.cfg.layers.iter_mut() {
         l.window = Some(l.window.map_or(128, |own| own.min(128)));

@@ -12,6 +12,7 @@ use sinkscope::kv::retrieval::haystack::{draw_trials, Haystack};
 use sinkscope::kv::retrieval::heads::prompt_effects;
 use sinkscope::kv::retrieval::{sweep, sweep_from, CacheStream, Compression};
 use sinkscope::kv::{Eviction, Policy, PositionMode};
+use sinkscope::model::cache_rounding::CacheRounding;
 use sinkscope::model::decoder::KeyMask;
 use sinkscope::model::hook::{HookFilter, HookPoint};
 use sinkscope::model::{load, LoadOptions, LoadedModel};
@@ -98,8 +99,15 @@ fn the_mixed_policy_with_every_head_whole_is_dense_and_with_none_is_sink() {
         sweep_from(&lm.model, trunk, &haystack, &insertions, &trials, &mut |_| {}).unwrap()
     };
     let plain = |eviction: Eviction, cache: usize| {
-        sweep(&lm.model, Policy::new(eviction, cache, PositionMode::Slot), Compression::Streamed, &haystack, &insertions, &trials, &mut |_| {})
-            .unwrap()
+        sweep(
+            &lm.model,
+            (Policy::new(eviction, cache, PositionMode::Slot), Compression::Streamed, CacheRounding::default()),
+            &haystack,
+            &insertions,
+            &trials,
+            &mut |_| {},
+        )
+        .unwrap()
     };
     for ((a, b), what) in
         [(mixed(true), plain(Eviction::Dense, 0)), (mixed(false), plain(Eviction::Sink { sinks: s }, w))].into_iter().zip(["dense", "sink"])
