@@ -1,6 +1,6 @@
 //! KV-cache eviction: policies and position modes (and a declared policy's near misses), the
 //! policy-managed cache, its memory, the streaming simulator, the sink-count recommendation built
-//! on it and the live canary; `retrieval/` holds pass-key retrieval under a policy (prompts,
+//! on it and the live canary; `press/` compresses a prefilled context as kvpress does; `retrieval/` holds pass-key retrieval under a policy (prompts,
 //! compression, which heads retrieve).
 
 pub mod alternatives;
@@ -12,6 +12,7 @@ pub mod divergence;
 pub mod memory;
 pub mod per_head;
 pub mod policy;
+pub mod press;
 pub mod recommend;
 pub mod retrieval;
 pub mod scored;
