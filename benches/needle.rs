@@ -9,8 +9,9 @@
 
 use std::time::Instant;
 
+use sinkscope::kv::retrieval::arms::sweep;
 use sinkscope::kv::retrieval::haystack::{draw_trials, Haystack};
-use sinkscope::kv::retrieval::{sweep, Compression};
+use sinkscope::kv::retrieval::Compression;
 use sinkscope::kv::{Eviction, Policy, PositionMode};
 use sinkscope::model::cache_rounding::CacheRounding;
 use sinkscope::model::receiver::NoCapture;

@@ -6,8 +6,9 @@
 
 mod common;
 
+use sinkscope::kv::retrieval::arms::sweep;
 use sinkscope::kv::retrieval::haystack::{draw_trials, Haystack, REPEATED_FILLER};
-use sinkscope::kv::retrieval::{sweep, Compression};
+use sinkscope::kv::retrieval::Compression;
 use sinkscope::kv::{simulate_with, Eviction, Policy, PolicyKind, PositionMode, SimOptions};
 use sinkscope::model::cache_rounding::CacheRounding;
 use sinkscope::model::receiver::NoCapture;

@@ -8,9 +8,10 @@ mod common;
 
 use sinkscope::capture::collector::TensorCollector;
 use sinkscope::kv::per_head::mixed_policy;
+use sinkscope::kv::retrieval::arms::sweep;
 use sinkscope::kv::retrieval::haystack::{draw_trials, Haystack};
 use sinkscope::kv::retrieval::heads::prompt_effects;
-use sinkscope::kv::retrieval::{sweep, sweep_from, CacheStream, Compression};
+use sinkscope::kv::retrieval::{sweep_from, CacheStream, Compression};
 use sinkscope::kv::{Eviction, Policy, PositionMode};
 use sinkscope::model::cache_rounding::CacheRounding;
 use sinkscope::model::decoder::KeyMask;

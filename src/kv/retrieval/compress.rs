@@ -13,8 +13,6 @@ use std::ops::Range;
 
 use candle_core::{Device, Tensor};
 
-use super::haystack::{Haystack, Trial};
-use super::{candidate_rows, compression_applies, each_prompt, scores_from_rows, truth_kl, CacheStream, Compression, TrialOutcome};
 use crate::error::{Error, Result};
 use crate::kv::cache::PolicyCache;
 use crate::kv::policy::{Eviction, Policy, Scorer};
@@ -118,43 +116,6 @@ pub fn compress_prefilled(model: &Decoder, (policy, rounding): (Policy, CacheRou
     }
     cache.set_stream_len(n);
     Ok((cache, last))
-}
-
-/// [`super::sweep`] with the question known: each prompt prefilled whole and compressed once;
-/// under a rounding cache beside the same compression of the exact cache (which may keep other
-/// keys: its own attention chooses), for the answer's KL from it.
-pub(super) fn compressed_sweep(
-    model: &Decoder,
-    (policy, rounding): (Policy, CacheRounding),
-    haystack: &Haystack,
-    insertions: &[usize],
-    trials: &[Trial],
-    progress: &mut dyn FnMut(usize),
-) -> Result<Vec<Vec<TrialOutcome>>> {
-    compression_applies(&policy, Compression::QuestionKnown)?;
-    // The streaming refusals hold here too (delta positions; original positions on a model with
-    // its own sliding windows).
-    CacheStream::new(model, policy)?;
-    let answer_len = trials.first().and_then(|t| t.candidates.first()).map_or(0, Vec::len);
-    each_prompt(insertions, trials, |at, trial| {
-        let prompt = haystack.prompt(at, &trial.needle);
-        let (cache, last) = compress_prefilled(model, (policy, rounding), &prompt, answer_len)?;
-        let stream = CacheStream::Scored(cache);
-        let needle_start = haystack.head.len() + at;
-        let needle_kept = stream.held_share(needle_start..needle_start + trial.needle.len());
-        let rows = candidate_rows(model, &stream, &last, &trial.candidates)?;
-        let kl_from_exact = match rounding.is_exact() {
-            true => None,
-            false => {
-                let (exact, exact_last) = compress_prefilled(model, (policy, CacheRounding::default()), &prompt, answer_len)?;
-                let exact_rows = candidate_rows(model, &CacheStream::Scored(exact), &exact_last, &trial.candidates[..1])?;
-                Some(truth_kl(model, &exact_rows, &rows, answer_len)?)
-            }
-        };
-        let scores = scores_from_rows(model, &rows, &trial.candidates)?;
-        progress(prompt.len());
-        Ok(TrialOutcome { scores, prompt_len: prompt.len(), needle_start, needle_kept, kl_from_exact })
-    })
 }
 
 /// The positions one (layer, KV head) keeps, in order: all of them within the budget; else the

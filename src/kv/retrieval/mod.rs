@@ -1,5 +1,6 @@
 //! Retrieval under a cache policy (this folder: the pass-key prompts, `haystack`; the prompt
-//! compressed once when the question is known, `compress`; which heads retrieve, `heads`): each pass-key prompt streams through the policy's cache as a
+//! compressed once when the question is known, `compress`; one arm's sweep, `arms`; which heads
+//! retrieve, `heads`): each pass-key prompt streams through the policy's cache as a
 //! serving engine streams a long prompt into a bounded cache (the simulator's exact arithmetic,
 //! a block of queries at a time), then every candidate answer is scored teacher-forced from the
 //! state the prompt left (`recompute`, which keeps no cache, predicts each answer token from a
@@ -11,17 +12,15 @@
 //! token given the prompt and the answer's earlier tokens is the answer's own; so the exact match
 //! of greedy decoding is read from the true answer's teacher-forced pass (no second decode).
 
+pub mod arms;
 pub mod compress;
 pub mod haystack;
 pub mod heads;
-mod recompute;
 
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
-use self::compress::compressed_sweep;
 use self::haystack::{Haystack, Trial};
-use self::recompute::recompute_sweep;
 use super::policy::{Eviction, Policy, PositionMode};
 use super::scored::ScoredCache;
 use super::trace::PolicyTrace;
@@ -50,7 +49,7 @@ pub enum CacheStream {
 impl CacheStream {
     /// An empty stream under `policy`: any positional or score-based policy at slot or original
     /// positions (`delta` decodes token by token, too slow for a sweep; `recompute` keeps no
-    /// cache: [`sweep`] runs its windows).
+    /// cache: [`arms::sweep`] runs its windows).
     pub fn new(model: &Decoder, policy: Policy) -> Result<Self> {
         policy.check()?;
         if policy.positions == PositionMode::Delta {
@@ -287,34 +286,6 @@ pub fn compression_applies(policy: &Policy, compression: Compression) -> Result<
     Ok(())
 }
 
-/// Runs every (insertion, trial) prompt of `haystack` through `policy`'s cache and scores its
-/// candidates; `insertions` are filler indices (see [`Haystack::insertion`]). Streamed, the head
-/// and the filler run once, in order, each prompt branching off where its needle goes; with the
-/// question known, each prompt is prefilled and compressed on its own. Under a rounding cache
-/// each arm runs beside its exact twin and records the answer's KL from it. `progress(n)` reports
-/// n more tokens run. Outcomes are `[insertion][trial]`, in the order given.
-pub fn sweep(
-    model: &Decoder,
-    (policy, compression, rounding): (Policy, Compression, CacheRounding),
-    haystack: &Haystack,
-    insertions: &[usize],
-    trials: &[Trial],
-    progress: &mut dyn FnMut(usize),
-) -> Result<Vec<Vec<TrialOutcome>>> {
-    check_insertions(haystack, insertions)?;
-    if compression == Compression::QuestionKnown {
-        return compressed_sweep(model, (policy, rounding), haystack, insertions, trials, progress);
-    }
-    if policy.eviction == Eviction::Recompute {
-        return recompute_sweep(model, (policy.cache, rounding), haystack, insertions, trials, progress);
-    }
-    let stream = CacheStream::new(model, policy)?;
-    match rounding.is_exact() {
-        true => sweep_from(model, stream, haystack, insertions, trials, progress),
-        false => sweep_against_exact(model, (stream.clone().rounded(rounding)?, stream), haystack, insertions, trials, progress),
-    }
-}
-
 fn check_insertions(haystack: &Haystack, insertions: &[usize]) -> Result<()> {
     match insertions.iter().find(|&&i| i > haystack.filler.len()) {
         Some(bad) => Err(Error::Internal(format!("insertion {bad} lies past the filler's {} tokens", haystack.filler.len()))),
@@ -331,7 +302,7 @@ fn answer_len(candidates: &[Vec<u32>]) -> Result<usize> {
     Ok(m)
 }
 
-/// [`sweep`] streamed from `trunk`, an empty stream of any cache (a mixed policy's, with
+/// [`arms::sweep`] streamed from `trunk`, an empty stream of any cache (a mixed policy's, with
 /// [`CacheStream::with_full_heads`]).
 pub fn sweep_from(
     model: &Decoder,
