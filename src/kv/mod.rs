@@ -12,6 +12,7 @@ pub mod divergence;
 pub mod memory;
 pub mod per_head;
 pub mod policy;
+pub mod prefill;
 pub mod press;
 pub mod recommend;
 pub mod retrieval;

@@ -4,15 +4,14 @@
 //! and the answer run after it uncompressed, at the context's original positions. The presses'
 //! scores are `scores`; ties at the cut go to the earlier position.
 
-mod capture;
 pub mod scores;
 
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
-use self::capture::PrefillCapture;
 use self::scores::{press_scores, PressKind};
 use super::policy::{Eviction, Policy, PositionMode, Scorer};
+use super::prefill::PrefillCapture;
 use super::scored::ScoredCache;
 use crate::error::{Error, Result};
 use crate::model::decoder::Decoder;
@@ -80,7 +79,7 @@ pub fn run_press(model: &Decoder, press: Press, context: &[u32], (question, answ
     press.check(context.len())?;
     let cfg = &model.cfg;
     let n = context.len();
-    let mut capture = PrefillCapture::new(cfg, n, press.kind);
+    let mut capture = PrefillCapture::new(cfg, n, press.kind.scoring_from(n));
     model.forward(context, None, &mut capture)?;
     let keep = n_kept(n, press.ratio);
     let mut kept = Vec::with_capacity(cfg.n_layers);
@@ -106,7 +105,7 @@ pub fn answer_with_kept(model: &Decoder, context: &[u32], kept: &[Vec<Vec<usize>
             context.len()
         )));
     }
-    let mut capture = PrefillCapture::new(cfg, context.len(), PressKind::Knorm);
+    let mut capture = PrefillCapture::new(cfg, context.len(), None);
     model.forward(context, None, &mut capture)?;
     answer_after(model, &capture, kept, (question, answer))
 }

@@ -5,35 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-
-/// One layer's prefill (`capture`), with its keys rotated at their positions (as a cache holds them).
-pub struct LayerCapture<'a> {
-    pub n: usize,
-    pub kv_heads: usize,
-    pub d_head: usize,
-    pub(super) k_pre: &'a [f32],
-    pub(super) v: &'a [f32],
-    /// Keys after RoPE, [position][kv head][d_head].
-    pub k_rot: Vec<f32>,
-    /// Per query head × position: the press's attention sums.
-    pub sums: &'a [f64],
-    /// The layer's cos and sin rows at positions 0…n, and their width.
-    pub tables: (Vec<f32>, Vec<f32>, usize),
-}
-
-impl LayerCapture<'_> {
-    pub fn key_pre(&self, p: usize, kv: usize) -> &[f32] {
-        &self.k_pre[(p * self.kv_heads + kv) * self.d_head..][..self.d_head]
-    }
-
-    pub fn key(&self, p: usize, kv: usize) -> &[f32] {
-        &self.k_rot[(p * self.kv_heads + kv) * self.d_head..][..self.d_head]
-    }
-
-    pub fn value(&self, p: usize, kv: usize) -> &[f32] {
-        &self.v[(p * self.kv_heads + kv) * self.d_head..][..self.d_head]
-    }
-}
+use crate::kv::prefill::LayerCapture;
 
 /// SnapKV's observation window and pooling kernel in kvpress (`SnapKVPress` defaults).
 pub const SNAPKV_WINDOW: usize = 64;
@@ -89,17 +61,14 @@ impl PressKind {
         }
     }
 
-    /// Whether the press reads the prefill's attention.
-    pub(super) fn reads_attention(self) -> bool {
-        matches!(self, PressKind::Snapkv | PressKind::Tova | PressKind::ObservedAttention)
-    }
-
-    /// The last queries whose attention the press sums (`None`: every query).
-    pub(super) fn score_window(self) -> Option<usize> {
+    /// The first of a context of `n`'s queries whose attention the press sums (`None`: it
+    /// reads no attention).
+    pub(super) fn scoring_from(self, n: usize) -> Option<usize> {
         match self {
-            PressKind::Snapkv => Some(SNAPKV_WINDOW),
-            PressKind::Tova => Some(1),
-            _ => None,
+            PressKind::Snapkv => Some(n.saturating_sub(SNAPKV_WINDOW)),
+            PressKind::Tova => Some(n.saturating_sub(1)),
+            PressKind::ObservedAttention => Some(0),
+            PressKind::Knorm | PressKind::StreamingLlm | PressKind::Keydiff => None,
         }
     }
 

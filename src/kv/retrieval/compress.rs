@@ -9,62 +9,15 @@
 //! prompt attends over its keys and values as the cache stores them, so its scores are the
 //! rounded cache's, and the kept keys are stored rounded.
 
-use std::ops::Range;
-
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 
 use crate::error::{Error, Result};
 use crate::kv::cache::PolicyCache;
 use crate::kv::policy::{Eviction, Policy, Scorer};
+use crate::kv::prefill::PrefillCapture;
 use crate::kv::scored::{snapkv_pooled, ScoredCache};
 use crate::model::cache_rounding::CacheRounding;
 use crate::model::decoder::Decoder;
-use crate::model::hook::HookPoint;
-use crate::model::receiver::HookReceiver;
-
-/// Per layer: the keys' summed attention from the scoring queries ([kv head][position]), and
-/// the keys before RoPE and the values ([position][kv head][d_head]).
-struct PrefillScores {
-    n: usize,
-    group: usize,
-    /// Queries at or after this position score the keys.
-    from: usize,
-    scores: Vec<Vec<f64>>,
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
-}
-
-impl HookReceiver for PrefillScores {
-    fn wants(&self, hook: &HookPoint) -> bool {
-        matches!(hook, HookPoint::Pattern(_) | HookPoint::K(_) | HookPoint::V(_))
-    }
-
-    fn record(&mut self, hook: &HookPoint, rows: Range<usize>, value: &Tensor) -> Result<()> {
-        let flat = value.flatten_all()?.to_vec1::<f32>()?;
-        match *hook {
-            HookPoint::K(l) => self.k[l].extend(flat),
-            HookPoint::V(l) => self.v[l].extend(flat),
-            HookPoint::Pattern(l) => {
-                let (h, r, keys) = value.dims3()?;
-                let (n, group, from) = (self.n, self.group, self.from);
-                let sums = &mut self.scores[l];
-                for head in 0..h {
-                    let kv = head / group;
-                    for i in 0..r {
-                        let t = rows.start + i;
-                        if t < from {
-                            continue;
-                        }
-                        let row = &flat[(head * r + i) * keys..][..keys];
-                        sums[kv * n..kv * n + keys.min(n)].iter_mut().zip(row).for_each(|(s, &w)| *s += w as f64);
-                    }
-                }
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-}
 
 /// Runs `ids` with every key, compresses each (layer, KV head) to `policy`'s budget as its scorer
 /// ranks the keys, and returns the cache (room for `extra` more tokens without eviction) and the
@@ -79,14 +32,7 @@ pub fn compress_prefilled(model: &Decoder, (policy, rounding): (Policy, CacheRou
         Scorer::Tova => n - 1,
         Scorer::SnapKv { .. } => n.saturating_sub(policy.score_window()),
     };
-    let mut rec = PrefillScores {
-        n,
-        group: cfg.n_heads / kvh.max(1),
-        from,
-        scores: vec![vec![0.0; kvh * n]; cfg.n_layers],
-        k: vec![Vec::new(); cfg.n_layers],
-        v: vec![Vec::new(); cfg.n_layers],
-    };
+    let mut rec = PrefillCapture::new(cfg, n, Some(from));
     // Under a rounding cache the prompt's own attention reads the keys and values as stored (an
     // engine writes each batch to its cache and attends over it), and so scores them.
     let hidden = match rounding.is_exact() {
@@ -99,19 +45,17 @@ pub fn compress_prefilled(model: &Decoder, (policy, rounding): (Policy, CacheRou
     let last = hidden.narrow(0, n - 1, 1)?;
     let grown = Policy { cache: policy.cache.max(n.min(policy.cache)) + extra, ..policy };
     let mut cache = ScoredCache::new(grown, cfg.n_layers, cfg.n_heads, kvh, dh)?.with_rounding(rounding)?;
+    let group = cfg.n_heads / kvh.max(1);
     for l in 0..cfg.n_layers {
-        if rec.k[l].len() != n * kvh * dh || rec.v[l].len() != n * kvh * dh {
-            return Err(Error::Internal(format!("layer {l}'s keys and values did not arrive whole")));
-        }
         let rope = model.layer_rope(l);
-        let (cos, sin) = rope.tables(&(0..n).collect::<Vec<_>>(), &Device::Cpu)?;
-        let tables = (cos.flatten_all()?.to_vec1::<f32>()?, sin.flatten_all()?.to_vec1::<f32>()?, rope.rot_dims / 2);
+        let layer = rec.layer(l, &rope)?;
         for kv in 0..kvh {
-            let scores = &rec.scores[l][kv * n..(kv + 1) * n];
-            let kept = kept_positions(&policy, scorer, scores);
-            let row = |x: &[f32], p: usize| x[(p * kvh + kv) * dh..][..dh].to_vec();
-            let keys: Vec<(usize, Vec<f32>, Vec<f32>)> = kept.into_iter().map(|p| (p, row(&rec.k[l], p), row(&rec.v[l], p))).collect();
-            cache.fill((l, kv), &keys, (&rope, &tables))?;
+            // A KV head's weight on a key: the sum over the query heads that share it.
+            let scores: Vec<f64> = (0..n).map(|p| (0..group).map(|g| layer.sums[(kv * group + g) * n + p]).sum()).collect();
+            let kept = kept_positions(&policy, scorer, &scores);
+            let keys: Vec<(usize, Vec<f32>, Vec<f32>)> =
+                kept.into_iter().map(|p| (p, layer.key_pre(p, kv).to_vec(), layer.value(p, kv).to_vec())).collect();
+            cache.fill((l, kv), &keys, (&rope, &layer.tables))?;
         }
     }
     cache.set_stream_len(n);

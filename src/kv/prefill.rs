@@ -1,13 +1,13 @@
-//! What the presses read from the context's prefill, reduced as the attention rows arrive (never
-//! the layers × heads × n² patterns): per layer the keys before RoPE and the values, and per query
-//! head the attention sums a press scores by (every query's column sums for ObservedAttention,
-//! the last `window` queries' for SnapKV, the last query's row for TOVA).
+//! What a compression reads from a prompt's prefill (`press`, `retrieval::compress`), reduced as
+//! the attention rows arrive (never the layers × heads × n² patterns): per layer the keys before
+//! RoPE and the values, and per query head each key's attention summed over the queries from a
+//! given one on (every query for ObservedAttention and H2O, the last window for SnapKV, the last
+//! query for TOVA).
 
 use std::ops::Range;
 
 use candle_core::{Device, Tensor};
 
-use super::scores::{LayerCapture, PressKind};
 use crate::error::{Error, Result};
 use crate::model::decoder::DecoderConfig;
 use crate::model::hook::HookPoint;
@@ -15,25 +15,56 @@ use crate::model::receiver::HookReceiver;
 use crate::model::rope::Rope;
 
 /// The prefill's keys, values and attention sums, per layer.
-pub(super) struct PrefillCapture {
+pub struct PrefillCapture {
     n: usize,
     kv_heads: usize,
     d_head: usize,
-    kind: PressKind,
+    /// The first query whose attention is summed (`None`: no attention read).
+    from: Option<usize>,
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
     /// Per layer, per query head × position: the attention sums the press reads.
     sums: Vec<Vec<f64>>,
 }
 
+/// One layer's prefill (`capture`), with its keys rotated at their positions (as a cache holds them).
+pub struct LayerCapture<'a> {
+    pub n: usize,
+    pub kv_heads: usize,
+    pub d_head: usize,
+    k_pre: &'a [f32],
+    v: &'a [f32],
+    /// Keys after RoPE, [position][kv head][d_head].
+    pub k_rot: Vec<f32>,
+    /// Per query head × position: the press's attention sums.
+    pub sums: &'a [f64],
+    /// The layer's cos and sin rows at positions 0…n, and their width.
+    pub tables: (Vec<f32>, Vec<f32>, usize),
+}
+
+impl LayerCapture<'_> {
+    pub fn key_pre(&self, p: usize, kv: usize) -> &[f32] {
+        &self.k_pre[(p * self.kv_heads + kv) * self.d_head..][..self.d_head]
+    }
+
+    pub fn key(&self, p: usize, kv: usize) -> &[f32] {
+        &self.k_rot[(p * self.kv_heads + kv) * self.d_head..][..self.d_head]
+    }
+
+    pub fn value(&self, p: usize, kv: usize) -> &[f32] {
+        &self.v[(p * self.kv_heads + kv) * self.d_head..][..self.d_head]
+    }
+}
+
 impl PrefillCapture {
-    pub(super) fn new(cfg: &DecoderConfig, n: usize, kind: PressKind) -> Self {
-        let sums = if kind.reads_attention() { vec![vec![0.0; cfg.n_heads * n]; cfg.n_layers] } else { vec![Vec::new(); cfg.n_layers] };
+    /// A capture of a prompt of `n` tokens summing the attention of its queries from `from` on.
+    pub fn new(cfg: &DecoderConfig, n: usize, from: Option<usize>) -> Self {
+        let sums = if from.is_some() { vec![vec![0.0; cfg.n_heads * n]; cfg.n_layers] } else { vec![Vec::new(); cfg.n_layers] };
         PrefillCapture {
             n,
             kv_heads: cfg.n_kv_heads,
             d_head: cfg.d_head,
-            kind,
+            from,
             k: vec![Vec::new(); cfg.n_layers],
             v: vec![Vec::new(); cfg.n_layers],
             sums,
@@ -41,12 +72,12 @@ impl PrefillCapture {
     }
 
     /// The context's length.
-    pub(super) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.n
     }
 
     /// Layer `l`'s capture, its keys rotated by `rope` at positions 0…n.
-    pub(super) fn layer(&self, l: usize, rope: &Rope) -> Result<LayerCapture<'_>> {
+    pub fn layer(&self, l: usize, rope: &Rope) -> Result<LayerCapture<'_>> {
         let (n, kvh, dh) = (self.n, self.kv_heads, self.d_head);
         if self.k[l].len() != n * kvh * dh || self.v[l].len() != n * kvh * dh {
             return Err(Error::Internal(format!("layer {l}'s keys and values did not arrive whole")));
@@ -64,13 +95,9 @@ impl PrefillCapture {
     }
 
     /// Adds a block of attention rows (heads × rows × keys, at stream rows `rows`) to layer `l`'s
-    /// sums: every row (ObservedAttention), the last `window` (SnapKV) or the last (TOVA).
+    /// sums, those from the first summed query on.
     fn add_rows(&mut self, l: usize, rows: Range<usize>, pattern: &[f32], (heads, r, keys): (usize, usize, usize)) {
-        let n = self.n;
-        let from = match self.kind.score_window() {
-            Some(w) => n.saturating_sub(w),
-            None => 0,
-        };
+        let (n, from) = (self.n, self.from.unwrap_or(usize::MAX));
         let sums = &mut self.sums[l];
         for head in 0..heads {
             for i in 0..r {
@@ -88,7 +115,7 @@ impl HookReceiver for PrefillCapture {
     fn wants(&self, hook: &HookPoint) -> bool {
         match hook {
             HookPoint::K(_) | HookPoint::V(_) => true,
-            HookPoint::Pattern(_) => self.kind.reads_attention(),
+            HookPoint::Pattern(_) => self.from.is_some(),
             _ => false,
         }
     }
