@@ -71,8 +71,8 @@ impl PrefillCapture {
         }
     }
 
-    /// The context's length.
-    pub fn len(&self) -> usize {
+    /// The prompt's length in tokens.
+    pub fn tokens(&self) -> usize {
         self.n
     }
 

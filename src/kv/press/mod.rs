@@ -134,7 +134,7 @@ fn answer_after(model: &Decoder, capture: &PrefillCapture, kept: &[Vec<Vec<usize
             cache.fill((l, kv), &keys, (&rope, &layer.tables))?;
         }
     }
-    cache.set_stream_len(capture.len());
+    cache.set_stream_len(capture.tokens());
     let tokens = [question, &answer[..answer.len() - 1]].concat();
     let (hidden, _) = cache.forward_block(model, &tokens)?;
     let rows: Tensor = hidden.narrow(0, question.len() - 1, answer.len())?;
