@@ -23,7 +23,7 @@ pub struct PrefillCapture {
     from: Option<usize>,
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
-    /// Per layer, per query head × position: the attention sums the press reads.
+    /// Per layer, per query head × position: the summed attention.
     sums: Vec<Vec<f64>>,
 }
 
@@ -36,7 +36,7 @@ pub struct LayerCapture<'a> {
     v: &'a [f32],
     /// Keys after RoPE, [position][kv head][d_head].
     pub k_rot: Vec<f32>,
-    /// Per query head × position: the press's attention sums.
+    /// Per query head × position: the summed attention.
     pub sums: &'a [f64],
     /// The layer's cos and sin rows at positions 0…n, and their width.
     pub tables: (Vec<f32>, Vec<f32>, usize),

@@ -31,12 +31,15 @@ impl Press {
     /// Refuses a ratio outside [0, 1) and sinks that fill the budget.
     pub fn check(&self, context: usize) -> Result<()> {
         if !(0.0..1.0).contains(&self.ratio) {
-            return Err(Error::input(format!("--ratio {}: the share of the context's keys removed, at least 0 and under 1", self.ratio)));
+            return Err(Error::input(format!(
+                "a compression ratio of {}: the share of the context's keys removed is at least 0 and under 1",
+                self.ratio
+            )));
         }
         self.kind.check(context)?;
         if self.sinks > n_kept(context, self.ratio) {
             return Err(Error::input(format!(
-                "--sinks {} exceeds the {} keys a ratio of {} keeps of {context}",
+                "{} pinned first tokens exceed the {} keys a ratio of {} keeps of {context}",
                 self.sinks,
                 n_kept(context, self.ratio),
                 self.ratio
