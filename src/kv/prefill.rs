@@ -25,6 +25,8 @@ pub struct PrefillCapture {
     v: Vec<Vec<f32>>,
     /// Per layer, per query head × position: the summed attention.
     sums: Vec<Vec<f64>>,
+    /// Per layer, the queries before RoPE ([position][head][d_head]), when asked for.
+    q: Option<Vec<Vec<f32>>>,
 }
 
 /// One layer's prefill (`capture`), with its keys rotated at their positions (as a cache holds them).
@@ -38,6 +40,8 @@ pub struct LayerCapture<'a> {
     pub k_rot: Vec<f32>,
     /// Per query head × position: the summed attention.
     pub sums: &'a [f64],
+    /// The queries before RoPE, [position][head][d_head] (empty unless captured).
+    pub q: &'a [f32],
     /// The layer's cos and sin rows at positions 0…n, and their width.
     pub tables: (Vec<f32>, Vec<f32>, usize),
 }
@@ -68,7 +72,14 @@ impl PrefillCapture {
             k: vec![Vec::new(); cfg.n_layers],
             v: vec![Vec::new(); cfg.n_layers],
             sums,
+            q: None,
         }
+    }
+
+    /// The same capture keeping every query too.
+    pub fn with_queries(mut self) -> Self {
+        self.q = Some(vec![Vec::new(); self.k.len()]);
+        self
     }
 
     /// The prompt's length in tokens.
@@ -91,7 +102,8 @@ impl PrefillCapture {
                 rope.rotate_row(&self.k[l][at..at + dh], &cos[p * half..], &sin[p * half..], &mut k_rot[at..at + dh]);
             }
         }
-        Ok(LayerCapture { n, kv_heads: kvh, d_head: dh, k_pre: &self.k[l], v: &self.v[l], k_rot, sums: &self.sums[l], tables: (cos, sin, half) })
+        let q = self.q.as_ref().map_or(&[][..], |q| &q[l]);
+        Ok(LayerCapture { n, kv_heads: kvh, d_head: dh, k_pre: &self.k[l], v: &self.v[l], k_rot, sums: &self.sums[l], q, tables: (cos, sin, half) })
     }
 
     /// Adds a block of attention rows (heads × rows × keys, at stream rows `rows`) to layer `l`'s
@@ -115,6 +127,7 @@ impl HookReceiver for PrefillCapture {
     fn wants(&self, hook: &HookPoint) -> bool {
         match hook {
             HookPoint::K(_) | HookPoint::V(_) => true,
+            HookPoint::Q(_) => self.q.is_some(),
             HookPoint::Pattern(_) => self.from.is_some(),
             _ => false,
         }
@@ -125,6 +138,11 @@ impl HookReceiver for PrefillCapture {
         match *hook {
             HookPoint::K(l) => self.k[l].extend(flat),
             HookPoint::V(l) => self.v[l].extend(flat),
+            HookPoint::Q(l) => {
+                if let Some(q) = self.q.as_mut() {
+                    q[l].extend(flat);
+                }
+            }
             HookPoint::Pattern(l) => {
                 let shape = value.dims3()?;
                 self.add_rows(l, rows, &flat, shape);

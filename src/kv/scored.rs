@@ -407,10 +407,15 @@ impl KvStore for ScoredCache {
         }
         let (k_new, v_new) = (k_pre.contiguous()?, v.contiguous()?);
         let first = self.next_stream;
-        // The new keys' rotations at their stream positions (for a cache that stores them rotated).
-        let (cos, sin) = rope.tables(&(first..first + t).collect::<Vec<_>>(), &Device::Cpu)?;
-        let (cos, sin) = (cos.flatten_all()?.to_vec1::<f32>()?, sin.flatten_all()?.to_vec1::<f32>()?);
-        let half = rope.rot_dims / 2;
+        // The new keys' rotations at their stream positions, for a cache that stores them rotated.
+        let (cos, sin) = match self.stores_rotated() {
+            true => {
+                let (cos, sin) = rope.tables(&(first..first + t).collect::<Vec<_>>(), &Device::Cpu)?;
+                (cos.flatten_all()?.to_vec1::<f32>()?, sin.flatten_all()?.to_vec1::<f32>()?)
+            }
+            false => (Vec::new(), Vec::new()),
+        };
+        let half = if cos.is_empty() { 0 } else { rope.rot_dims / 2 };
         with_f32(&k_new, |k| {
             with_f32(&v_new, |v| -> Result<()> {
                 for h in 0..kvh {

@@ -9,7 +9,7 @@ pub mod scores;
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
-use self::scores::{press_scores, PressKind};
+use self::scores::{press_scores, FutureRope, PressKind, EXPECTED_FUTURE};
 use super::policy::{Eviction, Policy, PositionMode, Scorer};
 use super::prefill::PrefillCapture;
 use super::scored::ScoredCache;
@@ -82,13 +82,19 @@ pub fn run_press(model: &Decoder, press: Press, context: &[u32], (question, answ
     press.check(context.len())?;
     let cfg = &model.cfg;
     let n = context.len();
-    let mut capture = PrefillCapture::new(cfg, n, press.kind.scoring_from(n));
+    let capture = PrefillCapture::new(cfg, n, press.kind.scoring_from(n));
+    let mut capture = if press.kind.reads_queries() { capture.with_queries() } else { capture };
     model.forward(context, None, &mut capture)?;
     let keep = n_kept(n, press.ratio);
     let mut kept = Vec::with_capacity(cfg.n_layers);
     for l in 0..cfg.n_layers {
-        let layer = capture.layer(l, &model.layer_rope(l))?;
-        let scores = press_scores(press.kind, &layer, (n, keep, press.sinks), (cfg.n_heads, cfg.n_kv_heads))?;
+        let rope = model.layer_rope(l);
+        let layer = capture.layer(l, &rope)?;
+        let future = match press.kind.reads_queries() {
+            true => Some(FutureRope::new(&rope, n, EXPECTED_FUTURE)?),
+            false => None,
+        };
+        let scores = press_scores(press.kind, &layer, (n, keep, press.sinks), (cfg.n_heads, cfg.n_kv_heads), future.as_ref())?;
         kept.push(scores.iter().map(|s| kept_positions(s, keep, press.sinks)).collect());
     }
     let answer_nll = answer_after(model, &capture, &kept, (question, answer))?;
