@@ -107,7 +107,7 @@ fn check(tag: &str, args: &[&str], before: Option<&Path>, delays_ms: &[u64]) {
     for &ms in delays_ms {
         if interrupt(args, &out, Duration::from_millis(ms)) {
             interrupted += 1;
-            assert_eq!(out.exists(), before.is_some(), "{tag} at {ms} ms: a directory the run created is gone again");
+            assert_eq!(out.exists(), before.is_some(), "{tag} at {ms} ms: the output directory exists afterwards: left; it existed before: right");
             assert!(tree(&out) == start, "{tag} at {ms} ms: the output directory changed: {:?}", tree(&out).keys().collect::<Vec<_>>());
         } else {
             // It finished first: start the next attempt from the same state again.

@@ -135,11 +135,23 @@ pub fn run(cli: Cli) -> Result<u8> {
     if !interactive {
         interrupt::install();
     }
-    run_in(cli, &mut Session::terminal())
+    // What the command kept stays recorded until the process exits: a Ctrl-C after the commit,
+    // before the exit, must say the results were written (they are), not that nothing was kept.
+    run_command(cli, &mut Session::terminal())
+}
+
+/// Runs one command for a caller that runs many in one process (the Python package): afterwards
+/// it holds no directory and remembers nothing the command kept.
+pub fn run_in(cli: Cli, s: &mut Session) -> Result<u8> {
+    let result = run_command(cli, s);
+    crate::io::run_dir::release_all();
+    crate::io::run_log::set_command_line(Vec::new());
+    crate::io::staging::end_command();
+    result
 }
 
 /// Runs the command in `session` (the terminal, or a caller holding a loaded model).
-pub fn run_in(cli: Cli, s: &mut Session) -> Result<u8> {
+fn run_command(cli: Cli, s: &mut Session) -> Result<u8> {
     let writes_a_run = matches!(
         cli.command,
         Command::Demo(_)
@@ -160,12 +172,7 @@ pub fn run_in(cli: Cli, s: &mut Session) -> Result<u8> {
     }
     crate::io::run_dir::set_replace(cli.replace);
     crate::io::run_log::set_command_line(std::iter::once("sinkscope".to_string()).chain(cli.argv.iter().cloned()).collect());
-    let result = dispatch(cli, s);
-    // A caller that runs many commands (the Python package) holds no directory between them.
-    crate::io::run_dir::release_all();
-    crate::io::run_log::set_command_line(Vec::new());
-    crate::io::staging::end_command();
-    result
+    dispatch(cli, s)
 }
 
 fn dispatch(cli: Cli, s: &mut Session) -> Result<u8> {
