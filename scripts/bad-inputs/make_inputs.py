@@ -92,6 +92,11 @@ def main():
     with open(os.path.join(work, "blank.txt"), "w") as f:
         f.write("   \n")
     os.makedirs(os.path.join(work, "dir"))
+    # press's token-id parts: an id outside stories260K's vocabulary of 512, and no ids at all.
+    with open(os.path.join(work, "bigid.json"), "w") as f:
+        f.write("[99999]\n")
+    with open(os.path.join(work, "emptyids.json"), "w") as f:
+        f.write("[]\n")
     open(os.path.join(work, "empty.jsonl"), "w").close()
     with open(os.path.join(work, "negative.jsonl"), "w") as f:
         f.write('{"logprob": -0.5, "cache_len": 4}\n{"logprob": -0.3, "cache_len": -2}\n')

@@ -10,6 +10,7 @@ pub mod format_check;
 pub mod heads;
 pub mod massive;
 pub mod needle;
+pub mod press;
 pub mod quant;
 pub mod sink_loss;
 pub mod sinks;

@@ -22,6 +22,7 @@ mod model_args;
 mod needle;
 mod policy_args;
 mod policy_values;
+mod press;
 mod progress;
 mod quant;
 pub mod session;
@@ -92,6 +93,10 @@ pub enum Command {
     /// of each length, streamed through the policy's cache, scored by its rank among distractor
     /// keys, greedy exact match and answer NLL (resumable).
     Needle(needle::NeedleArgs),
+    /// Compress one prompt's context once as kvpress does (its presses by name; PyramidKV,
+    /// AdaKV, ChunkKV blocks and key re-rotation as flags), append the question and answer, and
+    /// score the answer against the uncompressed one; what each (layer, KV head) kept.
+    Press(press::PressArgs),
     /// Fake-quantize activations at every linear projection's input (int8/int4; per-tensor,
     /// per-token, per-channel; dynamic or calibrated, with or without the first positions) and
     /// measure perplexity, NLL at the sink positions vs the rest, and SQNR per layer and site.
@@ -160,6 +165,7 @@ fn run_command(cli: Cli, s: &mut Session) -> Result<u8> {
             | Command::Stream(_)
             | Command::Recommend(_)
             | Command::Needle(_)
+            | Command::Press(_)
             | Command::Heads(_)
             | Command::Canary(_)
             | Command::Quant(_)
@@ -167,7 +173,7 @@ fn run_command(cli: Cli, s: &mut Session) -> Result<u8> {
     );
     if cli.replace && !writes_a_run {
         return Err(crate::error::Error::input(
-            "--replace applies to the commands that write a model's run (-o): demo, capture, analyze, stream, recommend, needle, heads, canary, quant and verify",
+            "--replace applies to the commands that write a model's run (-o): demo, capture, analyze, stream, recommend, needle, press, heads, canary, quant and verify",
         ));
     }
     crate::io::run_dir::set_replace(cli.replace);
@@ -200,6 +206,7 @@ fn dispatch(cli: Cli, s: &mut Session) -> Result<u8> {
         Command::Canary(a) => canary::run(a, s),
         Command::Survey(a) => survey::run(a, s),
         Command::Needle(a) => needle::run(a, s),
+        Command::Press(a) => press::run(a, s),
         Command::Export(a) => export::run(a, s),
     }
     .map(|()| 0)

@@ -106,6 +106,11 @@ impl PrefillCapture {
         Ok(LayerCapture { n, kv_heads: kvh, d_head: dh, k_pre: &self.k[l], v: &self.v[l], k_rot, sums: &self.sums[l], q, tables: (cos, sin, half) })
     }
 
+    /// Layer `l`'s summed attention, per query head × position (empty when none was summed).
+    pub fn attention_sums(&self, l: usize) -> &[f64] {
+        &self.sums[l]
+    }
+
     /// Adds a block of attention rows (heads × rows × keys, at stream rows `rows`) to layer `l`'s
     /// sums, those from the first summed query on.
     fn add_rows(&mut self, l: usize, rows: Range<usize>, pattern: &[f32], (heads, r, keys): (usize, usize, usize)) {

@@ -160,6 +160,9 @@ pub struct ScoredCache {
     /// Per head, the attention on the first positions and the rounding error of what is stored
     /// (the block replay fills it; see [`ScoredCache::with_head_tally`]).
     pub(super) head_tally: Option<HeadTally>,
+    /// A windowed layer's window counts stream positions at original positions (a cache that
+    /// never evicts: a press's); streaming policies count it in slots.
+    pub(super) windows_by_position: bool,
 }
 
 impl ScoredCache {
@@ -181,7 +184,15 @@ impl ScoredCache {
             rounding: CacheRounding::default(),
             scratch: (Vec::new(), Vec::new()),
             head_tally: None,
+            windows_by_position: false,
         })
+    }
+
+    /// The same (empty) cache whose windowed layers, at original positions, hide keys a window
+    /// or more positions back (a cache a press filled once; see `kv::press`).
+    pub(super) fn windows_by_position(mut self) -> Self {
+        self.windows_by_position = true;
+        self
     }
 
     /// The same (empty) cache tallying, per head, the attention its queries past the first

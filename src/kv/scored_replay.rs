@@ -20,7 +20,7 @@ impl ScoredCache {
     /// the keys its query saw. A layer with its own sliding window hides the kept keys a window
     /// or more slots from the query, as decoding through the cache does.
     pub fn forward_block(&mut self, model: &Decoder, tokens: &[u32]) -> Result<(Tensor, Vec<usize>)> {
-        if model.has_sliding_window() && self.policy.positions == PositionMode::Original {
+        if model.has_sliding_window() && self.policy.positions == PositionMode::Original && !self.windows_by_position {
             return Err(Error::Internal("a windowed model's scored cache runs at slot positions".into()));
         }
         let start = self.next_stream;

@@ -11,6 +11,7 @@ pub mod generate;
 pub mod heads;
 pub mod needle;
 pub mod needle_heads;
+pub mod press;
 pub mod progress;
 pub mod quant;
 pub mod stream;

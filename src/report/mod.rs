@@ -14,6 +14,7 @@ pub mod needle;
 pub mod parquet;
 #[cfg(feature = "plots")]
 pub mod plot;
+pub mod press;
 pub mod records;
 pub mod run;
 pub mod survey;

@@ -28,6 +28,8 @@ pub const PER_HEAD_FILE: &str = "per_head.json";
 pub const QUANT_FILE: &str = "quant.json";
 /// `needle`'s pass-key sweep.
 pub const NEEDLE_FILE: &str = "needle.json";
+/// `press`'s compressions of one prompt.
+pub const PRESS_FILE: &str = "press.json";
 /// `survey`'s comparison (a survey directory opens as its first model's run, with the survey).
 pub const SURVEY_FILE: &str = "survey.json";
 pub const HEATMAPS_FILE: &str = "heatmaps.safetensors";
