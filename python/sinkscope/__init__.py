@@ -247,6 +247,12 @@ class Model:
         `needle_trials`, and with `retrieval_heads=True` `needle_heads`)."""
         return self._tables_of("needle", out, progress, options)
 
+    def press(self, *, out=None, progress: bool = True, **options) -> Run:
+        """`sinkscope press`: one prompt compressed as kvpress compresses it (`press="snapkv"`,
+        `ratio=0.5`, `file=` or `context_ids=`, `question=`, `answer=`): the tables `press`,
+        `press_kept`, `press_answer`, `press_heads`; the record is `run.record("press")`."""
+        return self._tables_of("press", out, progress, options)
+
     def quant(self, *, out=None, progress: bool = True, **options) -> Run:
         """`sinkscope quant`: activation fake-quantization and its cost at the sink positions."""
         return self._tables_of("quant", out, progress, options)

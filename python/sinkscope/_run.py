@@ -25,6 +25,7 @@ RECORDS = {
     "per_head": "per_head.json",
     "quant": "quant.json",
     "needle": "needle.json",
+    "press": "press.json",
     "survey": "survey.json",
     "watch": "watch.json",
     "verify": "verify.json",

@@ -283,3 +283,20 @@ def test_quantized_cache_keywords_equal_the_binary(stories, book, cli, tmp_path)
                            unquantized_firsts=[0], memory_budget="60%", out=tmp_path / "frontier")
     table = frontier["cache_frontier"]
     assert table.height == 2 * 2 and table["chosen"].sum() == 1
+
+
+def test_press_equals_the_binary(smol, smollm2, book, cli, tmp_path):
+    """`m.press` writes the binary's record and tables (but the seconds each press took)."""
+    opts = dict(file=book, start_char=100000, tokens=200, question="Who is she?", answer=" Elizabeth.", ratio=0.5)
+    run = smol.press(press="snapkv,knorm", block=16, out=tmp_path / "py", progress=False, **opts)
+    ran = cli("press", "-m", smollm2, "-f", book, "--start-char", 100000, "--tokens", 200, "--question", "Who is she?",
+              "--answer", " Elizabeth.", "--press", "snapkv,knorm", "--ratio", 0.5, "--block", 16, "-o", tmp_path / "cli")
+    assert ran.returncode == 0, ran.stderr
+    binary = cli_tables(cli, tmp_path / "cli")
+    assert sorted(run) == sorted(binary)
+    for name, frame in binary.items():
+        drop = ["seconds"] if name == "press" else []
+        assert run[name].drop(drop).equals(frame.drop(drop)), f"table {name} differs from the binary's"
+    record = run.record("press")
+    assert [r["label"] for r in record["runs"]] == ["snapkv+block16", "knorm+block16"]
+    assert run["press_answer"].height == 3 * len(record["answer"]["ids"])

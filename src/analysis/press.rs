@@ -54,6 +54,33 @@ fn mean(v: &[f64]) -> f64 {
 }
 
 impl PressReport {
+    /// What a record read back must hold before its tables index it: per press, kept sets for
+    /// every (layer, KV head) within the compressed positions, a share of attention per query
+    /// head in [0, 1], and an NLL (finite, ≥ 0) per answer token. The first violation, named.
+    pub fn check(&self) -> Result<(), String> {
+        let cfg = &self.model.config;
+        let (n, answer) = (self.compressed(), self.answer.ids.len());
+        if self.uncompressed_nll.len() != answer {
+            return Err(format!("holds {} uncompressed NLLs for {answer} answer tokens", self.uncompressed_nll.len()));
+        }
+        let nll_ok = |v: &[f64]| v.len() == answer && v.iter().all(|x| x.is_finite() && *x >= 0.0);
+        for (i, r) in self.runs.iter().enumerate() {
+            let at = format!("runs[{i}] ({})", r.label);
+            if r.kept.len() != cfg.n_layers || r.kept.iter().any(|l| l.len() != cfg.n_kv_heads || l.iter().flatten().any(|&p| p >= n)) {
+                return Err(format!("{at}: kept positions are not {} layers × {} KV heads within {n} positions", cfg.n_layers, cfg.n_kv_heads));
+            }
+            if r.attention_kept.len() != cfg.n_layers
+                || r.attention_kept.iter().any(|l| l.len() != cfg.n_heads || l.iter().any(|s| !(0.0..=1.0 + 1e-9).contains(s)))
+            {
+                return Err(format!("{at}: attention_kept is not a share in [0, 1] per layer × {} heads", cfg.n_heads));
+            }
+            if !nll_ok(&r.answer_nll) || !nll_ok(&self.uncompressed_nll) {
+                return Err(format!("{at}: answer_nll is not one finite NLL ≥ 0 per answer token"));
+            }
+        }
+        Ok(())
+    }
+
     /// Positions each press compressed: the context, with the question when query-aware.
     pub fn compressed(&self) -> usize {
         self.context.ids.len() + if self.query_aware { self.question.ids.len() } else { 0 }

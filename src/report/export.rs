@@ -114,10 +114,11 @@ pub fn figure_svgs(run: &Run, opts: &ExportOptions, only: Option<&[String]>) -> 
 }
 
 /// Every table of the run, in `export`'s order: the run's own, its quantized cache's, then its
-/// needle sweep's (report::cache_error and report::needle build on report::tables).
+/// needle sweep's and its presses' (report::cache_error, report::needle and report::press build
+/// on report::tables).
 pub fn run_tables(run: &Run) -> Vec<Table> {
     let own = tables(run).into_iter().chain(super::cache_error::tables(run));
-    own.chain(run.needle.iter().flat_map(super::needle::tables)).collect()
+    own.chain(run.needle.iter().flat_map(super::needle::tables)).chain(run.press.iter().flat_map(super::press::tables)).collect()
 }
 
 #[cfg(feature = "parquet")]

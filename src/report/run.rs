@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use super::records::{CaptureReport, StreamReport};
 use super::tokens::is_byte_level;
 use crate::analysis::needle::NeedleReport;
+use crate::analysis::press::PressReport;
 use crate::analysis::quant::QuantReport;
 use crate::analysis::sinks::Alphas;
 use crate::analysis::survey::Survey;
@@ -48,6 +49,8 @@ pub struct Run {
     pub quant: Option<QuantReport>,
     /// `needle`'s sweep, when the run has one.
     pub needle: Option<NeedleReport>,
+    /// `press`'s compressions, when the run has them.
+    pub press: Option<PressReport>,
     /// The survey this run was opened through (a survey directory opens as its first model's run).
     pub survey: Option<Survey>,
     /// The survey directory (its models' run directories are relative to it).
@@ -86,6 +89,7 @@ impl Run {
             per_head: read_json(&dir.join(PER_HEAD_FILE))?,
             quant: read_json(&dir.join(QUANT_FILE))?,
             needle: read_json(&dir.join(NEEDLE_FILE))?,
+            press: read_json(&dir.join(PRESS_FILE))?,
             survey: None,
             survey_dir: None,
             heatmaps: if heatmaps_path.exists() { Some(Heatmaps::load(&heatmaps_path)?) } else { None },
@@ -99,6 +103,7 @@ impl Run {
             (STREAM_FILE, run.stream.as_ref().map(|s| &s.model)),
             (QUANT_FILE, run.quant.as_ref().map(|q| &q.model)),
             (NEEDLE_FILE, run.needle.as_ref().map(|n| &n.model)),
+            (PRESS_FILE, run.press.as_ref().map(|p| &p.model)),
         ] {
             if let Some(m) = m {
                 if m.config.n_layers > MAX_LAYERS_OR_HEADS
@@ -115,7 +120,13 @@ impl Run {
                 }
             }
         }
-        if run.capture.is_none() && run.analysis.is_none() && run.stream.is_none() && run.quant.is_none() && run.needle.is_none() {
+        if run.capture.is_none()
+            && run.analysis.is_none()
+            && run.stream.is_none()
+            && run.quant.is_none()
+            && run.needle.is_none()
+            && run.press.is_none()
+        {
             if let Some(survey) = read_json::<Survey>(&dir.join(SURVEY_FILE))? {
                 // The first model's run holds its report.json (so opening it cannot come back here).
                 let Some(first) = survey.rows.first().filter(|r| dir.join(&r.run_dir).join(ANALYSIS_FILE).is_file()) else {
@@ -126,7 +137,7 @@ impl Run {
                 run.survey_dir = Some(dir.to_path_buf());
                 return Ok(run);
             }
-            return Err(Error::file(dir, format!("holds no sinkscope results (none of {CAPTURE_FILE}, {ANALYSIS_FILE}, {STREAM_FILE}, {QUANT_FILE}, {NEEDLE_FILE}); run `sinkscope demo` or `capture`/`analyze`/`recommend`/`quant`/`needle` with -o first")));
+            return Err(Error::file(dir, format!("holds no sinkscope results (none of {CAPTURE_FILE}, {ANALYSIS_FILE}, {STREAM_FILE}, {QUANT_FILE}, {NEEDLE_FILE}, {PRESS_FILE}); run `sinkscope demo` or `capture`/`analyze`/`recommend`/`quant`/`needle`/`press` with -o first")));
         }
         check_ranges(&run, dir)?;
         if let (Some(maps), Some(tokens)) = (&run.heatmaps, run.tokens()) {
@@ -141,12 +152,13 @@ impl Run {
     }
 
     pub fn model(&self) -> &ModelInfo {
-        match (&self.capture, &self.analysis, &self.stream, &self.quant, &self.needle) {
+        match (&self.capture, &self.analysis, &self.stream, &self.quant, &self.needle, &self.press) {
             (Some(c), ..) => &c.model,
             (_, Some(a), ..) => &a.model,
             (_, _, Some(s), ..) => &s.model,
-            (_, _, _, Some(q), _) => &q.model,
-            (.., Some(n)) => &n.model,
+            (_, _, _, Some(q), ..) => &q.model,
+            (_, _, _, _, Some(n), _) => &n.model,
+            (.., Some(p)) => &p.model,
             _ => unreachable!("Run::open requires one of the reports"),
         }
     }
@@ -159,6 +171,7 @@ impl Run {
             self.stream.as_ref().map(|s| &s.sinkscope_version),
             self.quant.as_ref().map(|q| &q.sinkscope_version),
             self.needle.as_ref().map(|n| &n.sinkscope_version),
+            self.press.as_ref().map(|p| &p.sinkscope_version),
         ]
         .into_iter()
         .flatten()
@@ -286,6 +299,10 @@ fn check_ranges(run: &Run, dir: &Path) -> Result<()> {
     }
     if let Some(n) = &run.needle {
         check_needle_ranges(n, dir)?;
+    }
+    if let Some(p) = &run.press {
+        p.check()
+            .map_err(|why| Error::file(&dir.join(PRESS_FILE), format!("{why}; the file is corrupt or was edited — re-run `sinkscope press`")))?;
     }
     Ok(())
 }
