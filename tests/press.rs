@@ -162,6 +162,14 @@ fn the_press_command_writes_what_kvpress_keeps_and_its_tables() {
     assert_eq!(rows("press_heads"), 2 * 30 * 9);
     assert_eq!(rows("press"), 2);
     assert!(std::fs::read_to_string(dir.join("run/press.md")).unwrap().contains("| snapkv | 0.5 |"));
+    // An edited record is refused on reading back, by name, before any table indexes it.
+    let mut edited = got.clone();
+    edited["runs"][0]["kept"][3][1][0] = serde_json::json!(99_999);
+    std::fs::write(dir.join("run/press.json"), edited.to_string()).unwrap();
+    let export = common::sinkscope(&["export", &out, "--parquet"]);
+    let err = String::from_utf8_lossy(&export.stderr);
+    assert_eq!(export.status.code(), Some(2), "{err}");
+    assert!(err.contains("press.json") && err.contains("kept positions"), "{err}");
 }
 
 /// From text, query-aware, in 16-token blocks with the keys re-rotated: the question is
