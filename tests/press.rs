@@ -172,7 +172,7 @@ fn the_press_command_writes_what_kvpress_keeps_and_its_tables() {
     assert!(err.contains("press.json") && err.contains("kept positions"), "{err}");
 }
 
-/// From text, query-aware, in 16-token blocks with the keys re-rotated: the question is
+/// From text, query-aware, in 16-token blocks: the question is
 /// compressed with the context, every KV head of a layer keeps the same whole blocks, and the
 /// answer runs after the compressed prefix.
 #[test]
@@ -201,7 +201,6 @@ fn a_query_aware_press_in_blocks_keeps_whole_blocks_of_context_and_question() {
         "0.5",
         "--block",
         "16",
-        "--rerotate",
         "--query-aware",
         "-o",
         out.to_str().unwrap(),
@@ -214,7 +213,7 @@ fn a_query_aware_press_in_blocks_keeps_whole_blocks_of_context_and_question() {
     assert!(got["query_aware"].as_bool().unwrap());
     let n = 300 + q;
     let run = &got["runs"][0];
-    assert_eq!(run["label"], "knorm+block16+rerotate");
+    assert_eq!(run["label"], "knorm+block16");
     let blocks = n.div_ceil(16);
     for layer in kept_of(run) {
         assert!(layer.iter().all(|h| *h == layer[0]), "one choice for every KV head of a layer");

@@ -149,6 +149,10 @@ pub fn run(cli: Cli) -> Result<u8> {
 /// it holds no directory and remembers nothing the command kept.
 pub fn run_in(cli: Cli, s: &mut Session) -> Result<u8> {
     let result = run_command(cli, s);
+    if result.is_err() {
+        // As the binary's main does: a failed command leaves no new, empty -o directory.
+        crate::io::staging::discard_created_dirs();
+    }
     crate::io::run_dir::release_all();
     crate::io::run_log::set_command_line(Vec::new());
     crate::io::staging::end_command();

@@ -16,6 +16,9 @@ use crate::kv::press::select::{Budget, ADAPTIVE_ALPHA, PYRAMID_BETA, PYRAMID_WIN
 use crate::kv::press::Press;
 use crate::pipeline::press::{press_into, PartSource, PressOptions};
 
+/// Context tokens of a text when --tokens is not given.
+const DEFAULT_TOKENS: usize = 512;
+
 /// kvpress's names `--press` takes: the scorers, and `pyramidkv` (SnapKV with PyramidKV's
 /// per-layer budgets).
 const PRESS_NAMES: &str = "knorm, streaming_llm, snapkv, tova, observed_attention, keydiff, expected_attention, pyramidkv";
@@ -30,12 +33,12 @@ pub struct PressArgs {
     /// The context as token ids (a JSON list, as `stream --ids` reads), used as they are.
     #[arg(long, value_name = "FILE")]
     pub context_ids: Option<PathBuf>,
-    /// Start the context at this character of --file.
-    #[arg(long, default_value_t = 0)]
-    pub start_char: usize,
-    /// Tokens of --file in the context.
-    #[arg(long, default_value_t = 512, value_parser = super::counts::at_least_one)]
-    pub tokens: usize,
+    /// Start the context at this character of --file [default: 0].
+    #[arg(long)]
+    pub start_char: Option<usize>,
+    /// Tokens of --file in the context [default: 512].
+    #[arg(long, value_parser = super::counts::at_least_one)]
+    pub tokens: Option<usize>,
     /// The question, as text (tokenized without BOS).
     #[arg(long, required_unless_present = "question_ids", conflicts_with = "question_ids")]
     pub question: Option<String>,
@@ -125,8 +128,13 @@ impl PressArgs {
 
     fn options(&self) -> Result<PressOptions> {
         let context = match (&self.file, &self.context_ids) {
+            (_, Some(_)) if self.tokens.is_some() || self.start_char.is_some() => {
+                return Err(Error::input("--tokens and --start-char cut a text (-f); --context-ids are used as they are"))
+            }
             (_, Some(ids)) => PartSource::Ids(ids.clone()),
-            (Some(path), None) => PartSource::TextFile { path: path.clone(), start_char: self.start_char, tokens: self.tokens },
+            (Some(path), None) => {
+                PartSource::TextFile { path: path.clone(), start_char: self.start_char.unwrap_or(0), tokens: self.tokens.unwrap_or(DEFAULT_TOKENS) }
+            }
             (None, None) => return Err(Error::input("give the context: -f FILE or --context-ids FILE")),
         };
         let part = |text: &Option<String>, ids: &Option<PathBuf>, flag: &'static str| match (text, ids) {

@@ -74,6 +74,7 @@ pub fn press_into(lm: &mut LoadedModel, opts: &PressOptions, out: &Path, progres
     if prompt > lm.model.cfg.context_len {
         return Err(Error::input(format!("the prompt's {prompt} tokens exceed the model's context of {}", lm.model.cfg.context_len)));
     }
+    tokens.check(&lm.model)?;
     for p in &opts.presses {
         p.check(compressed)?;
     }

@@ -45,7 +45,7 @@ impl Press {
         Press { kind, ratio, sinks: kind.default_sinks(), budget: Budget::Uniform, block: None, rerotate: false }
     }
 
-    /// "snapkv", "knorm+block16+rerotate+sinks4": the press and its wrappers.
+    /// "snapkv", "knorm+block16+sinks4", "snapkv+rerotate": the press and its wrappers.
     pub fn label(&self) -> String {
         let mut s = match self.budget {
             Budget::Uniform => self.kind.name().to_string(),
@@ -86,8 +86,26 @@ impl Press {
                 if self.rerotate { "key re-rotation" } else { "blocks" }
             )));
         }
+        if self.block.is_some() && self.rerotate {
+            return Err(Error::input(
+                "blocks with key re-rotation: kvpress wraps neither in the other, and a kept short last block would leave layers of different lengths with no one position for the question",
+            ));
+        }
+        if let Some(b) = self.block.filter(|&b| context / b > 0 && self.sinks > self.kind.default_sinks()) {
+            let blocks = ((context.div_ceil(b) as f64 * (1.0 - self.ratio)) as usize).max(1);
+            if self.sinks.div_ceil(b) > blocks {
+                return Err(Error::input(format!(
+                    "{} pinned first tokens fill {} blocks of {b}, more than the {blocks} a ratio of {} keeps of {context}",
+                    self.sinks,
+                    self.sinks.div_ceil(b),
+                    self.ratio
+                )));
+            }
+        }
         let least = self.least_budget(context);
-        if self.sinks > least {
+        // A press's own first tokens (StreamingLLM's n_sink) beyond a small budget are cut as
+        // kvpress cuts them (the first of them kept); pins asked for must fit.
+        if self.sinks > least && self.sinks != self.kind.default_sinks() {
             return Err(Error::input(format!(
                 "{} pinned first tokens exceed the {least} keys a ratio of {} keeps of {context} (in the layer that keeps fewest)",
                 self.sinks, self.ratio
@@ -142,7 +160,7 @@ pub struct PressTokens<'a> {
 
 impl PressTokens<'_> {
     /// Refuses an empty part, and a prompt longer than a windowed layer's window.
-    fn check(&self, model: &Decoder) -> Result<()> {
+    pub fn check(&self, model: &Decoder) -> Result<()> {
         if self.context.is_empty() || self.question.is_empty() || self.answer.is_empty() {
             return Err(Error::input("a press needs a context, a question and an answer, each at least one token"));
         }

@@ -138,7 +138,9 @@ pub fn press_scores(
         }
         PressKind::ExpectedAttention => {
             let Some(future) = future else { return Err(Error::Internal("expected_attention needs the future positions' rotation".into())) };
-            expected_attention(layer, (heads, kv_heads), sinks.max(EXPECTED_SINKS.min(n - 1)), future)
+            // kvpress's `n_sink` (4 unless `--sinks` says otherwise): kept, and left out of the
+            // queries' statistics.
+            expected_attention(layer, (heads, kv_heads), sinks.min(n - 1), future)
         }
         PressKind::Snapkv => {
             let w = SNAPKV_WINDOW;
