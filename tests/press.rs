@@ -72,12 +72,7 @@ fn presses_keep_what_kvpress_keeps() {
             }
         }
         // The answer after kvpress's own choice: the decode alone, against kvpress's.
-        let theirs: Vec<Vec<Vec<usize>>> = run["kept"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|layer| layer.as_array().unwrap().iter().map(|hex| kept_from_hex(hex.as_str().unwrap(), n)).collect())
-            .collect();
+        let theirs = kvpress_kept(run, n);
         let want: Vec<f64> = run["answer_nll"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
         let decoded = answer_with_kept(&lm.model, tokens, &theirs, false).unwrap();
         let gap = common::max_abs_diff(name, &decoded, &want);
@@ -90,6 +85,12 @@ fn presses_keep_what_kvpress_keeps() {
         checked += 1;
     }
     assert_eq!(checked, 3 * PressKind::ALL.len(), "every press sinkscope runs, at three ratios");
+}
+
+/// kvpress's kept sets of a run ([layer][KV head]), from their hex bitmasks over `n` positions.
+fn kvpress_kept(run: &serde_json::Value, n: usize) -> Vec<Vec<Vec<usize>>> {
+    let layers = run["kept"].as_array().unwrap().iter();
+    layers.map(|layer| layer.as_array().unwrap().iter().map(|hex| kept_from_hex(hex.as_str().unwrap(), n)).collect()).collect()
 }
 
 fn kept_of(run: &serde_json::Value) -> Vec<Vec<Vec<usize>>> {
@@ -142,12 +143,7 @@ fn the_press_command_writes_what_kvpress_keeps_and_its_tables() {
     let theirs = json["runs"].as_array().unwrap().iter().find(|r| r["press"] == "snapkv" && r["ratio"] == 0.5).unwrap();
     let ours = got["runs"].as_array().unwrap().iter().find(|r| r["label"] == "snapkv").unwrap();
     let n = json["context"].as_array().unwrap().len();
-    let want: Vec<Vec<Vec<usize>>> = theirs["kept"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l.as_array().unwrap().iter().map(|h| kept_from_hex(h.as_str().unwrap(), n)).collect())
-        .collect();
+    let want = kvpress_kept(theirs, n);
     assert_eq!(kept_of(ours), want, "snapkv 0.5: every (layer, KV head) keeps what kvpress keeps");
     assert!(common::max_abs_diff("snapkv", &floats(&ours["answer_nll"]), &floats(&theirs["answer_nll"])) < 1e-4);
     assert!(common::max_abs_diff("none", &floats(&got["uncompressed_nll"]), &floats(&json["none"]["answer_nll"])) < 1e-4);
@@ -267,12 +263,7 @@ fn wrappers_keep_what_kvpress_keeps() {
         let tokens = PressTokens { context: &context, question: &question, answer: &answer, query_aware: wrapper == "query_aware" };
         let n = context.len() + if tokens.query_aware { question.len() } else { 0 };
         let got = run_press(&lm.model, press, tokens).unwrap();
-        let theirs: Vec<Vec<Vec<usize>>> = run["kept"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|layer| layer.as_array().unwrap().iter().map(|hex| kept_from_hex(hex.as_str().unwrap(), n)).collect())
-            .collect();
+        let theirs = kvpress_kept(run, n);
         let (mut same, mut heads) = (0, 0);
         for (l, layer) in theirs.iter().enumerate() {
             let mut layer_differing = 0;
