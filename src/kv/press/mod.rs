@@ -213,7 +213,7 @@ pub fn run_press(model: &Decoder, press: Press, tokens: PressTokens) -> Result<P
             true => Some(FutureRope::new(&rope, n, EXPECTED_FUTURE)?),
             false => None,
         };
-        // Scores see the uniform budget (StreamingLLM's zeros); PyramidKV cuts each layer its own.
+        // Scores see the layer's budget (StreamingLLM's zeros): PyramidKV's own, else the uniform one.
         let keep = press.layer_budget(n, (l, cfg.n_layers));
         let scores = press_scores(press.kind, &layer, (n, keep, press.sinks), (cfg.n_heads, cfg.n_kv_heads), future.as_ref())?;
         kept.push(press.select(&scores, keep));
