@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::kv::press::Press;
+use crate::kv::press::{Press, PressTokens};
 use crate::model::info::ModelInfo;
 
 /// Where a part of the prompt came from, and its tokens.
@@ -83,7 +83,7 @@ impl PressReport {
 
     /// Positions each press compressed: the context, with the question when query-aware.
     pub fn compressed(&self) -> usize {
-        self.context.ids.len() + if self.query_aware { self.question.ids.len() } else { 0 }
+        PressTokens { context: &self.context.ids, question: &self.question.ids, answer: &self.answer.ids, query_aware: self.query_aware }.prefix_len()
     }
 
     pub fn uncompressed_mean_nll(&self) -> f64 {

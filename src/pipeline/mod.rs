@@ -29,3 +29,13 @@ pub fn claim_out(lm: &mut crate::model::LoadedModel, out: Option<&std::path::Pat
     let sha256 = lm.info.sha256.clone().unwrap_or_default();
     crate::io::staging::claim(out, Some(crate::io::run_dir::Owner { sha256: &sha256, source: &lm.info.source }))
 }
+
+/// Stages `tables` as `tables/<name>.parquet` in a run being written (a command that writes its
+/// own tables beside its record: `needle`, `press`).
+#[cfg(feature = "parquet")]
+pub(crate) fn stage_tables(stage: &crate::io::staging::Staging, tables: Vec<crate::report::tables::Table>) -> crate::error::Result<()> {
+    for table in tables {
+        crate::report::parquet::write_table(&table, &stage.path(format!("tables/{}.parquet", table.name))?)?;
+    }
+    Ok(())
+}

@@ -370,9 +370,7 @@ fn write_report(r: &NeedleReport, out: &Path) -> Result<()> {
     let stage = Staging::begin(out)?;
     write_json_atomic(&stage.path(NEEDLE_FILE)?, r)?;
     #[cfg(feature = "parquet")]
-    for table in crate::report::needle::tables(r) {
-        crate::report::parquet::write_table(&table, &stage.path(format!("tables/{}.parquet", table.name))?)?;
-    }
+    super::stage_tables(&stage, crate::report::needle::tables(r))?;
     #[cfg(feature = "plots")]
     for (stem, fig) in crate::report::needle::heatmaps(r) {
         for ext in ["png", "svg"] {

@@ -19,8 +19,8 @@ pub const PRESS_MD: &str = "press.md";
 /// Where one part of the prompt comes from.
 #[derive(Debug, Clone)]
 pub enum PartSource {
-    /// A UTF-8 text file: its first `tokens` tokens from character `start_char` (the context,
-    /// with BOS when the tokenizer adds one).
+    /// A UTF-8 text file: its first `tokens` tokens from character `start_char`, with BOS when
+    /// the tokenizer adds one (the context's source).
     TextFile { path: PathBuf, start_char: usize, tokens: usize },
     /// Token ids (`io::token_ids`), used as they are.
     Ids(PathBuf),
@@ -37,7 +37,7 @@ pub struct PressOptions {
     pub query_aware: bool,
 }
 
-fn read_part(lm: &LoadedModel, source: &PartSource, first: bool) -> Result<PromptPart> {
+fn read_part(lm: &LoadedModel, source: &PartSource) -> Result<PromptPart> {
     let (label, ids) = match source {
         PartSource::TextFile { path, start_char, tokens } => {
             let text = crate::io::text::read_text_file(path)?;
@@ -45,11 +45,7 @@ fn read_part(lm: &LoadedModel, source: &PartSource, first: bool) -> Result<Promp
             let Some(from) = from else {
                 return Err(Error::file(path, format!("has fewer than {start_char} characters; lower --start-char")));
             };
-            let ids = match first {
-                true => lm.tokenizer.encode_prefix(&text[from..], *tokens)?,
-                false => lm.tokenizer.encode_plain(&text[from..])?.into_iter().take(*tokens).collect(),
-            };
-            (path.display().to_string(), ids)
+            (path.display().to_string(), lm.tokenizer.encode_prefix(&text[from..], *tokens)?)
         }
         PartSource::Ids(path) => (path.display().to_string(), crate::io::token_ids::read_token_ids(path)?),
         PartSource::Inline { flag, text } => (flag.to_string(), lm.tokenizer.encode_plain(text)?),
@@ -65,18 +61,17 @@ pub fn press_into(lm: &mut LoadedModel, opts: &PressOptions, out: &Path, progres
     if opts.presses.is_empty() {
         return Err(Error::input("no press to run: give --press and --ratio"));
     }
-    let context = read_part(lm, &opts.context, true)?;
-    let question = read_part(lm, &opts.question, false)?;
-    let answer = read_part(lm, &opts.answer, false)?;
+    let context = read_part(lm, &opts.context)?;
+    let question = read_part(lm, &opts.question)?;
+    let answer = read_part(lm, &opts.answer)?;
     let tokens = PressTokens { context: &context.ids, question: &question.ids, answer: &answer.ids, query_aware: opts.query_aware };
-    let compressed = context.ids.len() + if opts.query_aware { question.ids.len() } else { 0 };
     let prompt = context.ids.len() + question.ids.len() + answer.ids.len();
     if prompt > lm.model.cfg.context_len {
         return Err(Error::input(format!("the prompt's {prompt} tokens exceed the model's context of {}", lm.model.cfg.context_len)));
     }
     tokens.check(&lm.model)?;
     for p in &opts.presses {
-        p.check(compressed)?;
+        p.check(tokens.prefix_len())?;
     }
     super::claim_out(lm, Some(out))?;
     progress.status("the answer with nothing compressed");
@@ -111,9 +106,7 @@ fn write_report(r: &PressReport, out: &Path) -> Result<()> {
     let stage = Staging::begin(out)?;
     write_json_atomic(&stage.path(PRESS_FILE)?, r)?;
     #[cfg(feature = "parquet")]
-    for table in crate::report::press::tables(r) {
-        crate::report::parquet::write_table(&table, &stage.path(format!("tables/{}.parquet", table.name))?)?;
-    }
+    super::stage_tables(&stage, crate::report::press::tables(r))?;
     write_atomic(&stage.path(PRESS_MD)?, crate::report::press::markdown(r).as_bytes())?;
     stage.commit()
 }

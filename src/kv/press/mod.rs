@@ -173,11 +173,22 @@ impl PressTokens<'_> {
         Ok(())
     }
 
-    /// The prefix compressed, and what runs after it before the answer.
-    fn split(&self) -> (Vec<u32>, &[u32]) {
-        match self.query_aware {
-            true => ([self.context, self.question].concat(), &[]),
-            false => (self.context.to_vec(), self.question),
+    /// Positions the press compresses: the context, with the question when query-aware.
+    pub fn prefix_len(&self) -> usize {
+        self.context.len() + if self.query_aware { self.question.len() } else { 0 }
+    }
+
+    /// The prefix compressed.
+    fn prefix(&self) -> Vec<u32> {
+        [self.context, if self.query_aware { self.question } else { &[] }].concat()
+    }
+
+    /// What runs after the prefix before the answer (the question, unless query-aware).
+    fn appended(&self) -> &[u32] {
+        if self.query_aware {
+            &[]
+        } else {
+            self.question
         }
     }
 }
@@ -198,7 +209,7 @@ pub struct PressOutcome {
 /// (teacher-forced): the answer's per-token NLL and what was kept.
 pub fn run_press(model: &Decoder, press: Press, tokens: PressTokens) -> Result<PressOutcome> {
     tokens.check(model)?;
-    let (prefix, _) = tokens.split();
+    let prefix = tokens.prefix();
     let n = prefix.len();
     press.check(n)?;
     let cfg = &model.cfg;
@@ -227,7 +238,7 @@ pub fn run_press(model: &Decoder, press: Press, tokens: PressTokens) -> Result<P
 /// head], ascending) — the decode of [`run_press`] given another implementation's choice.
 pub fn answer_with_kept(model: &Decoder, tokens: PressTokens, kept: &[Vec<Vec<usize>>], rerotate: bool) -> Result<Vec<f64>> {
     tokens.check(model)?;
-    let (prefix, _) = tokens.split();
+    let prefix = tokens.prefix();
     let cfg = &model.cfg;
     if kept.len() != cfg.n_layers || kept.iter().any(|l| l.len() != cfg.n_kv_heads || l.iter().any(|h| h.iter().any(|&p| p >= prefix.len()))) {
         return Err(Error::input(format!(
@@ -285,7 +296,7 @@ pub fn answer_uncompressed(model: &Decoder, tokens: PressTokens) -> Result<Uncom
     tokens.check(model)?;
     let all = [tokens.context, tokens.question, tokens.answer].concat();
     let run = &all[..all.len() - 1];
-    let prefix = tokens.split().0.len();
+    let prefix = tokens.prefix_len();
     let mut capture = PrefillCapture::new(&model.cfg, run.len(), Some(prefix.min(run.len() - 1)));
     let hidden = model.forward(run, None, &mut capture)?;
     let from = tokens.context.len() + tokens.question.len() - 1;
@@ -307,9 +318,8 @@ fn answer_after(
     last: &Tensor,
 ) -> Result<Vec<f64>> {
     let cfg = &model.cfg;
-    let (prefix, question) = tokens.split();
-    let answer = tokens.answer;
-    debug_assert!(prefix.len() == capture.tokens());
+    let (question, answer) = (tokens.appended(), tokens.answer);
+    debug_assert!(tokens.prefix_len() == capture.tokens());
     let most = kept.iter().flatten().map(Vec::len).max().unwrap_or(0);
     let positions = if rerotate { PositionMode::Slot } else { PositionMode::Original };
     let holder = Policy::new(Eviction::Scored { sinks: 0, scorer: Scorer::Tova }, most + question.len() + answer.len(), positions);
