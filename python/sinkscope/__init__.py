@@ -253,6 +253,12 @@ class Model:
         `press_kept`, `press_answer`, `press_heads`; the record is `run.record("press")`."""
         return self._tables_of("press", out, progress, options)
 
+    def tasks(self, *, out=None, progress: bool = True, **options) -> Run:
+        """`sinkscope tasks`: RULER-style tasks generated from a text (`file=`) under presses
+        (`press="snapkv,knorm"`, `ratio=0.5`, `sinks=4`, `block=16`, `query_aware=True`): the
+        table `task_trials`; the record is `run.record("tasks")`."""
+        return self._tables_of("tasks", out, progress, options)
+
     def quant(self, *, out=None, progress: bool = True, **options) -> Run:
         """`sinkscope quant`: activation fake-quantization and its cost at the sink positions."""
         return self._tables_of("quant", out, progress, options)

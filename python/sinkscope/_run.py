@@ -26,6 +26,7 @@ RECORDS = {
     "quant": "quant.json",
     "needle": "needle.json",
     "press": "press.json",
+    "tasks": "tasks.json",
     "survey": "survey.json",
     "watch": "watch.json",
     "verify": "verify.json",

@@ -15,6 +15,7 @@ pub mod quant;
 pub mod sink_loss;
 pub mod sinks;
 pub mod survey;
+pub mod tasks;
 
 use std::collections::BTreeMap;
 

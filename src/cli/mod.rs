@@ -28,6 +28,7 @@ mod quant;
 pub mod session;
 mod stream;
 mod survey;
+mod tasks;
 pub mod usage;
 mod verify;
 mod watch;
@@ -97,6 +98,10 @@ pub enum Command {
     /// AdaKV, ChunkKV blocks and key re-rotation as flags), append the question and answer, and
     /// score the answer against the uncompressed one; what each (layer, KV head) kept.
     Press(press::PressArgs),
+    /// RULER-style tasks generated from a text (pass key, several keys, several values, variable
+    /// tracking, common words), every prompt uncompressed and under each press (± pinned sinks,
+    /// blocks, AdaKV, query-aware), scored by the truth's rank, greedy exact match and NLL.
+    Tasks(tasks::TasksArgs),
     /// Fake-quantize activations at every linear projection's input (int8/int4; per-tensor,
     /// per-token, per-channel; dynamic or calibrated, with or without the first positions) and
     /// measure perplexity, NLL at the sink positions vs the rest, and SQNR per layer and site.
@@ -170,6 +175,7 @@ fn run_command(cli: Cli, s: &mut Session) -> Result<u8> {
             | Command::Recommend(_)
             | Command::Needle(_)
             | Command::Press(_)
+            | Command::Tasks(_)
             | Command::Heads(_)
             | Command::Canary(_)
             | Command::Quant(_)
@@ -177,7 +183,7 @@ fn run_command(cli: Cli, s: &mut Session) -> Result<u8> {
     );
     if cli.replace && !writes_a_run {
         return Err(crate::error::Error::input(
-            "--replace applies to the commands that write a model's run (-o): demo, capture, analyze, stream, recommend, needle, press, heads, canary, quant and verify",
+            "--replace applies to the commands that write a model's run (-o): demo, capture, analyze, stream, recommend, needle, press, tasks, heads, canary, quant and verify",
         ));
     }
     crate::io::run_dir::set_replace(cli.replace);
@@ -211,6 +217,7 @@ fn dispatch(cli: Cli, s: &mut Session) -> Result<u8> {
         Command::Survey(a) => survey::run(a, s),
         Command::Needle(a) => needle::run(a, s),
         Command::Press(a) => press::run(a, s),
+        Command::Tasks(a) => tasks::run(a, s),
         Command::Export(a) => export::run(a, s),
     }
     .map(|()| 0)

@@ -92,15 +92,7 @@ impl PressArgs {
     /// Every press × ratio the flags name, wrapped as they say.
     fn presses(&self) -> Result<Vec<Press>> {
         let mut out = Vec::new();
-        for name in &self.presses {
-            let (kind, budget) = match name.trim() {
-                "pyramidkv" => (PressKind::Snapkv, Budget::Pyramid { window: PYRAMID_WINDOW, beta: PYRAMID_BETA }),
-                other => {
-                    let kind =
-                        PressKind::parse(other).ok_or_else(|| Error::input(format!("--press {other}: no such press (expected {PRESS_NAMES})")))?;
-                    (kind, Budget::Uniform)
-                }
-            };
+        for (kind, budget) in press_kinds(&self.presses)? {
             let budget = match (self.adaptive, budget) {
                 (true, Budget::Pyramid { .. }) => {
                     return Err(Error::input(
@@ -150,6 +142,20 @@ impl PressArgs {
             query_aware: self.query_aware,
         })
     }
+}
+
+/// The scorers and budgets `--press` names (kvpress's names; `pyramidkv` is SnapKV with
+/// PyramidKV's per-layer budgets).
+pub(super) fn press_kinds(names: &[String]) -> Result<Vec<(PressKind, Budget)>> {
+    names
+        .iter()
+        .map(|name| match name.trim() {
+            "pyramidkv" => Ok((PressKind::Snapkv, Budget::Pyramid { window: PYRAMID_WINDOW, beta: PYRAMID_BETA })),
+            other => PressKind::parse(other)
+                .map(|kind| (kind, Budget::Uniform))
+                .ok_or_else(|| Error::input(format!("--press {other}: no such press (expected {PRESS_NAMES})"))),
+        })
+        .collect()
 }
 
 pub fn run(args: PressArgs, s: &mut Session) -> Result<()> {

@@ -17,6 +17,7 @@ pub mod quant;
 pub mod stream;
 pub mod survey;
 pub mod survey_parts;
+pub mod tasks;
 pub mod verify;
 pub mod watch;
 

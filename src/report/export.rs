@@ -114,11 +114,14 @@ pub fn figure_svgs(run: &Run, opts: &ExportOptions, only: Option<&[String]>) -> 
 }
 
 /// Every table of the run, in `export`'s order: the run's own, its quantized cache's, then its
-/// needle sweep's and its presses' (report::cache_error, report::needle and report::press build
-/// on report::tables).
+/// needle sweep's, its presses' and its task sweep's (report::cache_error, report::needle,
+/// report::press and report::tasks build on report::tables).
 pub fn run_tables(run: &Run) -> Vec<Table> {
     let own = tables(run).into_iter().chain(super::cache_error::tables(run));
-    own.chain(run.needle.iter().flat_map(super::needle::tables)).chain(run.press.iter().flat_map(super::press::tables)).collect()
+    own.chain(run.needle.iter().flat_map(super::needle::tables))
+        .chain(run.press.iter().flat_map(super::press::tables))
+        .chain(run.tasks.iter().flat_map(super::tasks::tables))
+        .collect()
 }
 
 #[cfg(feature = "parquet")]

@@ -19,6 +19,7 @@ pub mod records;
 pub mod run;
 pub mod survey;
 pub mod tables;
+pub mod tasks;
 pub mod tokens;
 #[cfg(feature = "plots")]
 pub mod verify_figure;

@@ -14,6 +14,7 @@ use crate::analysis::press::PressReport;
 use crate::analysis::quant::QuantReport;
 use crate::analysis::sinks::Alphas;
 use crate::analysis::survey::Survey;
+use crate::analysis::tasks::TasksReport;
 use crate::analysis::AnalysisReport;
 use crate::capture::heatmaps::Heatmaps;
 use crate::error::{Error, Result};
@@ -31,6 +32,8 @@ pub const QUANT_FILE: &str = "quant.json";
 pub const NEEDLE_FILE: &str = "needle.json";
 /// `press`'s compressions of one prompt.
 pub const PRESS_FILE: &str = "press.json";
+/// `tasks`'s RULER-style prompts under presses.
+pub const TASKS_FILE: &str = "tasks.json";
 /// `survey`'s comparison (a survey directory opens as its first model's run, with the survey).
 pub const SURVEY_FILE: &str = "survey.json";
 pub const HEATMAPS_FILE: &str = "heatmaps.safetensors";
@@ -51,6 +54,8 @@ pub struct Run {
     pub needle: Option<NeedleReport>,
     /// `press`'s compressions, when the run has them.
     pub press: Option<PressReport>,
+    /// `tasks`'s sweep, when the run has one.
+    pub tasks: Option<TasksReport>,
     /// The survey this run was opened through (a survey directory opens as its first model's run).
     pub survey: Option<Survey>,
     /// The survey directory (its models' run directories are relative to it).
@@ -90,6 +95,7 @@ impl Run {
             quant: read_json(&dir.join(QUANT_FILE))?,
             needle: read_json(&dir.join(NEEDLE_FILE))?,
             press: read_json(&dir.join(PRESS_FILE))?,
+            tasks: read_json(&dir.join(TASKS_FILE))?,
             survey: None,
             survey_dir: None,
             heatmaps: if heatmaps_path.exists() { Some(Heatmaps::load(&heatmaps_path)?) } else { None },
@@ -104,6 +110,7 @@ impl Run {
             (QUANT_FILE, run.quant.as_ref().map(|q| &q.model)),
             (NEEDLE_FILE, run.needle.as_ref().map(|n| &n.model)),
             (PRESS_FILE, run.press.as_ref().map(|p| &p.model)),
+            (TASKS_FILE, run.tasks.as_ref().map(|t| &t.model)),
         ] {
             if let Some(m) = m {
                 if m.config.n_layers > MAX_LAYERS_OR_HEADS
@@ -126,6 +133,7 @@ impl Run {
             && run.quant.is_none()
             && run.needle.is_none()
             && run.press.is_none()
+            && run.tasks.is_none()
         {
             if let Some(survey) = read_json::<Survey>(&dir.join(SURVEY_FILE))? {
                 // The first model's run holds its report.json (so opening it cannot come back here).
@@ -137,7 +145,7 @@ impl Run {
                 run.survey_dir = Some(dir.to_path_buf());
                 return Ok(run);
             }
-            return Err(Error::file(dir, format!("holds no sinkscope results (none of {CAPTURE_FILE}, {ANALYSIS_FILE}, {STREAM_FILE}, {QUANT_FILE}, {NEEDLE_FILE}, {PRESS_FILE}); run `sinkscope demo` or `capture`/`analyze`/`recommend`/`quant`/`needle`/`press` with -o first")));
+            return Err(Error::file(dir, format!("holds no sinkscope results (none of {CAPTURE_FILE}, {ANALYSIS_FILE}, {STREAM_FILE}, {QUANT_FILE}, {NEEDLE_FILE}, {PRESS_FILE}, {TASKS_FILE}); run `sinkscope demo` or `capture`/`analyze`/`recommend`/`quant`/`needle`/`press`/`tasks` with -o first")));
         }
         check_ranges(&run, dir)?;
         if let (Some(maps), Some(tokens)) = (&run.heatmaps, run.tokens()) {
@@ -152,15 +160,19 @@ impl Run {
     }
 
     pub fn model(&self) -> &ModelInfo {
-        match (&self.capture, &self.analysis, &self.stream, &self.quant, &self.needle, &self.press) {
-            (Some(c), ..) => &c.model,
-            (_, Some(a), ..) => &a.model,
-            (_, _, Some(s), ..) => &s.model,
-            (_, _, _, Some(q), ..) => &q.model,
-            (_, _, _, _, Some(n), _) => &n.model,
-            (.., Some(p)) => &p.model,
-            _ => unreachable!("Run::open requires one of the reports"),
-        }
+        [
+            self.capture.as_ref().map(|c| &c.model),
+            self.analysis.as_ref().map(|a| &a.model),
+            self.stream.as_ref().map(|s| &s.model),
+            self.quant.as_ref().map(|q| &q.model),
+            self.needle.as_ref().map(|n| &n.model),
+            self.press.as_ref().map(|p| &p.model),
+            self.tasks.as_ref().map(|t| &t.model),
+        ]
+        .into_iter()
+        .flatten()
+        .next()
+        .expect("Run::open requires one of the reports")
     }
 
     /// The sinkscope version that wrote the run (its first report's).
@@ -172,6 +184,7 @@ impl Run {
             self.quant.as_ref().map(|q| &q.sinkscope_version),
             self.needle.as_ref().map(|n| &n.sinkscope_version),
             self.press.as_ref().map(|p| &p.sinkscope_version),
+            self.tasks.as_ref().map(|t| &t.sinkscope_version),
         ]
         .into_iter()
         .flatten()
@@ -303,6 +316,10 @@ fn check_ranges(run: &Run, dir: &Path) -> Result<()> {
     if let Some(p) = &run.press {
         p.check()
             .map_err(|why| Error::file(&dir.join(PRESS_FILE), format!("{why}; the file is corrupt or was edited — re-run `sinkscope press`")))?;
+    }
+    if let Some(t) = &run.tasks {
+        t.check()
+            .map_err(|why| Error::file(&dir.join(TASKS_FILE), format!("{why}; the file is corrupt or was edited — re-run `sinkscope tasks`")))?;
     }
     Ok(())
 }

@@ -6,6 +6,7 @@
 
 pub mod scores;
 pub mod select;
+pub mod tasks;
 
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
@@ -179,12 +180,12 @@ impl PressTokens<'_> {
     }
 
     /// The prefix compressed.
-    fn prefix(&self) -> Vec<u32> {
+    pub fn prefix(&self) -> Vec<u32> {
         [self.context, if self.query_aware { self.question } else { &[] }].concat()
     }
 
     /// What runs after the prefix before the answer (the question, unless query-aware).
-    fn appended(&self) -> &[u32] {
+    pub fn appended(&self) -> &[u32] {
         if self.query_aware {
             &[]
         } else {
@@ -205,21 +206,60 @@ pub struct PressOutcome {
     pub answer_nll: Vec<f64>,
 }
 
-/// Prefills the prefix, compresses each (layer, KV head) as `press` says, then runs what follows
-/// (teacher-forced): the answer's per-token NLL and what was kept.
-pub fn run_press(model: &Decoder, press: Press, tokens: PressTokens) -> Result<PressOutcome> {
-    tokens.check(model)?;
-    let prefix = tokens.prefix();
-    let n = prefix.len();
-    press.check(n)?;
+/// The prefix's prefill as a press reads it — the attention sums from the first query it scores
+/// with, the queries when it reads them — and the final-norm hidden row of its last token. Presses
+/// reading the same ([`PressKind::capture_key`]) share one.
+pub struct Prefill {
+    capture: PrefillCapture,
+    last: Tensor,
+    key: (Option<usize>, bool),
+}
+
+impl Prefill {
+    /// Runs `prefix` with every key, keeping what `kind` scores from.
+    pub fn new(model: &Decoder, kind: PressKind, prefix: &[u32]) -> Result<Self> {
+        let n = prefix.len();
+        let key = kind.capture_key(n);
+        let (from, queries) = key;
+        let capture = PrefillCapture::new(&model.cfg, n, from);
+        let mut capture = if queries { capture.with_queries() } else { capture };
+        let hidden = model.forward(prefix, None, &mut capture)?;
+        let last = hidden.narrow(0, n - 1, 1)?;
+        Ok(Prefill { capture, last, key })
+    }
+
+    /// Tokens prefilled.
+    pub fn len(&self) -> usize {
+        self.capture.tokens()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// What it kept ([`PressKind::capture_key`]).
+    pub fn capture_key(&self) -> (Option<usize>, bool) {
+        self.key
+    }
+
+    /// The final-norm hidden row of the prefix's last token.
+    pub fn last(&self) -> &Tensor {
+        &self.last
+    }
+}
+
+/// Per layer, per KV head: the positions `press` keeps of the prefilled prefix, ascending.
+pub fn compress(model: &Decoder, press: Press, prefill: &Prefill) -> Result<Vec<Vec<Vec<usize>>>> {
     let cfg = &model.cfg;
-    let capture = PrefillCapture::new(cfg, n, press.kind.scoring_from(n));
-    let mut capture = if press.kind.reads_queries() { capture.with_queries() } else { capture };
-    let hidden = model.forward(&prefix, None, &mut capture)?;
+    let n = prefill.len();
+    press.check(n)?;
+    if prefill.capture_key() != press.kind.capture_key(n) {
+        return Err(Error::Internal(format!("{} reads another prefill than the one given", press.label())));
+    }
     let mut kept = Vec::with_capacity(cfg.n_layers);
     for l in 0..cfg.n_layers {
         let rope = model.layer_rope(l);
-        let layer = capture.layer(l, &rope)?;
+        let layer = prefill.capture.layer(l, &rope)?;
         let future = match press.kind.reads_queries() {
             true => Some(FutureRope::new(&rope, n, EXPECTED_FUTURE)?),
             false => None,
@@ -229,8 +269,19 @@ pub fn run_press(model: &Decoder, press: Press, tokens: PressTokens) -> Result<P
         let scores = press_scores(press.kind, &layer, (n, keep, press.sinks), (cfg.n_heads, cfg.n_kv_heads), future.as_ref())?;
         kept.push(press.select(&scores, keep));
     }
-    let last = hidden.narrow(0, n - 1, 1)?;
-    let answer_nll = answer_after(model, &capture, &kept, (tokens, press.rerotate), &last)?;
+    Ok(kept)
+}
+
+/// Prefills the prefix, compresses each (layer, KV head) as `press` says, then runs what follows
+/// (teacher-forced): the answer's per-token NLL and what was kept.
+pub fn run_press(model: &Decoder, press: Press, tokens: PressTokens) -> Result<PressOutcome> {
+    tokens.check(model)?;
+    let prefix = tokens.prefix();
+    let n = prefix.len();
+    press.check(n)?;
+    let prefill = Prefill::new(model, press.kind, &prefix)?;
+    let kept = compress(model, press, &prefill)?;
+    let answer_nll = answer_after(model, &prefill.capture, &kept, (tokens, press.rerotate), &prefill.last)?;
     Ok(PressOutcome { press, compressed: n, kept, answer_nll })
 }
 
@@ -306,23 +357,18 @@ pub fn answer_uncompressed(model: &Decoder, tokens: PressTokens) -> Result<Uncom
     Ok(Uncompressed { answer_nll, attention })
 }
 
-/// Fills a cache that never evicts again with each (layer, KV head)'s kept keys and values from
-/// the prefill — at their original positions, or re-rotated to slots 0… — runs what follows the
-/// prefix and the answer's tokens but the last through it, and scores the answer (its first token
-/// from the prefill's `last` row when nothing follows the prefix).
-fn answer_after(
-    model: &Decoder,
-    capture: &PrefillCapture,
-    kept: &[Vec<Vec<usize>>],
-    (tokens, rerotate): (PressTokens, bool),
-    last: &Tensor,
-) -> Result<Vec<f64>> {
+/// A cache that never evicts again, with room for `extra` more tokens, holding each (layer, KV
+/// head)'s kept keys and values from the prefill — at their original positions, or re-rotated to
+/// slots 0….
+pub fn filled_cache(model: &Decoder, prefill: &Prefill, kept: &[Vec<Vec<usize>>], rerotate: bool, extra: usize) -> Result<ScoredCache> {
+    fill(model, &prefill.capture, kept, rerotate, extra)
+}
+
+fn fill(model: &Decoder, capture: &PrefillCapture, kept: &[Vec<Vec<usize>>], rerotate: bool, extra: usize) -> Result<ScoredCache> {
     let cfg = &model.cfg;
-    let (question, answer) = (tokens.appended(), tokens.answer);
-    debug_assert!(tokens.prefix_len() == capture.tokens());
     let most = kept.iter().flatten().map(Vec::len).max().unwrap_or(0);
     let positions = if rerotate { PositionMode::Slot } else { PositionMode::Original };
-    let holder = Policy::new(Eviction::Scored { sinks: 0, scorer: Scorer::Tova }, most + question.len() + answer.len(), positions);
+    let holder = Policy::new(Eviction::Scored { sinks: 0, scorer: Scorer::Tova }, most + extra, positions);
     let mut cache = ScoredCache::new(holder, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_head)?.windows_by_position();
     for (l, per_head) in kept.iter().enumerate() {
         let rope = model.layer_rope(l);
@@ -334,6 +380,22 @@ fn answer_after(
         }
     }
     cache.set_stream_len(capture.tokens());
+    Ok(cache)
+}
+
+/// Runs what follows the prefix and the answer's tokens but the last through the compressed
+/// cache, and scores the answer (its first token from the prefill's `last` row when nothing
+/// follows the prefix).
+fn answer_after(
+    model: &Decoder,
+    capture: &PrefillCapture,
+    kept: &[Vec<Vec<usize>>],
+    (tokens, rerotate): (PressTokens, bool),
+    last: &Tensor,
+) -> Result<Vec<f64>> {
+    let (question, answer) = (tokens.appended(), tokens.answer);
+    debug_assert!(tokens.prefix_len() == capture.tokens());
+    let mut cache = fill(model, capture, kept, rerotate, question.len() + answer.len())?;
     let follow = [question, &answer[..answer.len() - 1]].concat();
     let mut rows = Vec::with_capacity(2);
     if question.is_empty() {

@@ -93,6 +93,12 @@ impl PressKind {
         }
     }
 
+    /// What the press reads of a context of `n`'s prefill: the first query whose attention it
+    /// sums, and whether it reads the queries. Presses with one key share a prefill.
+    pub fn capture_key(self, n: usize) -> (Option<usize>, bool) {
+        (self.scoring_from(n), self.reads_queries())
+    }
+
     /// Refuses a context the press cannot score (kvpress asserts the same).
     pub(super) fn check(self, n: usize) -> Result<()> {
         match self {

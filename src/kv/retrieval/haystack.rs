@@ -103,7 +103,7 @@ impl Haystack {
 
 /// Indices i where token i starts a sentence (token i − 1 ends with . ! ? or a line break), with
 /// 0 and the end.
-fn sentence_starts(tok: &Tokenizer, ids: &[u32]) -> Vec<usize> {
+pub(super) fn sentence_starts(tok: &Tokenizer, ids: &[u32]) -> Vec<usize> {
     let mut out = vec![0];
     for i in 1..ids.len() {
         let piece = tok.decode(&ids[i - 1..i]);

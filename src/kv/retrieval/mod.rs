@@ -1,6 +1,6 @@
 //! Retrieval under a cache policy (this folder: the pass-key prompts, `haystack`; the prompt
 //! compressed once when the question is known, `compress`; one arm's sweep, `arms`; which heads
-//! retrieve, `heads`): each pass-key prompt streams through the policy's cache as a
+//! retrieve, `heads`; RULER-style task prompts, `tasks`): each pass-key prompt streams through the policy's cache as a
 //! serving engine streams a long prompt into a bounded cache (the simulator's exact arithmetic,
 //! a block of queries at a time), then every candidate answer is scored teacher-forced from the
 //! state the prompt left (`recompute`, which keeps no cache, predicts each answer token from a
@@ -16,6 +16,7 @@ pub mod arms;
 pub mod compress;
 pub mod haystack;
 pub mod heads;
+pub mod tasks;
 
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
