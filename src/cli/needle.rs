@@ -108,6 +108,11 @@ fn with_modes(policies: Vec<Policy>, question_known: bool) -> Vec<(Policy, Compr
 
 pub fn run(args: NeedleArgs, s: &mut Session) -> Result<()> {
     check_out_dir(&args.out)?;
+    if args.retrieval_heads && args.cache.page.is_some() {
+        return Err(crate::error::Error::input(
+            "--page with --retrieval-heads: the per-head mixed policy keeps keys per KV head, which no page holds whole; run the paged arms without it",
+        ));
+    }
     let opts = NeedleOptions {
         filler: args.filler.clone(),
         lengths: args.lengths.clone(),

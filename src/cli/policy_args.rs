@@ -25,6 +25,11 @@ pub struct CacheArgs {
     /// are kept [default: 32].
     #[arg(long, value_name = "N")]
     pub observe: Option<usize>,
+    /// A paged cache: slots in pages of B tokens, a page leaving whole (the oldest unpinned first)
+    /// and a pinned token keeping its page, as vLLM's 16-token pages would (window and sink; W a
+    /// multiple of B).
+    #[arg(long, value_name = "B", value_parser = super::counts::at_least_one)]
+    pub page: Option<usize>,
 }
 
 /// One cache policy as flags give it.
@@ -67,6 +72,7 @@ impl CacheArgs {
         }
         let window = if kind == PolicyKind::H2o { self.recent } else { self.observe };
         let policy = Policy::new(Eviction::of_kind(kind, sinks.unwrap_or(kind.default_pinned()), window), self.cache, self.positions);
+        let policy = policy.paged(self.page);
         policy.check()?;
         Ok(policy)
     }
@@ -82,6 +88,8 @@ impl CacheArgs {
         let own = CacheArgs {
             recent: self.recent.filter(|_| kind == PolicyKind::H2o),
             observe: self.observe.filter(|_| kind == PolicyKind::Snapkv),
+            // A sweep's dense reference never evicts: paged or not, it is the same.
+            page: self.page.filter(|_| kind != PolicyKind::Dense),
             ..self.clone()
         };
         own.policy(kind, sinks)
@@ -94,7 +102,11 @@ mod tests {
     use crate::kv::policy::Scorer;
 
     fn args(kind: PolicyKind) -> PolicyArgs {
-        PolicyArgs { policy: kind, sinks: None, cache: CacheArgs { cache: 64, positions: PositionMode::Slot, recent: None, observe: None } }
+        PolicyArgs {
+            policy: kind,
+            sinks: None,
+            cache: CacheArgs { cache: 64, positions: PositionMode::Slot, recent: None, observe: None, page: None },
+        }
     }
 
     fn with(kind: PolicyKind, edit: impl FnOnce(&mut PolicyArgs)) -> Result<Policy> {

@@ -117,7 +117,7 @@ pub struct RecommendArgs {
     pub out: Option<PathBuf>,
     /// Sweep per-head policies instead: the share of KV heads keeping the whole cache (the rest
     /// keep --head-sinks sinks + W − S recent), against KV memory, beside `sink` at equal memory.
-    #[arg(long, conflicts_with_all = ["sinks", "policy", "recent", "observe", "positions", "delta", "no_recompute", "recompute_every", "recompute_budget"])]
+    #[arg(long, conflicts_with_all = ["sinks", "policy", "recent", "observe", "positions", "page", "delta", "no_recompute", "recompute_every", "recompute_budget"])]
     pub per_head: bool,
     /// Sweep cache types instead: the frontier over these (`q4_0` for keys and values, `q8_0/q4_0`
     /// for K/V) × --unquantized-firsts × `sink` at each S of --sinks and each W of --cache and

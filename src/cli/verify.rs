@@ -13,7 +13,7 @@ use super::policy_args::PolicyArgs;
 use super::session::Session;
 use crate::analysis::conformance::Verdict;
 use crate::analysis::format_check::{FormatCheck, FormatVerdict};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::io::finite_json::to_pretty;
 use crate::io::staging::check_out_dir;
 use crate::kv::policy::Policy;
@@ -62,6 +62,11 @@ pub fn run(args: VerifyArgs, s: &mut Session) -> Result<u8> {
         check_out_dir(out)?;
     }
     let policy = Policy::try_from(&args.policy)?;
+    if policy.page.is_some() {
+        return Err(Error::input(
+            "--page: llama.cpp's cache evicts token by token, and verify holds its trace against that; run a paged policy with `stream`",
+        ));
+    }
     let formats_given = args.formats.cache_type_k.is_some() || args.formats.cache_type_v.is_some();
     let rounding = args.formats.row_rounding(policy.positions, "`verify`")?;
     let opts = VerifyOptions {

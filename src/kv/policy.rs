@@ -273,6 +273,10 @@ pub struct Policy {
     /// The budget W (ignored by `dense`).
     pub cache: usize,
     pub positions: PositionMode,
+    /// A paged cache (vLLM's pages hold 16 tokens): slots come in pages of this many stream
+    /// positions, a page leaves whole (the oldest unpinned first, when the cache is full), and a
+    /// pinned first token keeps its whole page. `window` and `sink` only.
+    pub page: Option<usize>,
 }
 
 /// The flat record run files have always held: `sinks` is S or N, `recent` h2o's R or snapkv's
@@ -285,6 +289,8 @@ struct PolicyRecord {
     positions: PositionMode,
     #[serde(default, skip_serializing_if = "is_zero")]
     recent: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    page: Option<usize>,
 }
 
 fn is_zero(v: &usize) -> bool {
@@ -294,36 +300,53 @@ fn is_zero(v: &usize) -> bool {
 impl From<Policy> for PolicyRecord {
     fn from(p: Policy) -> Self {
         let recent = p.scorer().and_then(Scorer::given_window).unwrap_or(0);
-        PolicyRecord { kind: p.kind(), sinks: p.pinned(), cache: p.cache, positions: p.positions, recent }
+        PolicyRecord { kind: p.kind(), sinks: p.eviction.pinned(), cache: p.cache, positions: p.positions, recent, page: p.page }
     }
 }
 
 impl From<PolicyRecord> for Policy {
     fn from(r: PolicyRecord) -> Self {
         let window = (r.recent != 0).then_some(r.recent);
-        Policy { eviction: Eviction::of_kind(r.kind, r.sinks, window), cache: r.cache, positions: r.positions }
+        Policy { eviction: Eviction::of_kind(r.kind, r.sinks, window), cache: r.cache, positions: r.positions, page: r.page }
     }
 }
 
 impl Policy {
     pub fn new(eviction: Eviction, cache: usize, positions: PositionMode) -> Self {
-        Policy { eviction, cache, positions }
+        Policy { eviction, cache, positions, page: None }
+    }
+
+    /// The same policy on a paged cache of `page`-token pages (`None`: token by token).
+    pub fn paged(self, page: Option<usize>) -> Self {
+        Policy { page, ..self }
     }
 
     pub fn kind(&self) -> PolicyKind {
         self.eviction.kind()
     }
 
-    /// See [`Eviction::pinned`].
+    /// The first tokens kept forever: [`Eviction::pinned`], on a paged cache rounded up to
+    /// whole pages (a pinned token keeps its page).
     pub fn pinned(&self) -> usize {
-        self.eviction.pinned()
+        let s = self.eviction.pinned();
+        self.page.map_or(s, |b| s.div_ceil(b.max(1)) * b)
     }
 
     pub fn label(&self) -> String {
+        match self.page {
+            Some(b) => format!("{} in {b}-token pages", self.token_label()),
+            None => self.token_label(),
+        }
+    }
+
+    fn token_label(&self) -> String {
         let (pos, w) = (self.positions.name(), self.cache);
         match self.eviction {
             Eviction::Dense => "dense".into(),
             Eviction::Window => format!("window W={w} ({pos})"),
+            Eviction::Sink { sinks } if self.pinned() != sinks => {
+                format!("sink S={sinks} (its pages: {}) + {} recent, W={w} ({pos})", self.pinned(), w - self.pinned().min(w))
+            }
             Eviction::Sink { sinks } => format!("sink S={sinks} + {} recent, W={w} ({pos})", w - sinks.min(w)),
             Eviction::Recompute => format!("recompute W={w}"),
             Eviction::Keep { n_keep } => format!("keep N={n_keep} half-discard, W={w} ({pos})"),
@@ -361,6 +384,7 @@ impl Policy {
     /// Refuses a budget the rule cannot keep, whatever the model and stream.
     pub fn check(&self) -> Result<()> {
         let (w, s) = (self.cache, self.pinned());
+        self.check_pages()?;
         if self.eviction == Eviction::Dense {
             return Ok(());
         }
@@ -388,6 +412,37 @@ impl Policy {
         if self.kind().pins() && s >= w {
             return Err(Error::input(format!(
                 "S = {s} pinned tokens must be fewer than the budget W = {w}: pinned tokens are part of the budget (S pinned + W−S recent)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuses pages a rule cannot evict whole, and a budget that is not whole pages or has none
+    /// left beside the pinned ones.
+    fn check_pages(&self) -> Result<()> {
+        let Some(b) = self.page else { return Ok(()) };
+        if b == 0 {
+            return Err(Error::input("a page of 0 tokens: a paged cache's pages hold at least 1"));
+        }
+        match self.eviction {
+            Eviction::Window | Eviction::Sink { .. } => {}
+            Eviction::Dense => return Err(Error::input("dense never evicts, so its pages change nothing: pages are for window and sink")),
+            _ => {
+                return Err(Error::input(format!(
+                    "paged eviction is modelled for window and sink (whole pages leave, oldest first); {} chooses keys that no page holds whole (one-shot block choices: `press --block`)",
+                    self.kind().name()
+                )))
+            }
+        }
+        let (w, pinned) = (self.cache, self.pinned());
+        if w % b != 0 {
+            return Err(Error::input(format!("a paged cache holds whole pages: the budget W = {w} is not a multiple of the {b}-token page")));
+        }
+        if pinned + b >= w {
+            return Err(Error::input(format!(
+                "S = {} pinned tokens keep {} whole {b}-token pages of the W = {w} budget, leaving fewer than 2 pages for the recent tokens",
+                self.eviction.pinned(),
+                pinned / b
             )));
         }
         Ok(())
@@ -424,11 +479,17 @@ impl Policy {
         if len < self.cache || !self.is_cached() {
             return 0..0;
         }
+        // Whole pages after the pinned ones, as many as make room for the next token.
+        let over = len + 1 - self.cache;
+        let over = self.page.map_or(over, |b| over.div_ceil(b.max(1)) * b);
         match self.eviction {
             // Score-based kinds choose per KV head (`kv::scored`).
             Eviction::Dense | Eviction::Recompute | Eviction::Scored { .. } => 0..0,
-            Eviction::Window => 0..len + 1 - self.cache,
-            Eviction::Sink { sinks } => sinks..sinks + len + 1 - self.cache,
+            Eviction::Window => 0..over,
+            Eviction::Sink { .. } => {
+                let pinned = self.pinned();
+                pinned..pinned + over
+            }
             Eviction::Keep { n_keep } => {
                 let n_discard = ((len - n_keep) / 2).max(len + 1 - self.cache);
                 n_keep..n_keep + n_discard
@@ -450,6 +511,35 @@ mod tests {
         for (i, rule) in RULES.iter().enumerate() {
             assert_eq!(rule.kind as usize, i, "{}", rule.name);
         }
+    }
+
+    #[test]
+    fn pages_leave_whole_and_only_where_a_rule_can_let_them() {
+        let paged = |kind, sinks, cache| p(kind, sinks, cache).paged(Some(16));
+        // Full at 64: one whole page after the pinned page (S = 4 keeps tokens 0..16).
+        assert_eq!(paged(PolicyKind::Sink, 4, 64).evict(63), 0..0);
+        assert_eq!(paged(PolicyKind::Sink, 4, 64).evict(64), 16..32);
+        assert_eq!(paged(PolicyKind::Window, 0, 64).evict(64), 0..16);
+        // A prefix past the budget: as many pages as make room.
+        assert_eq!(paged(PolicyKind::Window, 0, 64).evict(100), 0..48);
+        assert_eq!(paged(PolicyKind::Sink, 4, 64).pinned(), 16);
+        assert!(paged(PolicyKind::Sink, 4, 64).label().ends_with("in 16-token pages"));
+        let refused = |policy: Policy, says: &str| {
+            let e = policy.check().unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+        };
+        refused(paged(PolicyKind::Sink, 4, 60), "not a multiple of the 16-token page");
+        refused(paged(PolicyKind::Sink, 40, 64), "leaving fewer than 2 pages");
+        refused(paged(PolicyKind::H2o, 4, 64), "h2o chooses keys that no page holds whole");
+        refused(paged(PolicyKind::Keep, 4, 64), "keep chooses keys");
+        refused(paged(PolicyKind::Dense, 0, 64), "dense never evicts");
+        refused(p(PolicyKind::Window, 0, 64).paged(Some(0)), "a page of 0 tokens");
+        // The record keeps S as given and the page; what reads it back is the same policy.
+        let sink = paged(PolicyKind::Sink, 4, 64);
+        let json = serde_json::to_string(&sink).unwrap();
+        assert!(json.contains("\"sinks\":4") && json.contains("\"page\":16"), "{json}");
+        assert_eq!(serde_json::from_str::<Policy>(&json).unwrap(), sink);
+        assert!(!serde_json::to_string(&p(PolicyKind::Sink, 4, 64)).unwrap().contains("page"));
     }
 
     #[test]

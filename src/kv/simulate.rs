@@ -204,6 +204,9 @@ fn refuse_unmodelled_kivi(p: &Policy, window: &KiviWindow) -> Result<()> {
     let label = p.label();
     match p.eviction {
         Eviction::Dense => Ok(()),
+        _ if p.page.is_some() => Err(Error::input(format!(
+            "a KIVI cache is not modelled on a paged cache ({label}): KIVI quantizes its recent keys in chunks of R that pages leaving whole would cut"
+        ))),
         Eviction::Recompute => Err(Error::input(format!("a KIVI cache is not modelled under {label}, which re-runs its window from scratch at every step"))),
         _ if p.positions != PositionMode::Original => Err(Error::input(format!(
             "a KIVI cache under {label} is modelled at original positions (KIVI quantizes keys as rotated at their stream positions, which a cache that re-rotates them does not keep): give --positions original"

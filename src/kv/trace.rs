@@ -100,6 +100,38 @@ mod tests {
         assert_eq!(v, QueryView { pinned: 1, from: 3, pinned_pos: 5 });
     }
 
+    /// A paged sink's view at every step against its closed form: P = ⌈S/B⌉·B pinned, and from
+    /// W on the recent run starts at the page boundary ⌈(t + 1 − (W − P))/B⌉·B, so a query sees
+    /// between W − B + 1 and W keys.
+    #[test]
+    fn paged_views_drop_whole_pages() {
+        for (sinks, cache, page, positions) in [(4, 64, 16, PositionMode::Slot), (0, 48, 8, PositionMode::Original), (17, 96, 16, PositionMode::Slot)]
+        {
+            let kind = if sinks == 0 { PolicyKind::Window } else { PolicyKind::Sink };
+            let p = policy(kind, sinks, cache, positions).paged(Some(page));
+            p.check().unwrap();
+            let pinned = sinks.div_ceil(page) * page;
+            let mut tr = PolicyTrace::after_prefix(p, 0);
+            for t in 0..400 {
+                let (view, held) = tr.step(t).unwrap();
+                if t < cache {
+                    assert_eq!(view, QueryView::dense(t));
+                    continue;
+                }
+                let from = (t + 1 + pinned - cache).div_ceil(page) * page;
+                let pinned_pos = if positions == PositionMode::Slot { held - 1 } else { t };
+                assert_eq!(view, QueryView { pinned, from, pinned_pos }, "S={sinks} W={cache} B={page} t={t}");
+                assert!(held <= cache && held > cache - page, "{held}");
+            }
+        }
+        // Pages of 1 are token by token.
+        let sink = policy(PolicyKind::Sink, 4, 32, PositionMode::Slot);
+        let (mut a, mut b) = (PolicyTrace::after_prefix(sink, 40), PolicyTrace::after_prefix(sink.paged(Some(1)), 40));
+        for t in 40..100 {
+            assert_eq!(a.step(t).unwrap(), b.step(t).unwrap());
+        }
+    }
+
     #[test]
     fn delta_is_not_replayed_in_blocks() {
         let mut tr = PolicyTrace::after_prefix(policy(PolicyKind::Window, 0, 3, PositionMode::Delta), 3);

@@ -3,7 +3,7 @@
 //! names, one asked for: the others are in-context distractors), `multivalue` (four keys for one
 //! name, all asked for in order), `vartrack` (a chain of five variable assignments beside a
 //! distractor chain; the value of the chain's last variable asked for) and `cwe` (a numbered list
-//! of the text's words, the most frequent asked for). Each prompt is a context (BOS, an intro, the
+//! of the text's words, the three most frequent asked for). Each prompt is a context (BOS, an intro, the
 //! haystack), a question, and candidate answers of one token length (`candidates[0]` the truth),
 //! scored as `needle` scores them. Only tokens are built here; RULER's own data is not used.
 
@@ -330,10 +330,15 @@ fn shaped(tok: &Tokenizer, truth: &str, wrong: &[String]) -> Result<Vec<Vec<u32>
     Ok(out)
 }
 
-/// Common-word extraction: a numbered list of the text's words (" 1. word 2. word …"), one
-/// appearing about twice as often as each of the others; the candidates are the list's words.
+/// How often the three most common words of cwe's list appear, against 1 for each other word.
+const CWE_WEIGHTS: [usize; 3] = [4, 3, 2];
+
+/// Common-word extraction: a numbered list of the text's words (" 1. word 2. word …"), three
+/// appearing 4, 3 and 2 times as often as each of the others; the answer names those three, most
+/// common first (" w1, w2 and w3"). Wrong answers swap two of them or put another of the list's
+/// words in one's place. Candidates are joined from the words' single tokens.
 fn cwe(tok: &Tokenizer, filler: &Filler, spec: TaskSpec, rng: &mut XorShift) -> Result<TaskPrompt> {
-    let kinds = spec.distractors + 1;
+    let kinds = 3 + spec.distractors.max(1);
     if filler.words.len() < kinds {
         return Err(Error::input(format!(
             "cwe draws {kinds} distinct single-token words from the text, which has only {}: give a longer text (-f) or fewer --distractors",
@@ -342,9 +347,10 @@ fn cwe(tok: &Tokenizer, filler: &Filler, spec: TaskSpec, rng: &mut XorShift) -> 
     }
     let words = pick(rng, &filler.words, kinds);
     let mut context =
-        tok.encode("Below is a numbered list of words. Some of them appear more often than others. Memorize the one that appears most often.\n")?;
-    let question =
-        tok.encode_plain("\n\nQuestion: Which word appears most often in the list above? Answer: The word that appears most often in the list is")?;
+        tok.encode("Below is a numbered list of words. Some of them appear more often than others. Memorize the ones that appear most often.\n")?;
+    let question = tok.encode_plain(
+        "\n\nQuestion: What are the three most common words in the list above, most common first? Answer: The three most common words in the list are",
+    )?;
     // Entries that fit: each is its number's tokens and the word's one.
     let mut numbers = Vec::new();
     let mut used = context.len() + question.len();
@@ -357,27 +363,45 @@ fn cwe(tok: &Tokenizer, filler: &Filler, spec: TaskSpec, rng: &mut XorShift) -> 
         numbers.push(number);
     }
     let e = numbers.len();
-    if e < 2 * (kinds + 1) {
+    let units = CWE_WEIGHTS.iter().sum::<usize>() + kinds - 3;
+    if e < 2 * units {
         return Err(Error::input(format!(
             "a cwe prompt of {} tokens holds {e} entries, too few for {kinds} words; give a longer --length",
             spec.length
         )));
     }
-    // The top word twice as often as each other: 2e/(k+1), the rest shared evenly.
-    let top = (2 * e).div_ceil(kinds + 1);
-    let mut entries: Vec<usize> = vec![0; top];
-    entries.extend((0..e - top).map(|i| 1 + i % (kinds - 1)));
+    // Word i of the top three takes its weight's share of the entries; the rest share what is left.
+    let unit = e / units;
+    let mut entries: Vec<usize> = CWE_WEIGHTS.iter().enumerate().flat_map(|(i, &w)| std::iter::repeat_n(i, w * unit)).collect();
+    let top = entries.len();
+    entries.extend((0..e - top).map(|i| 3 + i % (kinds - 3)));
     shuffle(rng, &mut entries);
     let mut evidence = Vec::new();
     for (number, &w) in numbers.iter().zip(&entries) {
         context.extend_from_slice(number);
-        if w == 0 {
+        if w < 3 {
             evidence.push((context.len(), context.len() + 1));
         }
         context.push(words[w].1);
     }
-    let candidates = words.iter().map(|(_, id)| vec![*id]).collect();
-    Ok(TaskPrompt { task: Task::Cwe, trial: 0, context, question, candidates, truth: format!(" {}", words[0].0), evidence })
+    let (comma, and) = (tok.encode_plain(",")?, tok.encode_plain(" and")?);
+    let answer = |w: [usize; 3]| -> Vec<u32> { [&[words[w[0]].1][..], &comma, &[words[w[1]].1], &and, &[words[w[2]].1]].concat() };
+    let mut candidates = vec![answer([0, 1, 2])];
+    for i in 0..spec.distractors {
+        let wrong = match i {
+            0 => [1, 0, 2],
+            1 => [0, 2, 1],
+            2 => [2, 1, 0],
+            _ => {
+                let mut w = [0, 1, 2];
+                w[(i - 3) % 3] = 3 + (i - 3) % (kinds - 3);
+                w
+            }
+        };
+        candidates.push(answer(wrong));
+    }
+    let truth = format!(" {}, {} and {}", words[0].0, words[1].0, words[2].0);
+    Ok(TaskPrompt { task: Task::Cwe, trial: 0, context, question, candidates, truth, evidence })
 }
 
 /// `n` distinct items of `from` in a random order.

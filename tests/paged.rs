@@ -1,0 +1,121 @@
+//! Paged eviction (issue 45): `window` and `sink` on a cache of 16-token pages, a page leaving
+//! whole, held against an independent PyTorch loop that evicts whole pages
+//! (tests/fixtures/make_paged_reference.py → paged_reference.json, W = 64, B = 16, S = 4) on both
+//! the block replay and token-by-token decoding; pages of 1 are the token-level policy; the
+//! command line takes `--page` where pages apply and refuses it by name elsewhere.
+
+#[macro_use]
+mod common;
+
+use sinkscope::kv::{simulate_with, Eviction, Policy, PositionMode, SimOptions};
+use sinkscope::model::{load, LoadOptions};
+
+fn floats(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+#[test]
+fn paged_policies_match_an_independent_pytorch_loop() {
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::fixture("paged_reference.json")).unwrap()).unwrap();
+    let (w, b, s) = (json["W"].as_u64().unwrap() as usize, json["B"].as_u64().unwrap() as usize, json["S"].as_u64().unwrap() as usize);
+    for (key, file) in [("stories260k", "stories260K.gguf"), ("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")] {
+        let path = model_or_skip!(file);
+        let lm = load(path.to_str().unwrap(), &LoadOptions::default()).unwrap();
+        let reference = &json["models"][key];
+        let ids: Vec<u32> = reference["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let runs = [
+            ("window_slot", Eviction::Window, PositionMode::Slot),
+            ("sink4_slot", Eviction::Sink { sinks: s }, PositionMode::Slot),
+            ("sink4_original", Eviction::Sink { sinks: s }, PositionMode::Original),
+            ("sink4_delta", Eviction::Sink { sinks: s }, PositionMode::Delta),
+        ];
+        let policies: Vec<Policy> = runs.iter().map(|&(_, e, pos)| Policy::new(e, w, pos).paged(Some(b))).collect();
+        for token_by_token in [false, true] {
+            let opts = SimOptions { token_by_token, ..SimOptions::default() };
+            let out = simulate_with(&lm.model, &ids, &policies, opts, &mut |_, _| {}).unwrap();
+            for ((name, ..), o) in runs.iter().zip(&out) {
+                let want = floats(&reference["runs"][name]["nll"]);
+                assert_eq!(want.len(), o.nll.len(), "{key}/{name}");
+                let worst = common::max_abs_diff("nll", &o.nll, &want);
+                eprintln!("{key}/{name} (token by token: {token_by_token}): max |ΔNLL| vs PyTorch {worst:.2e}");
+                assert!(worst < 1e-4, "{key}/{name}: {worst}");
+                assert!(o.label.ends_with(&format!("in {b}-token pages")), "{}", o.label);
+            }
+        }
+        // Pages of 1 are the token-level policy, bit for bit; 16-token pages differ once a page left.
+        let sink = Policy::new(Eviction::Sink { sinks: s }, w, PositionMode::Slot);
+        let out = simulate_with(&lm.model, &ids, &[sink, sink.paged(Some(1)), sink.paged(Some(b))], SimOptions::default(), &mut |_, _| {}).unwrap();
+        assert_eq!(out[0].nll, out[1].nll);
+        assert_eq!(out[0].nll[..w], out[2].nll[..w]);
+        assert_ne!(out[0].nll[w..], out[2].nll[w..]);
+    }
+}
+
+#[test]
+fn the_command_line_pages_window_and_sink_and_refuses_the_rest() {
+    let _ = model_or_skip!("stories260K.gguf");
+    let dir = common::temp_dir("paged-cli");
+    let text = common::corpora_dir().join("pg1342_pride_and_prejudice.txt");
+    let text = text.to_str().unwrap();
+    let stream = common::sinkscope(&[
+        "stream",
+        "-m",
+        "stories260k",
+        "-f",
+        text,
+        "--tokens",
+        "200",
+        "--policy",
+        "sink",
+        "--cache",
+        "64",
+        "--page",
+        "16",
+        "--json",
+    ]);
+    assert!(stream.status.success(), "{}", String::from_utf8_lossy(&stream.stderr));
+    let got: serde_json::Value = serde_json::from_slice(&stream.stdout).unwrap();
+    let label = got["label"].as_str().or_else(|| got[0]["label"].as_str()).unwrap_or_default().to_string();
+    assert!(label.contains("in 16-token pages"), "{got}");
+    let out = dir.join("needle");
+    let needle = common::sinkscope(&[
+        "needle",
+        "-m",
+        "stories260k",
+        "--lengths",
+        "200",
+        "--depths",
+        "0.5",
+        "--trials",
+        "1",
+        "--policy",
+        "dense,window,sink",
+        "--cache",
+        "64",
+        "--page",
+        "16",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(needle.status.success(), "{}", String::from_utf8_lossy(&needle.stderr));
+    let record = std::fs::read_to_string(out.join("needle.json")).unwrap();
+    assert!(
+        record.contains("sink S=4 (its pages: 16) + 48 recent, W=64 (slot) in 16-token pages") && record.contains("\"page\": 16"),
+        "paged arms recorded"
+    );
+    for (args, says) in [
+        (vec!["stream", "--policy", "h2o"], "h2o chooses keys that no page holds whole"),
+        (vec!["stream", "--policy", "dense"], "dense never evicts"),
+        (vec!["stream", "--policy", "sink", "--cache", "60"], "not a multiple of the 16-token page"),
+    ] {
+        let mut all = vec!["-m", "stories260k", "-f", text, "--tokens", "100", "--page", "16"];
+        all.splice(0..0, args.iter().copied());
+        if !all.contains(&"--cache") {
+            all.extend(["--cache", "64"]);
+        }
+        let done = common::sinkscope(&all);
+        let err = String::from_utf8_lossy(&done.stderr);
+        assert_eq!(done.status.code(), Some(2), "{all:?}: {err}");
+        assert!(err.contains(says), "{all:?}: {err}");
+    }
+}
