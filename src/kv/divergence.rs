@@ -124,8 +124,8 @@ pub fn divergence_from_exact(
         return scored_divergence(model, ids, (policy, rounding), sink_positions, progress);
     }
     let mut trace = PolicyTrace::after_prefix(policy, 0);
-    let mut exact = StreamKv::new(policy.pinned());
-    let mut rounded = StreamKv::new(policy.pinned()).with_rounding(rounding);
+    let mut exact = StreamKv::new(policy.pinned_slots());
+    let mut rounded = StreamKv::new(policy.pinned_slots()).with_rounding(rounding);
     let (mut exact_tally, mut rounded_tally) = (HeadTally::new(sink_positions), HeadTally::new(sink_positions));
     let kl = lockstep_kl(model, ids, progress, |tokens, b0| {
         let views = (b0..b0 + tokens.len()).map(|t| Ok(trace.step(t)?.0)).collect::<Result<Vec<_>>>()?;

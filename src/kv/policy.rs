@@ -325,9 +325,14 @@ impl Policy {
         self.eviction.kind()
     }
 
-    /// The first tokens kept forever: [`Eviction::pinned`], on a paged cache rounded up to
-    /// whole pages (a pinned token keeps its page).
+    /// See [`Eviction::pinned`]: S (or N) as asked for.
     pub fn pinned(&self) -> usize {
+        self.eviction.pinned()
+    }
+
+    /// The cache slots kept forever: [`Policy::pinned`], on a paged cache rounded up to whole
+    /// pages (a pinned token keeps its page).
+    pub fn pinned_slots(&self) -> usize {
         let s = self.eviction.pinned();
         self.page.map_or(s, |b| s.div_ceil(b.max(1)) * b)
     }
@@ -344,8 +349,8 @@ impl Policy {
         match self.eviction {
             Eviction::Dense => "dense".into(),
             Eviction::Window => format!("window W={w} ({pos})"),
-            Eviction::Sink { sinks } if self.pinned() != sinks => {
-                format!("sink S={sinks} (its pages: {}) + {} recent, W={w} ({pos})", self.pinned(), w - self.pinned().min(w))
+            Eviction::Sink { sinks } if self.pinned_slots() != sinks => {
+                format!("sink S={sinks} (its pages: {}) + {} recent, W={w} ({pos})", self.pinned_slots(), w - self.pinned_slots().min(w))
             }
             Eviction::Sink { sinks } => format!("sink S={sinks} + {} recent, W={w} ({pos})", w - sinks.min(w)),
             Eviction::Recompute => format!("recompute W={w}"),
@@ -383,7 +388,7 @@ impl Policy {
 
     /// Refuses a budget the rule cannot keep, whatever the model and stream.
     pub fn check(&self) -> Result<()> {
-        let (w, s) = (self.cache, self.pinned());
+        let (w, s) = (self.cache, self.pinned_slots());
         self.check_pages()?;
         if self.eviction == Eviction::Dense {
             return Ok(());
@@ -434,7 +439,7 @@ impl Policy {
                 )))
             }
         }
-        let (w, pinned) = (self.cache, self.pinned());
+        let (w, pinned) = (self.cache, self.pinned_slots());
         if w % b != 0 {
             return Err(Error::input(format!("a paged cache holds whole pages: the budget W = {w} is not a multiple of the {b}-token page")));
         }
@@ -487,7 +492,7 @@ impl Policy {
             Eviction::Dense | Eviction::Recompute | Eviction::Scored { .. } => 0..0,
             Eviction::Window => 0..over,
             Eviction::Sink { .. } => {
-                let pinned = self.pinned();
+                let pinned = self.pinned_slots();
                 pinned..pinned + over
             }
             Eviction::Keep { n_keep } => {
@@ -522,7 +527,8 @@ mod tests {
         assert_eq!(paged(PolicyKind::Window, 0, 64).evict(64), 0..16);
         // A prefix past the budget: as many pages as make room.
         assert_eq!(paged(PolicyKind::Window, 0, 64).evict(100), 0..48);
-        assert_eq!(paged(PolicyKind::Sink, 4, 64).pinned(), 16);
+        assert_eq!(paged(PolicyKind::Sink, 4, 64).pinned_slots(), 16);
+        assert_eq!(paged(PolicyKind::Sink, 4, 64).pinned(), 4);
         assert!(paged(PolicyKind::Sink, 4, 64).label().ends_with("in 16-token pages"));
         let refused = |policy: Policy, says: &str| {
             let e = policy.check().unwrap_err().to_string();

@@ -288,7 +288,7 @@ fn replay_blocks(model: &Decoder, ids: &[u32], p: Policy, prefix: &Prefix, track
     let (shared, steps) = (prefix.nll.len(), ids.len() - 1);
     let t0 = Instant::now();
     let mut trace = PolicyTrace::after_prefix(p, shared);
-    let mut kv = prefix.kv.pinning(p.pinned())?;
+    let mut kv = prefix.kv.pinning(p.pinned_slots())?;
     for b0 in (shared..steps).step_by(STREAM_BLOCK) {
         let b = STREAM_BLOCK.min(steps - b0);
         let mut views = Vec::with_capacity(b);

@@ -61,7 +61,7 @@ impl CacheStream {
             Eviction::Recompute => Err(Error::Internal("recompute keeps no cache to stream; its sweep runs windows".into())),
             Eviction::Dense => Ok(CacheStream::Positional { kv: StreamKv::new(0), trace: None }),
             Eviction::Window | Eviction::Sink { .. } | Eviction::Keep { .. } => {
-                Ok(CacheStream::Positional { kv: StreamKv::new(policy.pinned()), trace: Some(PolicyTrace::after_prefix(policy, 0)) })
+                Ok(CacheStream::Positional { kv: StreamKv::new(policy.pinned_slots()), trace: Some(PolicyTrace::after_prefix(policy, 0)) })
             }
             Eviction::Scored { .. } => {
                 if model.has_sliding_window() && policy.positions == PositionMode::Original {
