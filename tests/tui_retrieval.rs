@@ -90,3 +90,90 @@ fn a_needle_only_run_opens_and_every_view_draws() {
     let s = screen(&mut app, &[Action::GoTab(Tab::Retrieval)]);
     assert!(s.contains("Which heads retrieve"), "{s}");
 }
+
+/// The Compression view: presses run into the needle run's directory are drawn per press (keys and
+/// attention kept, the NLL change), the selected press's layer × head grid marks the heads the
+/// needle found retrieving, and the most starved heads are listed; a task sweep's arms in a run of
+/// their own.
+#[test]
+fn compression_shows_presses_beside_the_heads_that_retrieve_and_task_arms() {
+    let dir = run_with_needle("run-compression");
+    let model = common::model("stories260K.gguf").expect("stories260K ships with the project");
+    let text = common::corpora_dir().join("tinystories_val_subset.txt");
+    let (model, text) = (model.to_str().unwrap(), text.to_str().unwrap());
+    let press = common::sinkscope(&[
+        "press",
+        "-m",
+        model,
+        "-f",
+        text,
+        "--tokens",
+        "120",
+        "--question",
+        " Who was there?",
+        "--answer",
+        " A little girl.",
+        "--press",
+        "snapkv,knorm",
+        "--ratio",
+        "0.5",
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(press.status.success(), "{}", String::from_utf8_lossy(&press.stderr));
+    let mut app = App::new(Run::open(&dir).unwrap());
+    let s = screen(&mut app, &[Action::GoTab(Tab::Compression)]);
+    for want in [
+        "Presses · 120 positions compressed",
+        "▶ snapkv",
+        "attention kept per head",
+        "● retrieves (needle)",
+        "Most starved heads",
+        "starved ∩ retrieving",
+    ] {
+        assert!(s.contains(want), "Compression lacks {want:?}:\n{s}");
+    }
+    assert!(s.contains('●'), "a retrieving head is marked in the grid:\n{s}");
+    let s = screen(&mut app, &[Action::Move { dx: 0, dy: 1 }]);
+    assert!(s.contains("▶ knorm") && s.contains("knorm · attention kept per head"), "↓ selects the next press:\n{s}");
+    let msg = export::status_message(&app);
+    assert!(msg.starts_with("exported"), "{msg}");
+    let csv = std::fs::read_to_string(dir.join("exports/press-heads-knorm-0.5.csv")).unwrap();
+    assert!(csv.starts_with("press,ratio,layer,head,attention_kept"), "{csv:.200}");
+    assert_eq!(csv.lines().count(), 1 + 5 * 8, "one row per layer × head of stories260K");
+
+    let tasks = common::temp_dir("run-tasks-view");
+    let out = common::sinkscope(&[
+        "tasks",
+        "-m",
+        model,
+        "-f",
+        text,
+        "--task",
+        "passkey",
+        "--length",
+        "300",
+        "--trials",
+        "2",
+        "--press",
+        "streaming_llm",
+        "--ratio",
+        "0.5",
+        "--block",
+        "16",
+        "-o",
+        tasks.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut app = App::new(Run::open(&tasks).unwrap());
+    let s = screen(&mut app, &[Action::GoTab(Tab::Compression)]);
+    for want in ["Tasks · 2 prompts of 300 tokens", "▶ none", "streaming_llm+block16", "passkey"] {
+        assert!(s.contains(want), "the task view lacks {want:?}:\n{s}");
+    }
+    for tab in Tab::ALL {
+        update(&mut app, Action::GoTab(tab));
+        for (w, h) in [(120, 40), (20, 5), (0, 0)] {
+            draw(&mut app, w, h);
+        }
+    }
+}

@@ -33,7 +33,7 @@ pub fn key(k: &KeyEvent) -> Option<Action> {
         KeyCode::Char('?') => Some(Action::ToggleHelp),
         KeyCode::Tab => Some(Action::NextTab),
         KeyCode::BackTab => Some(Action::PrevTab),
-        KeyCode::Char(c @ '1'..='8') => Some(Action::GoTab(Tab::ALL[(c as u8 - b'1') as usize])),
+        KeyCode::Char(c @ '1'..='9') => Some(Action::GoTab(Tab::ALL[(c as u8 - b'1') as usize])),
         KeyCode::Left => mv(-1, 0),
         KeyCode::Right => mv(1, 0),
         KeyCode::Up => mv(0, -1),

@@ -43,6 +43,7 @@ pub fn build(app: &App) -> std::result::Result<Export, String> {
         Tab::Activations => activations(app),
         Tab::Streaming => streaming(app),
         Tab::Retrieval => retrieval(app),
+        Tab::Compression => compression(app),
         Tab::Survey => survey(app),
     }
 }
@@ -216,6 +217,34 @@ fn retrieval(app: &App) -> std::result::Result<Export, String> {
     Ok(Export { name: "retrieval-cells.csv".into(), bytes: s.into_bytes(), what: "the pass-key cells".into() })
 }
 
+/// The selected press's attention kept per head, or the task sweep's outcomes, as CSV.
+fn compression(app: &App) -> std::result::Result<Export, String> {
+    let mut s = String::new();
+    if let Some(r) = &app.run.press {
+        let run = r.runs.get(app.compression.row).ok_or("this press run holds no presses")?;
+        s += "press,ratio,layer,head,attention_kept\n";
+        for (l, heads) in run.attention_kept.iter().enumerate() {
+            for (h, share) in heads.iter().enumerate() {
+                let _ = writeln!(s, "{},{},{l},{h},{share}", field(&run.label), run.press.ratio);
+            }
+        }
+        let stem: String = run.label.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+        return Ok(Export {
+            name: format!("press-heads-{stem}-{}.csv", run.press.ratio),
+            bytes: s.into_bytes(),
+            what: "the attention each head kept".into(),
+        });
+    }
+    let r = app.run.tasks.as_ref().ok_or("no press.json or tasks.json in this run")?;
+    s += "arm,task,trial,rank,exact,answer_nll,evidence_kept\n";
+    for o in &r.outcomes {
+        let p = &r.prompts[o.prompt];
+        let _ =
+            writeln!(s, "{},{},{},{},{},{},{}", field(&r.arms[o.arm].label), p.task.name(), p.trial, o.rank, o.exact, o.answer_nll, o.evidence_kept);
+    }
+    Ok(Export { name: "task-trials.csv".into(), bytes: s.into_bytes(), what: "the task outcomes".into() })
+}
+
 /// The survey table as CSV.
 fn survey(app: &App) -> std::result::Result<Export, String> {
     let mut s = String::new();
@@ -287,7 +316,7 @@ fn figure(app: &App, dir: &std::path::Path) -> Result<Option<PathBuf>> {
                 None => Ok(None),
             }
         }
-        Tab::Overview | Tab::Tokens | Tab::Survey => Ok(None),
+        Tab::Overview | Tab::Tokens | Tab::Compression | Tab::Survey => Ok(None),
     }
 }
 

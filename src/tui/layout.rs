@@ -33,7 +33,8 @@ pub fn tab_ranges(tabs: Rect) -> Vec<(Tab, (u16, u16))> {
         .map(|&t| {
             let w = tab_label(t).chars().count() as u16;
             let r = (x, x + w);
-            x += w + 1;
+            // Labels are padded with a space each side: side by side they read apart.
+            x += w;
             (t, r)
         })
         .collect()

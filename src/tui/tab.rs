@@ -10,11 +10,13 @@ pub enum Tab {
     Activations,
     Streaming,
     Retrieval,
+    Compression,
     Survey,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 8] = [Tab::Overview, Tab::Grid, Tab::Heatmap, Tab::Tokens, Tab::Activations, Tab::Streaming, Tab::Retrieval, Tab::Survey];
+    pub const ALL: [Tab; 9] =
+        [Tab::Overview, Tab::Grid, Tab::Heatmap, Tab::Tokens, Tab::Activations, Tab::Streaming, Tab::Retrieval, Tab::Compression, Tab::Survey];
 
     pub fn title(self) -> &'static str {
         match self {
@@ -25,6 +27,7 @@ impl Tab {
             Tab::Activations => "Activations",
             Tab::Streaming => "Streaming",
             Tab::Retrieval => "Retrieval",
+            Tab::Compression => "Presses",
             Tab::Survey => "Survey",
         }
     }

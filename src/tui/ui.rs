@@ -21,6 +21,7 @@ pub fn render(f: &mut Frame, app: &App) {
         Tab::Activations => views::activations::render(f, a.body, app),
         Tab::Streaming => views::streaming::render(f, a.body, app),
         Tab::Retrieval => views::retrieval::render(f, a.body, app),
+        Tab::Compression => views::compression::render(f, a.body, app),
         Tab::Survey => views::survey::render(f, a.body, app),
     }
     status(f, a.status, app);
@@ -60,6 +61,7 @@ fn hints(tab: Tab) -> &'static str {
         Tab::Activations => "↑↓ layer",
         Tab::Streaming => "↑↓ policy · w window",
         Tab::Retrieval => "↑↓ policy",
+        Tab::Compression => "↑↓ press or arm",
         Tab::Survey => "↑↓ model · Enter open its run",
     }
 }

@@ -94,6 +94,7 @@ fn move_in_view(app: &mut App, dx: isize, dy: isize) {
         Tab::Activations => app.activations.move_by(dy, app.data.layers.len()),
         Tab::Streaming => app.streaming.move_by(dy),
         Tab::Retrieval => app.retrieval.move_by(dy, app.run.needle.as_ref().map_or(0, |n| n.policies.len())),
+        Tab::Compression => app.compression.move_by(dy, crate::tui::views::compression::rows(app)),
         Tab::Survey => app.survey.move_by(dy, app.run.survey.as_ref().map_or(0, |s| s.rows.len())),
     }
 }

@@ -43,6 +43,18 @@ pub struct RetrievalState {
     pub policy: usize,
 }
 
+/// The Compression view's selected press (or task arm).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CompressionState {
+    pub row: usize,
+}
+
+impl CompressionState {
+    pub(crate) fn move_by(&mut self, dy: isize, rows: usize) {
+        self.row = super::step::step(self.row, dy, rows);
+    }
+}
+
 impl RetrievalState {
     pub(crate) fn move_by(&mut self, dy: isize, n_policies: usize) {
         self.policy = super::step::step(self.policy, dy, n_policies);

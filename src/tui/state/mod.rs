@@ -17,7 +17,7 @@ use crate::analysis::findings::heads_by_alpha0;
 use crate::report::run::Run;
 pub use grid::{GridColour, GridState};
 pub use heatmap::{HeatmapView, MAX_ZOOM, PAN_STEP};
-pub use lists::{ActivationsState, OverviewState, RetrievalState, SurveyState};
+pub use lists::{ActivationsState, CompressionState, OverviewState, RetrievalState, SurveyState};
 pub(crate) use step::step;
 pub use streaming::{rolling_ppl, Curve, StreamingState, WINDOWS};
 pub use tokens::{TokenMeasure, TokenScope, TokensState};
@@ -36,6 +36,7 @@ pub struct App {
     pub activations: ActivationsState,
     pub streaming: StreamingState,
     pub retrieval: RetrievalState,
+    pub compression: CompressionState,
     pub survey: SurveyState,
     pub help: bool,
     pub status: Option<String>,
@@ -63,6 +64,7 @@ impl App {
             activations: ActivationsState::default(),
             streaming,
             retrieval: RetrievalState::default(),
+            compression: CompressionState::default(),
             survey: SurveyState::default(),
             help: false,
             status: None,

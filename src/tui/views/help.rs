@@ -13,7 +13,7 @@ pub const KEYS: &[(&str, &[(&str, &str)])] = &[
     (
         "Everywhere",
         &[
-            ("1-8 · Tab · Shift-Tab", "switch view (or click a tab)"),
+            ("1-9 · Tab · Shift-Tab", "switch view (or click a tab)"),
             ("[ ]  { }", "previous/next head · previous/next layer"),
             ("e", "export this view's table to RUN_DIR/exports/"),
             ("?", "this help (Esc closes it)"),

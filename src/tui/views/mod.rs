@@ -2,6 +2,7 @@
 //! overlay and the small helpers they share (the "missing part" notice, label/value lines).
 
 pub mod activations;
+pub mod compression;
 pub mod grid;
 pub mod heatmap;
 pub mod help;
