@@ -285,6 +285,22 @@ def test_quantized_cache_keywords_equal_the_binary(stories, book, cli, tmp_path)
     assert table.height == 2 * 2 and table["chosen"].sum() == 1
 
 
+def test_tasks_equals_the_binary(smol, smollm2, book, cli, tmp_path):
+    """`m.tasks` writes the binary's record and table."""
+    run = smol.tasks(file=book, task="passkey,multikey", length=300, trials=1, press="snapkv", ratio=0.5, sinks=4,
+                     query_aware=True, out=tmp_path / "py", progress=False)
+    ran = cli("tasks", "-m", smollm2, "-f", book, "--task", "passkey,multikey", "--length", 300, "--trials", 1, "--press", "snapkv",
+              "--ratio", 0.5, "--sinks", 4, "--query-aware", "-o", tmp_path / "cli")
+    assert ran.returncode == 0, ran.stderr
+    binary = cli_tables(cli, tmp_path / "cli")
+    assert sorted(run) == sorted(binary) and "task_trials" in binary
+    for name, frame in binary.items():
+        assert run[name].equals(frame), f"table {name} differs from the binary's"
+    record = run.record("tasks")
+    assert [a["label"] for a in record["arms"]] == ["none", "snapkv", "snapkv+aware", "snapkv+sinks4", "snapkv+sinks4+aware"]
+    assert run["task_trials"].height == 5 * 2
+
+
 def test_press_equals_the_binary(smol, smollm2, book, cli, tmp_path):
     """`m.press` writes the binary's record and tables (but the seconds each press took)."""
     opts = dict(file=book, start_char=100000, tokens=200, question="Who is she?", answer=" Elizabeth.", ratio=0.5)
