@@ -23,6 +23,35 @@ const DEFAULT_TOKENS: usize = 512;
 /// per-layer budgets).
 const PRESS_NAMES: &str = "knorm, streaming_llm, snapkv, tova, observed_attention, keydiff, expected_attention, pyramidkv";
 
+/// Which presses at which ratios (`press` and `tasks`).
+#[derive(Args, Debug)]
+pub struct PressList {
+    /// Presses by kvpress's names, comma-separated: knorm, streaming_llm, snapkv, tova,
+    /// observed_attention, keydiff, expected_attention, pyramidkv.
+    #[arg(long = "press", value_delimiter = ',', required = true)]
+    pub presses: Vec<String>,
+    /// Compression ratios (kvpress's `compression_ratio`: the share of the context's keys
+    /// removed), comma-separated, each in [0, 1).
+    #[arg(long = "ratio", value_delimiter = ',', required = true)]
+    pub ratios: Vec<f64>,
+}
+
+impl PressList {
+    /// The scorers and budgets `--press` names (`pyramidkv` is SnapKV with PyramidKV's
+    /// per-layer budgets).
+    pub(super) fn kinds(&self) -> Result<Vec<(PressKind, Budget)>> {
+        self.presses
+            .iter()
+            .map(|name| match name.trim() {
+                "pyramidkv" => Ok((PressKind::Snapkv, Budget::Pyramid { window: PYRAMID_WINDOW, beta: PYRAMID_BETA })),
+                other => PressKind::parse(other)
+                    .map(|kind| (kind, Budget::Uniform))
+                    .ok_or_else(|| Error::input(format!("--press {other}: no such press (expected {PRESS_NAMES})"))),
+            })
+            .collect()
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct PressArgs {
     #[command(flatten)]
@@ -49,14 +78,8 @@ pub struct PressArgs {
     pub answer: Option<String>,
     #[arg(long, value_name = "FILE")]
     pub answer_ids: Option<PathBuf>,
-    /// Presses by kvpress's names, comma-separated: knorm, streaming_llm, snapkv, tova,
-    /// observed_attention, keydiff, expected_attention, pyramidkv.
-    #[arg(long = "press", value_delimiter = ',', required = true)]
-    pub presses: Vec<String>,
-    /// Compression ratios (kvpress's `compression_ratio`: the share of the context's keys
-    /// removed), comma-separated, each in [0, 1).
-    #[arg(long = "ratio", value_delimiter = ',', required = true)]
-    pub ratios: Vec<f64>,
+    #[command(flatten)]
+    pub list: PressList,
     /// First positions every press keeps whatever their score [default: the press's own —
     /// 4 for streaming_llm and expected_attention, 0 for the rest, as in kvpress].
     #[arg(long)]
@@ -92,7 +115,7 @@ impl PressArgs {
     /// Every press × ratio the flags name, wrapped as they say.
     fn presses(&self) -> Result<Vec<Press>> {
         let mut out = Vec::new();
-        for (kind, budget) in press_kinds(&self.presses)? {
+        for (kind, budget) in self.list.kinds()? {
             let budget = match (self.adaptive, budget) {
                 (true, Budget::Pyramid { .. }) => {
                     return Err(Error::input(
@@ -102,7 +125,7 @@ impl PressArgs {
                 (true, _) => Budget::Adaptive { alpha: self.alpha },
                 (false, b) => b,
             };
-            for &ratio in &self.ratios {
+            for &ratio in &self.list.ratios {
                 let press = Press {
                     sinks: self.sinks.unwrap_or(kind.default_sinks()),
                     budget,
@@ -142,20 +165,6 @@ impl PressArgs {
             query_aware: self.query_aware,
         })
     }
-}
-
-/// The scorers and budgets `--press` names (kvpress's names; `pyramidkv` is SnapKV with
-/// PyramidKV's per-layer budgets).
-pub(super) fn press_kinds(names: &[String]) -> Result<Vec<(PressKind, Budget)>> {
-    names
-        .iter()
-        .map(|name| match name.trim() {
-            "pyramidkv" => Ok((PressKind::Snapkv, Budget::Pyramid { window: PYRAMID_WINDOW, beta: PYRAMID_BETA })),
-            other => PressKind::parse(other)
-                .map(|kind| (kind, Budget::Uniform))
-                .ok_or_else(|| Error::input(format!("--press {other}: no such press (expected {PRESS_NAMES})"))),
-        })
-        .collect()
 }
 
 pub fn run(args: PressArgs, s: &mut Session) -> Result<()> {

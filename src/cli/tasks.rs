@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::model_args::ModelArgs;
-use super::press::press_kinds;
+use super::press::PressList;
 use super::session::Session;
 use crate::analysis::tasks::TasksReport;
 use crate::error::{Error, Result};
@@ -40,13 +40,8 @@ pub struct TasksArgs {
     pub distractors: usize,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Presses by kvpress's names, comma-separated: knorm, streaming_llm, snapkv, tova,
-    /// observed_attention, keydiff, expected_attention, pyramidkv.
-    #[arg(long = "press", value_delimiter = ',', required = true)]
-    pub presses: Vec<String>,
-    /// Compression ratios (the share of the context's keys removed), comma-separated.
-    #[arg(long = "ratio", value_delimiter = ',', required = true)]
-    pub ratios: Vec<f64>,
+    #[command(flatten)]
+    pub list: PressList,
     /// Also run each press with this many first positions pinned (beside its own: 4 for
     /// streaming_llm and expected_attention, 0 for the rest).
     #[arg(long)]
@@ -85,8 +80,8 @@ impl TasksArgs {
     /// blocks, uniform and --adaptive, query-agnostic and --query-aware.
     fn arms(&self) -> Result<Vec<TaskArm>> {
         let mut out = Vec::new();
-        for (kind, budget) in press_kinds(&self.presses)? {
-            for &ratio in &self.ratios {
+        for (kind, budget) in self.list.kinds()? {
+            for &ratio in &self.list.ratios {
                 let base = Press { budget, ..Press::new(kind, ratio) };
                 let sinks = std::iter::once(base.sinks).chain(self.sinks.filter(|&s| s != base.sinks));
                 for sinks in sinks {

@@ -278,6 +278,7 @@ pub fn run_press(model: &Decoder, press: Press, tokens: PressTokens) -> Result<P
     tokens.check(model)?;
     let prefix = tokens.prefix();
     let n = prefix.len();
+    // Refused before the prefill runs (compress checks again).
     press.check(n)?;
     let prefill = Prefill::new(model, press.kind, &prefix)?;
     let kept = compress(model, press, &prefill)?;
