@@ -154,7 +154,7 @@ fn tasks_command_writes_its_run() {
         "--length",
         "300",
         "--trials",
-        "2",
+        "1",
         "--press",
         "snapkv,streaming_llm",
         "--ratio",
@@ -178,10 +178,10 @@ fn tasks_command_writes_its_run() {
     assert_eq!(labels.len(), 13, "{labels:?}");
     assert_eq!(labels[0], "none");
     assert!(labels.contains(&"streaming_llm+block16+aware") && !labels.contains(&"streaming_llm+sinks4"), "{labels:?}");
-    assert_eq!(got["prompts"].as_array().unwrap().len(), 4);
-    assert_eq!(got["outcomes"].as_array().unwrap().len(), 13 * 4);
+    assert_eq!(got["prompts"].as_array().unwrap().len(), 2);
+    assert_eq!(got["outcomes"].as_array().unwrap().len(), 13 * 2);
     let rows = sinkscope::report::parquet::read_frame(&out.join("tables/task_trials.parquet")).unwrap().height();
-    assert_eq!(rows, 13 * 4);
+    assert_eq!(rows, 13 * 2);
     let md = std::fs::read_to_string(out.join("tasks.md")).unwrap();
     assert!(md.contains("| none | - |") && md.contains("cwe first/exact"), "{md}");
     // An edited record is refused on reading back, by name.
