@@ -145,11 +145,12 @@ fn summary(r: &TasksReport) -> String {
         out += &format!(" {:>12}", t.name());
     }
     out += &format!(" {:>8} {:>9} {:>8}\n", "Δ NLL", "evidence", "seconds");
+    let base: Vec<_> = tasks.iter().map(|&t| r.cell(0, t)).collect();
     for (a, arm) in r.arms.iter().enumerate() {
         out += &format!("  {:<width$} {:>5}", arm.label, arm.press.map_or("-".to_string(), |p| p.ratio.to_string()));
         let (mut delta, mut kept, mut n) = (0.0, 0.0, 0usize);
-        for &t in &tasks {
-            let (Some(c), Some(base)) = (r.cell(a, t), r.cell(0, t)) else { continue };
+        for (&t, base) in tasks.iter().zip(&base) {
+            let (Some(c), Some(base)) = (r.cell(a, t), base) else { continue };
             out += &format!(" {:>12}", format!("{:.0}%/{:.0}%", 100.0 * c.first, 100.0 * c.exact));
             delta += (c.answer_nll - base.answer_nll) * c.prompts as f64;
             kept += c.evidence_kept * c.prompts as f64;

@@ -49,10 +49,12 @@ pub fn markdown(r: &TasksReport) -> String {
     s += "\n|---|---|";
     s += &"---|---|---|".repeat(tasks.len());
     s += "\n";
+    // The uncompressed arm's cells, once: every row is measured against them.
+    let base: Vec<_> = tasks.iter().map(|&t| r.cell(0, t)).collect();
     for (a, arm) in r.arms.iter().enumerate() {
         s += &format!("| {} | {} |", arm.label, arm.press.map_or("-".to_string(), |p| p.ratio.to_string()));
-        for &t in &tasks {
-            match (r.cell(a, t), r.cell(0, t)) {
+        for (&t, base) in tasks.iter().zip(&base) {
+            match (r.cell(a, t), base) {
                 (Some(c), Some(base)) => {
                     s += &format!(
                         " {:.0}% / {:.0}% | {:+.3} | {:.0}% |",

@@ -79,9 +79,8 @@ impl Haystack {
 
     /// The filler index nearest to relative `depth` (0: first, 1: last) where a sentence starts.
     pub fn insertion(&self, depth: f64) -> usize {
-        let target = depth.clamp(0.0, 1.0) * self.filler.len() as f64;
-        // Boundaries are sorted and hold 0 and the end, so one is always found.
-        self.boundaries.iter().copied().min_by(|&a, &b| (a as f64 - target).abs().total_cmp(&(b as f64 - target).abs()).then(a.cmp(&b))).unwrap_or(0)
+        // Boundaries hold 0 and the end, so one is always found.
+        nearest_start(&self.boundaries, depth.clamp(0.0, 1.0) * self.filler.len() as f64)
     }
 
     /// Tokens in every prompt with a needle of `needle_len` tokens.
@@ -99,6 +98,16 @@ impl Haystack {
         ids.extend_from_slice(&self.question);
         ids
     }
+}
+
+/// The sentence start nearest `target` (ties to the earlier; 0 when there is none).
+pub(super) fn nearest_start(starts: &[usize], target: f64) -> usize {
+    starts.iter().copied().min_by(|&a, &b| (a as f64 - target).abs().total_cmp(&(b as f64 - target).abs()).then(a.cmp(&b))).unwrap_or(0)
+}
+
+/// A random 5-digit key.
+pub(super) fn random_key(rng: &mut XorShift) -> u32 {
+    10_000 + (rng.next_f64() * 90_000.0) as u32 % 90_000
 }
 
 /// Indices i where token i starts a sentence (token i − 1 ends with . ! ? or a line break), with
@@ -121,7 +130,7 @@ pub(super) fn sentence_starts(tok: &Tokenizer, ids: &[u32]) -> Vec<usize> {
 /// are equally long and candidates differ only in their digits.
 pub fn draw_trials(tok: &Tokenizer, trials: usize, distractors: usize, seed: u64) -> Result<Vec<Trial>> {
     let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let mut key = || 10_000 + (rng.next_f64() * 90_000.0) as u32 % 90_000;
+    let mut key = || random_key(&mut rng);
     let first = key();
     let (needle_len, answer_len) = (tok.encode_plain(&needle_text(first))?.len(), tok.encode_plain(&answer_text(first))?.len());
     let mut shaped = |taken: &[u32]| -> Result<(u32, Vec<u32>)> {

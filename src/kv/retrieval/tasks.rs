@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::haystack::sentence_starts;
+use super::haystack::{nearest_start, random_key, sentence_starts};
 use crate::error::{Error, Result};
 use crate::model::tokenizer::Tokenizer;
 use crate::numerics::sampling::XorShift;
@@ -148,7 +148,7 @@ struct Keys<'a> {
 impl Keys<'_> {
     fn draw(&mut self, rng: &mut XorShift, taken: &[u32]) -> Result<u32> {
         for _ in 0..DRAWS {
-            let k = 10_000 + (rng.next_f64() * 90_000.0) as u32 % 90_000;
+            let k = random_key(rng);
             let len = self.tok.encode_plain(&format!(" {k}"))?.len();
             if !taken.contains(&k) && *self.shape.get_or_insert(len) == len {
                 return Ok(k);
@@ -295,7 +295,7 @@ fn assemble(tok: &Tokenizer, filler: &Filler, t: NeedleTask, (task, spec, trial)
     }
     let hay = filler.window(spec.length - fixed, rng);
     let starts = sentence_starts(tok, &hay);
-    let mut at: Vec<usize> = (0..needles.len()).map(|_| nearest(&starts, rng.next_f64() * hay.len() as f64)).collect();
+    let mut at: Vec<usize> = (0..needles.len()).map(|_| nearest_start(&starts, rng.next_f64() * hay.len() as f64)).collect();
     at.sort_unstable();
     let mut context = head;
     let mut evidence = Vec::new();
@@ -416,9 +416,4 @@ fn shuffle<T>(rng: &mut XorShift, v: &mut [T]) {
         let j = (rng.next_f64() * (i + 1) as f64) as usize % (i + 1);
         v.swap(i, j);
     }
-}
-
-/// The sentence start nearest `target` (ties to the earlier).
-fn nearest(starts: &[usize], target: f64) -> usize {
-    starts.iter().copied().min_by(|&a, &b| (a as f64 - target).abs().total_cmp(&(b as f64 - target).abs()).then(a.cmp(&b))).unwrap_or(0)
 }
