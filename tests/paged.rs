@@ -1,13 +1,15 @@
 //! Paged eviction (issue 45): `window` and `sink` on a cache of 16-token pages, a page leaving
 //! whole, held against an independent PyTorch loop that evicts whole pages
-//! (tests/fixtures/make_paged_reference.py → paged_reference.json, W = 64, B = 16, S = 4) on both
-//! the block replay and token-by-token decoding; pages of 1 are the token-level policy; the
-//! command line takes `--page` where pages apply and refuses it by name elsewhere.
+//! (tests/fixtures/make_paged_reference.py → paged_reference.json, W = 64, B = 16, S = 4), and
+//! `h2o`, `tova`, `snapkv` choosing a layer's page by summed score against another
+//! (make_score_stream_reference.py --paged → paged_score_reference.json, W = 64, B = 8), each on
+//! both the block replay and token-by-token decoding; pages of 1 are the token-level positional
+//! policy; the command line takes `--page` where pages apply and refuses it by name elsewhere.
 
 #[macro_use]
 mod common;
 
-use sinkscope::kv::{simulate_with, Eviction, Policy, PositionMode, SimOptions};
+use sinkscope::kv::{simulate_with, Eviction, Policy, PolicyKind, PositionMode, SimOptions};
 use sinkscope::model::{load, LoadOptions};
 
 fn floats(v: &serde_json::Value) -> Vec<f64> {
@@ -48,6 +50,45 @@ fn paged_policies_match_an_independent_pytorch_loop() {
         assert_eq!(out[0].nll, out[1].nll);
         assert_eq!(out[0].nll[..w], out[2].nll[..w]);
         assert_ne!(out[0].nll[w..], out[2].nll[w..]);
+    }
+}
+
+#[test]
+fn paged_score_policies_match_an_independent_pytorch_loop() {
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::fixture("paged_score_reference.json")).unwrap()).unwrap();
+    let (w, b) = (json["cache"].as_u64().unwrap() as usize, json["page"].as_u64().unwrap() as usize);
+    for (key, file) in [("stories260k", "stories260K.gguf"), ("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")] {
+        let path = model_or_skip!(file);
+        let lm = load(path.to_str().unwrap(), &LoadOptions::default()).unwrap();
+        let reference = &json["models"][key];
+        let ids: Vec<u32> = reference["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let runs = reference["runs"].as_array().unwrap();
+        let policies: Vec<Policy> = runs
+            .iter()
+            .map(|r| {
+                let kind = PolicyKind::ALL.into_iter().find(|k| r["policy"] == k.name()).unwrap();
+                let positions = PositionMode::ALL.into_iter().find(|p| r["positions"] == p.name()).unwrap();
+                Policy::new(Eviction::of_kind(kind, r["sinks"].as_u64().unwrap() as usize, None), w, positions).paged(Some(b))
+            })
+            .collect();
+        for token_by_token in [false, true] {
+            let opts = SimOptions { token_by_token, ..SimOptions::default() };
+            let out = simulate_with(&lm.model, &ids, &policies, opts, &mut |_, _| {}).unwrap();
+            for (run, o) in runs.iter().zip(&out) {
+                let want = floats(&run["nll"]);
+                assert_eq!(want.len(), o.nll.len(), "{key}/{}", o.label);
+                let worst = common::max_abs_diff("nll", &o.nll, &want);
+                eprintln!("{key}/{} (token by token: {token_by_token}): max |ΔNLL| vs PyTorch {worst:.2e}", o.label);
+                assert!(worst < 1e-4, "{key}/{}: {worst}", o.label);
+                // The same pages kept: the first positions' survival and the keys' ages agree.
+                let kept = o.kept.expect("a score-based policy reports what it kept");
+                for (a, want) in kept.kept_first_share.iter().zip(floats(&run["kept_first_share"])) {
+                    assert!((a - want).abs() < 1e-9, "{key}/{}: kept_first_share {a} vs {want}", o.label);
+                }
+                assert!((kept.mean_age - run["mean_age"].as_f64().unwrap()).abs() < 1e-9, "{key}/{}: mean age", o.label);
+                assert_eq!(kept.samples as u64, run["samples"].as_u64().unwrap());
+            }
+        }
     }
 }
 
@@ -104,7 +145,7 @@ fn the_command_line_pages_window_and_sink_and_refuses_the_rest() {
         "paged arms recorded"
     );
     for (args, says) in [
-        (vec!["stream", "--policy", "h2o"], "h2o chooses keys that no page holds whole"),
+        (vec!["stream", "--policy", "keep"], "keep is llama.cpp's context shift"),
         (vec!["stream", "--policy", "dense"], "dense never evicts"),
         (vec!["stream", "--policy", "sink", "--cache", "60"], "not a multiple of the 16-token page"),
     ] {

@@ -275,7 +275,8 @@ pub struct Policy {
     pub positions: PositionMode,
     /// A paged cache (vLLM's pages hold 16 tokens): slots come in pages of this many stream
     /// positions, a page leaves whole (the oldest unpinned first, when the cache is full), and a
-    /// pinned first token keeps its whole page. `window` and `sink` only.
+    /// pinned first token keeps its whole page. Score-based rules choose a layer's page (every KV
+    /// head's keys of those positions) by summed score; `keep` and `recompute` have no pages.
     pub page: Option<usize>,
 }
 
@@ -355,11 +356,17 @@ impl Policy {
             Eviction::Sink { sinks } => format!("sink S={sinks} + {} recent, W={w} ({pos})", w - sinks.min(w)),
             Eviction::Recompute => format!("recompute W={w}"),
             Eviction::Keep { n_keep } => format!("keep N={n_keep} half-discard, W={w} ({pos})"),
-            Eviction::Scored { sinks, scorer } => match scorer {
-                Scorer::H2o { .. } => format!("h2o S={sinks} R={}, W={w} ({pos})", scorer.window(w)),
-                Scorer::Tova => format!("tova S={sinks}, W={w} ({pos})"),
-                Scorer::SnapKv { .. } => format!("snapkv S={sinks} observe {}, W={w} ({pos})", scorer.window(w)),
-            },
+            Eviction::Scored { sinks, scorer } => {
+                let pins = match self.pinned_slots() {
+                    slots if slots != sinks => format!("S={sinks} (its pages: {slots})"),
+                    _ => format!("S={sinks}"),
+                };
+                match scorer {
+                    Scorer::H2o { .. } => format!("h2o {pins} R={}, W={w} ({pos})", scorer.window(w)),
+                    Scorer::Tova => format!("tova {pins}, W={w} ({pos})"),
+                    Scorer::SnapKv { .. } => format!("snapkv {pins} observe {}, W={w} ({pos})", scorer.window(w)),
+                }
+            }
         }
     }
 
@@ -430,14 +437,12 @@ impl Policy {
             return Err(Error::input("a page of 0 tokens: a paged cache's pages hold at least 1"));
         }
         match self.eviction {
-            Eviction::Window | Eviction::Sink { .. } => {}
-            Eviction::Dense => return Err(Error::input("dense never evicts, so its pages change nothing: pages are for window and sink")),
-            _ => {
-                return Err(Error::input(format!(
-                    "paged eviction is modelled for window and sink (whole pages leave, oldest first); {} chooses keys that no page holds whole (one-shot block choices: `press --block`)",
-                    self.kind().name()
-                )))
-            }
+            Eviction::Window | Eviction::Sink { .. } | Eviction::Scored { .. } => {}
+            Eviction::Dense => return Err(Error::input("dense never evicts, so its pages change nothing: pages are for window, sink, h2o, tova and snapkv")),
+            Eviction::Keep { .. } => return Err(Error::input(
+                "paged eviction is modelled for window, sink, h2o, tova and snapkv; keep is llama.cpp's context shift, which discards half of the unpinned tokens token by token, not whole pages",
+            )),
+            Eviction::Recompute => return Err(Error::input("recompute keeps no cache between steps, so it has no pages to evict")),
         }
         let (w, pinned) = (self.cache, self.pinned_slots());
         if w % b != 0 {
@@ -536,8 +541,9 @@ mod tests {
         };
         refused(paged(PolicyKind::Sink, 4, 60), "not a multiple of the 16-token page");
         refused(paged(PolicyKind::Sink, 40, 64), "leaving fewer than 2 pages");
-        refused(paged(PolicyKind::H2o, 4, 64), "h2o chooses keys that no page holds whole");
-        refused(paged(PolicyKind::Keep, 4, 64), "keep chooses keys");
+        assert!(paged(PolicyKind::H2o, 4, 64).check().is_ok());
+        refused(paged(PolicyKind::Keep, 4, 64), "keep is llama.cpp's context shift");
+        refused(paged(PolicyKind::Recompute, 0, 64), "recompute keeps no cache");
         refused(paged(PolicyKind::Dense, 0, 64), "dense never evicts");
         refused(p(PolicyKind::Window, 0, 64).paged(Some(0)), "a page of 0 tokens");
         // The record keeps S as given and the page; what reads it back is the same policy.

@@ -122,20 +122,37 @@ impl HeadSet {
     }
 
     /// Drops one key, as the policy chooses, when the set holds the budget.
-    pub(super) fn evict_if_full(&mut self, policy: &Policy, scorer: Scorer, dh: usize) {
+    fn evict_if_full(&mut self, policy: &Policy, scorer: Scorer, dh: usize) {
         if !self.full && self.pos.len() >= policy.cache {
             let i = victim(policy, scorer, self);
-            self.remove(i, dh);
+            self.remove(i..i + 1, dh);
         }
     }
 
-    fn remove(&mut self, i: usize, dh: usize) {
-        self.pos.remove(i);
-        self.k.drain(i * dh..(i + 1) * dh);
-        self.v.drain(i * dh..(i + 1) * dh);
-        self.total.remove(i);
-        self.last.remove(i);
-        self.recent.remove(i);
+    /// Drops the keys at `keys` (indices into the set, oldest first).
+    fn remove(&mut self, keys: std::ops::Range<usize>, dh: usize) {
+        self.pos.drain(keys.clone());
+        self.k.drain(keys.start * dh..keys.end * dh);
+        self.v.drain(keys.start * dh..keys.end * dh);
+        self.total.drain(keys.clone());
+        self.last.drain(keys.clone());
+        self.recent.drain(keys);
+    }
+}
+
+/// Evicts from one layer's sets after a step's attention scored them: token by token, each
+/// full set drops its own lowest-scored key; on a paged cache, once the layer holds W keys, one
+/// whole page leaves every KV head of the layer (a page stores all of a layer's KV heads, so the
+/// choice is the layer's: the page whose keys' scores, summed over its tokens and the KV heads,
+/// are lowest; see [`page_victim`]).
+pub(super) fn evict_layer_if_full(sets: &mut [HeadSet], policy: &Policy, scorer: Scorer, dh: usize) {
+    let Some(b) = policy.page else {
+        sets.iter_mut().for_each(|set| set.evict_if_full(policy, scorer, dh));
+        return;
+    };
+    if sets.first().is_some_and(|s| s.pos.len() >= policy.cache) {
+        let keys = page_victim(policy, scorer, sets, b);
+        sets.iter_mut().for_each(|set| set.remove(keys.clone(), dh));
     }
 }
 
@@ -281,6 +298,12 @@ impl ScoredCache {
     /// Marks the (layer, KV head) sets that keep every key (`full[l][kv]`; the retrieval heads
     /// of a per-head policy). Only the block replay runs sets of different sizes.
     pub fn with_full_heads(mut self, full: &[Vec<bool>]) -> Result<Self> {
+        if self.policy.page.is_some() && full.iter().flatten().any(|&g| g) {
+            return Err(Error::input(format!(
+                "{}: a paged cache evicts a layer's KV heads together, so no head can keep every key",
+                self.policy.label()
+            )));
+        }
         if full.len() != self.sets.len() || full.iter().zip(&self.sets).any(|(f, s)| f.len() != s.len()) {
             return Err(Error::input(format!(
                 "head gates name {} layers × {} KV heads; the model has {} × {}",
@@ -363,8 +386,8 @@ impl ScoredCache {
                 }
                 set.observe(&policy, scorer, &w);
                 self.tally.count(set, step, policy.cache);
-                set.evict_if_full(&policy, scorer, dh);
             }
+            evict_layer_if_full(layer, &policy, scorer, dh);
         }
         Ok(())
     }
@@ -377,30 +400,67 @@ pub(super) fn snapkv_pooled(sums: &[f64]) -> Vec<f64> {
     (0..n).map(|i| sums[i.saturating_sub(half)..(i + half + 1).min(n)].iter().copied().fold(f64::NEG_INFINITY, f64::max)).collect()
 }
 
-/// The key to evict from a full set: the lowest score among the keys the policy may drop (not
-/// pinned, not protected as recent), ties to the older key.
-pub(super) fn victim(policy: &Policy, scorer: Scorer, set: &HeadSet) -> usize {
-    let n = set.pos.len();
-    let protected_tail = match scorer {
+/// How many of a set's newest keys the rule protects from eviction.
+fn protected_tail(policy: &Policy, scorer: Scorer) -> usize {
+    match scorer {
         // The next query's recent window holds R positions, its own included: R − 1 kept ones.
         Scorer::H2o { .. } => policy.score_window().saturating_sub(1),
         Scorer::SnapKv { .. } => policy.score_window(),
         Scorer::Tova => 0,
-    };
-    let score: Vec<f64> = match scorer {
+    }
+}
+
+/// Each kept key's score under the rule (lower leaves first).
+fn key_scores(scorer: Scorer, set: &HeadSet) -> Vec<f64> {
+    match scorer {
         Scorer::H2o { .. } => set.total.clone(),
         Scorer::Tova => set.last.iter().map(|&x| x as f64).collect(),
         Scorer::SnapKv { .. } => snapkv_pooled(&set.recent.iter().map(|r| r.iter().map(|&x| x as f64).sum()).collect::<Vec<f64>>()),
-    };
-    let candidates = (0..n.saturating_sub(protected_tail)).filter(|&i| set.pos[i] >= policy.pinned());
+    }
+}
+
+/// The key to evict from a full set: the lowest score among the keys the policy may drop (not
+/// pinned, not protected as recent), ties to the older key.
+pub(super) fn victim(policy: &Policy, scorer: Scorer, set: &HeadSet) -> usize {
+    let n = set.pos.len();
+    let score = key_scores(scorer, set);
+    let candidates = (0..n.saturating_sub(protected_tail(policy, scorer))).filter(|&i| set.pos[i] >= policy.pinned());
     let mut best: Option<usize> = None;
     for i in candidates {
         if best.is_none_or(|b| score[i] < score[b]) {
             best = Some(i);
         }
     }
-    // Nothing choosable (R = W − S): the oldest key that is not pinned, as `sink` would.
+    // Nothing choosable (R = W − S): the oldest key that is not pinned, as `sink` evicts.
     best.unwrap_or_else(|| set.pos.iter().position(|&p| p >= policy.pinned()).unwrap_or(0))
+}
+
+/// The page to evict from a layer's full sets (which hold the same positions: pages leave every
+/// KV head together), as the indices of its keys: the lowest score summed over the page's keys
+/// in each KV head, then over the KV heads in order, among the pages that are neither pinned (the
+/// first [`Policy::pinned_slots`] positions) nor hold a protected recent key; ties to the older
+/// page. Nothing choosable: the oldest unpinned page, as paged `sink` evicts.
+pub(super) fn page_victim(policy: &Policy, scorer: Scorer, sets: &[HeadSet], page: usize) -> std::ops::Range<usize> {
+    let Some(pos) = sets.first().map(|s| &s.pos) else { return 0..0 };
+    let n = pos.len();
+    let first_protected = n.saturating_sub(protected_tail(policy, scorer));
+    let scores: Vec<Vec<f64>> = sets.iter().map(|s| key_scores(scorer, s)).collect();
+    let mut pages = Vec::new();
+    let mut start = 0;
+    while start < n {
+        let end = start + pos[start..].iter().take_while(|&&p| p / page.max(1) == pos[start] / page.max(1)).count();
+        pages.push(start..end);
+        start = end;
+    }
+    let unpinned: Vec<&std::ops::Range<usize>> = pages.iter().filter(|r| pos[r.start] >= policy.pinned_slots()).collect();
+    let mut best: Option<(&std::ops::Range<usize>, f64)> = None;
+    for r in unpinned.iter().copied().filter(|r| r.end <= first_protected) {
+        let score: f64 = scores.iter().map(|s| s[r.clone()].iter().sum::<f64>()).sum();
+        if best.is_none_or(|(_, b)| score < b) {
+            best = Some((r, score));
+        }
+    }
+    best.map(|(r, _)| r).or(unpinned.first().copied()).cloned().unwrap_or(0..0)
 }
 
 impl KvStore for ScoredCache {
@@ -528,5 +588,27 @@ mod tests {
         assert_eq!(victim_of(policy(PolicyKind::Tova, 0, 0), &tied), 1);
         // R = W − S leaves nothing to score: the oldest key not pinned, as `sink` evicts.
         assert_eq!(victim_of(policy(PolicyKind::H2o, 1, 6), &s), 1);
+    }
+
+    /// A paged layer drops the page whose scores, summed over its keys and KV heads, are lowest;
+    /// pinned pages and pages holding a protected key stay; ties go to the older page.
+    #[test]
+    fn pages_leave_by_the_layers_summed_score() {
+        let paged = |kind, sinks, recent| Policy::new(Eviction::of_kind(kind, sinks, recent), 8, PositionMode::Slot).paged(Some(2));
+        let pos = [0, 1, 2, 3, 6, 7, 8, 9];
+        let heads =
+            [set(&pos, &[0.0; 8], &[0.9, 0.9, 0.3, 0.1, 0.2, 0.2, 0.5, 0.0]), set(&pos, &[0.0; 8], &[0.9, 0.9, 0.1, 0.1, 0.2, 0.1, 0.0, 0.0])];
+        let victim = |p: Policy| page_victim(&p, p.scorer().unwrap(), &heads, 2);
+        // tova: page sums 3.6, 0.6, 0.7, 0.5 → the newest page (positions 8, 9).
+        assert_eq!(victim(paged(PolicyKind::Tova, 0, None)), 6..8);
+        // h2o, R = 3 protects the 2 newest keys' page; all totals tie at 0 → the oldest page.
+        assert_eq!(victim(paged(PolicyKind::H2o, 0, Some(3))), 0..2);
+        // S = 1 pins the whole first page; R = 5 protects the pages of the 4 newest keys.
+        assert_eq!(victim(paged(PolicyKind::H2o, 1, Some(5))), 2..4);
+        // Nothing choosable (R = W − S): the oldest unpinned page.
+        assert_eq!(victim(paged(PolicyKind::H2o, 1, Some(6))), 2..4);
+        let mut layer = heads.to_vec();
+        evict_layer_if_full(&mut layer, &paged(PolicyKind::Tova, 0, None), Scorer::Tova, 0);
+        assert!(layer.iter().all(|h| h.pos == [0, 1, 2, 3, 6, 7]));
     }
 }

@@ -7,7 +7,7 @@
 use candle_core::{Device, Tensor};
 
 use super::policy::PositionMode;
-use super::scored::ScoredCache;
+use super::scored::{evict_layer_if_full, ScoredCache};
 use crate::error::{Error, Result};
 use crate::model::decoder::attention::{capped, Attend, LayerAttention};
 use crate::model::decoder::Decoder;
@@ -26,11 +26,18 @@ impl ScoredCache {
         let start = self.next_stream;
         let b = tokens.len();
         // Where each token sits when it is appended: its slot (the set is full at W − 1 after
-        // the first eviction), or its stream position.
-        let held = self.len();
-        let positions: Vec<usize> = match self.policy.positions {
-            PositionMode::Original => (start..start + b).collect(),
-            _ => (0..b).map(|r| (held + r).min(self.policy.cache - 1)).collect(),
+        // the first eviction; a paged one drops to W − B and fills again), or its stream position.
+        let (held, cache) = (self.len(), self.policy.cache);
+        let positions: Vec<usize> = match (self.policy.positions, self.policy.page) {
+            (PositionMode::Original, _) => (start..start + b).collect(),
+            (_, None) => (0..b).map(|r| (held + r).min(cache - 1)).collect(),
+            (_, Some(page)) => (0..b)
+                .scan(held, |size, _| {
+                    let slot = *size;
+                    *size = if slot + 1 >= cache { slot + 1 - page } else { slot + 1 };
+                    Some(slot)
+                })
+                .collect(),
         };
         let span = positions.iter().copied().max().unwrap_or(0).max(self.policy.cache).max(start + b) + 1;
         let table = |rope: &Rope| -> Result<(Vec<f32>, Vec<f32>)> {
@@ -136,8 +143,8 @@ impl Attend for BlockAttention<'_> {
                             let set = &mut self.cache.sets[l][kv];
                             set.observe(&policy, scorer, &summed);
                             self.cache.tally.count(set, step, policy.cache);
-                            set.evict_if_full(&policy, scorer, dh);
                         }
+                        evict_layer_if_full(&mut self.cache.sets[l], &policy, scorer, dh);
                     }
                     Ok(())
                 })

@@ -284,6 +284,12 @@ pub fn compression_applies(policy: &Policy, compression: Compression) -> Result<
     if compression == Compression::QuestionKnown && !policy.is_scored() {
         return Err(Error::input(format!("{} keeps keys by position: only score-based policies compress with the question known", policy.label())));
     }
+    if compression == Compression::QuestionKnown && policy.page.is_some() {
+        return Err(Error::input(format!(
+            "{}: the question-known arm compresses each KV head's keys at once, not whole pages; run it without --page (`press --block` chooses blocks at once)",
+            policy.label()
+        )));
+    }
     Ok(())
 }
 
