@@ -1,4 +1,4 @@
-//! Paged eviction (issue 45): `window` and `sink` on a cache of 16-token pages, a page leaving
+//! Paged eviction (issue 45): `window`, `sink` and `keep` on a cache of 16-token pages, a page leaving
 //! whole, held against an independent PyTorch loop that evicts whole pages
 //! (tests/fixtures/make_paged_reference.py → paged_reference.json, W = 64, B = 16, S = 4), and
 //! `h2o`, `tova`, `snapkv` choosing a layer's page by summed score against another
@@ -30,6 +30,8 @@ fn paged_policies_match_an_independent_pytorch_loop() {
             ("sink4_slot", Eviction::Sink { sinks: s }, PositionMode::Slot),
             ("sink4_original", Eviction::Sink { sinks: s }, PositionMode::Original),
             ("sink4_delta", Eviction::Sink { sinks: s }, PositionMode::Delta),
+            ("keep4_slot", Eviction::Keep { n_keep: s }, PositionMode::Slot),
+            ("keep4_delta", Eviction::Keep { n_keep: s }, PositionMode::Delta),
         ];
         let policies: Vec<Policy> = runs.iter().map(|&(_, e, pos)| Policy::new(e, w, pos).paged(Some(b))).collect();
         for token_by_token in [false, true] {
@@ -93,7 +95,7 @@ fn paged_score_policies_match_an_independent_pytorch_loop() {
 }
 
 #[test]
-fn the_command_line_pages_window_and_sink_and_refuses_the_rest() {
+fn the_command_line_pages_the_rules_that_evict_and_refuses_the_rest() {
     let _ = model_or_skip!("stories260K.gguf");
     let dir = common::temp_dir("paged-cli");
     let text = common::corpora_dir().join("pg1342_pride_and_prejudice.txt");
@@ -145,7 +147,7 @@ fn the_command_line_pages_window_and_sink_and_refuses_the_rest() {
         "paged arms recorded"
     );
     for (args, says) in [
-        (vec!["stream", "--policy", "keep"], "keep is llama.cpp's context shift"),
+        (vec!["stream", "--policy", "recompute"], "recompute keeps no cache"),
         (vec!["stream", "--policy", "dense"], "dense never evicts"),
         (vec!["stream", "--policy", "sink", "--cache", "60"], "not a multiple of the 16-token page"),
     ] {

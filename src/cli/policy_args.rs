@@ -26,8 +26,9 @@ pub struct CacheArgs {
     #[arg(long, value_name = "N")]
     pub observe: Option<usize>,
     /// A paged cache: slots in pages of B tokens, a page leaving whole and a pinned token keeping
-    /// its page, as vLLM's 16-token pages would (window and sink: the oldest unpinned page; h2o,
-    /// tova, snapkv: per layer, the page with the lowest summed score; W a multiple of B).
+    /// its page, as vLLM's 16-token pages would (window and sink: the oldest unpinned page; keep:
+    /// half its unpinned pages; h2o, tova, snapkv: per layer, the page with the lowest summed
+    /// score; W a multiple of B).
     #[arg(long, value_name = "B", value_parser = super::counts::at_least_one)]
     pub page: Option<usize>,
 }

@@ -275,8 +275,9 @@ pub struct Policy {
     pub positions: PositionMode,
     /// A paged cache (vLLM's pages hold 16 tokens): slots come in pages of this many stream
     /// positions, a page leaves whole (the oldest unpinned first, when the cache is full), and a
-    /// pinned first token keeps its whole page. Score-based rules choose a layer's page (every KV
-    /// head's keys of those positions) by summed score; `keep` and `recompute` have no pages.
+    /// pinned first token keeps its whole page. `keep` discards half its unpinned slots rounded up
+    /// to whole pages; score-based rules choose a layer's page (every KV head's keys of those
+    /// positions) by summed score; `recompute` keeps no cache to page.
     pub page: Option<usize>,
 }
 
@@ -355,6 +356,9 @@ impl Policy {
             }
             Eviction::Sink { sinks } => format!("sink S={sinks} + {} recent, W={w} ({pos})", w - sinks.min(w)),
             Eviction::Recompute => format!("recompute W={w}"),
+            Eviction::Keep { n_keep } if self.pinned_slots() != n_keep => {
+                format!("keep N={n_keep} (its pages: {}) half-discard, W={w} ({pos})", self.pinned_slots())
+            }
             Eviction::Keep { n_keep } => format!("keep N={n_keep} half-discard, W={w} ({pos})"),
             Eviction::Scored { sinks, scorer } => {
                 let pins = match self.pinned_slots() {
@@ -437,11 +441,8 @@ impl Policy {
             return Err(Error::input("a page of 0 tokens: a paged cache's pages hold at least 1"));
         }
         match self.eviction {
-            Eviction::Window | Eviction::Sink { .. } | Eviction::Scored { .. } => {}
-            Eviction::Dense => return Err(Error::input("dense never evicts, so its pages change nothing: pages are for window, sink, h2o, tova and snapkv")),
-            Eviction::Keep { .. } => return Err(Error::input(
-                "paged eviction is modelled for window, sink, h2o, tova and snapkv; keep is llama.cpp's context shift, which discards half of the unpinned tokens token by token, not whole pages",
-            )),
+            Eviction::Window | Eviction::Sink { .. } | Eviction::Keep { .. } | Eviction::Scored { .. } => {}
+            Eviction::Dense => return Err(Error::input("dense never evicts, so its pages change nothing: pages are for the rules that evict")),
             Eviction::Recompute => return Err(Error::input("recompute keeps no cache between steps, so it has no pages to evict")),
         }
         let (w, pinned) = (self.cache, self.pinned_slots());
@@ -500,9 +501,11 @@ impl Policy {
                 let pinned = self.pinned_slots();
                 pinned..pinned + over
             }
-            Eviction::Keep { n_keep } => {
-                let n_discard = ((len - n_keep) / 2).max(len + 1 - self.cache);
-                n_keep..n_keep + n_discard
+            // Half the unpinned entries (llama.cpp's n_discard), on a paged cache in whole pages.
+            Eviction::Keep { .. } => {
+                let keep = self.pinned_slots();
+                let n_discard = ((len - keep) / 2).max(len + 1 - self.cache);
+                keep..keep + self.page.map_or(n_discard, |b| n_discard.div_ceil(b.max(1)) * b)
             }
         }
     }
@@ -542,7 +545,9 @@ mod tests {
         refused(paged(PolicyKind::Sink, 4, 60), "not a multiple of the 16-token page");
         refused(paged(PolicyKind::Sink, 40, 64), "leaving fewer than 2 pages");
         assert!(paged(PolicyKind::H2o, 4, 64).check().is_ok());
-        refused(paged(PolicyKind::Keep, 4, 64), "keep is llama.cpp's context shift");
+        // keep: N = 4 keeps its page; half the 48 unpinned slots, in whole pages: 32.
+        assert_eq!(paged(PolicyKind::Keep, 4, 64).evict(64), 16..48);
+        assert_eq!(p(PolicyKind::Keep, 4, 64).evict(64), 4..34);
         refused(paged(PolicyKind::Recompute, 0, 64), "recompute keeps no cache");
         refused(paged(PolicyKind::Dense, 0, 64), "dense never evicts");
         refused(p(PolicyKind::Window, 0, 64).paged(Some(0)), "a page of 0 tokens");
