@@ -52,6 +52,14 @@ fn survey_compares_models_and_resumes() {
     let md = std::fs::read_to_string(dir.join("survey.md")).unwrap();
     assert!(md.contains(&format!("{want:.0}% (W 32)")), "{md}");
     assert!(md.contains("| stories260k | llama |") && md.contains("## Which model needs sinks"), "{md}");
+    // The census: one row per model in survey.md and tables/census.parquet, the row the model's
+    // own report.json gives.
+    assert!(md.contains("## Census across designs") && md.contains("Sink_0^0.8") && md.contains("5 RoPE"), "{md}");
+    assert!(dir.join("tables/census.parquet").is_file() && dir.join("figures/survey-census.svg").is_file());
+    let analysis: sinkscope::analysis::AnalysisReport =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("models/stories260K.gguf/report.json")).unwrap()).unwrap();
+    let census = sinkscope::analysis::census::Census::of(&analysis);
+    assert_eq!(serde_json::to_value(&census).unwrap(), a["census"]);
     // Resumed: nothing recomputed, the per-model files untouched.
     let stamp = |p: &str| std::fs::metadata(dir.join(p)).unwrap().modified().unwrap();
     let files = [

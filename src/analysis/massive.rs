@@ -30,6 +30,9 @@ pub struct LayerMagnitudes {
     pub top: Vec<f32>,
     pub median_abs: f32,
     pub n_massive: usize,
+    /// Pearson's kurtosis of the layer output's elements (`None` in runs from before it).
+    #[serde(default)]
+    pub kurtosis: Option<f64>,
 }
 
 /// Massive activations of one forward pass.
@@ -66,7 +69,7 @@ pub fn find_massive(top: &[Vec<Activation>], above: &[Vec<Activation>], median: 
             }
         }
         let top3 = top.get(l).map(|t| t.iter().take(3).map(|a| a.value.abs()).collect()).unwrap_or_default();
-        layers.push(LayerMagnitudes { layer: l, top: top3, median_abs: med, n_massive: elements.len() - before });
+        layers.push(LayerMagnitudes { layer: l, top: top3, median_abs: med, n_massive: elements.len() - before, kurtosis: None });
     }
     MassiveReport {
         first_layer: elements.iter().map(|e| e.layer).min(),

@@ -4,6 +4,7 @@
 //! whether a trace conforms to a declared cache policy; pass-key retrieval's accuracy per policy.
 //! Never loads a model.
 
+pub mod census;
 pub mod conformance;
 pub mod findings;
 pub mod format_check;
@@ -86,6 +87,11 @@ pub struct ProbeReport {
     /// learned sinks; empty otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sink_mass: Vec<Vec<f64>>,
+    /// Share of the attention entries queries may see that are zero to f32 precision (below
+    /// `capture::reducers::ZERO_ATTENTION`), over every layer and head (`None` in runs from
+    /// before it was measured).
+    #[serde(default)]
+    pub zero_share: Option<f64>,
 }
 
 /// One head's summary over the natural-text probes.
@@ -167,7 +173,9 @@ pub fn analyze_probe(c: &ProbeCapture<'_>, settings: &AnalysisSettings) -> Probe
     let col_mass: Vec<Vec<Vec<f64>>> = att.heads.iter().map(|layer| layer.iter().map(|h| h.col_mass.clone()).collect()).collect();
     let min_queries = ((t as f64 * settings.min_query_share).ceil() as usize).max(2);
     let sink_positions = discover_sink_positions(&col_mass, t, &att.windows, settings.epsilon, min_queries, &c.pieces);
-    let massive = find_massive(&c.reducers.top.top, &c.reducers.top.above, &c.reducers.top.median_abs, &c.pieces);
+    let mut massive = find_massive(&c.reducers.top.top, &c.reducers.top.above, &c.reducers.top.median_abs, &c.pieces);
+    massive.layers.iter_mut().zip(c.reducers.top.kurtosis()).for_each(|(layer, k)| layer.kurtosis = k);
+    let (zeros, visible) = att.heads.iter().flatten().fold((0, 0), |(z, v), h| (z + h.zero_entries, v + h.visible_entries));
     let sink_set: Vec<usize> = sink_positions.iter().map(|s| s.pos).collect();
     let norms = (0..n_layers).map(|l| layer_norms(l, &c.reducers.kv.value[l], &c.reducers.kv.key[l], &sink_set)).collect();
     let uniform = uniform_entropy(t, att.entropy_stride);
@@ -211,6 +219,7 @@ pub fn analyze_probe(c: &ProbeCapture<'_>, settings: &AnalysisSettings) -> Probe
         norms,
         quant_risk: c.quant_risk.clone(),
         head_evidence,
+        zero_share: (visible > 0).then(|| zeros as f64 / visible as f64),
         sink_mass: (0..n_layers)
             .map(|l| (0..att.heads[l].len()).filter_map(|h| c.reducers.sink_mass.mean(l, h)).collect::<Vec<f64>>())
             .filter(|v| !v.is_empty())

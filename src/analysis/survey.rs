@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::census::Census;
 use super::AnalysisReport;
 use crate::kv::recommend::Recommendation;
 
@@ -138,6 +139,9 @@ pub struct SurveyRow {
     /// Mean α_0 over heads, per layer.
     pub alpha0_by_layer: Vec<f64>,
     pub sweeps: Vec<SurveySweep>,
+    /// The model's census row (`None` in surveys from before it).
+    #[serde(default)]
+    pub census: Option<Census>,
 }
 
 impl SurveyRow {
@@ -178,6 +182,7 @@ impl SurveyRow {
             first_massive_layer: a.massive.first_layer,
             alpha0_by_layer: alpha0_by_layer.into_iter().map(|(s, n)| if n == 0 { 0.0 } else { s / n as f64 }).collect(),
             sweeps,
+            census: Some(Census::of(a)),
         }
     }
 

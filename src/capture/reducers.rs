@@ -30,7 +30,17 @@ pub struct HeadAccum {
     pub self_mass: f64,
     /// Σ over sampled rows of −Σ_j A ln A.
     pub entropy_sum: f64,
+    /// Entries below [`ZERO_ATTENTION`] among the keys each query row may see (its causal past,
+    /// within the layer's own window), and how many such entries there were.
+    pub zero_entries: usize,
+    pub visible_entries: usize,
 }
+
+/// An attention weight below this is zero to f32 precision: a rectified design's exact zeros
+/// (softpick, ReLU attention) and a softmax's underflow alike. A threshold rather than `== 0`
+/// because where a softmax underflows to exactly 0 depends on its exp kernel (torch's reaches
+/// 0 near e^−104, sinkscope's vectorized one stops at e^−87), not on the model.
+pub const ZERO_ATTENTION: f32 = 1e-30;
 
 /// Per (layer, head): attention mass each key receives (column sums over all queries), plus the
 /// mass on the previous token and on itself, and the row entropy on a deterministic sample of
@@ -91,6 +101,7 @@ impl AttentionStats {
         use rayon::prelude::*;
         let block = rows.len();
         let stride = self.entropy_stride;
+        let window = self.windows.get(layer).copied().flatten();
         self.heads[layer].par_iter_mut().enumerate().for_each(|(h, acc)| {
             if acc.col_mass.len() < keys {
                 acc.col_mass.resize(keys, 0.0);
@@ -100,6 +111,9 @@ impl AttentionStats {
                 let row = &a[(h * block + r) * keys..(h * block + r + 1) * keys];
                 let visible = (q + 1).min(keys);
                 add_to_f64(&mut acc.col_mass, &row[..visible]);
+                let seen = &row[window.map_or(0, |w| (q + 1).saturating_sub(w)).min(visible)..visible];
+                acc.zero_entries += seen.iter().filter(|&&v| v < ZERO_ATTENTION).count();
+                acc.visible_entries += seen.len();
                 if q >= 1 && q - 1 < keys {
                     acc.prev_mass += row[q - 1] as f64;
                 }
@@ -239,6 +253,8 @@ pub struct TopActivations {
     /// over the whole layer output (several chunks would give the median of chunk medians).
     pub median_abs: Vec<f32>,
     pub max_abs_by_dim: Vec<Vec<f32>>,
+    /// Σ h^p for p = 0…4 over every element of the layer output, for its kurtosis.
+    power_sums: Vec<[f64; 5]>,
 }
 
 impl TopActivations {
@@ -249,8 +265,36 @@ impl TopActivations {
             above: vec![Vec::new(); n_layers],
             median_abs: vec![0.0; n_layers],
             max_abs_by_dim: vec![Vec::new(); n_layers],
+            power_sums: vec![[0.0; 5]; n_layers],
         }
     }
+
+    /// Pearson's kurtosis E[(h − μ)⁴] / σ⁴ of each layer output's elements (3 for a Gaussian;
+    /// massive activations make it large), `None` for a layer not recorded or constant.
+    pub fn kurtosis(&self) -> Vec<Option<f64>> {
+        self.power_sums
+            .iter()
+            .map(|&[n, s1, s2, s3, s4]| {
+                let mean = s1 / n;
+                let m2 = s2 / n - mean * mean;
+                let m4 = s4 / n - 4.0 * mean * s3 / n + 6.0 * mean * mean * s2 / n - 3.0 * mean.powi(4);
+                (n > 0.0 && m2 > 0.0).then(|| m4 / (m2 * m2))
+            })
+            .collect()
+    }
+}
+
+/// Σ h^p for p = 0…4 over `x`, in f64.
+fn power_sums(x: &[f32]) -> [f64; 5] {
+    let mut s = [x.len() as f64, 0.0, 0.0, 0.0, 0.0];
+    for &v in x {
+        let (v, v2) = (v as f64, (v as f64) * (v as f64));
+        s[1] += v;
+        s[2] += v2;
+        s[3] += v2 * v;
+        s[4] += v2 * v2;
+    }
+    s
 }
 
 /// An element ordered by |value| then position, for a bounded min-heap.
@@ -324,17 +368,20 @@ impl HookReceiver for TopActivations {
                                 }
                             }
                         }
-                        (top_k_abs(chunk, width, first, k), by_dim, above)
+                        (top_k_abs(chunk, width, first, k), by_dim, above, power_sums(chunk))
                     })
                     .collect::<Vec<_>>()
             };
             let (parts, median) = rayon::join(scan, || median_abs(x));
             let mut by_dim = vec![0f32; width];
             let (mut top, mut above) = (Vec::new(), Vec::new());
-            for (t, d, a) in parts {
+            // Chunk sums added in chunk order, whatever the thread count.
+            let sums = &mut self.power_sums[l];
+            for (t, d, a, p) in parts {
                 top.extend(t);
                 by_dim.iter_mut().zip(d).for_each(|(m, v)| *m = m.max(v));
                 above.extend(a);
+                sums.iter_mut().zip(p).for_each(|(s, v)| *s += v);
             }
             (top, median, by_dim, above)
         })?;

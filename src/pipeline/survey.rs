@@ -309,7 +309,11 @@ pub fn write_survey(s: &Survey, out: &Path) -> Result<()> {
     let stage = Staging::begin(out)?;
     write_json_atomic(&stage.path(SURVEY_FILE)?, s)?;
     #[cfg(feature = "parquet")]
-    crate::report::parquet::write_table(&crate::report::tables::survey_table(s), &stage.path("tables/survey.parquet")?)?;
+    {
+        crate::report::parquet::write_table(&crate::report::tables::survey_table(s), &stage.path("tables/survey.parquet")?)?;
+        let census = crate::report::survey::census_entries(s);
+        crate::report::parquet::write_table(&crate::report::census::table(&census), &stage.path("tables/census.parquet")?)?;
+    }
     #[cfg(feature = "plots")]
     for (stem, fig) in crate::report::survey::figures(s) {
         for ext in ["png", "svg"] {

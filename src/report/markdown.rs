@@ -6,10 +6,12 @@ use std::fmt::Write;
 use std::path::Path;
 
 use super::bundle::{FigureSpec, FIGURES_DIR, TABLES_DIR};
+use super::census::CensusEntry;
 use super::records::{CaptureReport, StreamReport};
 use super::run::Run;
 use super::tables::Table;
 use super::tokens::label;
+use crate::analysis::census::Census;
 use crate::analysis::findings::{AnalysisFindings, ByLayerKind, CaptureFindings, Largest};
 use crate::analysis::sinks::LearnedSinks;
 use crate::kv::per_head::{Frontier, FrontierRow};
@@ -93,6 +95,18 @@ fn findings(run: &Run, s: &mut String) {
     }
     if let Some(a) = &run.analysis {
         diagnosis_section(&AnalysisFindings::of(a), s);
+        let census = Census::of(a);
+        let m = &a.model;
+        let entry = CensusEntry {
+            model: run.model_name(),
+            family: m.architecture.clone(),
+            n_params: m.n_params,
+            n_layers: m.config.n_layers,
+            census: &census,
+        };
+        s.push_str("### Census (comparable across designs; `survey` puts models side by side)\n\n");
+        s.push_str(&super::census::markdown(&[entry]));
+        s.push('\n');
     }
     if let Some(st) = &run.stream {
         stream_findings(run, st, s);

@@ -4,6 +4,7 @@
 
 pub mod bundle;
 pub mod cache_error;
+pub mod census;
 #[cfg(feature = "plots")]
 pub mod charts;
 pub mod export;

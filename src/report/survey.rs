@@ -1,8 +1,10 @@
 //! The survey's comparison as a reader sees it: survey.md (one row per model, each sweep, the
-//! figures) and the figures (Sink_0^ε against the window's collapse, α_0 by relative depth).
+//! census across designs, the figures) and the figures (Sink_0^ε against the window's collapse,
+//! α_0 by relative depth, the census's first-token mass against the largest activation).
 
 use std::fmt::Write;
 
+use super::census::CensusEntry;
 #[cfg(feature = "plots")]
 use super::charts::LineChart;
 use crate::analysis::survey::{Survey, SurveyRow};
@@ -66,8 +68,29 @@ pub fn markdown(s: &Survey) -> String {
             );
         }
     }
-    out.push_str("\n## Figures\n\n![Sink_0 against the window's collapse](figures/survey-sink0-vs-collapse.png)\n\n![α_0 by relative depth](figures/survey-alpha0-depth.png)\n\nThe table is `tables/survey.parquet` (one row per model × text × budget); each model's own run directories (report.json, stream.json) are under `models/`.\n");
+    let census = census_entries(s);
+    if !census.is_empty() {
+        out.push_str("\n## Census across designs\n\n");
+        out.push_str(&super::census::markdown(&census));
+    }
+    out.push_str("\n## Figures\n\n![Sink_0 against the window's collapse](figures/survey-sink0-vs-collapse.png)\n\n![α_0 by relative depth](figures/survey-alpha0-depth.png)\n\n![First-token mass against the largest activation](figures/survey-census.png)\n\nThe tables are `tables/survey.parquet` (one row per model × text × budget) and `tables/census.parquet` (one row per model); each model's own run directories (report.json, stream.json) are under `models/`.\n");
     out
+}
+
+/// The census rows of the models that have one (surveys from before it have none).
+pub fn census_entries(s: &Survey) -> Vec<CensusEntry<'_>> {
+    s.rows
+        .iter()
+        .filter_map(|r| {
+            Some(CensusEntry {
+                model: r.model.clone(),
+                family: r.family.clone(),
+                n_params: r.n_params,
+                n_layers: r.n_layers,
+                census: r.census.as_ref()?,
+            })
+        })
+        .collect()
 }
 
 /// A model's streaming-head shares per budget, e.g. "48% (W 128), 71% (W 256)".
@@ -113,5 +136,5 @@ pub fn figures(s: &Survey) -> Vec<(&'static str, LineChart)> {
         points: false,
         legend_bottom: false,
     };
-    vec![("survey-sink0-vs-collapse", scatter), ("survey-alpha0-depth", depth)]
+    vec![("survey-sink0-vs-collapse", scatter), ("survey-alpha0-depth", depth), ("survey-census", super::census::figure(&census_entries(s)))]
 }
