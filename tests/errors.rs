@@ -63,6 +63,11 @@ fn unknown_gguf_architecture() {
     let p = write(&dir, "falco.gguf", &bytes);
     let e = fails(&["info", s(&p)]);
     assert!(e.contains("unknown architecture 'falco'"), "{e}");
+    // A design known by name: what is missing, not "unknown".
+    bytes[at..at + 5].copy_from_slice(b"mamba");
+    let p = write(&dir, "mamba.gguf", &bytes);
+    let e = fails(&["info", s(&p)]);
+    assert!(e.contains("architecture 'mamba' has recurrent layers") && e.contains("mamba.gguf"), "{e}");
 }
 
 #[test]
@@ -134,10 +139,22 @@ fn config_json_missing_fields_or_unknown_architecture() {
     missing.as_object_mut().unwrap().remove("hidden_size");
     std::fs::write(&cfg_path, missing.to_string()).unwrap();
     assert!(fails(&["info", s(&dir)]).contains("\"hidden_size\""));
-    let mut mamba = original.clone();
-    mamba["model_type"] = "mamba".into();
-    std::fs::write(&cfg_path, mamba.to_string()).unwrap();
+    let mut other = original.clone();
+    other["model_type"] = "bert".into();
+    std::fs::write(&cfg_path, other.to_string()).unwrap();
     assert!(fails(&["info", s(&dir)]).contains("unknown architecture"));
+    // Designs known by name are refused with what sinkscope does not compute of them.
+    for (model_type, missing) in [
+        ("deepseek_v3", "multi-head latent attention"),
+        ("qwen3_next", "Gated DeltaNet"),
+        ("gemma3n", "KV caches shared across layers"),
+        ("mamba", "recurrent layers"),
+    ] {
+        other["model_type"] = model_type.into();
+        std::fs::write(&cfg_path, other.to_string()).unwrap();
+        let e = fails(&["info", s(&dir)]);
+        assert!(e.contains(missing) && e.contains("does not compute yet") && e.contains("config.json"), "{e}");
+    }
     std::fs::write(&cfg_path, "{ not json").unwrap();
     assert!(fails(&["info", s(&dir)]).contains("not valid JSON"));
     // Config and weights that disagree about the shapes.

@@ -4,7 +4,7 @@
 
 use super::decoder::config::{ArchSwitches, MAX_SIZE};
 use super::decoder::{DecoderConfig, LayerAttn, MlpKind};
-use super::family::{Family, Multipliers};
+use super::family::{beyond, Family, Multipliers};
 use super::gguf::{self, GgufFile};
 use super::rope::{FreqFactors, Yarn};
 use super::setting_rules::{Expect, Seen};
@@ -154,11 +154,18 @@ pub fn read_config(file: &GgufFile) -> Result<GgufModel> {
 /// missing).
 fn family_of(file: &GgufFile) -> Result<(String, Family, u64)> {
     let arch = file.architecture()?.to_owned();
-    let family = Family::from_gguf(&arch).ok_or_else(|| {
-        Error::file(
+    let family = Family::from_gguf(&arch).ok_or_else(|| match beyond::gguf(&arch) {
+        Some(missing) => Error::file(
+            &file.path,
+            format!(
+                "architecture '{arch}' has {missing}, which sinkscope does not compute yet; it supports GGUF models of the architectures {}",
+                Family::gguf_supported()
+            ),
+        ),
+        None => Error::file(
             &file.path,
             format!("unknown architecture '{arch}'; sinkscope supports GGUF models of the architectures {}", Family::gguf_supported()),
-        )
+        ),
     })?;
     let count_key = format!("{arch}.expert_count");
     let experts = file.get(&count_key).and_then(gguf::Value::as_u64).unwrap_or(0);

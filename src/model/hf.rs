@@ -12,7 +12,7 @@ use serde_json::Value as Json;
 use super::decoder::config::MAX_SIZE;
 use super::decoder::config::{ArchSwitches, ExpertAct};
 use super::decoder::{DecoderConfig, LayerAttn, MlpKind, Moe, Param};
-use super::family::{Family, Multipliers, TensorContext};
+use super::family::{beyond, Family, Multipliers, TensorContext};
 use super::hf_fields::check_fields;
 use super::rope::{FreqFactors, Yarn};
 use super::source::shard_names;
@@ -38,8 +38,17 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
     let parsed: Json = serde_json::from_str(&text).map_err(|e| Error::file(&path, format!("not valid JSON ({e})")))?;
     let Json::Object(mut map) = parsed else { return Err(Error::file(&path, "is not a JSON object; config.json is corrupt")) };
     let model_type = map.get("model_type").and_then(Json::as_str).unwrap_or("").to_owned();
-    let family = Family::from_hf(&model_type).ok_or_else(|| {
-        Error::file(&path, format!("unknown architecture model_type '{model_type}'; sinkscope reads the model_types {}", Family::hf_supported()))
+    let family = Family::from_hf(&model_type).ok_or_else(|| match beyond::hf(&model_type) {
+        Some(missing) => Error::file(
+            &path,
+            format!(
+                "model_type '{model_type}' has {missing}, which sinkscope does not compute yet; it reads the model_types {}",
+                Family::hf_supported()
+            ),
+        ),
+        None => {
+            Error::file(&path, format!("unknown architecture model_type '{model_type}'; sinkscope reads the model_types {}", Family::hf_supported()))
+        }
     })?;
     (family.hf_config)(&mut map, &path)?;
     // After the family's rewrite: a field it consumed (checked and removed) has been read.

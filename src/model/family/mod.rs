@@ -5,6 +5,7 @@
 //! in their errors come from [`FAMILIES`]. Adding a family is a file here, a line in
 //! [`FAMILIES`], and its fixture.
 
+pub mod beyond;
 mod cohere;
 mod falcon;
 mod gemma2;
