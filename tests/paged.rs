@@ -94,6 +94,23 @@ fn paged_score_policies_match_an_independent_pytorch_loop() {
     }
 }
 
+/// With learned absolute positions a key carries the slot it entered at, so the block replay must
+/// give each token the slot the paged set holds for it: the same as decoding token by token.
+#[test]
+fn learned_positions_enter_at_their_paged_slots() {
+    let lm = load(common::fixture("arch/gpt2").to_str().unwrap(), &LoadOptions::default()).unwrap();
+    let ids: Vec<u32> = (0..120).map(|i| (i * 7 % 200 + 3) as u32).collect();
+    for kind in [PolicyKind::H2o, PolicyKind::Tova, PolicyKind::Snapkv] {
+        let p = Policy::new(Eviction::of_kind(kind, 4, Some(8)), 32, PositionMode::Slot).paged(Some(8));
+        let run =
+            |token_by_token| simulate_with(&lm.model, &ids, &[p], SimOptions { token_by_token, ..SimOptions::default() }, &mut |_, _| {}).unwrap();
+        let (block, token) = (run(false).remove(0), run(true).remove(0));
+        let worst = common::max_abs_diff("nll", &block.nll, &token.nll);
+        assert!(worst < 1e-4, "{}: block replay vs token by token {worst}", block.label);
+        assert_eq!(block.kept, token.kept, "{}", block.label);
+    }
+}
+
 #[test]
 fn the_command_line_pages_the_rules_that_evict_and_refuses_the_rest() {
     let _ = model_or_skip!("stories260K.gguf");
