@@ -9,6 +9,7 @@ mod cache_decode;
 pub mod cache_frontier;
 pub mod canary;
 pub mod divergence;
+mod head_set;
 pub mod memory;
 pub mod per_head;
 pub mod policy;

@@ -6,8 +6,9 @@
 
 use candle_core::{Device, Tensor};
 
+use super::head_set::evict_layer_if_full;
 use super::policy::PositionMode;
-use super::scored::{evict_layer_if_full, ScoredCache};
+use super::scored::ScoredCache;
 use crate::error::{Error, Result};
 use crate::model::decoder::attention::{capped, Attend, LayerAttention};
 use crate::model::decoder::Decoder;

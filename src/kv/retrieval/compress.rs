@@ -13,9 +13,10 @@ use candle_core::Tensor;
 
 use crate::error::{Error, Result};
 use crate::kv::cache::PolicyCache;
+use crate::kv::head_set::snapkv_pooled;
 use crate::kv::policy::{Eviction, Policy, Scorer};
 use crate::kv::prefill::PrefillCapture;
-use crate::kv::scored::{snapkv_pooled, ScoredCache};
+use crate::kv::scored::ScoredCache;
 use crate::model::cache_rounding::CacheRounding;
 use crate::model::decoder::Decoder;
 
