@@ -31,7 +31,7 @@ pub struct LayerMagnitudes {
     pub median_abs: f32,
     pub n_massive: usize,
     /// Pearson's kurtosis of the layer output's elements (`None` in runs from before it).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kurtosis: Option<f64>,
 }
 

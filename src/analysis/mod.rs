@@ -90,7 +90,7 @@ pub struct ProbeReport {
     /// Share of the attention entries queries may see that are zero to f32 precision (below
     /// `capture::reducers::ZERO_ATTENTION`), over every layer and head (`None` in runs from
     /// before it was measured).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zero_share: Option<f64>,
 }
 

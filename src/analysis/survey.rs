@@ -140,7 +140,7 @@ pub struct SurveyRow {
     pub alpha0_by_layer: Vec<f64>,
     pub sweeps: Vec<SurveySweep>,
     /// The model's census row (`None` in surveys from before it).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub census: Option<Census>,
 }
 
