@@ -54,9 +54,12 @@ pub fn markdown(entries: &[CensusEntry]) -> String {
     out
 }
 
+/// The `census` columns of Sink_0^ε, one per ε of [`CENSUS_EPSILONS`] in its order.
+const SINK_RATE_COLUMNS: [&str; CENSUS_EPSILONS.len()] = ["sink_rate_0_2", "sink_rate_0_3", "sink_rate_0_8"];
+
 /// `census`: one row per model.
 pub fn table(entries: &[CensusEntry]) -> Table {
-    Builder::bare(entries)
+    let columns = Builder::bare(entries)
         .str("model", |e: &CensusEntry| e.model.clone())
         .str("family", |e| e.family.clone())
         .u32("n_params", |e| e.n_params)
@@ -66,10 +69,12 @@ pub fn table(entries: &[CensusEntry]) -> Table {
         .u32("rope_layers", |e| e.census.rope_layers)
         .u32("nope_layers", |e| e.census.nope_layers)
         .bool("learned_positions", |e| e.census.learned_positions)
-        .u32("windowed_layers", |e| e.census.windowed_layers)
-        .f64("sink_rate_0_2", |e| percent_at(e.census, 0.2))
-        .f64("sink_rate_0_3", |e| percent_at(e.census, 0.3))
-        .f64("sink_rate_0_8", |e| percent_at(e.census, 0.8))
+        .u32("windowed_layers", |e| e.census.windowed_layers);
+    let columns = CENSUS_EPSILONS
+        .iter()
+        .zip(SINK_RATE_COLUMNS)
+        .fold(columns, |columns, (&epsilon, name)| columns.f64(name, move |e: &CensusEntry| percent_at(e.census, epsilon)));
+    columns
         .f64("first_token_mass", |e| e.census.first_token_mass)
         .f64("largest_activation", |e| e.census.largest_activation)
         .u32("largest_layer", |e| e.census.largest_layer)
