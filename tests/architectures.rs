@@ -188,6 +188,20 @@ fn mixtures_of_experts_match_transformers() {
     }
 }
 
+/// DeepSeek-V2's multi-head latent attention, run absorbed (one cached [RoPE key | latent] row
+/// per token, values the latent, each head brought up to its value width after attention)
+/// against transformers' expanded heads: queries through the low-rank path or one projection,
+/// keys 24 and values 12 or 16 wide; and DeepSeek's experts (a dense first layer, ungated shared
+/// experts, greedy or group-limited routing, weights scaled); from the HF checkpoint and from
+/// the GGUF llama.cpp's converter writes of it (kv_b_proj split into attn_k_b / attn_v_b).
+#[test]
+fn deepseek_v2_latent_attention_matches_transformers() {
+    for family in ["deepseek_v2", "deepseek_v2_lite"] {
+        matches_transformers(family, common::fixture(&format!("arch/{family}")).to_str().unwrap());
+        matches_transformers(family, common::fixture(&format!("arch/{family}/model.gguf")).to_str().unwrap());
+    }
+}
+
 /// GPT-NeoX (Pythia): LayerNorm with biases, RoPE on a quarter of each head, attention and MLP
 /// in parallel off the block input, exact-GELU MLP with biases, q|k|v fused per head in the file.
 #[test]
@@ -308,6 +322,7 @@ fn every_family_streams_like_token_by_token_decoding() {
         "gpt_neox",
         "phi",
         "gpt2",
+        "deepseek_v2",
     ] {
         let lm = load(common::fixture(&format!("arch/{family}")).to_str().unwrap(), &LoadOptions::default()).unwrap();
         let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();

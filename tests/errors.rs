@@ -145,7 +145,7 @@ fn config_json_missing_fields_or_unknown_architecture() {
     assert!(fails(&["info", s(&dir)]).contains("unknown architecture"));
     // Designs known by name are refused with what sinkscope does not compute of them.
     for (model_type, missing) in [
-        ("deepseek_v3", "multi-head latent attention"),
+        ("deepseek_v3", "score-correction bias"),
         ("qwen3_next", "Gated DeltaNet"),
         ("gemma3n", "KV caches shared across layers"),
         ("mamba", "recurrent layers"),
@@ -169,6 +169,55 @@ fn config_json_missing_fields_or_unknown_architecture() {
     std::fs::write(&cfg_path, no_context.to_string()).unwrap();
     let e = fails(&["capture", "-m", s(&dir), "-p", "Once upon a time", "-o", s(&dir.join("out"))]);
     assert!(e.contains("max_position_embeddings = 0 is not") && !e.contains("--max-tokens 0"), "{e}");
+}
+
+/// DeepSeek-V2 settings sinkscope does not compute (or that transformers and llama.cpp compute
+/// differently) are refused by name, and a latent cache takes one format for keys and values.
+#[test]
+fn deepseek_settings_not_computed_are_refused_by_name() {
+    let dir = common::temp_dir("deepseek-cfg");
+    let src = common::fixture("arch/deepseek_v2");
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let cfg_path = dir.join("config.json");
+    let original: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    for (key, value, named) in [
+        ("rope_scaling", serde_json::json!({"type": "yarn", "factor": 40.0, "mscale": 0.707}), "rope_scaling"),
+        ("topk_method", "noaux_tc".into(), "topk_method 'noaux_tc'"),
+        ("scoring_func", "sigmoid".into(), "'sigmoid'"),
+        ("norm_topk_prob", true.into(), "norm_topk_prob"),
+        ("moe_layer_freq", 2.into(), "moe_layer_freq"),
+    ] {
+        let mut changed = original.clone();
+        changed[key] = value;
+        std::fs::write(&cfg_path, changed.to_string()).unwrap();
+        let e = fails(&["info", s(&dir)]);
+        assert!(e.contains(named) && e.contains("does not compute for DeepSeek-V2") && e.contains("config.json"), "{e}");
+    }
+    std::fs::write(&cfg_path, original.to_string()).unwrap();
+    let text = common::fixture("texts/tinystories.txt");
+    let run = |k: &str, v: &str| {
+        fails(&[
+            "stream",
+            "-m",
+            s(&dir),
+            "-f",
+            s(&text),
+            "--tokens",
+            "64",
+            "--policy",
+            "sink",
+            "--cache",
+            "16",
+            "--cache-type-k",
+            k,
+            "--cache-type-v",
+            v,
+        ])
+    };
+    assert!(run("f16", "bf16").contains("one latent row per token"));
+    assert!(run("kivi2", "kivi2").contains("one latent row per token"));
 }
 
 /// Found by fuzzing: a tokenizer.json whose post-processor names a special token it does not

@@ -123,9 +123,15 @@ fn mapping(summary: &Value) -> (usize, usize) {
 }
 
 fn agreement(model_file: &str) {
+    let Some(model) = common::model(model_file) else { return };
+    agreement_at(model_file, &model);
+}
+
+/// [`agreement`] on the model at `model` (named `model_file` in the table).
+fn agreement_at(model_file: &str, model: &Path) {
     let _turn = one_test_at_a_time();
     let Some(cache) = common::llama_cpp() else { return };
-    let Some(model) = common::model(model_file) else { return };
+    let model = model.to_path_buf();
     let dir = common::temp_dir(&format!("llama-cpp-{model_file}"));
     let ids = book_ids(&model, TOKENS, &dir);
     let short = dir.join("ids-512.json");
@@ -191,6 +197,43 @@ fn smollm2_keep_agrees_with_llama_cpp_context_shift() {
 #[test]
 fn gemma3_keep_agrees_with_llama_cpp_context_shift() {
     agreement("gemma-3-270m-q4_k_m.gguf");
+}
+
+/// Latent attention under llama.cpp's context shift: its cache holds one [latent | RoPE key]
+/// row per token and a shift re-rotates the RoPE key alone, which `delta` does to the same key
+/// (the converter's GGUF of the tiny DeepSeek-V2 fixture, its own deepseek-llm pre-tokenizer).
+#[test]
+fn deepseek_v2_keep_agrees_with_llama_cpp_context_shift() {
+    agreement_at("deepseek_v2-tiny.gguf", &common::fixture("arch/deepseek_v2/model.gguf"));
+}
+
+/// sinkscope's `deepseek-llm` pre-tokenizer (the name llama.cpp's converter gives DeepSeek-V2's
+/// vocabulary) against llama.cpp's own splitter, on the tiny fixture's GGUF: a text with what its
+/// six splits tell apart (line breaks, letter runs with one leading space, punctuation runs,
+/// trailing whitespace, CJK runs, digit runs, accented and Greek letters, full-width forms).
+#[test]
+fn deepseek_llm_pre_tokenizer_agrees_with_llama_cpp() {
+    let _turn = one_test_at_a_time();
+    let Some(cache) = common::llama_cpp() else { return };
+    let dir = common::temp_dir("llama-cpp-tokenize");
+    let model = common::fixture("arch/deepseek_v2/model.gguf");
+    let text = "Once upon a time, there were 1234 cats.\r\nSome said: \"hello!!\" -- 3.14159 and 2e10...  \n\nAthens Αθήνα München café 東京 서울 ＡＢＣ！？ end   ";
+    let (text_path, out) = (dir.join("text.txt"), dir.join("ids.json"));
+    std::fs::write(&text_path, text).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/llama-cpp/tokenize.py");
+    let run = Command::new(cache.join("venv/bin/python"))
+        .env("LLAMA_CPP_LIB_PATH", cache.join("build/bin"))
+        .arg(script)
+        .args(["--model", model.to_str().unwrap(), "--text", text_path.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let engine: Vec<u32> = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let lm = sinkscope::model::load(model.to_str().unwrap(), &sinkscope::model::LoadOptions::default()).unwrap();
+    let ours = lm.tokenizer.encode(text).unwrap();
+    eprintln!("deepseek-llm: {} tokens from llama.cpp, {} from sinkscope", engine.len(), ours.len());
+    assert_eq!(ours, engine, "sinkscope's deepseek-llm split differs from llama.cpp's");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Deliberately broken engines (the same driver, one rule changed): `verify` says *diverges* and
@@ -292,6 +335,9 @@ const CONVERTED: &[Converted] = &[
     ("qwen2_moe", "chosen weights renormalised", |c| c["norm_topk_prob"] = true.into(), none, LLAMA_CPP_TOL),
     ("qwen3_moe", "chosen weights not renormalised", |c| c["norm_topk_prob"] = false.into(), none, LLAMA_CPP_TOL),
     ("olmoe", "chosen weights renormalised", |c| c["norm_topk_prob"] = true.into(), none, LLAMA_CPP_TOL),
+    // Latent attention and DeepSeek's experts (llama.cpp loads a deepseek2 file this small only
+    // with q_lora_rank, so V2-Lite's layout is held against transformers alone).
+    ("deepseek_v2", "expert weights not scaled", |c| c["routed_scaling_factor"] = 1.0.into(), none, LLAMA_CPP_TOL),
     (
         "gemma2",
         "no soft-capping",

@@ -48,7 +48,13 @@ fn describe_switches(cfg: &DecoderConfig) -> String {
         QkNorm::PerHead => parts.push("q/k RMSNorm per head".into()),
         QkNorm::AcrossHeads => parts.push("q/k RMSNorm across heads".into()),
     }
-    if a.learned_positions {
+    if let Some(m) = a.mla {
+        let q = if m.q_lora_rank > 0 { format!(", queries through rank {}", m.q_lora_rank) } else { String::new() };
+        parts.push(format!(
+            "latent attention: one cached row per token of a RoPE key ({}) and a latent ({}), keys {} + {} and values {} wide per head{q}",
+            m.qk_rope, m.kv_lora_rank, m.qk_nope, m.qk_rope, m.v_head
+        ));
+    } else if a.learned_positions {
         parts.push("learned absolute positions (no RoPE)".into());
     } else if let Some(r) = a.rotary_dims {
         parts.push(format!("RoPE on {r} of {d_head} dims per head"));
@@ -68,8 +74,19 @@ fn describe_switches(cfg: &DecoderConfig) -> String {
             };
             let weights = if m.norm_top_k { "weights renormalised over them" } else { "each weighted by its softmax over all" };
             parts.push(format!("mixture of {} {expert} experts, {} per token, {weights}", m.experts, m.top_k));
-            if m.shared_ff > 0 {
-                parts.push(format!("a shared expert ({} wide) gated by σ(x·g)", m.shared_ff));
+            if m.groups > 1 {
+                parts.push(format!("experts chosen within the best {} of {} groups", m.top_groups, m.groups));
+            }
+            if let Some(s) = m.routed_scale {
+                parts.push(format!("expert weights × {s}"));
+            }
+            match (m.shared_ff, m.ungated_shared) {
+                (0, _) => {}
+                (w, false) => parts.push(format!("a shared expert ({w} wide) gated by σ(x·g)")),
+                (w, true) => parts.push(format!("shared experts ({w} wide) ungated")),
+            }
+            if m.dense_layers > 0 {
+                parts.push(format!("the first {} layers dense ({} wide)", m.dense_layers, m.dense_ff));
             }
         }
     }

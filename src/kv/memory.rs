@@ -40,10 +40,11 @@ pub fn kv_memory(cfg: &DecoderConfig, peak: usize) -> KvMemory {
 /// value (block scales included), the first `exact_first` entries of a layer (and KIVI's recent
 /// window) at f16 (an engine's unquantized type); an exact (f32) simulator cache counts as f16, as the engines store it.
 pub fn kv_memory_stored(cfg: &DecoderConfig, peak: usize, rounding: &CacheRounding) -> KvMemory {
-    let values = (cfg.n_kv_heads * cfg.d_head) as f64;
-    let f16_entry = 2.0 * values * CACHE_ELEMENT_BYTES as f64;
+    let (keys, values) = cfg.cached_elements();
+    let (keys, values) = (keys as f64, values as f64);
+    let f16_entry = (keys + values) * CACHE_ELEMENT_BYTES as f64;
     let quantized = !rounding.is_exact();
-    let rounded_entry = if quantized { values * (rounding.keys.bits_per_value() + rounding.values.bits_per_value()) / 8.0 } else { f16_entry };
+    let rounded_entry = if quantized { (keys * rounding.keys.bits_per_value() + values * rounding.values.bits_per_value()) / 8.0 } else { f16_entry };
     let layer_bytes = |held: usize| -> f64 {
         let exact = if quantized { rounding.full_precision_entries(held) } else { 0 };
         exact as f64 * f16_entry + (held - exact) as f64 * rounded_entry
@@ -186,5 +187,24 @@ mod tests {
             "{}",
             gemma.describe()
         );
+    }
+
+    /// DeepSeek-V2-Lite's shapes (27 layers, 16 heads, latent 512, RoPE key 64, keys 128 + 64,
+    /// values 128) against a dense model of the same width (16 heads of 128, keys and values).
+    #[test]
+    fn a_latent_cache_stores_one_row_per_token_and_layer() {
+        use crate::model::decoder::config::Mla;
+        let mla = Mla { q_lora_rank: 0, kv_lora_rank: 512, qk_nope: 128, qk_rope: 64, v_head: 128 };
+        let mut lite = DecoderConfig::tiny(1e4, vec![LayerAttn::global(1e4); 27]);
+        (lite.n_heads, lite.n_kv_heads, lite.d_head, lite.arch.mla) = (16, 1, mla.cached_width(), Some(mla));
+        let mut dense = DecoderConfig::tiny(1e4, vec![LayerAttn::global(1e4); 27]);
+        (dense.n_heads, dense.n_kv_heads, dense.d_head) = (16, 16, 128);
+        // f16: 576 · 2 = 1,152 bytes per token and layer, against 2 · 16 · 128 · 2 = 8,192.
+        assert_eq!(kv_memory(&lite, 1).bytes, 27 * 1152);
+        assert_eq!(kv_memory(&dense, 1).bytes, 27 * 8192);
+        // q8_0 keys: 576 · 8.5 / 8 = 612 bytes; the value format counts for nothing.
+        use crate::numerics::cache_formats::CacheFormat;
+        let q8 = CacheRounding { keys: CacheFormat::Q8_0, values: CacheFormat::Q8_0, ..CacheRounding::default() };
+        assert_eq!(kv_memory_stored(&lite, 1000, &q8).bytes, 27 * 1000 * 612);
     }
 }

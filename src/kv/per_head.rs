@@ -196,15 +196,15 @@ pub struct MixedOutcome {
     pub bytes: u64,
 }
 
-/// Bytes of `entries` keys and values of one KV head each, `exact` of them (the first positions
-/// `--unquantized-first` keeps) at f16 and the rest in `rounding`'s formats (all at f16 when it
-/// is exact, as the engines store an exact cache).
-fn stored_bytes(d_head: usize, entries: usize, exact: usize, rounding: &CacheRounding) -> u64 {
-    let f16_entry = 2 * d_head as u64 * CACHE_ELEMENT_BYTES;
+/// Bytes of `entries` keys and values of one KV head each (`widths`: elements of a key and of a
+/// value), `exact` of them (the first positions `--unquantized-first` keeps) at f16 and the rest
+/// in `rounding`'s formats (all at f16 when it is exact, as the engines store an exact cache).
+fn stored_bytes(widths: (usize, usize), entries: usize, exact: usize, rounding: &CacheRounding) -> u64 {
+    let f16_entry = (widths.0 + widths.1) as u64 * CACHE_ELEMENT_BYTES;
     if rounding.is_exact() {
         return entries as u64 * f16_entry;
     }
-    let rounded_entry = d_head as f64 * (rounding.keys.bits_per_value() + rounding.values.bits_per_value()) / 8.0;
+    let rounded_entry = (widths.0 as f64 * rounding.keys.bits_per_value() + widths.1 as f64 * rounding.values.bits_per_value()) / 8.0;
     (exact as u64 * f16_entry) + ((entries - exact) as f64 * rounded_entry).ceil() as u64
 }
 
@@ -240,7 +240,8 @@ pub fn simulate_mixed(
     let kv_heads = cfg.n_layers * cfg.n_kv_heads;
     let first_eviction_step = (retrieval_heads < kv_heads && steps > cache).then_some(cache);
     let entries = store.entries();
-    let bytes = stored_bytes(cfg.d_head, entries, store.entries_before(rounding.exact_first), &rounding);
+    let (keys, values) = cfg.cached_elements();
+    let bytes = stored_bytes((keys / cfg.n_kv_heads, values / cfg.n_kv_heads), entries, store.entries_before(rounding.exact_first), &rounding);
     // Sets of different sizes: the memory is what they hold together (every layer counted as
     // held, whatever a layer's own window lets its queries see).
     let memory = KvMemory {

@@ -2,7 +2,7 @@
 //! family fixes for the architecture instead of storing it (window layout, NoPE layers, Gemma's
 //! 27B query scale), and every value sinkscope does not compute refused by name.
 
-use super::decoder::config::{ArchSwitches, MAX_SIZE};
+use super::decoder::config::{ArchSwitches, Mla, MAX_SIZE};
 use super::decoder::{DecoderConfig, LayerAttn, MlpKind};
 use super::family::{beyond, Family, Multipliers};
 use super::gguf::{self, GgufFile};
@@ -63,6 +63,17 @@ pub const GGUF_KEYS: &[(&str, Expect)] = &[
     ("attn_logit_softcapping", Expect::NonNegative),
     ("final_logit_softcapping", Expect::NonNegative),
     ("use_parallel_residual", Expect::Flag),
+    ("attention.q_lora_rank", Expect::Size),
+    ("attention.kv_lora_rank", Expect::Count),
+    ("attention.key_length_mla", Expect::Count),
+    ("attention.value_length_mla", Expect::Count),
+    ("leading_dense_block_count", Expect::Size),
+    ("expert_shared_count", Expect::Size),
+    ("expert_weights_scale", Expect::Positive),
+    ("expert_weights_norm", Expect::Flag),
+    ("expert_group_count", Expect::Size),
+    ("expert_group_used_count", Expect::Size),
+    ("expert_gating_func", Expect::Size),
 ];
 
 /// A GGUF value as the setting rules see it.
@@ -110,12 +121,13 @@ pub fn read_config(file: &GgufFile) -> Result<GgufModel> {
     let unread = unread::gguf_keys(
         &arch,
         family.is_moe(),
+        family.switches.mla.is_some(),
         family.multipliers,
         file.metadata.keys().map(String::as_str),
         |k| file.get(k).and_then(gguf::Value::as_u64),
         |k| file.get(k).and_then(gguf::Value::as_bool),
     );
-    let shape = shape_of(file, &arch)?;
+    let shape = shape_of(file, &arch, family.switches.mla.is_some())?;
     let rope_theta = file.opt_f64(&key("rope.freq_base")).unwrap_or(10000.0);
     let mut layers = gguf_layers(file, &arch, family, shape.n_layers, rope_theta)?;
     if family.gguf_nope_every > 0 {
@@ -127,6 +139,9 @@ pub fn read_config(file: &GgufFile) -> Result<GgufModel> {
     switches.rope_yarn = gguf_yarn(file, &arch, context_len)?;
     let dense_ff = file.req_u64(&key("feed_forward_length"))? as usize;
     let d_ff = experts_of(file, &arch, experts, &mut switches)?.unwrap_or(dense_ff);
+    if switches.mla.is_some() {
+        latent_of(file, &arch, &shape, dense_ff, &mut switches)?;
+    }
     let cfg = DecoderConfig {
         n_layers: shape.n_layers,
         n_heads: shape.n_heads,
@@ -181,7 +196,7 @@ fn family_of(file: &GgufFile) -> Result<(String, Family, u64)> {
 
 /// Layers, heads, widths and vocabulary, with the value length and stated vocabulary held
 /// against them.
-fn shape_of(file: &GgufFile, arch: &str) -> Result<Shape> {
+fn shape_of(file: &GgufFile, arch: &str, latent: bool) -> Result<Shape> {
     let key = |k: &str| format!("{arch}.{k}");
     let path = &file.path;
     let n_heads = file.req_u64(&key("attention.head_count"))? as usize;
@@ -192,7 +207,8 @@ fn shape_of(file: &GgufFile, arch: &str) -> Result<Shape> {
         .map(|t| t.shape[0])
         .ok_or_else(|| Error::file(path, "tensor token_embd.weight is missing; the GGUF file is incomplete"))?;
     let d_head = file.get(&key("attention.key_length")).and_then(gguf::Value::as_u64).map_or(d_model / n_heads.max(1), |v| v as usize);
-    if let Some(v) = file.get(&key("attention.value_length")).and_then(gguf::Value::as_u64).filter(|&v| v as usize != d_head) {
+    // Latent attention's values are the latent part of the cached row (`latent_of` checks them).
+    if let Some(v) = file.get(&key("attention.value_length")).and_then(gguf::Value::as_u64).filter(|&v| v as usize != d_head && !latent) {
         return Err(Error::file(
             path,
             format!(
@@ -263,6 +279,47 @@ fn experts_of(file: &GgufFile, arch: &str, experts: u64, switches: &mut ArchSwit
     moe.top_k = file.req_u64(&key("expert_used_count"))? as usize;
     moe.shared_ff = count("expert_shared_feed_forward_length")?.unwrap_or(0);
     count("expert_feed_forward_length")
+}
+
+/// Latent attention's shape and DeepSeek's mixture as a `deepseek2` file states them (llama.cpp's
+/// converter: key_length = the cached row, value_length = the latent, `*_mla` the expanded
+/// widths), refusing what is not computed: YaRN on the RoPE key, a sigmoid router.
+fn latent_of(file: &GgufFile, arch: &str, shape: &Shape, dense_ff: usize, switches: &mut ArchSwitches) -> Result<()> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let count = |k: &str| file.get(&key(k)).and_then(gguf::Value::as_u64).map(|v| v as usize);
+    let (kv_lora_rank, qk_rope) = (file.req_u64(&key("attention.kv_lora_rank"))? as usize, file.req_u64(&key("rope.dimension_count"))? as usize);
+    let (key_mla, v_head) = (file.req_u64(&key("attention.key_length_mla"))? as usize, file.req_u64(&key("attention.value_length_mla"))? as usize);
+    let refuse = |what: String| {
+        Error::file(&file.path, format!("{what}, which sinkscope does not compute for latent attention yet; the numbers would be another model's"))
+    };
+    if shape.d_head != kv_lora_rank + qk_rope || count("attention.value_length").is_some_and(|v| v != kv_lora_rank) || key_mla <= qk_rope {
+        return Err(Error::file(
+            &file.path,
+            format!(
+                "{} and {} disagree with a latent of {kv_lora_rank} and a RoPE key of {qk_rope}; the file is inconsistent",
+                key("attention.key_length"),
+                key("attention.value_length")
+            ),
+        ));
+    }
+    if let Some(kind) = file.get(&key("rope.scaling.type")).and_then(gguf::Value::as_str).filter(|&k| k != "none") {
+        return Err(refuse(format!("{} = {kind} (YaRN with DeepSeek's mscale on the RoPE key)", key("rope.scaling.type"))));
+    }
+    if let Some(g) = count("expert_gating_func").filter(|&g| g != 1) {
+        return Err(refuse(format!("{} = {g} (a router other than a softmax)", key("expert_gating_func"))));
+    }
+    let mla = Mla { q_lora_rank: count("attention.q_lora_rank").unwrap_or(0), kv_lora_rank, qk_nope: key_mla - qk_rope, qk_rope, v_head };
+    (switches.mla, switches.rotary_dims, switches.attn_scale) = (Some(mla), Some(qk_rope), Some(1.0 / (key_mla as f64).sqrt()));
+    if let MlpKind::Moe(moe) = &mut switches.mlp {
+        let expert_ff = count("expert_feed_forward_length").unwrap_or(0);
+        moe.shared_ff = count("expert_shared_count").unwrap_or(0) * expert_ff;
+        moe.dense_layers = count("leading_dense_block_count").unwrap_or(0);
+        moe.dense_ff = if moe.dense_layers > 0 { dense_ff } else { 0 };
+        (moe.groups, moe.top_groups) = (count("expert_group_count").unwrap_or(0), count("expert_group_used_count").unwrap_or(0));
+        moe.routed_scale = file.opt_f64(&key("expert_weights_scale")).filter(|&s| s != 1.0 && s != 0.0);
+        moe.norm_top_k = file.get(&key("expert_weights_norm")).and_then(gguf::Value::as_bool).unwrap_or(false);
+    }
+    Ok(())
 }
 
 /// How each layer of a GGUF file attends: through `{arch}.attention.sliding_window` keys (or the

@@ -10,7 +10,7 @@ use safetensors::{Dtype, SafeTensors};
 use serde_json::Value as Json;
 
 use super::decoder::config::MAX_SIZE;
-use super::decoder::config::{ArchSwitches, ExpertAct};
+use super::decoder::config::{ArchSwitches, ExpertAct, Mla};
 use super::decoder::{DecoderConfig, LayerAttn, MlpKind, Moe, Param};
 use super::family::{beyond, Family, Multipliers, TensorContext};
 use super::hf_fields::check_fields;
@@ -80,7 +80,8 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
         .unwrap_or(10000.0);
     let mut layers = layer_attention(&json, n_layers, rope_theta, &path)?;
     mark_nope_layers(&json, &mut layers, &path)?;
-    let d_head = json.get("head_dim").and_then(Json::as_u64).map_or(d_model / n_heads.max(1), |v| v as usize);
+    let mut d_head = json.get("head_dim").and_then(Json::as_u64).map_or(d_model / n_heads.max(1), |v| v as usize);
+    let mut n_kv_heads = json.get("num_key_value_heads").and_then(Json::as_u64).map_or(n_heads, |v| v as usize);
     let mut arch = family.switches;
     if let Some(f) = json
         .pointer("/rope_parameters/partial_rotary_factor")
@@ -111,6 +112,14 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
             d_ff = Ok(ff as usize);
         }
     }
+    if arch.mla.is_some() {
+        let mla = read_mla(&json, &req)?;
+        // One KV head: the cached row, RoPE on its leading qk_rope; scores scaled as the
+        // expanded keys' width says.
+        (d_head, n_kv_heads, arch.mla) = (mla.cached_width(), 1, Some(mla));
+        arch.rotary_dims = Some(mla.qk_rope);
+        arch.attn_scale = Some(1.0 / ((mla.qk_nope + mla.qk_rope) as f64).sqrt());
+    }
     if let Some(s) = json.get("query_pre_attn_scalar").and_then(Json::as_f64).filter(|&s| s != d_head as f64) {
         arch.attn_scale = Some(1.0 / s.sqrt());
     }
@@ -126,7 +135,7 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
     let cfg = DecoderConfig {
         n_layers,
         n_heads,
-        n_kv_heads: json.get("num_key_value_heads").and_then(Json::as_u64).map_or(n_heads, |v| v as usize),
+        n_kv_heads,
         d_model,
         d_head,
         d_ff: d_ff?,
@@ -179,6 +188,24 @@ fn read_experts(json: &Json, defaults: Moe, req: &dyn Fn(&str) -> Result<usize>)
         norm_top_k: json.get("norm_topk_prob").and_then(Json::as_bool).unwrap_or(defaults.norm_top_k),
         expert,
         shared_ff: num("shared_expert_intermediate_size").unwrap_or(0),
+        // DeepSeek's: dense first layers of `intermediate_size`, grouped routing, scaled weights.
+        dense_layers: num("first_k_dense_replace").unwrap_or(0),
+        dense_ff: num("first_k_dense_replace").filter(|&n| n > 0).map_or(Ok(0), |_| req("intermediate_size"))?,
+        groups: num("n_group").unwrap_or(0),
+        top_groups: num("topk_group").unwrap_or(0),
+        routed_scale: json.get("routed_scaling_factor").and_then(Json::as_f64).filter(|&f| f != 1.0),
+        ..defaults
+    })
+}
+
+/// Multi-head latent attention's shape, from DeepSeek's fields (no `q_lora_rank`: one `q_proj`).
+fn read_mla(json: &Json, req: &dyn Fn(&str) -> Result<usize>) -> Result<Mla> {
+    Ok(Mla {
+        q_lora_rank: json.get("q_lora_rank").and_then(Json::as_u64).map_or(0, |r| r as usize),
+        kv_lora_rank: req("kv_lora_rank")?,
+        qk_nope: req("qk_nope_head_dim")?,
+        qk_rope: req("qk_rope_head_dim")?,
+        v_head: req("v_head_dim")?,
     })
 }
 

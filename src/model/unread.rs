@@ -134,12 +134,30 @@ const INERT_GGUF_KEYS: &[(&str, &str)] = &[
 /// GGUF `{arch}.*` keys a mixture-of-experts family's loader reads.
 pub const GGUF_MOE_KEYS: &[&str] = &["expert_count", "expert_used_count", "expert_feed_forward_length", "expert_shared_feed_forward_length"];
 
+/// The `{arch}.*` keys of latent attention and DeepSeek's mixture, read for a `deepseek2` file.
+pub const GGUF_LATENT_KEYS: &[&str] = &[
+    "attention.q_lora_rank",
+    "attention.kv_lora_rank",
+    "attention.key_length_mla",
+    "attention.value_length_mla",
+    "leading_dense_block_count",
+    "expert_shared_count",
+    "expert_weights_scale",
+    "expert_weights_norm",
+    "expert_group_count",
+    "expert_group_used_count",
+    "expert_gating_func",
+];
+
 /// The `{arch}.*` keys of a GGUF file the loader neither reads nor knows to be inert, and inert
 /// keys whose value would change the arithmetic (`moe`: the family reads [`GGUF_MOE_KEYS`];
-/// `multipliers`: the family reads their keys). `get_u64`/`get_bool` read a key's value.
+/// `latent`: [`GGUF_LATENT_KEYS`]; `multipliers`: the family reads their keys). `get_u64`/`get_bool`
+/// read a key's value.
+#[allow(clippy::too_many_arguments)]
 pub fn gguf_keys<'a>(
     arch: &str,
     moe: bool,
+    latent: bool,
     multipliers: Option<Multipliers>,
     keys: impl Iterator<Item = &'a str>,
     value_u64: impl Fn(&str) -> Option<u64>,
@@ -149,7 +167,8 @@ pub fn gguf_keys<'a>(
     let mut unread = Vec::new();
     for key in keys {
         let Some(local) = key.strip_prefix(&prefix) else { continue };
-        if GGUF_READ_KEYS.contains(&local) || (moe && GGUF_MOE_KEYS.contains(&local)) || multipliers.is_some_and(|m| m.gguf_keys().contains(&local)) {
+        let family_reads = (moe && GGUF_MOE_KEYS.contains(&local)) || (latent && GGUF_LATENT_KEYS.contains(&local));
+        if GGUF_READ_KEYS.contains(&local) || family_reads || multipliers.is_some_and(|m| m.gguf_keys().contains(&local)) {
             continue;
         }
         let changes = match local {
@@ -234,6 +253,16 @@ pub const HF_READ_FIELDS: &[&str] = &[
     "shared_expert_intermediate_size",
     "swiglu_alpha",
     "swiglu_limit",
+    // DeepSeek's latent attention and mixture (its config rewrite maps the rest).
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "first_k_dense_replace",
+    "n_group",
+    "topk_group",
+    "routed_scaling_factor",
     "use_bidirectional_attention",
     // GPT-2's names for the shapes (its config rewrite maps them).
     "n_embd",
@@ -371,9 +400,9 @@ mod tests {
     fn gguf_keys_are_read_inert_or_refused() {
         let keys = ["llama.block_count", "llama.expert_count", "llama.attention.causal", "llama.ssm.conv_kernel", "general.name"];
         let zero = |_: &str| Some(0);
-        let unread = gguf_keys("llama", false, None, keys.into_iter(), zero, |_| Some(true));
+        let unread = gguf_keys("llama", false, false, None, keys.into_iter(), zero, |_| Some(true));
         assert_eq!(unread.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(), ["llama.ssm.conv_kernel"]);
-        let experts = gguf_keys("llama", false, None, keys.into_iter(), |_| Some(8), |_| Some(false));
+        let experts = gguf_keys("llama", false, false, None, keys.into_iter(), |_| Some(8), |_| Some(false));
         assert_eq!(
             experts.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(),
             ["llama.expert_count", "llama.attention.causal", "llama.ssm.conv_kernel"]

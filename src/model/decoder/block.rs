@@ -6,6 +6,7 @@
 use candle_core::Tensor;
 
 use super::config::{take_opt, take_req, DecoderConfig, MlpKind, NormKind, NormPlacement, Param, ParamSource, QkNorm};
+use super::latent::LatentAttention;
 use super::linear::{Linear, Projection};
 use super::moe::MoeMlp;
 use crate::error::Result;
@@ -81,30 +82,76 @@ pub(crate) struct Block {
     pub(crate) attn_out: Option<Norm>,
     pub(crate) mlp_in: Option<Norm>,
     pub(crate) mlp_out: Option<Norm>,
-    pub(crate) qkv: Projection,
-    /// RMSNorm weights of queries and keys ([`QkNorm`]).
-    pub(crate) qk_norm: Option<(Tensor, Tensor)>,
+    pub(crate) qkv: QkvSource,
     pub(crate) o_proj: Linear,
     /// Learned sink logits, one per head (gpt-oss).
     pub(crate) sinks: Option<Vec<f32>>,
     pub(crate) mlp: Mlp,
 }
 
+/// Where a block's queries, keys and values come from.
+pub(crate) enum QkvSource {
+    /// One projection per kind (separate or fused in the file), with the RMSNorm weights of
+    /// queries and keys where the family has them ([`QkNorm`]).
+    Heads { qkv: Projection, qk_norm: Option<(Tensor, Tensor)> },
+    /// Multi-head latent attention.
+    Latent(Box<LatentAttention>),
+}
+
+/// RMSNorm of queries and keys over their last dimension with a block's q/k norm weights
+/// (unchanged when the family has none).
+fn norm_qk(qk_norm: &Option<(Tensor, Tensor)>, q: &Tensor, k: &Tensor, eps: f32) -> Result<(Tensor, Tensor)> {
+    Ok(match qk_norm {
+        Some((q_norm, k_norm)) => {
+            (candle_nn::ops::rms_norm(&q.contiguous()?, q_norm, eps)?, candle_nn::ops::rms_norm(&k.contiguous()?, k_norm, eps)?)
+        }
+        None => (q.clone(), k.clone()),
+    })
+}
+
 impl Block {
-    /// RMSNorm of queries and keys over their last dimension with the block's q/k norm weights
-    /// (unchanged when the family has none).
-    pub(crate) fn norm_qk(&self, q: &Tensor, k: &Tensor, eps: f32) -> Result<(Tensor, Tensor)> {
-        Ok(match &self.qk_norm {
-            Some((q_norm, k_norm)) => {
-                (candle_nn::ops::rms_norm(&q.contiguous()?, q_norm, eps)?, candle_nn::ops::rms_norm(&k.contiguous()?, k_norm, eps)?)
-            }
-            None => (q.clone(), k.clone()),
-        })
+    /// The layer's queries (rows, H, dh), keys and values (rows, KVH, dh) before RoPE, from its
+    /// normalised input: queries and keys normalised (over the whole projection, or over each head
+    /// once split into heads) where the family does.
+    pub(crate) fn qkv(&self, cfg: &DecoderConfig, x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+        let (qkv, qk_norm) = match &self.qkv {
+            QkvSource::Latent(latent) => return latent.qkv(x),
+            QkvSource::Heads { qkv, qk_norm } => (qkv.forward(x)?, qk_norm),
+        };
+        let (total, h, kvh, dh, eps) = (x.dim(0)?, cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.rms_eps as f32);
+        let (nq, nkv) = (h * dh, kvh * dh);
+        let across_heads = cfg.arch.qk_norm == QkNorm::AcrossHeads;
+        let (mut q, mut k) = (qkv.narrow(1, 0, nq)?, qkv.narrow(1, nq, nkv)?);
+        if across_heads {
+            (q, k) = norm_qk(qk_norm, &q, &k, eps)?;
+        }
+        let (mut q, mut k) = (q.reshape((total, h, dh))?, k.reshape((total, kvh, dh))?);
+        if !across_heads {
+            (q, k) = norm_qk(qk_norm, &q, &k, eps)?;
+        }
+        let v = qkv.narrow(1, nq + nkv, nkv)?.reshape((total, kvh, dh))?;
+        Ok((q, k, v))
+    }
+
+    /// What `o_proj` reads from the heads' outputs `z` (latent attention brings each head's up to
+    /// its value width first).
+    pub(crate) fn o_proj_input(&self, z: &Tensor) -> Result<Tensor> {
+        match &self.qkv {
+            QkvSource::Latent(latent) => latent.up(z),
+            QkvSource::Heads { .. } => Ok(z.clone()),
+        }
     }
 
     /// Reads layer `l`'s weights under their GGUF-style names, checking every shape.
     pub(crate) fn load(cfg: &DecoderConfig, l: usize, path: &std::path::Path, get: &mut ParamSource<'_>) -> Result<Block> {
-        let (d, dh, h, kv, ff) = (cfg.d_model, cfg.d_head, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff);
+        let (d, h, mut ff) = (cfg.d_model, cfg.n_heads, cfg.d_ff);
+        let mut mlp_kind = cfg.arch.mlp;
+        if let MlpKind::Moe(shape) = mlp_kind {
+            if l < shape.dense_layers {
+                // DeepSeek's first layers: a dense SwiGLU of their own width.
+                (mlp_kind, ff) = (MlpKind::SwiGlu, shape.dense_ff);
+            }
+        }
         let n = |s: &str| format!("blk.{l}.{s}");
         let (attn_in, attn_out, mlp_in, mlp_out) = match cfg.arch.norm_placement {
             NormPlacement::Pre => {
@@ -127,9 +174,58 @@ impl Block {
         };
         let mut bias =
             |name: &str, width: usize| -> Result<Option<Tensor>> { take_opt(get, path, &n(name), &[width])?.map(|p| p.dequantize()).transpose() };
+        let (o_bias, up_bias, down_bias) = (bias("attn_output.bias", d)?, bias("ffn_up.bias", ff)?, bias("ffn_down.bias", d)?);
+        let (qkv, o_width) = match cfg.arch.mla {
+            Some(mla) => (QkvSource::Latent(Box::new(LatentAttention::load(cfg, mla, l, path, get)?)), h * mla.v_head),
+            None => (Self::load_heads(cfg, l, path, get)?, h * cfg.d_head),
+        };
+        let o_proj = Linear::new(take_req(get, path, &n("attn_output.weight"), &[d, o_width])?, o_bias)?;
+        let sinks = match cfg.arch.learned_sinks {
+            true => Some(take_req(get, path, &n("attn_sinks.weight"), &[h])?.dequantize()?.to_vec1::<f32>()?),
+            false => None,
+        };
+        if let MlpKind::Moe(shape) = mlp_kind {
+            let mlp = Mlp::Moe(Box::new(MoeMlp::load(cfg, shape, l, path, get)?));
+            return Ok(Block { attn_in, attn_out, mlp_in, mlp_out, qkv, o_proj, sinks, mlp });
+        }
+        let down = Linear::new(take_req(get, path, &n("ffn_down.weight"), &[d, ff])?, down_bias)?;
+        let mlp = match mlp_kind {
+            MlpKind::SwiGlu | MlpKind::GeGluTanh => {
+                let gate_up = match take_opt(get, path, &n("ffn_gate.weight"), &[ff, d])? {
+                    Some(gate) => Projection::new(vec![(gate, None), (take_req(get, path, &n("ffn_up.weight"), &[ff, d])?, up_bias)])?,
+                    // One matrix in the file, gate rows first (Phi-3's `gate_up_proj`, llama.cpp's
+                    // `ffn_up` of 2·d_ff rows).
+                    None => {
+                        let fused = take_req(get, path, &n("ffn_up.weight"), &[2 * ff, d])?.stored()?;
+                        let half =
+                            |from: usize| -> Result<(Param, Option<Tensor>)> { Ok((Param::Dense(fused.narrow(0, from, ff)?.contiguous()?), None)) };
+                        Projection::new(vec![half(0)?, half(ff)?])?
+                    }
+                };
+                if mlp_kind == MlpKind::GeGluTanh {
+                    Mlp::GeGlu { gate_up, down }
+                } else {
+                    Mlp::SwiGlu { gate_up, down }
+                }
+            }
+            MlpKind::Moe(_) => return Err(crate::error::Error::Internal("a mixture of experts reached the dense MLP".into())),
+            MlpKind::Gelu | MlpKind::GeluTanh => Mlp::Gelu {
+                up: Linear::new(take_req(get, path, &n("ffn_up.weight"), &[ff, d])?, up_bias)?,
+                down,
+                tanh: mlp_kind == MlpKind::GeluTanh,
+            },
+        };
+        Ok(Block { attn_in, attn_out, mlp_in, mlp_out, qkv, o_proj, sinks, mlp })
+    }
+
+    /// Reads layer `l`'s q|k|v projection (separate or fused) and q/k norms.
+    fn load_heads(cfg: &DecoderConfig, l: usize, path: &std::path::Path, get: &mut ParamSource<'_>) -> Result<QkvSource> {
+        let (d, dh, h, kv) = (cfg.d_model, cfg.d_head, cfg.n_heads, cfg.n_kv_heads);
+        let n = |s: &str| format!("blk.{l}.{s}");
+        let mut bias =
+            |name: &str, width: usize| -> Result<Option<Tensor>> { take_opt(get, path, &n(name), &[width])?.map(|p| p.dequantize()).transpose() };
         let qkv_biases =
             (bias("attn_q.bias", h * dh)?, bias("attn_k.bias", kv * dh)?, bias("attn_v.bias", kv * dh)?, bias("attn_qkv.bias", (h + 2 * kv) * dh)?);
-        let (o_bias, up_bias, down_bias) = (bias("attn_output.bias", d)?, bias("ffn_up.bias", ff)?, bias("ffn_down.bias", d)?);
         let qkv = match take_opt(get, path, &n("attn_qkv.weight"), &[(h + 2 * kv) * dh, d])? {
             // One fused matrix in the file (GPT-NeoX, Phi, GPT-2), rows q | k | v.
             Some(fused) => {
@@ -160,42 +256,6 @@ impl Block {
             }
             None => None,
         };
-        let o_proj = Linear::new(take_req(get, path, &n("attn_output.weight"), &[d, h * dh])?, o_bias)?;
-        let sinks = match cfg.arch.learned_sinks {
-            true => Some(take_req(get, path, &n("attn_sinks.weight"), &[h])?.dequantize()?.to_vec1::<f32>()?),
-            false => None,
-        };
-        if let MlpKind::Moe(shape) = cfg.arch.mlp {
-            let mlp = Mlp::Moe(Box::new(MoeMlp::load(cfg, shape, l, path, get)?));
-            return Ok(Block { attn_in, attn_out, mlp_in, mlp_out, qkv, qk_norm, o_proj, sinks, mlp });
-        }
-        let down = Linear::new(take_req(get, path, &n("ffn_down.weight"), &[d, ff])?, down_bias)?;
-        let mlp = match cfg.arch.mlp {
-            MlpKind::SwiGlu | MlpKind::GeGluTanh => {
-                let gate_up = match take_opt(get, path, &n("ffn_gate.weight"), &[ff, d])? {
-                    Some(gate) => Projection::new(vec![(gate, None), (take_req(get, path, &n("ffn_up.weight"), &[ff, d])?, up_bias)])?,
-                    // One matrix in the file, gate rows first (Phi-3's `gate_up_proj`, llama.cpp's
-                    // `ffn_up` of 2·d_ff rows).
-                    None => {
-                        let fused = take_req(get, path, &n("ffn_up.weight"), &[2 * ff, d])?.stored()?;
-                        let half =
-                            |from: usize| -> Result<(Param, Option<Tensor>)> { Ok((Param::Dense(fused.narrow(0, from, ff)?.contiguous()?), None)) };
-                        Projection::new(vec![half(0)?, half(ff)?])?
-                    }
-                };
-                if cfg.arch.mlp == MlpKind::GeGluTanh {
-                    Mlp::GeGlu { gate_up, down }
-                } else {
-                    Mlp::SwiGlu { gate_up, down }
-                }
-            }
-            MlpKind::Moe(_) => return Err(crate::error::Error::Internal("a mixture of experts reached the dense MLP".into())),
-            MlpKind::Gelu | MlpKind::GeluTanh => Mlp::Gelu {
-                up: Linear::new(take_req(get, path, &n("ffn_up.weight"), &[ff, d])?, up_bias)?,
-                down,
-                tanh: cfg.arch.mlp == MlpKind::GeluTanh,
-            },
-        };
-        Ok(Block { attn_in, attn_out, mlp_in, mlp_out, qkv, qk_norm, o_proj, sinks, mlp })
+        Ok(QkvSource::Heads { qkv, qk_norm })
     }
 }

@@ -8,6 +8,7 @@ use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
+pub use super::experts::{ExpertAct, Moe};
 use crate::error::{Error, Result};
 use crate::model::quant_matmul::packed_bytes;
 use crate::model::rope::{FreqFactors, RopeLayout, Yarn};
@@ -111,31 +112,26 @@ pub enum MlpKind {
     Moe(Moe),
 }
 
-/// A mixture-of-experts MLP: its shape, how the chosen experts are weighed, what each computes.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Moe {
-    pub experts: usize,
-    /// Experts each token is routed to.
-    pub top_k: usize,
-    /// The chosen experts' softmax weights divided by their sum (a softmax over the chosen
-    /// logits: Mixtral, gpt-oss, Qwen3-MoE); otherwise each keeps its softmax over all experts
-    /// (`norm_topk_prob` false: Qwen2-MoE, OLMoE).
-    pub norm_top_k: bool,
-    pub expert: ExpertAct,
-    /// Width of a shared SwiGLU expert every token also goes through, its output weighed by
-    /// σ(x · g) (Qwen2-MoE's `shared_expert`); 0: none.
-    pub shared_ff: usize,
+/// Multi-head latent attention (DeepSeek-V2/V3's MLA): each token caches one latent of
+/// `kv_lora_rank` (normalised) and one RoPE key of `qk_rope` shared by every head; per head, keys
+/// are [k_nope | k_rope] (`qk_nope` + `qk_rope` wide) and values `v_head` wide, both expanded from
+/// the latent by `kv_b_proj`. Run absorbed, as llama.cpp does: one KV head of
+/// `qk_rope + kv_lora_rank` ([k_rope | latent], RoPE on the leading `qk_rope`), values the latent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mla {
+    /// Rank of the queries' low-rank path (`q_a_proj` → norm → `q_b_proj`); 0: one `q_proj`.
+    pub q_lora_rank: usize,
+    pub kv_lora_rank: usize,
+    pub qk_nope: usize,
+    pub qk_rope: usize,
+    pub v_head: usize,
 }
 
-/// What one expert computes.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ExpertAct {
-    /// down(silu(gate(x)) · up(x)), no biases (Mixtral, Qwen-MoE, OLMoE).
-    SwiGlu,
-    /// A SwiGLU with biases whose gate and up are clamped (gate ≤ limit, up to [−limit, limit]),
-    /// (up + 1) · gate · σ(α · gate) (gpt-oss).
-    ClampedSwiGlu { alpha: f64, limit: f64 },
+impl Mla {
+    /// Width of the one cached row per token and layer: the RoPE key, then the latent.
+    pub fn cached_width(&self) -> usize {
+        self.qk_rope + self.kv_lora_rank
+    }
 }
 
 /// How a family normalises queries and keys before RoPE.
@@ -214,6 +210,10 @@ pub struct ArchSwitches {
     /// Logits divided by this (Granite's `logits_scaling`, llama.cpp's `logit_scale` for it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logit_divisor: Option<f64>,
+    /// Multi-head latent attention ([`Mla`]): `d_head` is then its cached width and the model
+    /// has one KV head.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mla: Option<Mla>,
 }
 
 /// Sliding windows as a phrase: "512", "512 and 4096", "128, 512 and 4096".
@@ -247,6 +247,7 @@ pub const LLAMA: ArchSwitches = ArchSwitches {
     embed_multiplier: None,
     residual_multiplier: None,
     logit_divisor: None,
+    mla: None,
 };
 
 impl Default for ArchSwitches {
@@ -276,6 +277,14 @@ impl DecoderConfig {
             arch: LLAMA,
             layers,
         }
+    }
+
+    /// Elements one token stores per layer in an engine's cache, (keys, values): a latent-attention
+    /// model stores one [RoPE key | latent] row and reads its values from it (llama.cpp's V is a
+    /// view of K), so it has no values of its own.
+    pub fn cached_elements(&self) -> (usize, usize) {
+        let keys = self.n_kv_heads * self.d_head;
+        (keys, if self.arch.mla.is_some() { 0 } else { keys })
     }
 
     /// Layer `l`'s own sliding window, if it attends through one.
@@ -356,6 +365,23 @@ impl DecoderConfig {
         if let MlpKind::Moe(m) = self.arch.mlp {
             if m.experts == 0 || m.top_k == 0 || m.top_k > m.experts || m.experts > 1 << 16 || m.shared_ff > MAX_SIZE {
                 return Err(bad(format!("{} of {} experts per token", m.top_k, m.experts)));
+            }
+            let grouped = m.groups > 1 && (!m.experts.is_multiple_of(m.groups) || m.top_groups == 0 || m.top_groups > m.groups);
+            if grouped || (m.groups > 1 && m.top_k > m.top_groups * (m.experts / m.groups)) {
+                return Err(bad(format!("{} of {} experts per token from {} of {} groups", m.top_k, m.experts, m.top_groups, m.groups)));
+            }
+            if m.dense_layers > 0 && (m.dense_ff == 0 || m.dense_ff > MAX_SIZE) || m.routed_scale.is_some_and(|f| !(f.is_finite() && f > 0.0)) {
+                return Err(bad(format!("dense layers of width {} / routed scaling {:?}", m.dense_ff, m.routed_scale)));
+            }
+        }
+        if let Some(m) = self.arch.mla {
+            let sizes = [m.kv_lora_rank, m.qk_nope, m.qk_rope, m.v_head];
+            let shaped = self.n_kv_heads == 1 && self.d_head == m.cached_width() && self.arch.rotary_dims == Some(m.qk_rope);
+            if !shaped || sizes.iter().any(|&s| s == 0 || s > MAX_SIZE) || m.q_lora_rank > MAX_SIZE {
+                return Err(bad(format!(
+                    "latent attention of rank {} with keys {} + {} and values {}",
+                    m.kv_lora_rank, m.qk_nope, m.qk_rope, m.v_head
+                )));
             }
         }
         if self.arch.norm_placement == NormPlacement::Shared && !self.arch.parallel_residual {

@@ -9,8 +9,10 @@
 pub mod attention;
 mod block;
 pub mod config;
+mod experts;
 pub mod finite;
 pub mod kv;
+mod latent;
 pub mod linear;
 mod moe;
 
@@ -260,10 +262,9 @@ impl Decoder {
     /// The layer stack over `x` (rows = tokens): the family's norms, fused projections, `attend` for the
     /// part where queries meet keys, output projection, the MLP, hooks at every named point.
     pub(crate) fn run_blocks(&self, mut x: Tensor, first_layer: usize, attend: &mut dyn Attend, hooks: &mut dyn HookReceiver) -> Result<Tensor> {
-        let total = x.dim(0)?;
         let rows = attend.rows();
         let eps = self.cfg.rms_eps as f32;
-        let (h, kvh, dh) = (self.cfg.n_heads, self.cfg.n_kv_heads, self.cfg.d_head);
+        let dh = self.cfg.d_head;
         refuse_non_finite(if first_layer == 0 { HookPoint::Embed } else { HookPoint::ResidPre(first_layer) }, &x, &[], &rows)?;
         for (l, block) in self.blocks.iter().enumerate().skip(first_layer) {
             emit(hooks, HookPoint::ResidPre(l), &rows, &x)?;
@@ -271,20 +272,7 @@ impl Decoder {
             let block_in = x.clone();
             let attn_in_raw = norm(&block.attn_in, &x)?;
             let attn_in = intervene(hooks, HookPoint::AttnIn(l), &rows, attn_in_raw.clone())?;
-            let qkv = block.qkv.forward(&attn_in)?;
-            let (nq, nkv) = (h * dh, kvh * dh);
-            // Queries and keys normalised before RoPE (hook_q / hook_k see them normalised): over
-            // the whole projection, or over each head once split into heads.
-            let across_heads = self.cfg.arch.qk_norm == QkNorm::AcrossHeads;
-            let (mut q, mut k) = (qkv.narrow(1, 0, nq)?, qkv.narrow(1, nq, nkv)?);
-            if across_heads {
-                (q, k) = block.norm_qk(&q, &k, eps)?;
-            }
-            let (mut q, mut k) = (q.reshape((total, h, dh))?, k.reshape((total, kvh, dh))?);
-            if !across_heads {
-                (q, k) = block.norm_qk(&q, &k, eps)?;
-            }
-            let v = qkv.narrow(1, nq + nkv, nkv)?.reshape((total, kvh, dh))?;
+            let (mut q, k, v) = block.qkv(&self.cfg, &attn_in)?;
             emit(hooks, HookPoint::Q(l), &rows, &q)?;
             let k = intervene(hooks, HookPoint::K(l), &rows, k)?;
             let v = intervene(hooks, HookPoint::V(l), &rows, v)?;
@@ -295,7 +283,7 @@ impl Decoder {
             }
             let z = attend.attend(&layer, &q, &k, &v, hooks)?;
             let z = intervene(hooks, HookPoint::Z(l), &rows, z)?;
-            let attn_out = self.to_residual(norm(&block.attn_out, &block.o_proj.forward(&z)?)?)?;
+            let attn_out = self.to_residual(norm(&block.attn_out, &block.o_proj.forward(&block.o_proj_input(&z)?)?)?)?;
             emit(hooks, HookPoint::AttnOut(l), &rows, &attn_out)?;
             x = (&x + &attn_out)?;
             let attention_steps = [

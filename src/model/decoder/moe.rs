@@ -1,7 +1,8 @@
 //! A mixture-of-experts feed-forward block: a router picks each token's top-k experts and weighs
 //! them by a softmax over the experts' logits ([`Moe`]); each expert is a SwiGLU (Mixtral,
-//! Qwen-MoE, OLMoE) or gpt-oss's clamped SwiGLU with biases; Qwen2-MoE adds a shared expert
-//! every token goes through, gated by σ(x · g).
+//! Qwen-MoE, OLMoE, DeepSeek) or gpt-oss's clamped SwiGLU with biases; Qwen2-MoE adds a shared
+//! expert every token goes through, gated by σ(x · g), DeepSeek one added ungated (and routes
+//! within the best groups of experts, its weights scaled).
 
 use candle_core::{Device, Tensor};
 
@@ -21,11 +22,12 @@ pub(crate) struct MoeMlp {
     shared: Option<SharedExpert>,
 }
 
-/// Qwen2-MoE's shared expert: a SwiGLU whose output is weighed by σ(x · gate).
+/// A shared expert: a SwiGLU whose output is weighed by σ(x · gate) (Qwen2-MoE) or added as it
+/// is (DeepSeek, `gate` = `None`).
 struct SharedExpert {
     gate_up: Projection,
     down: Linear,
-    gate: Linear,
+    gate: Option<Linear>,
 }
 
 impl MoeMlp {
@@ -49,11 +51,14 @@ impl MoeMlp {
         let shared = match shape.shared_ff {
             0 => None,
             sff => {
-                let gate = take_req(get, path, &n("ffn_gate_shexp.weight"), &[sff, d])?;
+                let gate_up_gate = take_req(get, path, &n("ffn_gate_shexp.weight"), &[sff, d])?;
                 let up = take_req(get, path, &n("ffn_up_shexp.weight"), &[sff, d])?;
                 let down = Linear::new(take_req(get, path, &n("ffn_down_shexp.weight"), &[d, sff])?, None)?;
-                let g = shared_gate(get, path, &n("ffn_gate_inp_shexp.weight"), d)?;
-                Some(SharedExpert { gate_up: Projection::new(vec![(gate, None), (up, None)])?, down, gate: Linear::new(Param::Dense(g), None)? })
+                let gate = match shape.ungated_shared {
+                    true => None,
+                    false => Some(Linear::new(Param::Dense(shared_gate(get, path, &n("ffn_gate_inp_shexp.weight"), d)?), None)?),
+                };
+                Some(SharedExpert { gate_up: Projection::new(vec![(gate_up_gate, None), (up, None)])?, down, gate })
             }
         };
         Ok(MoeMlp { shape, d_ff: ff, router, gate_up, down, shared })
@@ -84,7 +89,10 @@ impl MoeMlp {
             None => out,
             Some(s) => {
                 let y = s.down.forward(&swiglu(&s.gate_up.forward(&x)?)?)?;
-                (out + y.broadcast_mul(&candle_nn::ops::sigmoid(&s.gate.forward(&x)?)?)?)?
+                match &s.gate {
+                    Some(gate) => (out + y.broadcast_mul(&candle_nn::ops::sigmoid(&gate.forward(&x)?)?)?)?,
+                    None => (out + y)?,
+                }
             }
         })
     }
@@ -112,24 +120,44 @@ impl MoeMlp {
 }
 
 /// Each expert's (row, weight) pairs from the router's logits, (T · experts) row-major: the k
-/// highest logits (ties to the lower expert), weighed by a softmax over those k
-/// (`norm_top_k`) or over all experts.
+/// highest logits (ties to the lower expert) — among the experts of the `top_groups` groups whose
+/// best logit is highest, where experts are grouped — weighed by a softmax over those k
+/// (`norm_top_k`) or over all experts, times `routed_scale`.
 fn route(z: &[f32], shape: &Moe) -> Vec<Vec<(u32, f32)>> {
     let mut routed: Vec<Vec<(u32, f32)>> = vec![Vec::new(); shape.experts];
+    let scale = shape.routed_scale.unwrap_or(1.0) as f32;
     for (row, r) in z.chunks(shape.experts).enumerate() {
-        let mut order: Vec<usize> = (0..r.len()).collect();
+        let allowed = allowed_experts(r, shape);
+        let mut order: Vec<usize> = (0..r.len()).filter(|&e| allowed[e]).collect();
         order.sort_by(|&a, &b| r[b].total_cmp(&r[a]).then(a.cmp(&b)));
-        let top = &order[..shape.top_k];
-        let max = r[top[0]];
+        let top = &order[..shape.top_k.min(order.len())];
+        let max = r.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let sum: f32 = match shape.norm_top_k {
             true => top.iter().map(|&e| (r[e] - max).exp()).sum(),
             false => r.iter().map(|&v| (v - max).exp()).sum(),
         };
         for &e in top {
-            routed[e].push((row as u32, (r[e] - max).exp() / sum));
+            routed[e].push((row as u32, (r[e] - max).exp() / sum * scale));
         }
     }
     routed
+}
+
+/// Which experts a row may pick: all, or those of the `top_groups` groups whose best logit is
+/// highest (ties to the lower group) — the softmax is monotone, so logits rank as its scores do.
+fn allowed_experts(r: &[f32], shape: &Moe) -> Vec<bool> {
+    if shape.groups <= 1 {
+        return vec![true; r.len()];
+    }
+    let size = r.len() / shape.groups;
+    let best: Vec<f32> = r.chunks(size).map(|g| g.iter().copied().fold(f32::NEG_INFINITY, f32::max)).collect();
+    let mut order: Vec<usize> = (0..best.len()).collect();
+    order.sort_by(|&a, &b| best[b].total_cmp(&best[a]).then(a.cmp(&b)));
+    let mut allowed = vec![false; r.len()];
+    for &g in &order[..shape.top_groups.min(order.len())] {
+        allowed[g * size..(g + 1) * size].iter_mut().for_each(|a| *a = true);
+    }
+    allowed
 }
 
 /// The `e` experts' (rows, cols) matrices `name`: one stacked (experts, rows, cols) tensor (GGUF's

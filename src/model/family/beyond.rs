@@ -13,9 +13,9 @@ pub struct Beyond {
 /// The designs, newest kinds of attention first.
 pub const BEYOND: &[Beyond] = &[
     Beyond {
-        hf_types: &["deepseek_v2", "deepseek_v3", "kimi_k2"],
-        gguf_archs: &["deepseek2"],
-        missing: "multi-head latent attention (MLA: keys and values expanded per head from a cached low-rank latent, a decoupled RoPE key shared by every head, keys and values of different widths) and a mixture of experts with shared experts and group-limited routing",
+        hf_types: &["deepseek_v3", "kimi_k2"],
+        gguf_archs: &[],
+        missing: "DeepSeek-V3's router (sigmoid scores with a learned score-correction bias, `noaux_tc` group routing, normalised top-k weights); DeepSeek-V2's latent attention and experts are read",
     },
     Beyond {
         hf_types: &["qwen3_next", "qwen3_5", "qwen3_5_moe"],

@@ -15,13 +15,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     // The number of experts and how many a token uses come from the config; α and the clamp are
     // transformers' defaults unless it sets `swiglu_alpha` / `swiglu_limit`.
     switches: ArchSwitches {
-        mlp: MlpKind::Moe(Moe {
-            experts: 0,
-            top_k: 0,
-            norm_top_k: true,
-            expert: ExpertAct::ClampedSwiGlu { alpha: 1.702, limit: 7.0 },
-            shared_ff: 0,
-        }),
+        mlp: MlpKind::Moe(Moe::plain(0, 0, true, ExpertAct::ClampedSwiGlu { alpha: 1.702, limit: 7.0 })),
         learned_sinks: true,
         ..LLAMA
     },

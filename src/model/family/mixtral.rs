@@ -16,7 +16,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["mixtral"],
     gguf_archs: &[],
     // The number of experts and how many a token uses come from the file.
-    switches: ArchSwitches { mlp: MlpKind::Moe(Moe { experts: 0, top_k: 0, norm_top_k: true, expert: ExpertAct::SwiGlu, shared_ff: 0 }), ..LLAMA },
+    switches: ArchSwitches { mlp: MlpKind::Moe(Moe::plain(0, 0, true, ExpertAct::SwiGlu)), ..LLAMA },
     hf_names: HfNames {
         fixed: LLAMA_FIXED,
         layer_prefix: "model.layers.",

@@ -7,6 +7,7 @@
 
 pub mod beyond;
 mod cohere;
+mod deepseek_v2;
 mod falcon;
 mod gemma2;
 mod gemma3;
@@ -58,6 +59,7 @@ pub const FAMILIES: &[&FamilySpec] = &[
     &phi3::SPEC,
     &gpt_oss::SPEC,
     &gpt2::SPEC,
+    &deepseek_v2::SPEC,
 ];
 
 /// One model family (see [`FamilySpec`] for what it carries).
@@ -152,11 +154,11 @@ mod tests {
     fn supported_lists_come_from_the_families() {
         assert_eq!(
             Family::hf_supported(),
-            "cohere, falcon, gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, granite, llama, mistral, mixtral, olmo2, olmo3, olmoe, phi, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm, smollm3, stablelm, starcoder2"
+            "cohere, deepseek_v2, falcon, gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, granite, llama, mistral, mixtral, olmo2, olmo3, olmoe, phi, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm, smollm3, stablelm, starcoder2"
         );
         assert_eq!(
             Family::gguf_supported(),
-            "llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, olmo2, olmoe, smollm3, granite, stablelm, starcoder2, command-r, falcon, gptneox, gemma2, gemma3, phi2, phi3 and gpt2"
+            "llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, olmo2, olmoe, smollm3, granite, stablelm, starcoder2, command-r, falcon, gptneox, gemma2, gemma3, phi2, phi3, gpt2 and deepseek2"
         );
         assert_eq!(Family::gguf_windowed_supported(), "olmo2, gemma2, gemma3 and phi3");
     }

@@ -11,11 +11,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["olmoe"],
     gguf_archs: &["olmoe"],
     gguf_rope: RopeLayout::HalfSplit,
-    switches: ArchSwitches {
-        qk_norm: QkNorm::AcrossHeads,
-        mlp: MlpKind::Moe(Moe { experts: 0, top_k: 0, norm_top_k: false, expert: ExpertAct::SwiGlu, shared_ff: 0 }),
-        ..LLAMA
-    },
+    switches: ArchSwitches { qk_norm: QkNorm::AcrossHeads, mlp: MlpKind::Moe(Moe::plain(0, 0, false, ExpertAct::SwiGlu)), ..LLAMA },
     hf_names: QWEN_MOE_NAMES,
     ..BASE
 };

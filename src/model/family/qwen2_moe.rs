@@ -18,7 +18,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     gguf_archs: &["qwen2moe"],
     gguf_rope: RopeLayout::HalfSplit,
     // The counts and the shared expert's width come from the file.
-    switches: ArchSwitches { mlp: MlpKind::Moe(Moe { experts: 0, top_k: 0, norm_top_k: false, expert: ExpertAct::SwiGlu, shared_ff: 0 }), ..LLAMA },
+    switches: ArchSwitches { mlp: MlpKind::Moe(Moe::plain(0, 0, false, ExpertAct::SwiGlu)), ..LLAMA },
     hf_names: QWEN_MOE_NAMES,
     hf_config: qwen_moe_config,
     ..BASE

@@ -12,11 +12,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     hf_types: &["qwen3_moe"],
     gguf_archs: &["qwen3moe"],
     gguf_rope: RopeLayout::HalfSplit,
-    switches: ArchSwitches {
-        qk_norm: QkNorm::PerHead,
-        mlp: MlpKind::Moe(Moe { experts: 0, top_k: 0, norm_top_k: true, expert: ExpertAct::SwiGlu, shared_ff: 0 }),
-        ..LLAMA
-    },
+    switches: ArchSwitches { qk_norm: QkNorm::PerHead, mlp: MlpKind::Moe(Moe::plain(0, 0, true, ExpertAct::SwiGlu)), ..LLAMA },
     hf_names: QWEN_MOE_NAMES,
     hf_config: qwen_moe_config,
     ..BASE

@@ -18,6 +18,17 @@ use crate::model::gguf_config::seen;
 /// GPT-2's pre-tokenizer regex and the llama-3 / qwen2 variants, as llama.cpp names them by
 /// `tokenizer.ggml.pre`.
 const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// DeepSeek LLM's and DeepSeek-V2's splits (llama.cpp's `deepseek-llm`), applied one after
+/// another to the pieces the previous left: line breaks, letter runs, punctuation runs, trailing
+/// whitespace, CJK runs, digit runs (llama.cpp's `llama-vocab.cpp`, as DeepSeek's tokenizer.json).
+const DEEPSEEK_LLM_REGEXES: &[&str] = &[
+    r"[\r\n]",
+    r"\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
+    r"\s?[!-/:-~！-／：-～‘-‟　-。]+",
+    r"\s+$",
+    r"[一-龥ࠀ-一가-퟿]+",
+    r"\p{N}+",
+];
 const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// A GGUF file's tokenizer, as built from its metadata.
@@ -96,7 +107,7 @@ pub fn read(gguf: &GgufFile) -> Result<Embedded> {
             let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| bad(&format!("cannot build BPE ({e})")))?;
             let mut inner = tokenizers::Tokenizer::new(bpe);
             inner.with_pre_tokenizer(Some(byte_level_pre_tokenizer(pre).ok_or_else(|| {
-                bad(&format!("pre-tokenizer '{pre}' is not supported (known: default, gpt2, olmo, mpt, smollm, starcoder, command-r, falcon, llama3, llama-bpe, dbrx, qwen2, stablelm2)"))
+                bad(&format!("pre-tokenizer '{pre}' is not supported (known: default, gpt2, olmo, mpt, smollm, starcoder, command-r, falcon, llama3, llama-bpe, dbrx, qwen2, stablelm2, deepseek-llm)"))
             })?));
             inner.with_decoder(Some(ByteLevel::default()));
             let specials: Vec<AddedToken> = tokens
@@ -139,6 +150,18 @@ fn byte_level_pre_tokenizer(pre: &str) -> Option<PreTokenizerWrapper> {
             };
             let (punct, digits) = (split(r"[\p{P}\$\+<=>\^~\|`]+")?, split("[0-9][0-9][0-9]")?);
             Some(PreTokenizerWrapper::Sequence(Sequence::new(vec![punct.into(), byte_level.into(), digits.into()])))
+        }
+        "deepseek-llm" => {
+            let splits: Option<Vec<PreTokenizerWrapper>> = DEEPSEEK_LLM_REGEXES
+                .iter()
+                .map(|re| {
+                    let pattern = tokenizers::pre_tokenizers::split::SplitPattern::Regex((*re).into());
+                    Split::new(pattern, SplitDelimiterBehavior::Isolated, false).ok().map(Into::into)
+                })
+                .collect();
+            let mut steps = splits?;
+            steps.push(ByteLevel::new(false, true, false).into());
+            Some(PreTokenizerWrapper::Sequence(Sequence::new(steps)))
         }
         // llama.cpp splits StableLM 2's vocabulary with Qwen2's expression.
         "qwen2" | "stablelm2" => regex_split(QWEN2_REGEX),
