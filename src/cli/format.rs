@@ -75,7 +75,8 @@ fn describe_switches(cfg: &DecoderConfig) -> String {
             let weights = if m.norm_top_k { "weights renormalised over them" } else { "each weighted by its softmax over all" };
             parts.push(format!("mixture of {} {expert} experts, {} per token, {weights}", m.experts, m.top_k));
             if m.groups > 1 {
-                parts.push(format!("experts chosen within the best {} of {} groups", m.top_groups, m.groups));
+                let by = if m.groups_by_top_two { "their two best experts' sum, as llama.cpp" } else { "their best expert" };
+                parts.push(format!("experts chosen within the best {} of {} groups (by {by})", m.top_groups, m.groups));
             }
             if let Some(s) = m.routed_scale {
                 parts.push(format!("expert weights × {s}"));

@@ -316,6 +316,9 @@ fn latent_of(file: &GgufFile, arch: &str, shape: &Shape, dense_ff: usize, switch
         moe.dense_layers = count("leading_dense_block_count").unwrap_or(0);
         moe.dense_ff = if moe.dense_layers > 0 { dense_ff } else { 0 };
         (moe.groups, moe.top_groups) = (count("expert_group_count").unwrap_or(0), count("expert_group_used_count").unwrap_or(0));
+        // llama.cpp ranks a deepseek2 file's groups by their two best experts (DeepSeek-V3's
+        // rule) whatever the model: what an engine running this file computes.
+        moe.groups_by_top_two = moe.groups > 1;
         moe.routed_scale = file.opt_f64(&key("expert_weights_scale")).filter(|&s| s != 1.0 && s != 0.0);
         moe.norm_top_k = file.get(&key("expert_weights_norm")).and_then(gguf::Value::as_bool).unwrap_or(false);
     }

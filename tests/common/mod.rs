@@ -2,6 +2,9 @@
 //! it is absent), temporary directories, fixture loading and running the binary.
 #![allow(dead_code)]
 
+pub mod engine;
+pub mod parity;
+
 use std::path::{Path, PathBuf};
 use std::process::Output;
 

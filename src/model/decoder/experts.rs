@@ -29,11 +29,15 @@ pub struct Moe {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub dense_ff: usize,
     /// Experts form this many groups, and a token's experts come from the `top_groups` groups
-    /// whose best expert scores highest (DeepSeek's `group_limited_greedy`); 0: no groups.
+    /// whose best expert scores highest (DeepSeek-V2's `group_limited_greedy`), or whose two best
+    /// experts' probabilities sum highest (`groups_by_top_two`: llama.cpp's rule for every
+    /// `deepseek2` file, DeepSeek-V3's); 0: no groups.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub groups: usize,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub top_groups: usize,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub groups_by_top_two: bool,
     /// The chosen experts' weights multiplied by this (DeepSeek's `routed_scaling_factor`);
     /// `None`: 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -59,6 +63,7 @@ impl Moe {
             dense_ff: 0,
             groups: 0,
             top_groups: 0,
+            groups_by_top_two: false,
             routed_scale: None,
         }
     }

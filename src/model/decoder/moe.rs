@@ -144,13 +144,24 @@ fn route(z: &[f32], shape: &Moe) -> Vec<Vec<(u32, f32)>> {
 }
 
 /// Which experts a row may pick: all, or those of the `top_groups` groups whose best logit is
-/// highest (ties to the lower group) — the softmax is monotone, so logits rank as its scores do.
+/// highest (the softmax is monotone, so logits rank as its scores do) or, `groups_by_top_two`,
+/// whose two best softmax scores sum highest; ties to the lower group.
 fn allowed_experts(r: &[f32], shape: &Moe) -> Vec<bool> {
     if shape.groups <= 1 {
         return vec![true; r.len()];
     }
     let size = r.len() / shape.groups;
-    let best: Vec<f32> = r.chunks(size).map(|g| g.iter().copied().fold(f32::NEG_INFINITY, f32::max)).collect();
+    let max = r.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = r.iter().map(|&v| (v - max).exp()).sum();
+    let group_score = |g: &[f32]| -> f32 {
+        if !shape.groups_by_top_two {
+            return g.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        }
+        let mut p: Vec<f32> = g.iter().map(|&v| (v - max).exp() / sum).collect();
+        p.sort_by(|a, b| b.total_cmp(a));
+        p.iter().take(2).sum()
+    };
+    let best: Vec<f32> = r.chunks(size).map(group_score).collect();
     let mut order: Vec<usize> = (0..best.len()).collect();
     order.sort_by(|&a, &b| best[b].total_cmp(&best[a]).then(a.cmp(&b)));
     let mut allowed = vec![false; r.len()];
