@@ -72,7 +72,10 @@ const SIMULATED_ELEMENT_BYTES: u64 = 4;
 /// before computing, so an impossible length fails at once instead of after hours.
 pub fn check_fits(cfg: &DecoderConfig, peak: usize, what: &str, available: Option<u64>) -> Result<()> {
     let Some(available) = available else { return Ok(()) };
-    let bytes = kv_memory(cfg, peak).bytes.saturating_mul(SIMULATED_ELEMENT_BYTES / CACHE_ELEMENT_BYTES);
+    // The simulator keeps a value beside every key, a latent-attention model's too (where an
+    // engine reads its values from its keys).
+    let kept_per_counted = if cfg.cached_elements().1 == 0 { 2 } else { 1 };
+    let bytes = kv_memory(cfg, peak).bytes.saturating_mul(kept_per_counted * SIMULATED_ELEMENT_BYTES / CACHE_ELEMENT_BYTES);
     if bytes > available {
         let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
         return Err(Error::input(format!(
@@ -206,5 +209,9 @@ mod tests {
         use crate::numerics::cache_formats::CacheFormat;
         let q8 = CacheRounding { keys: CacheFormat::Q8_0, values: CacheFormat::Q8_0, ..CacheRounding::default() };
         assert_eq!(kv_memory_stored(&lite, 1000, &q8).bytes, 27 * 1000 * 612);
+        // The simulator itself keeps keys and values in f32: 27 · 1000 · 2 · 576 · 4 bytes.
+        let simulated = 27 * 1000 * 2 * 576 * 4;
+        assert!(check_fits(&lite, 1000, "x", Some(simulated)).is_ok());
+        assert!(check_fits(&lite, 1000, "x", Some(simulated - 1)).is_err());
     }
 }

@@ -51,14 +51,14 @@ impl MoeMlp {
         let shared = match shape.shared_ff {
             0 => None,
             sff => {
-                let gate_up_gate = take_req(get, path, &n("ffn_gate_shexp.weight"), &[sff, d])?;
+                let gate_proj = take_req(get, path, &n("ffn_gate_shexp.weight"), &[sff, d])?;
                 let up = take_req(get, path, &n("ffn_up_shexp.weight"), &[sff, d])?;
                 let down = Linear::new(take_req(get, path, &n("ffn_down_shexp.weight"), &[d, sff])?, None)?;
                 let gate = match shape.ungated_shared {
                     true => None,
                     false => Some(Linear::new(Param::Dense(shared_gate(get, path, &n("ffn_gate_inp_shexp.weight"), d)?), None)?),
                 };
-                Some(SharedExpert { gate_up: Projection::new(vec![(gate_up_gate, None), (up, None)])?, down, gate })
+                Some(SharedExpert { gate_up: Projection::new(vec![(gate_proj, None), (up, None)])?, down, gate })
             }
         };
         Ok(MoeMlp { shape, d_ff: ff, router, gate_up, down, shared })
@@ -120,9 +120,9 @@ impl MoeMlp {
 }
 
 /// Each expert's (row, weight) pairs from the router's logits, (T · experts) row-major: the k
-/// highest logits (ties to the lower expert) — among the experts of the `top_groups` groups whose
-/// best logit is highest, where experts are grouped — weighed by a softmax over those k
-/// (`norm_top_k`) or over all experts, times `routed_scale`.
+/// highest logits (ties to the lower expert) among the experts a row may pick
+/// ([`allowed_experts`]), weighed by a softmax over those k (`norm_top_k`) or over all experts,
+/// times `routed_scale`.
 fn route(z: &[f32], shape: &Moe) -> Vec<Vec<(u32, f32)>> {
     let mut routed: Vec<Vec<(u32, f32)>> = vec![Vec::new(); shape.experts];
     let scale = shape.routed_scale.unwrap_or(1.0) as f32;
