@@ -94,6 +94,13 @@ pub struct BuiltProbe {
     pub replaced: Vec<usize>,
 }
 
+/// A probe of a set left out for a tokenizer, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SkippedProbe {
+    pub name: String,
+    pub why: String,
+}
+
 impl ProbeSet {
     /// `default` (built in) or a path to a TOML file.
     pub fn load(name: &str) -> Result<Self> {
@@ -125,8 +132,20 @@ impl ProbeSet {
         }
     }
 
+    /// The probes this tokenizer can take (see [`ProbeSet::skipped`] for the rest).
     pub fn build(&self, tok: &Tokenizer) -> Result<Vec<BuiltProbe>> {
-        self.probes.iter().map(|p| self.build_one(p, tok)).collect()
+        self.probes.iter().filter(|p| Self::skip_reason(p, tok).is_none()).map(|p| self.build_one(p, tok)).collect()
+    }
+
+    /// The probes [`ProbeSet::build`] leaves out for this tokenizer, and why: one that flips BOS
+    /// where the tokenizer has none, so that nothing can be flipped (a BOS asked for outright
+    /// stays an error).
+    pub fn skipped(&self, tok: &Tokenizer) -> Vec<SkippedProbe> {
+        self.probes.iter().filter_map(|p| Some(SkippedProbe { name: p.name.clone(), why: Self::skip_reason(p, tok)?.into() })).collect()
+    }
+
+    fn skip_reason(p: &ProbeSpec, tok: &Tokenizer) -> Option<&'static str> {
+        (p.bos == BosMode::Flip && tok.bos().is_none()).then_some("it flips BOS, and this tokenizer has no BOS token")
     }
 
     /// The ablation text's token ids (with BOS as the model's tokenizer adds it).

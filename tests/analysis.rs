@@ -242,3 +242,35 @@ fn ablation_matches_hf_with_the_same_mask() {
         }
     }
 }
+
+/// A tokenizer without BOS (the tiny Gemma 2 fixture's) takes the default probes but the one
+/// that flips BOS, which is left out with the reason (report.json's `skipped_probes`, the summary,
+/// index.md); a tokenizer with BOS leaves none out, and a probe asking for BOS outright on a
+/// tokenizer without one stays an error.
+#[test]
+fn a_tokenizer_without_bos_leaves_out_the_flipped_bos_probe_and_says_so() {
+    use sinkscope::probe::{BosMode, SkippedProbe};
+    let no_bos = load(common::fixture("arch/gemma2").to_str().unwrap(), &LoadOptions::default()).unwrap();
+    assert_eq!(no_bos.tokenizer.bos(), None);
+    let set = ProbeSet::load("default").unwrap();
+    let built = set.build(&no_bos.tokenizer).unwrap();
+    assert_eq!(built.len(), set.probes.len() - 1);
+    assert!(built.iter().all(|p| p.name != "story_flipped_bos"));
+    let why = "it flips BOS, and this tokenizer has no BOS token".to_string();
+    assert_eq!(set.skipped(&no_bos.tokenizer), [SkippedProbe { name: "story_flipped_bos".into(), why }]);
+    let with_bos = load(common::fixture("arch/qwen3").to_str().unwrap(), &LoadOptions::default()).unwrap();
+    assert!(with_bos.tokenizer.bos().is_some() && set.skipped(&with_bos.tokenizer).is_empty());
+    assert_eq!(set.build(&with_bos.tokenizer).unwrap().len(), set.probes.len());
+    let mut always = set.clone();
+    always.probes.retain(|p| p.bos == BosMode::Flip);
+    always.probes[0].bos = BosMode::Always;
+    let e = always.build(&no_bos.tokenizer).unwrap_err().to_string();
+    assert!(e.contains("asks for BOS but this tokenizer has none"), "{e}");
+    // The whole analysis runs and says what it left out.
+    let dir = common::temp_dir("analysis-no-bos");
+    let out = common::sinkscope(&["analyze", "-m", common::fixture("arch/gemma2").to_str().unwrap(), "--no-ablation", "-o", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("probe left out: story_flipped_bos (it flips BOS"));
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["skipped_probes"][0]["name"], "story_flipped_bos");
+}

@@ -15,6 +15,8 @@ use crate::model::info::ModelInfo;
 #[derive(Debug, Clone)]
 pub struct AnalysisFindings {
     pub probes: usize,
+    /// Probes of the set left out for this model, each as "name (why)".
+    pub skipped_probes: Vec<String>,
     pub epsilon: f64,
     /// The probes' lengths in tokens, each once, shortest first.
     pub probe_lengths: Vec<usize>,
@@ -157,6 +159,7 @@ impl AnalysisFindings {
         let alpha0 = || a.heads.iter().filter_map(|h| Some((h.layer, *h.alpha.first()?)));
         AnalysisFindings {
             probes: a.probes.len(),
+            skipped_probes: a.skipped_probes.iter().map(|p| format!("{} ({})", p.name, p.why)).collect(),
             epsilon: a.settings.epsilon,
             probe_lengths: lengths,
             sink_positions: a.sink_positions.clone(),

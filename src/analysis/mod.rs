@@ -26,7 +26,7 @@ use crate::capture::ablation::AblationResult;
 use crate::capture::summary::StandardReducers;
 use crate::metrics::quant::QuantRisk;
 use crate::model::info::{ModelInfo, NllSummary, TokenInfo};
-use crate::probe::BuiltProbe;
+use crate::probe::{BuiltProbe, SkippedProbe};
 use heads::{classify, uniform_entropy, HeadClass, HeadEvidence};
 use massive::{find_massive, recurring_dims, MassiveReport};
 use sinks::{alpha, discover_sink_positions, f_attn, sink_score, Alphas, SinkPosition};
@@ -152,6 +152,10 @@ pub struct AnalysisReport {
     pub heads: Vec<HeadReport>,
     pub ablation: Option<AblationSummary>,
     pub probes: Vec<ProbeReport>,
+    /// Probes of the set that could not be built for this model, and why (a flipped-BOS probe
+    /// where the tokenizer has no BOS to flip).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_probes: Vec<SkippedProbe>,
     pub wall_seconds: f64,
 }
 
@@ -306,6 +310,7 @@ pub fn aggregate(
         heads,
         ablation,
         probes,
+        skipped_probes: Vec::new(),
         wall_seconds,
     }
 }

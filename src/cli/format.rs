@@ -244,6 +244,9 @@ pub fn format_summary(r: &AnalysisReport) -> String {
     let name = r.model.display_name();
     let mut s = format!("sinkscope analyze — {name}: {} probes, ε = {}\n\n", r.probes.len(), r.settings.epsilon);
     let d = AnalysisFindings::of(r);
+    for skipped in &d.skipped_probes {
+        s.push_str(&format!("probe left out: {skipped}\n"));
+    }
     s.push_str(&format!("sink positions: {:?}\n", d.sink_positions));
     let ts: Vec<String> = d.probe_lengths.iter().map(|t| t.to_string()).collect();
     s.push_str(&format!("Sink_k^ε (% of probe·layer·head with α_k > ε; T = {}):", ts.join("/")));

@@ -73,6 +73,7 @@ pub fn analyze_into(
 ) -> Result<AnalysisReport> {
     opts.validate()?;
     let mut probes: Vec<BuiltProbe> = Vec::new();
+    let mut skipped = Vec::new();
     let mut ablation_input: Option<(Vec<u32>, Vec<usize>)> = None;
     if let Some((path, text)) = &opts.file {
         let (ids, _) = lm.tokenize_within_context(text, opts.max_tokens)?;
@@ -88,6 +89,7 @@ pub fn analyze_into(
     }
     if let Some(set) = set {
         probes.extend(set.build(&lm.tokenizer)?);
+        skipped = set.skipped(&lm.tokenizer);
         if ablation_input.is_none() {
             ablation_input = set.build_ablation(&lm.tokenizer)?.map(|(mut ids, keys)| {
                 ids.truncate(opts.ablation_tokens.max(2));
@@ -100,7 +102,8 @@ pub fn analyze_into(
         return Err(Error::input(format!("probe {} has {} tokens, more than the model's context of {context}", p.name, p.ids.len())));
     }
     super::claim_out(lm, Some(out))?;
-    let (report, heatmaps) = analyze(lm, opts, &probes, ablation_input, progress)?;
+    let (mut report, heatmaps) = analyze(lm, opts, &probes, ablation_input, progress)?;
+    report.skipped_probes = skipped;
     let stage = Staging::begin(out)?;
     // A capture in the same run directory owns heatmaps.safetensors (its tokens index them).
     let captured = out.join(CAPTURE_FILE).exists();

@@ -338,6 +338,9 @@ fn layer_ranges(layers: &[usize]) -> String {
 /// The diagnosis's findings as a list.
 fn diagnosis_section(d: &AnalysisFindings, s: &mut String) {
     let _ = writeln!(s, "**Sink diagnosis** over {} probes (ε = {}).\n", d.probes, d.epsilon);
+    if !d.skipped_probes.is_empty() {
+        let _ = writeln!(s, "Left out: {}.\n", d.skipped_probes.join("; "));
+    }
     let positions: Vec<String> = d.sink_positions.iter().map(|p| p.to_string()).collect();
     let _ = writeln!(
         s,
