@@ -218,6 +218,9 @@ fn deepseek_settings_not_computed_are_refused_by_name() {
     };
     assert!(run("f16", "bf16").contains("one latent row per token"));
     assert!(run("kivi2", "kivi2").contains("one latent row per token"));
+    // The live monitor takes the same rule (it rounds its own cache).
+    let canary = ["canary", "-m", s(&dir), "-p", "Once upon a time there was a", "-n", "4", "--policy", "sink", "--cache", "8"];
+    assert!(fails(&[&canary[..], &["--cache-type-k", "f16", "--cache-type-v", "bf16"]].concat()).contains("one latent row per token"));
 }
 
 /// Found by fuzzing: a tokenizer.json whose post-processor names a special token it does not

@@ -141,7 +141,7 @@ pub fn run_canary(model: &Decoder, opts: &CanaryOptions, progress: &mut dyn FnMu
         )));
     }
     let rope_of = |l: usize| model.layer_rope(l);
-    opts.rounding.check(model.cfg.d_head)?;
+    opts.rounding.check_for(&model.cfg)?;
     let mut cache = PolicyCache::new(policy, model.cfg.d_head)?.with_rounding(opts.rounding)?;
     let mut rng = XorShift(opts.seed.max(1));
     let mut tokens = opts.prompt.clone();

@@ -188,33 +188,12 @@ pub fn refuse_unmodelled_rounding(model: &Decoder, policies: &[Policy], rounding
     if rounding.is_exact() {
         return Ok(());
     }
-    refuse_unmodelled_latent(model, &rounding)?;
-    rounding.check(model.cfg.d_head)?;
+    rounding.check_for(&model.cfg)?;
     for p in policies.iter().filter(|p| p.is_scored()) {
         ScoredCache::refuse_unmodelled(p, &rounding, model.cfg.d_head)?;
     }
     if let Some(window) = rounding.kivi_window() {
         policies.iter().try_for_each(|p| refuse_unmodelled_kivi(p, &window))?;
-    }
-    Ok(())
-}
-
-/// A latent-attention cache stores one row per token and reads its values from it (llama.cpp:
-/// V a view of K), so keys and values round alike; KIVI and the Hadamard rotation, which treat
-/// them apart or mix the RoPE key into the latent's blocks, are not modelled there.
-fn refuse_unmodelled_latent(model: &Decoder, rounding: &CacheRounding) -> Result<()> {
-    if model.cfg.arch.mla.is_none() {
-        return Ok(());
-    }
-    if rounding.keys != rounding.values || rounding.is_kivi() {
-        return Err(Error::input(
-            "this model caches one latent row per token (multi-head latent attention) and reads its values from it: give one format to keys and values (--cache-type-v = --cache-type-k), not KIVI",
-        ));
-    }
-    if rounding.hadamard && rounding.keys.is_block() {
-        return Err(Error::input(
-            "a block-quantized latent cache is modelled without llama.cpp's Hadamard rotation only: give --no-attn-rot (or use f16, bf16 or fp8)",
-        ));
     }
     Ok(())
 }

@@ -16,6 +16,7 @@
 use candle_core::{Device, Tensor};
 
 use crate::error::{Error, Result};
+use crate::model::decoder::DecoderConfig;
 use crate::numerics::cache_formats::{CacheFormat, BLOCK};
 use crate::numerics::hadamard;
 use crate::numerics::kivi::{KiviWindow, DEFAULT_RESIDUAL, GROUP};
@@ -75,6 +76,26 @@ impl CacheRounding {
             ))),
             false => Ok(()),
         }
+    }
+
+    /// [`CacheRounding::check`] for `cfg`'s heads, and the rule of a latent-attention cache: it
+    /// stores one row per token and reads its values from it (llama.cpp: V a view of K), so keys
+    /// and values round alike; KIVI and the Hadamard rotation, which treat them apart or mix the
+    /// RoPE key into the latent's blocks, are not modelled there.
+    pub fn check_for(&self, cfg: &DecoderConfig) -> Result<()> {
+        if cfg.arch.mla.is_some() && !self.is_exact() {
+            if self.keys != self.values || self.is_kivi() {
+                return Err(Error::input(
+                    "this model caches one latent row per token (multi-head latent attention) and reads its values from it: give one format to keys and values (--cache-type-v = --cache-type-k), not KIVI",
+                ));
+            }
+            if self.hadamard && self.keys.is_block() {
+                return Err(Error::input(
+                    "a block-quantized latent cache is modelled without llama.cpp's Hadamard rotation only: give --no-attn-rot (or use f16, bf16 or fp8)",
+                ));
+            }
+        }
+        self.check(cfg.d_head)
     }
 
     /// Refuses a block format for heads whose size is not a multiple of its block, and a KIVI
