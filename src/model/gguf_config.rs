@@ -309,7 +309,7 @@ fn latent_of(file: &GgufFile, arch: &str, shape: &Shape, dense_ff: usize, switch
         return Err(refuse(format!("{} = {g} (a router other than a softmax)", key("expert_gating_func"))));
     }
     let mla = Mla { q_lora_rank: count("attention.q_lora_rank").unwrap_or(0), kv_lora_rank, qk_nope: key_mla - qk_rope, qk_rope, v_head };
-    (switches.mla, switches.rotary_dims, switches.attn_scale) = (Some(mla), Some(qk_rope), Some(1.0 / (key_mla as f64).sqrt()));
+    switches.set_latent(mla);
     if let MlpKind::Moe(moe) = &mut switches.mlp {
         let expert_ff = count("expert_feed_forward_length").unwrap_or(0);
         moe.shared_ff = count("expert_shared_count").unwrap_or(0) * expert_ff;

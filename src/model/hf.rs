@@ -114,11 +114,8 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
     }
     if arch.mla.is_some() {
         let mla = read_mla(&json, &req)?;
-        // One KV head: the cached row, RoPE on its leading qk_rope; scores scaled as the
-        // expanded keys' width says.
-        (d_head, n_kv_heads, arch.mla) = (mla.cached_width(), 1, Some(mla));
-        arch.rotary_dims = Some(mla.qk_rope);
-        arch.attn_scale = Some(1.0 / ((mla.qk_nope + mla.qk_rope) as f64).sqrt());
+        (d_head, n_kv_heads) = (mla.cached_width(), 1);
+        arch.set_latent(mla);
     }
     if let Some(s) = json.get("query_pre_attn_scalar").and_then(Json::as_f64).filter(|&s| s != d_head as f64) {
         arch.attn_scale = Some(1.0 / s.sqrt());

@@ -5,7 +5,7 @@
 
 use candle_core::Tensor;
 
-use super::config::{take_opt, take_req, DecoderConfig, MlpKind, NormKind, NormPlacement, Param, ParamSource, QkNorm};
+use super::config::{take_opt, take_opt_vector, take_req, DecoderConfig, MlpKind, NormKind, NormPlacement, Param, ParamSource, QkNorm};
 use super::latent::LatentAttention;
 use super::linear::{Linear, Projection};
 use super::moe::MoeMlp;
@@ -172,8 +172,7 @@ impl Block {
                 Some(Norm::load(cfg, path, get, &n("post_ffw_norm"), d)?),
             ),
         };
-        let mut bias =
-            |name: &str, width: usize| -> Result<Option<Tensor>> { take_opt(get, path, &n(name), &[width])?.map(|p| p.dequantize()).transpose() };
+        let mut bias = |name: &str, width: usize| take_opt_vector(get, path, &n(name), width);
         let (o_bias, up_bias, down_bias) = (bias("attn_output.bias", d)?, bias("ffn_up.bias", ff)?, bias("ffn_down.bias", d)?);
         let (qkv, o_width) = match cfg.arch.mla {
             Some(mla) => (QkvSource::Latent(Box::new(LatentAttention::load(cfg, mla, l, path, get)?)), h * mla.v_head),
@@ -222,8 +221,7 @@ impl Block {
     fn load_heads(cfg: &DecoderConfig, l: usize, path: &std::path::Path, get: &mut ParamSource<'_>) -> Result<QkvSource> {
         let (d, dh, h, kv) = (cfg.d_model, cfg.d_head, cfg.n_heads, cfg.n_kv_heads);
         let n = |s: &str| format!("blk.{l}.{s}");
-        let mut bias =
-            |name: &str, width: usize| -> Result<Option<Tensor>> { take_opt(get, path, &n(name), &[width])?.map(|p| p.dequantize()).transpose() };
+        let mut bias = |name: &str, width: usize| take_opt_vector(get, path, &n(name), width);
         let qkv_biases =
             (bias("attn_q.bias", h * dh)?, bias("attn_k.bias", kv * dh)?, bias("attn_v.bias", kv * dh)?, bias("attn_qkv.bias", (h + 2 * kv) * dh)?);
         let qkv = match take_opt(get, path, &n("attn_qkv.weight"), &[(h + 2 * kv) * dh, d])? {

@@ -134,6 +134,16 @@ impl Mla {
     }
 }
 
+impl ArchSwitches {
+    /// Switches to latent attention of shape `mla`: RoPE on the cached row's leading `qk_rope`,
+    /// scores scaled as the expanded keys' width says, (qk_nope + qk_rope)^−½ (the model then has
+    /// one KV head of [`Mla::cached_width`]).
+    pub fn set_latent(&mut self, mla: Mla) {
+        (self.mla, self.rotary_dims) = (Some(mla), Some(mla.qk_rope));
+        self.attn_scale = Some(1.0 / ((mla.qk_nope + mla.qk_rope) as f64).sqrt());
+    }
+}
+
 /// How a family normalises queries and keys before RoPE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -522,6 +532,11 @@ pub(crate) fn take_opt(get: &mut ParamSource<'_>, path: &std::path::Path, name: 
         }
         None => Ok(None),
     }
+}
+
+/// Fetches an optional vector of `width` (a bias), as f32.
+pub(crate) fn take_opt_vector(get: &mut ParamSource<'_>, path: &std::path::Path, name: &str, width: usize) -> Result<Option<Tensor>> {
+    take_opt(get, path, name, &[width])?.map(|p| p.dequantize()).transpose()
 }
 
 fn check_shape(path: &std::path::Path, name: &str, got: &[usize], want: &[usize]) -> Result<()> {

@@ -27,7 +27,7 @@ use crate::model::scoring::{streamed_nll, token_nll, HeadWeight};
 use crate::numerics::tensor::with_f32;
 use attention::{Attend, LayerAttention, Seq, SeqAttention, ATTENTION_BLOCK_BYTES};
 use block::{Block, Norm};
-use config::{take_opt, take_req};
+use config::{take_opt, take_opt_vector, take_req};
 pub use config::{ArchSwitches, DecoderConfig, LayerAttn, MlpKind, Moe, NormKind, NormPlacement, Param, ParamSource, QkNorm, WeightDtype, LLAMA};
 use finite::{refuse_non_finite, refuse_non_finite_nll};
 pub use kv::{Hidden, KeyMask, KvCache, KvStore, PrefixView};
@@ -86,7 +86,7 @@ impl Decoder {
             true => Some(take_req(get, source_path, "position_embd.weight", &[cfg.context_len, d])?.dequantize()?),
             false => None,
         };
-        let lm_bias = take_opt(get, source_path, "output.bias", &[cfg.vocab_size])?.map(|p| p.dequantize()).transpose()?;
+        let lm_bias = take_opt_vector(get, source_path, "output.bias", cfg.vocab_size)?;
         // Kept as stored: a half table is widened per looked-up row (and per head block when tied).
         // A quantized table is dequantized for lookups, unless it is the tied head and packed:
         // then lookups unpack its rows.

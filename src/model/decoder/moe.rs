@@ -6,7 +6,7 @@
 
 use candle_core::{Device, Tensor};
 
-use super::config::{take_opt, take_req, DecoderConfig, ExpertAct, Moe, Param, ParamSource};
+use super::config::{take_opt, take_opt_vector, take_req, DecoderConfig, ExpertAct, Moe, Param, ParamSource};
 use super::linear::{Linear, Projection};
 use crate::error::{Error, Result};
 use crate::numerics::kernels::swiglu;
@@ -35,7 +35,7 @@ impl MoeMlp {
     pub(crate) fn load(cfg: &DecoderConfig, shape: Moe, l: usize, path: &std::path::Path, get: &mut ParamSource<'_>) -> Result<MoeMlp> {
         let (d, ff, e) = (cfg.d_model, cfg.d_ff, shape.experts);
         let n = |s: &str| format!("blk.{l}.{s}");
-        let router_bias = take_opt(get, path, &n("ffn_gate_inp.bias"), &[e])?.map(|p| p.dequantize()).transpose()?;
+        let router_bias = take_opt_vector(get, path, &n("ffn_gate_inp.bias"), e)?;
         let router = Linear::new(take_req(get, path, &n("ffn_gate_inp.weight"), &[e, d])?, router_bias)?;
         let (gate_up, down) = match shape.expert {
             ExpertAct::ClampedSwiGlu { .. } => interleaved_experts(d, ff, e, &n, path, get)?,
@@ -127,11 +127,11 @@ fn route(z: &[f32], shape: &Moe) -> Vec<Vec<(u32, f32)>> {
     let mut routed: Vec<Vec<(u32, f32)>> = vec![Vec::new(); shape.experts];
     let scale = shape.routed_scale.unwrap_or(1.0) as f32;
     for (row, r) in z.chunks(shape.experts).enumerate() {
-        let allowed = allowed_experts(r, shape);
+        let max = r.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let allowed = allowed_experts(r, max, shape);
         let mut order: Vec<usize> = (0..r.len()).filter(|&e| allowed[e]).collect();
         order.sort_by(|&a, &b| r[b].total_cmp(&r[a]).then(a.cmp(&b)));
         let top = &order[..shape.top_k.min(order.len())];
-        let max = r.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let sum: f32 = match shape.norm_top_k {
             true => top.iter().map(|&e| (r[e] - max).exp()).sum(),
             false => r.iter().map(|&v| (v - max).exp()).sum(),
@@ -143,25 +143,26 @@ fn route(z: &[f32], shape: &Moe) -> Vec<Vec<(u32, f32)>> {
     routed
 }
 
-/// Which experts a row may pick: all, or those of the `top_groups` groups whose best logit is
-/// highest (the softmax is monotone, so logits rank as its scores do) or, `groups_by_top_two`,
-/// whose two best softmax scores sum highest; ties to the lower group.
-fn allowed_experts(r: &[f32], shape: &Moe) -> Vec<bool> {
+/// Which experts a row of logits `r` (largest `max`) may pick: all, or those of the `top_groups`
+/// groups whose best logit is highest (the softmax is monotone, so logits rank as its scores do)
+/// or, `groups_by_top_two`, whose two best softmax scores sum highest; ties to the lower group.
+fn allowed_experts(r: &[f32], max: f32, shape: &Moe) -> Vec<bool> {
     if shape.groups <= 1 {
         return vec![true; r.len()];
     }
     let size = r.len() / shape.groups;
-    let max = r.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f32 = r.iter().map(|&v| (v - max).exp()).sum();
-    let group_score = |g: &[f32]| -> f32 {
-        if !shape.groups_by_top_two {
-            return g.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let best: Vec<f32> = match shape.groups_by_top_two {
+        false => r.chunks(size).map(|g| g.iter().copied().fold(f32::NEG_INFINITY, f32::max)).collect(),
+        true => {
+            let sum: f32 = r.iter().map(|&v| (v - max).exp()).sum();
+            let top_two = |g: &[f32]| -> f32 {
+                let mut p: Vec<f32> = g.iter().map(|&v| (v - max).exp() / sum).collect();
+                p.sort_by(|a, b| b.total_cmp(a));
+                p.iter().take(2).sum()
+            };
+            r.chunks(size).map(top_two).collect()
         }
-        let mut p: Vec<f32> = g.iter().map(|&v| (v - max).exp() / sum).collect();
-        p.sort_by(|a, b| b.total_cmp(a));
-        p.iter().take(2).sum()
     };
-    let best: Vec<f32> = r.chunks(size).map(group_score).collect();
     let mut order: Vec<usize> = (0..best.len()).collect();
     order.sort_by(|&a, &b| best[b].total_cmp(&best[a]).then(a.cmp(&b)));
     let mut allowed = vec![false; r.len()];
