@@ -167,6 +167,18 @@ fn deepseek_v2_latent_attention_matches_transformers() {
     matches_transformers("deepseek_v2_lite", common::fixture("arch/deepseek_v2_lite/model.gguf").to_str().unwrap());
 }
 
+/// Qwen3-Next's hybrid: Gated DeltaNet layers (causal convolution, L2-normalised q/k, the delta
+/// rule's state, a gated RMSNorm) between gated attention layers (σ(gate) per head, partial RoPE,
+/// q/k norms), zero-centred RMSNorms, normalised top-k experts with a gated shared expert:
+/// logits and the attention layers' patterns, each gate, each linear layer's readings and state,
+/// and decoding token by token after a prefill.
+#[test]
+fn qwen3_next_hybrid_matches_transformers() {
+    let dir = common::fixture("arch/qwen3_next");
+    matches_transformers("qwen3_next", dir.to_str().unwrap());
+    common::parity::hybrid_matches_transformers("qwen3_next", dir.to_str().unwrap());
+}
+
 /// GPT-NeoX (Pythia): LayerNorm with biases, RoPE on a quarter of each head, attention and MLP
 /// in parallel off the block input, exact-GELU MLP with biases, q|k|v fused per head in the file.
 #[test]

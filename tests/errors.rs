@@ -146,7 +146,7 @@ fn config_json_missing_fields_or_unknown_architecture() {
     // Designs known by name are refused with what sinkscope does not compute of them.
     for (model_type, missing) in [
         ("deepseek_v3", "score-correction bias"),
-        ("qwen3_next", "Gated DeltaNet"),
+        ("qwen3_5", "Qwen3.5's layout"),
         ("gemma3n", "KV caches shared across layers"),
         ("mamba", "recurrent layers"),
     ] {

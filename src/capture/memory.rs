@@ -28,7 +28,7 @@ pub fn hook_elements(cfg: &DecoderConfig, hook: &HookPoint, t: u64) -> u64 {
         | HookPoint::AttnOut(_)
         | HookPoint::AttnIn(_)
         | HookPoint::MlpIn(_) => t * d,
-        HookPoint::Q(_) | HookPoint::Z(_) => t * h * dh,
+        HookPoint::Q(_) | HookPoint::Z(_) | HookPoint::Gate(_) => t * h * dh,
         HookPoint::K(_) | HookPoint::V(_) => t * kvh * dh,
         HookPoint::AttnScores(_) | HookPoint::Pattern(_) => h * t * t,
         HookPoint::SinkProb(_) => h * t,

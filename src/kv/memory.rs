@@ -1,6 +1,7 @@
 //! What a KV cache costs on a model: entries and bytes per layer at a cache's peak, where a layer
 //! trained with a sliding window never holds more keys than its window whatever the policy keeps
-//! (Gemma 3's local layers: 512), so only the global layers pay for a long budget.
+//! (Gemma 3's local layers: 512), so only the global layers pay for a long budget; a hybrid's
+//! linear-attention layers hold no entries at all but a recurrent state of fixed size.
 
 use serde::{Deserialize, Serialize};
 
@@ -11,6 +12,8 @@ use crate::model::decoder::DecoderConfig;
 
 /// Bytes of one stored key or value element: f16, the cache type llama.cpp and vLLM default to.
 pub const CACHE_ELEMENT_BYTES: u64 = 2;
+/// Bytes of one recurrent-state element: f32, as llama.cpp keeps a linear-attention layer's state.
+pub const STATE_ELEMENT_BYTES: u64 = 4;
 
 /// A cache's memory at its peak length, per sequence.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
@@ -29,6 +32,14 @@ pub struct KvMemory {
     /// The formats a quantized cache stores keys and values in (absent: f16).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stored_as: Option<CacheRounding>,
+    /// Bytes of the linear-attention layers' recurrent state (f32, whatever the length; in
+    /// `bytes` too); 0 without such layers.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub recurrent_bytes: u64,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 /// The memory of a cache whose queries see at most `peak` entries, on `cfg`'s layers.
@@ -49,18 +60,21 @@ pub fn kv_memory_stored(cfg: &DecoderConfig, peak: usize, rounding: &CacheRoundi
         let exact = if quantized { rounding.full_precision_entries(held) } else { 0 };
         exact as f64 * f16_entry + (held - exact) as f64 * rounded_entry
     };
-    let held: Vec<usize> = cfg.layer_windows().iter().map(|w| w.map_or(peak, |w| w.min(peak))).collect();
+    let attention_layers = cfg.attention_layers();
+    let held: Vec<usize> = attention_layers.iter().map(|&l| cfg.layer_window(l).map_or(peak, |w| w.min(peak))).collect();
     let windowed_layers = cfg.windowed_layers().len();
-    let global_layers = cfg.n_layers - windowed_layers;
-    let windowed_entries = cfg.windowed_layers().iter().map(|&l| held[l]).max();
+    let global_layers = attention_layers.len() - windowed_layers;
+    let windowed_entries = cfg.windowed_layers().iter().map(|&l| cfg.layer_window(l).map_or(peak, |w| w.min(peak))).max();
+    let recurrent_bytes = cfg.recurrent_elements() as u64 * STATE_ELEMENT_BYTES;
     KvMemory {
         global_entries: peak,
         windowed_entries,
         global_layers,
         windowed_layers,
-        bytes: held.iter().map(|&h| layer_bytes(h)).sum::<f64>().ceil() as u64,
-        bytes_without_windows: (cfg.n_layers as f64 * layer_bytes(peak)).ceil() as u64,
+        bytes: held.iter().map(|&h| layer_bytes(h)).sum::<f64>().ceil() as u64 + recurrent_bytes,
+        bytes_without_windows: (attention_layers.len() as f64 * layer_bytes(peak)).ceil() as u64 + recurrent_bytes,
         stored_as: quantized.then_some(*rounding),
+        recurrent_bytes,
     }
 }
 
@@ -75,7 +89,9 @@ pub fn check_fits(cfg: &DecoderConfig, peak: usize, what: &str, available: Optio
     // The simulator keeps a value beside every key, a latent-attention model's too (where an
     // engine reads its values from its keys).
     let kept_per_counted = if cfg.cached_elements().1 == 0 { 2 } else { 1 };
-    let bytes = kv_memory(cfg, peak).bytes.saturating_mul(kept_per_counted * SIMULATED_ELEMENT_BYTES / CACHE_ELEMENT_BYTES);
+    let memory = kv_memory(cfg, peak);
+    let entries = memory.bytes - memory.recurrent_bytes;
+    let bytes = entries.saturating_mul(kept_per_counted * SIMULATED_ELEMENT_BYTES / CACHE_ELEMENT_BYTES).saturating_add(memory.recurrent_bytes);
     if bytes > available {
         let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
         return Err(Error::input(format!(
@@ -108,6 +124,15 @@ impl KvMemory {
                 if self.global_layers == 1 { "" } else { "s" },
                 self.global_entries,
                 mib(self.bytes_without_windows)
+            ),
+            _ if self.recurrent_bytes > 0 => format!(
+                "{} ({format}; {} attention layer{} hold{} {} entries, plus {} of linear-attention state that no length changes)",
+                mib(self.bytes),
+                self.global_layers,
+                if self.global_layers == 1 { "" } else { "s" },
+                if self.global_layers == 1 { "s" } else { "" },
+                self.global_entries,
+                mib(self.recurrent_bytes)
             ),
             _ => format!("{} ({format})", mib(self.bytes)),
         }

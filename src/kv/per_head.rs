@@ -252,6 +252,7 @@ pub fn simulate_mixed(
         bytes,
         bytes_without_windows: bytes,
         stored_as: (!rounding.is_exact()).then_some(rounding),
+        recurrent_bytes: 0,
     };
     let outcome = StreamOutcome {
         policy,

@@ -349,6 +349,7 @@ fn gguf_layers(file: &GgufFile, arch: &str, family: Family, n_layers: usize, the
         rope_theta: file.opt_f64(&key("rope.freq_base_swa")).or(layout.local_rope_theta).unwrap_or(theta),
         nope: false,
         unscaled: !layout.local_scaled,
+        linear: false,
     };
     let pattern_key = key("attention.sliding_window_pattern");
     let windowed: Vec<bool> = match file.get(&pattern_key) {

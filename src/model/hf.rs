@@ -10,10 +10,11 @@ use safetensors::{Dtype, SafeTensors};
 use serde_json::Value as Json;
 
 use super::decoder::config::MAX_SIZE;
-use super::decoder::config::{ArchSwitches, ExpertAct, Mla};
-use super::decoder::{DecoderConfig, LayerAttn, MlpKind, Moe, Param};
+use super::decoder::config::{ArchSwitches, DeltaNetShape, ExpertAct, Mla};
+use super::decoder::{DecoderConfig, MlpKind, Moe, Param};
 use super::family::{beyond, Family, Multipliers, TensorContext};
 use super::hf_fields::check_fields;
+use super::hf_layers::{layer_attention, mark_nope_layers};
 use super::rope::{FreqFactors, Yarn};
 use super::source::shard_names;
 use super::unread::{self, Unread};
@@ -78,7 +79,7 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
         .or_else(|| json.get("rotary_emb_base"))
         .and_then(Json::as_f64)
         .unwrap_or(10000.0);
-    let mut layers = layer_attention(&json, n_layers, rope_theta, &path)?;
+    let mut layers = layer_attention(&json, n_layers, rope_theta, family.switches.delta_net.is_some(), &path)?;
     mark_nope_layers(&json, &mut layers, &path)?;
     let mut d_head = json.get("head_dim").and_then(Json::as_u64).map_or(d_model / n_heads.max(1), |v| v as usize);
     let mut n_kv_heads = json.get("num_key_value_heads").and_then(Json::as_u64).map_or(n_heads, |v| v as usize);
@@ -116,6 +117,15 @@ pub fn read_config(dir: &Path) -> Result<HfConfig> {
         let mla = read_mla(&json, &req)?;
         (d_head, n_kv_heads) = (mla.cached_width(), 1);
         arch.set_latent(mla);
+    }
+    if arch.delta_net.is_some() {
+        arch.delta_net = Some(DeltaNetShape {
+            k_heads: req("linear_num_key_heads")?,
+            v_heads: req("linear_num_value_heads")?,
+            k_dim: req("linear_key_head_dim")?,
+            v_dim: req("linear_value_head_dim")?,
+            conv_kernel: req("linear_conv_kernel_dim")?,
+        });
     }
     if let Some(s) = json.get("query_pre_attn_scalar").and_then(Json::as_f64).filter(|&s| s != d_head as f64) {
         arch.attn_scale = Some(1.0 / s.sqrt());
@@ -255,52 +265,6 @@ fn check_activation(json: &Json, family: &Family, path: &Path) -> Result<()> {
             }
         }
     }
-    Ok(())
-}
-
-/// How each layer attends. A `sliding_window` shorter than the context applies to the layers
-/// `layer_types` calls `sliding_attention` (any pattern), or to every layer when the config has no
-/// `layer_types` (Mistral); windowed layers rotate with their own base where the config gives one
-/// (`rope_parameters.sliding_attention`, `rope_local_base_freq`), without the model's RoPE scaling.
-fn layer_attention(json: &Json, n_layers: usize, rope_theta: f64, path: &Path) -> Result<Vec<LayerAttn>> {
-    let context = json.get("max_position_embeddings").and_then(Json::as_u64).unwrap_or(u64::MAX);
-    let Some(w) = json.get("sliding_window").and_then(Json::as_u64).filter(|&w| w < context) else {
-        return Ok(vec![LayerAttn::global(rope_theta); n_layers]);
-    };
-    let local_theta = json
-        .pointer("/rope_parameters/sliding_attention/rope_theta")
-        .or_else(|| json.get("rope_local_base_freq"))
-        .and_then(Json::as_f64)
-        .unwrap_or(rope_theta);
-    // Windowed layers with RoPE parameters of their own (transformers' per-layer-type
-    // `rope_parameters`, Gemma 3's older `rope_local_base_freq`) rotate without the model's
-    // scaling: a scaling of theirs is refused in `rope_scaling`.
-    let own_rope = json.pointer("/rope_parameters/sliding_attention").is_some_and(Json::is_object) || json.get("rope_local_base_freq").is_some();
-    let windowed = LayerAttn { window: Some(w as usize), rope_theta: local_theta, nope: false, unscaled: own_rope };
-    let Some(types) = json.get("layer_types").filter(|v| !v.is_null()) else { return Ok(vec![windowed; n_layers]) };
-    let types = types.as_array().ok_or_else(|| Error::file(path, "has layer_types that is not a list; config.json is corrupt"))?;
-    if types.len() != n_layers {
-        return Err(Error::file(path, format!("lists {} layer_types for {n_layers} layers; config.json is inconsistent", types.len())));
-    }
-    types
-        .iter()
-        .map(|t| match t.as_str() {
-            Some("full_attention") => Ok(LayerAttn::global(rope_theta)),
-            Some("sliding_attention") => Ok(windowed),
-            other => Err(Error::file(path, format!("has a layer of type {other:?}, which sinkscope does not compute (it knows full_attention and sliding_attention); the numbers would be another model's"))),
-        })
-        .collect()
-}
-
-/// Marks the layers `no_rope_layers` (one flag per layer, SmolLM3's: 1 rotates, 0 does not)
-/// leaves unrotated.
-fn mark_nope_layers(json: &Json, layers: &mut [LayerAttn], path: &Path) -> Result<()> {
-    let Some(flags) = json.get("no_rope_layers").filter(|v| !v.is_null()) else { return Ok(()) };
-    let flags: Option<Vec<u64>> = flags.as_array().and_then(|a| a.iter().map(Json::as_u64).collect());
-    let flags = flags.filter(|f| f.len() == layers.len() && f.iter().all(|&x| x <= 1)).ok_or_else(|| {
-        Error::file(path, format!("has no_rope_layers that is not one 0/1 flag per layer ({}); config.json is corrupt", layers.len()))
-    })?;
-    layers.iter_mut().zip(flags).for_each(|(layer, rotates)| layer.nope = rotates == 0);
     Ok(())
 }
 
@@ -510,6 +474,7 @@ impl HfWeights {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::decoder::LayerAttn;
 
     fn config(json: &str) -> Result<DecoderConfig> {
         // One directory per call: tests run in parallel threads of one process.
@@ -531,7 +496,7 @@ mod tests {
         let types = r#"["sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention"]"#;
         let cfg = config(&format!(r#"{{"model_type": "gemma3_text", {SHAPE}, "num_hidden_layers": 5, "sliding_window": 16, "layer_types": {types}, "rope_theta": 1e6, "rope_local_base_freq": 1e4}}"#)).unwrap();
         assert_eq!(cfg.windowed_layers(), [0, 1, 3]);
-        assert_eq!(cfg.layers[0], LayerAttn { window: Some(16), rope_theta: 1e4, nope: false, unscaled: true });
+        assert_eq!(cfg.layers[0], LayerAttn { window: Some(16), rope_theta: 1e4, nope: false, unscaled: true, linear: false });
         assert_eq!(cfg.layers[2], LayerAttn::global(1e6));
         // Mistral: no layer_types, every layer windowed; Qwen ignores an unused window.
         let mistral = config(&format!(r#"{{"model_type": "mistral", {SHAPE}, "num_hidden_layers": 3, "sliding_window": 8}}"#)).unwrap();

@@ -35,8 +35,12 @@ pub enum HookPoint {
     /// `blocks.{l}.attn.hook_sink_prob` — the softmax mass each head's learned sink logit took
     /// (models with learned sinks only), [head, query_pos]; delivered in query blocks.
     SinkProb(usize),
-    /// `blocks.{l}.attn.hook_z` — the heads' outputs side by side (what o_proj reads),
-    /// [pos, head·d_head].
+    /// `blocks.{l}.attn.hook_gate` — σ(gate), each head's output gate (gated attention only:
+    /// o_proj reads z · σ(gate)), [pos, head·d_head]; a gate near 0 is a head attending to nothing.
+    Gate(usize),
+    /// `blocks.{l}.attn.hook_z` — the heads' outputs side by side (what o_proj reads, before a
+    /// gated model's gate), [pos, head·d_head]; in a linear-attention layer the heads' readings
+    /// after the gated norm (what `out_proj` reads), [pos, v_head·d_v].
     Z(usize),
     /// `blocks.{l}.hook_attn_out` — attention sub-block output after o_proj, [pos, d_model].
     AttnOut(usize),
@@ -51,7 +55,7 @@ pub enum HookPoint {
 }
 
 /// The per-layer hook suffixes, in forward order.
-const LAYER_HOOKS: [&str; 14] = [
+const LAYER_HOOKS: [&str; 15] = [
     "hook_resid_pre",
     "ln1.hook_normalized",
     "attn.hook_q",
@@ -60,6 +64,7 @@ const LAYER_HOOKS: [&str; 14] = [
     "attn.hook_attn_scores",
     "attn.hook_pattern",
     "attn.hook_sink_prob",
+    "attn.hook_gate",
     "attn.hook_z",
     "hook_attn_out",
     "hook_resid_mid",
@@ -73,7 +78,7 @@ impl HookPoint {
         use HookPoint::*;
         match *self {
             Embed | LnFinal => None,
-            ResidPre(l) | ResidMid(l) | ResidPost(l) | AttnIn(l) | Q(l) | K(l) | V(l) | AttnScores(l) | Pattern(l) | SinkProb(l) | Z(l)
+            ResidPre(l) | ResidMid(l) | ResidPost(l) | AttnIn(l) | Q(l) | K(l) | V(l) | AttnScores(l) | Pattern(l) | SinkProb(l) | Gate(l) | Z(l)
             | AttnOut(l) | MlpIn(l) | MlpPost(l) => Some(l),
         }
     }
@@ -91,12 +96,13 @@ impl HookPoint {
             AttnScores(_) => LAYER_HOOKS[5],
             Pattern(_) => LAYER_HOOKS[6],
             SinkProb(_) => LAYER_HOOKS[7],
-            Z(_) => LAYER_HOOKS[8],
-            AttnOut(_) => LAYER_HOOKS[9],
-            ResidMid(_) => LAYER_HOOKS[10],
-            MlpIn(_) => LAYER_HOOKS[11],
-            MlpPost(_) => LAYER_HOOKS[12],
-            ResidPost(_) => LAYER_HOOKS[13],
+            Gate(_) => LAYER_HOOKS[8],
+            Z(_) => LAYER_HOOKS[9],
+            AttnOut(_) => LAYER_HOOKS[10],
+            ResidMid(_) => LAYER_HOOKS[11],
+            MlpIn(_) => LAYER_HOOKS[12],
+            MlpPost(_) => LAYER_HOOKS[13],
+            ResidPost(_) => LAYER_HOOKS[14],
         }
     }
 
@@ -111,6 +117,7 @@ impl HookPoint {
             "attn.hook_attn_scores" => AttnScores(layer),
             "attn.hook_pattern" => Pattern(layer),
             "attn.hook_sink_prob" => SinkProb(layer),
+            "attn.hook_gate" => Gate(layer),
             "attn.hook_z" => Z(layer),
             "hook_attn_out" => AttnOut(layer),
             "hook_resid_mid" => ResidMid(layer),
@@ -223,7 +230,7 @@ mod tests {
         }
         assert_eq!(HookPoint::Pattern(12).to_string(), "blocks.12.attn.hook_pattern");
         assert_eq!(HookPoint::MlpPost(0).to_string(), "blocks.0.mlp.hook_post");
-        assert_eq!(HookPoint::all(2).len(), 2 + 2 * 14);
+        assert_eq!(HookPoint::all(2).len(), 2 + 2 * 15);
         assert_eq!(HookPoint::Z(3).to_string(), "blocks.3.attn.hook_z");
         assert_eq!(HookPoint::AttnIn(0).to_string(), "blocks.0.ln1.hook_normalized");
     }

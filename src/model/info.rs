@@ -125,6 +125,7 @@ fn read_config<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Deco
             nope: nope_layers.contains(&l),
             // Those records kept no RoPE scaling: no layer has one to go without.
             unscaled: false,
+            linear: false,
         };
         config.layers = (0..config.n_layers).map(layer).collect();
         config.arch.learned_sinks = learned_sinks;

@@ -213,7 +213,8 @@ fn load_hf(dir: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Option
         Some(_) => None,
         None => Some(Tokenizer::from_json_file(&dir.join("tokenizer.json"))?),
     };
-    let weights = hf::HfWeights::open(dir, family, TensorContext { n_heads: cfg.n_heads, n_kv_heads: cfg.n_kv_heads })?;
+    let weights =
+        hf::HfWeights::open(dir, family, TensorContext { n_heads: cfg.n_heads, n_kv_heads: cfg.n_kv_heads, delta_net: cfg.arch.delta_net })?;
     let mut info = base_info(&ModelSource::HfDir(dir.to_path_buf()), &cfg, model_type);
     info.unread = unread;
     info.tied_embeddings = tied || !weights.has_param("output.weight");

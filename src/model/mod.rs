@@ -14,6 +14,7 @@ pub mod gguf_config;
 pub mod head_tally;
 pub mod hf;
 pub mod hf_fields;
+mod hf_layers;
 pub mod hook;
 pub mod info;
 mod kivi_stream;

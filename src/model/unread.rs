@@ -264,6 +264,12 @@ pub const HF_READ_FIELDS: &[&str] = &[
     "topk_group",
     "routed_scaling_factor",
     "use_bidirectional_attention",
+    // Qwen3-Next's Gated DeltaNet layers.
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
     // GPT-2's names for the shapes (its config rewrite maps them).
     "n_embd",
     "n_layer",

@@ -460,10 +460,10 @@ pub fn targets() -> Option<Vec<Target>> {
             run: |dir, _| {
                 // GPT-NeoX's weight map reorders a fused q|k|v: both maps read the same bytes.
                 let (Some(neox), Some(llama)) = (Family::from_hf("gpt_neox"), Family::from_hf("llama")) else { return false };
-                if let Ok(neox) = HfWeights::open(dir, neox, TensorContext { n_heads: 4, n_kv_heads: 4 }) {
+                if let Ok(neox) = HfWeights::open(dir, neox, TensorContext { n_heads: 4, n_kv_heads: 4, delta_net: None }) {
                     let _ = neox.param("blk.0.attn_qkv.weight", false);
                 }
-                let Ok(w) = HfWeights::open(dir, llama, TensorContext { n_heads: 4, n_kv_heads: 4 }) else { return false };
+                let Ok(w) = HfWeights::open(dir, llama, TensorContext { n_heads: 4, n_kv_heads: 4, delta_net: None }) else { return false };
                 let _ = w.get("model.embed_tokens.weight");
                 w.param("token_embd.weight", true).is_ok()
             },

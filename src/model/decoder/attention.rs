@@ -8,6 +8,7 @@ use candle_core::{Device, Tensor};
 use gemm::Parallelism;
 use rayon::prelude::*;
 
+use super::delta_net::{GatedDeltaNet, RecurrentStates};
 use super::kv::{KeyMask, KvStore};
 use crate::error::{Error, Result};
 use crate::model::hook::HookPoint;
@@ -63,6 +64,14 @@ pub(crate) trait Attend {
     /// Positions of the rows, for hooks.
     fn rows(&self) -> std::ops::Range<usize>;
     fn attend(&mut self, layer: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, hooks: &mut dyn HookReceiver) -> Result<Tensor>;
+    /// A linear-attention layer `layer` over its projections (q|k|v before the convolution, b|a):
+    /// the heads' readings (rows, v_heads · d_v), each sequence continuing its own state. A run
+    /// that cannot carry that state refuses the model by name (the default).
+    fn recurrent(&mut self, layer: usize, _net: &GatedDeltaNet, _qkv: &Tensor, _ba: &Tensor) -> Result<Tensor> {
+        Err(Error::input(format!(
+            "layer {layer} is linear attention (Gated DeltaNet), whose recurrent state this run does not carry yet; a hybrid model runs plainly (analyze, capture, generate) but not under this command"
+        )))
+    }
     /// Called once every layer has run.
     fn finish(&mut self) {}
 }
@@ -103,6 +112,26 @@ impl Attend for SeqAttention<'_, '_> {
             let past = k_all.dim(1)? - t;
             let layer_mask = seq.mask.filter(|m| m.layer == l);
             outs.push(attention(self.block_bytes, layer, &q, &k_all, &v_all, past, hooks, layer_mask)?);
+        }
+        Ok(if outs.len() == 1 { outs.swap_remove(0) } else { Tensor::cat(&outs, 0)? })
+    }
+
+    fn recurrent(&mut self, layer: usize, net: &GatedDeltaNet, qkv: &Tensor, ba: &Tensor) -> Result<Tensor> {
+        let t = self.t;
+        let mut outs = Vec::with_capacity(self.seqs.len());
+        for (s, seq) in self.seqs.iter_mut().enumerate() {
+            let (qkv, ba) = (qkv.narrow(0, s * t, t)?, ba.narrow(0, s * t, t)?);
+            let mut own = RecurrentStates::default();
+            let states = match seq.store.as_deref_mut() {
+                Some(store) => store.recurrent().ok_or_else(|| {
+                    Error::input(format!(
+                        "layer {layer} is linear attention (Gated DeltaNet), and this cache policy does not carry its recurrent state yet"
+                    ))
+                })?,
+                // Nothing kept: the sequence starts from zeros and its state ends with the call.
+                None => &mut own,
+            };
+            outs.push(net.mix(&qkv, &ba, states.layer(layer, net.shape()))?);
         }
         Ok(if outs.len() == 1 { outs.swap_remove(0) } else { Tensor::cat(&outs, 0)? })
     }

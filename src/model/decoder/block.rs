@@ -6,6 +6,7 @@
 use candle_core::Tensor;
 
 use super::config::{take_opt, take_opt_vector, take_req, DecoderConfig, MlpKind, NormKind, NormPlacement, Param, ParamSource, QkNorm};
+use super::delta_net::GatedDeltaNet;
 use super::latent::LatentAttention;
 use super::linear::{Linear, Projection};
 use super::moe::MoeMlp;
@@ -92,10 +93,22 @@ pub(crate) struct Block {
 /// Where a block's queries, keys and values come from.
 pub(crate) enum QkvSource {
     /// One projection per kind (separate or fused in the file), with the RMSNorm weights of
-    /// queries and keys where the family has them ([`QkNorm`]).
-    Heads { qkv: Projection, qk_norm: Option<(Tensor, Tensor)> },
+    /// queries and keys where the family has them ([`QkNorm`]); `gated`: the query projection
+    /// gives [query | gate] per head.
+    Heads { qkv: Projection, qk_norm: Option<(Tensor, Tensor)>, gated: bool },
     /// Multi-head latent attention.
     Latent(Box<LatentAttention>),
+    /// No attention: a Gated DeltaNet layer (its output projection is the block's `o_proj`).
+    Linear(Box<GatedDeltaNet>),
+}
+
+/// A layer's attention inputs before RoPE: queries (rows, H, dh), keys and values (rows, KVH, dh),
+/// and the raw output gate (rows, H·dh) of a gated model.
+pub(crate) struct Qkv {
+    pub(crate) q: Tensor,
+    pub(crate) k: Tensor,
+    pub(crate) v: Tensor,
+    pub(crate) gate: Option<Tensor>,
 }
 
 /// RMSNorm of queries and keys over their last dimension with a block's q/k norm weights
@@ -113,15 +126,26 @@ impl Block {
     /// The layer's queries (rows, H, dh), keys and values (rows, KVH, dh) before RoPE, from its
     /// normalised input: queries and keys normalised (over the whole projection, or over each head
     /// once split into heads) where the family does.
-    pub(crate) fn qkv(&self, cfg: &DecoderConfig, x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
-        let (qkv, qk_norm) = match &self.qkv {
-            QkvSource::Latent(latent) => return latent.qkv(x),
-            QkvSource::Heads { qkv, qk_norm } => (qkv.forward(x)?, qk_norm),
+    pub(crate) fn qkv(&self, cfg: &DecoderConfig, x: &Tensor) -> Result<Qkv> {
+        let (qkv, qk_norm, gated) = match &self.qkv {
+            QkvSource::Latent(latent) => {
+                let (q, k, v) = latent.qkv(x)?;
+                return Ok(Qkv { q, k, v, gate: None });
+            }
+            QkvSource::Heads { qkv, qk_norm, gated } => (qkv.forward(x)?, qk_norm, *gated),
+            QkvSource::Linear(_) => return Err(crate::error::Error::Internal("a linear-attention layer has no queries".into())),
         };
         let (total, h, kvh, dh, eps) = (x.dim(0)?, cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.rms_eps as f32);
-        let (nq, nkv) = (h * dh, kvh * dh);
+        let (nq, nkv) = (h * dh * if gated { 2 } else { 1 }, kvh * dh);
         let across_heads = cfg.arch.qk_norm == QkNorm::AcrossHeads;
         let (mut q, mut k) = (qkv.narrow(1, 0, nq)?, qkv.narrow(1, nq, nkv)?);
+        let mut gate = None;
+        if gated {
+            // Per head [query | gate] (transformers' chunk of each head's 2·d_head).
+            let both = q.reshape((total, h, 2 * dh))?;
+            gate = Some(both.narrow(2, dh, dh)?.contiguous()?.reshape((total, h * dh))?);
+            q = both.narrow(2, 0, dh)?.contiguous()?.reshape((total, h * dh))?;
+        }
         if across_heads {
             (q, k) = norm_qk(qk_norm, &q, &k, eps)?;
         }
@@ -130,15 +154,16 @@ impl Block {
             (q, k) = norm_qk(qk_norm, &q, &k, eps)?;
         }
         let v = qkv.narrow(1, nq + nkv, nkv)?.reshape((total, kvh, dh))?;
-        Ok((q, k, v))
+        Ok(Qkv { q, k, v, gate })
     }
 
     /// What `o_proj` reads from the heads' outputs `z` (latent attention brings each head's up to
-    /// its value width first).
-    pub(crate) fn o_proj_input(&self, z: &Tensor) -> Result<Tensor> {
-        match &self.qkv {
-            QkvSource::Latent(latent) => latent.up(z),
-            QkvSource::Heads { .. } => Ok(z.clone()),
+    /// its value width first; gated attention multiplies by `gate`, σ already applied).
+    pub(crate) fn o_proj_input(&self, z: &Tensor, gate: Option<&Tensor>) -> Result<Tensor> {
+        match (&self.qkv, gate) {
+            (QkvSource::Latent(latent), _) => latent.up(z),
+            (_, Some(g)) => Ok((z * g)?),
+            _ => Ok(z.clone()),
         }
     }
 
@@ -174,11 +199,14 @@ impl Block {
         };
         let mut bias = |name: &str, width: usize| take_opt_vector(get, path, &n(name), width);
         let (o_bias, up_bias, down_bias) = (bias("attn_output.bias", d)?, bias("ffn_up.bias", ff)?, bias("ffn_down.bias", d)?);
-        let (qkv, o_width) = match cfg.arch.mla {
-            Some(mla) => (QkvSource::Latent(Box::new(LatentAttention::load(cfg, mla, l, path, get)?)), h * mla.v_head),
-            None => (Self::load_heads(cfg, l, path, get)?, h * cfg.d_head),
+        let (qkv, o_name, o_width) = match (cfg.arch.mla, cfg.arch.delta_net) {
+            (_, Some(shape)) if cfg.is_linear(l) => {
+                (QkvSource::Linear(Box::new(GatedDeltaNet::load(cfg, shape, l, path, get)?)), "ssm_out.weight", shape.value_width())
+            }
+            (Some(mla), _) => (QkvSource::Latent(Box::new(LatentAttention::load(cfg, mla, l, path, get)?)), "attn_output.weight", h * mla.v_head),
+            _ => (Self::load_heads(cfg, l, path, get)?, "attn_output.weight", h * cfg.d_head),
         };
-        let o_proj = Linear::new(take_req(get, path, &n("attn_output.weight"), &[d, o_width])?, o_bias)?;
+        let o_proj = Linear::new(take_req(get, path, &n(o_name), &[d, o_width])?, o_bias)?;
         let sinks = match cfg.arch.learned_sinks {
             true => Some(take_req(get, path, &n("attn_sinks.weight"), &[h])?.dequantize()?.to_vec1::<f32>()?),
             false => None,
@@ -221,10 +249,14 @@ impl Block {
     fn load_heads(cfg: &DecoderConfig, l: usize, path: &std::path::Path, get: &mut ParamSource<'_>) -> Result<QkvSource> {
         let (d, dh, h, kv) = (cfg.d_model, cfg.d_head, cfg.n_heads, cfg.n_kv_heads);
         let n = |s: &str| format!("blk.{l}.{s}");
+        let gated = cfg.arch.gated_attention;
+        // A gated model's query projection gives a gate beside each head's query.
+        let q_width = h * dh * if gated { 2 } else { 1 };
         let mut bias = |name: &str, width: usize| take_opt_vector(get, path, &n(name), width);
         let qkv_biases =
-            (bias("attn_q.bias", h * dh)?, bias("attn_k.bias", kv * dh)?, bias("attn_v.bias", kv * dh)?, bias("attn_qkv.bias", (h + 2 * kv) * dh)?);
-        let qkv = match take_opt(get, path, &n("attn_qkv.weight"), &[(h + 2 * kv) * dh, d])? {
+            (bias("attn_q.bias", q_width)?, bias("attn_k.bias", kv * dh)?, bias("attn_v.bias", kv * dh)?, bias("attn_qkv.bias", (h + 2 * kv) * dh)?);
+        let fused = if gated { None } else { take_opt(get, path, &n("attn_qkv.weight"), &[(h + 2 * kv) * dh, d])? };
+        let qkv = match fused {
             // One fused matrix in the file (GPT-NeoX, Phi, GPT-2), rows q | k | v.
             Some(fused) => {
                 let w = fused.stored()?;
@@ -236,7 +268,7 @@ impl Block {
                 Projection::new(vec![part(0, h * dh)?, part(h * dh, kv * dh)?, part((h + kv) * dh, kv * dh)?])?
             }
             None => {
-                let q = take_req(get, path, &n("attn_q.weight"), &[h * dh, d])?;
+                let q = take_req(get, path, &n("attn_q.weight"), &[q_width, d])?;
                 let k = take_req(get, path, &n("attn_k.weight"), &[kv * dh, d])?;
                 let v = take_req(get, path, &n("attn_v.weight"), &[kv * dh, d])?;
                 Projection::new(vec![(q, qkv_biases.0), (k, qkv_biases.1), (v, qkv_biases.2)])?
@@ -254,6 +286,6 @@ impl Block {
             }
             None => None,
         };
-        Ok(QkvSource::Heads { qkv, qk_norm })
+        Ok(QkvSource::Heads { qkv, qk_norm, gated })
     }
 }

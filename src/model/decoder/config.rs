@@ -9,6 +9,7 @@ use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 pub use super::experts::{ExpertAct, Moe};
+pub use super::mixers::{DeltaNetShape, Mla};
 use crate::error::{Error, Result};
 use crate::model::quant_matmul::packed_bytes;
 use crate::model::rope::{FreqFactors, RopeLayout, Yarn};
@@ -58,12 +59,21 @@ pub struct LayerAttn {
     /// the windowed layers of OLMo 3 and Gemma 3 do: their own RoPE parameters are plain.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unscaled: bool,
+    /// The layer is linear attention (Gated DeltaNet, [`DeltaNetShape`]): no keys, no values, no
+    /// pattern; a recurrent state no cache policy evicts.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub linear: bool,
 }
 
 impl LayerAttn {
     /// A layer that sees every earlier key, rotated with base `rope_theta`.
     pub fn global(rope_theta: f64) -> LayerAttn {
-        LayerAttn { window: None, rope_theta, nope: false, unscaled: false }
+        LayerAttn { window: None, rope_theta, nope: false, unscaled: false, linear: false }
+    }
+
+    /// A Gated DeltaNet layer (its RoPE base is never used).
+    pub fn linear(rope_theta: f64) -> LayerAttn {
+        LayerAttn { linear: true, ..LayerAttn::global(rope_theta) }
     }
 
     /// `n` layers of which every `every`th (`every` − 1, 2·`every` − 1, …) is global with base
@@ -75,7 +85,7 @@ impl LayerAttn {
                 if (l + 1) % every.max(1) == 0 {
                     LayerAttn::global(theta)
                 } else {
-                    LayerAttn { window: Some(window), rope_theta: local_theta, nope: false, unscaled: true }
+                    LayerAttn { window: Some(window), rope_theta: local_theta, nope: false, unscaled: true, linear: false }
                 }
             })
             .collect()
@@ -110,28 +120,6 @@ pub enum MlpKind {
     /// A mixture of experts: a router picks the top-k experts per token and weighs them by a
     /// softmax over the experts' logits ([`Moe`]).
     Moe(Moe),
-}
-
-/// Multi-head latent attention (DeepSeek-V2/V3's MLA): each token caches one latent of
-/// `kv_lora_rank` (normalised) and one RoPE key of `qk_rope` shared by every head; per head, keys
-/// are [k_nope | k_rope] (`qk_nope` + `qk_rope` wide) and values `v_head` wide, both expanded from
-/// the latent by `kv_b_proj`. Run absorbed, as llama.cpp does: one KV head of
-/// `qk_rope + kv_lora_rank` ([k_rope | latent], RoPE on the leading `qk_rope`), values the latent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Mla {
-    /// Rank of the queries' low-rank path (`q_a_proj` → norm → `q_b_proj`); 0: one `q_proj`.
-    pub q_lora_rank: usize,
-    pub kv_lora_rank: usize,
-    pub qk_nope: usize,
-    pub qk_rope: usize,
-    pub v_head: usize,
-}
-
-impl Mla {
-    /// Width of the one cached row per token and layer: the RoPE key, then the latent.
-    pub fn cached_width(&self) -> usize {
-        self.qk_rope + self.kv_lora_rank
-    }
 }
 
 impl ArchSwitches {
@@ -224,6 +212,13 @@ pub struct ArchSwitches {
     /// has one KV head.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mla: Option<Mla>,
+    /// Each head's output multiplied by σ(gate) before o_proj, the gate computed beside the query
+    /// (`q_proj` gives [query | gate] per head: Qwen3-Next's gated attention); `hook_gate` is σ(gate).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub gated_attention: bool,
+    /// The shape of the model's Gated DeltaNet layers ([`LayerAttn::linear`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delta_net: Option<DeltaNetShape>,
 }
 
 /// Sliding windows as a phrase: "512", "512 and 4096", "128, 512 and 4096".
@@ -258,6 +253,8 @@ pub const LLAMA: ArchSwitches = ArchSwitches {
     residual_multiplier: None,
     logit_divisor: None,
     mla: None,
+    gated_attention: false,
+    delta_net: None,
 };
 
 impl Default for ArchSwitches {
@@ -295,6 +292,23 @@ impl DecoderConfig {
     pub fn cached_elements(&self) -> (usize, usize) {
         let keys = self.n_kv_heads * self.d_head;
         (keys, if self.arch.mla.is_some() { 0 } else { keys })
+    }
+
+    /// The layers that attend (softmax over keys): all but the Gated DeltaNet ones.
+    pub fn attention_layers(&self) -> Vec<usize> {
+        (0..self.n_layers).filter(|&l| !self.is_linear(l)).collect()
+    }
+
+    /// Whether layer `l` is linear attention (a recurrent state, no KV cache).
+    pub fn is_linear(&self, l: usize) -> bool {
+        self.layers.get(l).is_some_and(|a| a.linear)
+    }
+
+    /// Elements of the recurrent state one sequence carries through all linear-attention layers
+    /// (the convolution windows included); 0 without such layers.
+    pub fn recurrent_elements(&self) -> usize {
+        let linear = (0..self.n_layers).filter(|&l| self.is_linear(l)).count();
+        self.arch.delta_net.map_or(0, |s| linear * s.carried_elements())
     }
 
     /// Layer `l`'s own sliding window, if it attends through one.
@@ -393,6 +407,20 @@ impl DecoderConfig {
                     m.kv_lora_rank, m.qk_nope, m.qk_rope, m.v_head
                 )));
             }
+        }
+        let linear = self.layers.iter().any(|a| a.linear);
+        match self.arch.delta_net {
+            Some(s)
+                if [s.k_heads, s.v_heads, s.k_dim, s.v_dim, s.conv_kernel].iter().any(|&x| x == 0 || x > MAX_SIZE)
+                    || !s.v_heads.is_multiple_of(s.k_heads) =>
+            {
+                return Err(bad(format!(
+                    "linear attention of {} key and {} value heads ({} / {} wide), convolution {}",
+                    s.k_heads, s.v_heads, s.k_dim, s.v_dim, s.conv_kernel
+                )));
+            }
+            None if linear => return Err(bad("linear-attention layers without their shape".into())),
+            _ => {}
         }
         if self.arch.norm_placement == NormPlacement::Shared && !self.arch.parallel_residual {
             return Err(bad("one shared block norm without a parallel residual".into()));

@@ -1,8 +1,10 @@
 //! Where attention keys and values live between forward calls (`KvStore`, the plain `KvCache`),
-//! and the key mask behind the causal sweep.
+//! with a hybrid model's linear-attention state beside them, and the key mask behind the causal
+//! sweep.
 
 use candle_core::Tensor;
 
+use super::delta_net::RecurrentStates;
 use crate::error::Result;
 use crate::model::rope::Rope;
 
@@ -82,13 +84,20 @@ pub trait KvStore {
     }
     /// Called once every layer has seen the `t` new tokens.
     fn commit(&mut self, t: usize);
+    /// The recurrent state of a hybrid model's linear-attention layers, carried whole from call
+    /// to call (no policy evicts or rounds it); `None`: this store does not carry one, and a model
+    /// with such layers is refused on it.
+    fn recurrent(&mut self) -> Option<&mut RecurrentStates> {
+        None
+    }
 }
 
 /// The ordinary cache: keys rotated at their absolute positions, nothing ever evicted.
 #[derive(Default)]
 pub struct KvCache {
-    k: Vec<Tensor>,
-    v: Vec<Tensor>,
+    /// Per layer, its keys and values (`None`: a linear-attention layer, or not reached yet).
+    layers: Vec<Option<(Tensor, Tensor)>>,
+    recurrent: RecurrentStates,
     len: usize,
 }
 
@@ -100,6 +109,11 @@ impl KvCache {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// The linear-attention layers' state after what the cache has seen.
+    pub fn recurrent_states(&self) -> &RecurrentStates {
+        &self.recurrent
+    }
 }
 
 impl KvStore for KvCache {
@@ -109,30 +123,37 @@ impl KvStore for KvCache {
 
     fn append(&mut self, layer: usize, k_pre: &Tensor, v: &Tensor, rope: &Rope, positions: &[usize]) -> Result<(Tensor, Tensor)> {
         let k = rope.rotate(k_pre, positions)?;
-        if self.k.len() <= layer {
-            self.k.push(k);
-            self.v.push(v.clone());
-        } else {
-            self.k[layer] = Tensor::cat(&[&self.k[layer], &k], 1)?;
-            self.v[layer] = Tensor::cat(&[&self.v[layer], v], 1)?;
+        if self.layers.len() <= layer {
+            self.layers.resize(layer + 1, None);
         }
-        Ok((self.k[layer].clone(), self.v[layer].clone()))
+        let kv = match self.layers[layer].take() {
+            Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 1)?, Tensor::cat(&[&pv, v], 1)?),
+            None => (k, v.clone()),
+        };
+        self.layers[layer] = Some(kv.clone());
+        Ok(kv)
     }
 
     fn commit(&mut self, t: usize) {
         self.len += t;
     }
+
+    fn recurrent(&mut self) -> Option<&mut RecurrentStates> {
+        Some(&mut self.recurrent)
+    }
 }
 
 /// A cache read without growing it: each call's new keys join the keys the cache holds for that
-/// call only, so many variants of the same next tokens run over one shared prefix.
+/// call only, so many variants of the same next tokens run over one shared prefix (a hybrid's
+/// linear-attention state continues from the prefix's, in a copy of the view's own).
 pub struct PrefixView<'a> {
     prefix: &'a KvCache,
+    recurrent: RecurrentStates,
 }
 
 impl<'a> PrefixView<'a> {
     pub fn new(prefix: &'a KvCache) -> Self {
-        PrefixView { prefix }
+        PrefixView { prefix, recurrent: prefix.recurrent.clone() }
     }
 }
 
@@ -143,13 +164,17 @@ impl KvStore for PrefixView<'_> {
 
     fn append(&mut self, layer: usize, k_pre: &Tensor, v: &Tensor, rope: &Rope, positions: &[usize]) -> Result<(Tensor, Tensor)> {
         let k = rope.rotate(k_pre, positions)?;
-        match (self.prefix.k.get(layer), self.prefix.v.get(layer)) {
-            (Some(pk), Some(pv)) => Ok((Tensor::cat(&[pk, &k], 1)?, Tensor::cat(&[pv, v], 1)?)),
+        match self.prefix.layers.get(layer) {
+            Some(Some((pk, pv))) => Ok((Tensor::cat(&[pk, &k], 1)?, Tensor::cat(&[pv, v], 1)?)),
             _ => Ok((k, v.clone())),
         }
     }
 
     fn commit(&mut self, _t: usize) {}
+
+    fn recurrent(&mut self) -> Option<&mut RecurrentStates> {
+        Some(&mut self.recurrent)
+    }
 }
 
 #[cfg(test)]

@@ -9,11 +9,13 @@
 pub mod attention;
 mod block;
 pub mod config;
+mod delta_net;
 mod experts;
 pub mod finite;
 pub mod kv;
 mod latent;
 pub mod linear;
+mod mixers;
 mod moe;
 
 use candle_core::{DType, Device, Tensor};
@@ -26,9 +28,10 @@ use crate::model::rope::Rope;
 use crate::model::scoring::{streamed_nll, token_nll, HeadWeight};
 use crate::numerics::tensor::with_f32;
 use attention::{Attend, LayerAttention, Seq, SeqAttention, ATTENTION_BLOCK_BYTES};
-use block::{Block, Norm};
+use block::{Block, Norm, Qkv, QkvSource};
 use config::{take_opt, take_opt_vector, take_req};
 pub use config::{ArchSwitches, DecoderConfig, LayerAttn, MlpKind, Moe, NormKind, NormPlacement, Param, ParamSource, QkNorm, WeightDtype, LLAMA};
+pub use delta_net::{DeltaState, RecurrentStates};
 use finite::{refuse_non_finite, refuse_non_finite_nll};
 pub use kv::{Hidden, KeyMask, KvCache, KvStore, PrefixView};
 use linear::{Linear, LinearWeight};
@@ -264,7 +267,6 @@ impl Decoder {
     pub(crate) fn run_blocks(&self, mut x: Tensor, first_layer: usize, attend: &mut dyn Attend, hooks: &mut dyn HookReceiver) -> Result<Tensor> {
         let rows = attend.rows();
         let eps = self.cfg.rms_eps as f32;
-        let dh = self.cfg.d_head;
         refuse_non_finite(if first_layer == 0 { HookPoint::Embed } else { HookPoint::ResidPre(first_layer) }, &x, &[], &rows)?;
         for (l, block) in self.blocks.iter().enumerate().skip(first_layer) {
             emit(hooks, HookPoint::ResidPre(l), &rows, &x)?;
@@ -272,28 +274,13 @@ impl Decoder {
             let block_in = x.clone();
             let attn_in_raw = norm(&block.attn_in, &x)?;
             let attn_in = intervene(hooks, HookPoint::AttnIn(l), &rows, attn_in_raw.clone())?;
-            let (mut q, k, v) = block.qkv(&self.cfg, &attn_in)?;
-            emit(hooks, HookPoint::Q(l), &rows, &q)?;
-            let k = intervene(hooks, HookPoint::K(l), &rows, k)?;
-            let v = intervene(hooks, HookPoint::V(l), &rows, v)?;
-            let layer = self.layer_attention(l);
-            if let Some(scale) = self.cfg.arch.attn_scale {
-                // The kernels scale scores by 1/√d_head; this family wants `scale` instead.
-                q = (q * (scale * (dh as f64).sqrt()))?;
-            }
-            let z = attend.attend(&layer, &q, &k, &v, hooks)?;
-            let z = intervene(hooks, HookPoint::Z(l), &rows, z)?;
-            let attn_out = self.to_residual(norm(&block.attn_out, &block.o_proj.forward(&block.o_proj_input(&z)?)?)?)?;
+            let (o_in, steps) = self.mix_tokens(block, l, &attn_in, attend, hooks)?;
+            let attn_out = self.to_residual(norm(&block.attn_out, &block.o_proj.forward(&o_in)?)?)?;
             emit(hooks, HookPoint::AttnOut(l), &rows, &attn_out)?;
             x = (&x + &attn_out)?;
-            let attention_steps = [
-                (HookPoint::AttnIn(l), &attn_in),
-                (HookPoint::Q(l), &q),
-                (HookPoint::K(l), &k),
-                (HookPoint::V(l), &v),
-                (HookPoint::Z(l), &z),
-                (HookPoint::AttnOut(l), &attn_out),
-            ];
+            let mut attention_steps: Vec<(HookPoint, &Tensor)> = vec![(HookPoint::AttnIn(l), &attn_in)];
+            attention_steps.extend(steps.iter().map(|(h, t)| (*h, t)));
+            attention_steps.push((HookPoint::AttnOut(l), &attn_out));
             refuse_non_finite(HookPoint::ResidMid(l), &x, &attention_steps, &rows)?;
             emit(hooks, HookPoint::ResidMid(l), &rows, &x)?;
             // Under a parallel residual the MLP reads the block's input, not x + attn — through
@@ -314,6 +301,45 @@ impl Decoder {
         refuse_non_finite(HookPoint::LnFinal, &out, &[], &rows)?;
         emit(hooks, HookPoint::LnFinal, &rows, &out)?;
         Ok(out)
+    }
+
+    /// Layer `l`'s token mixing of its normalised input: attention (queries, keys and values, the
+    /// store, the heads' outputs, a gated model's gate) or a linear-attention layer's recurrence.
+    /// Returns what the output projection reads and the named steps on the way (for the finite check).
+    fn mix_tokens(
+        &self,
+        block: &Block,
+        l: usize,
+        attn_in: &Tensor,
+        attend: &mut dyn Attend,
+        hooks: &mut dyn HookReceiver,
+    ) -> Result<(Tensor, Vec<(HookPoint, Tensor)>)> {
+        let rows = attend.rows();
+        if let QkvSource::Linear(net) = &block.qkv {
+            let (qkv, z_gate, ba) = net.project(attn_in)?;
+            let core = attend.recurrent(l, net, &qkv, &ba)?;
+            let z = intervene(hooks, HookPoint::Z(l), &rows, net.gated_norm(&core, &z_gate, self.cfg.rms_eps as f32)?)?;
+            return Ok((z.clone(), vec![(HookPoint::Z(l), z)]));
+        }
+        let Qkv { mut q, k, v, gate } = block.qkv(&self.cfg, attn_in)?;
+        emit(hooks, HookPoint::Q(l), &rows, &q)?;
+        let k = intervene(hooks, HookPoint::K(l), &rows, k)?;
+        let v = intervene(hooks, HookPoint::V(l), &rows, v)?;
+        let layer = self.layer_attention(l);
+        if let Some(scale) = self.cfg.arch.attn_scale {
+            // The kernels scale scores by 1/√d_head; this family wants `scale` instead.
+            q = (q * (scale * (self.cfg.d_head as f64).sqrt()))?;
+        }
+        let z = attend.attend(&layer, &q, &k, &v, hooks)?;
+        let z = intervene(hooks, HookPoint::Z(l), &rows, z)?;
+        let gate = match gate {
+            Some(g) => Some(intervene(hooks, HookPoint::Gate(l), &rows, candle_nn::ops::sigmoid(&g)?)?),
+            None => None,
+        };
+        let o_in = block.o_proj_input(&z, gate.as_ref())?;
+        let mut steps = vec![(HookPoint::Q(l), q), (HookPoint::K(l), k), (HookPoint::V(l), v), (HookPoint::Z(l), z)];
+        steps.extend(gate.map(|g| (HookPoint::Gate(l), g)));
+        Ok((o_in, steps))
     }
 
     /// A sublayer's output as it joins the residual stream (scaled where the family does).

@@ -18,9 +18,9 @@ pub const BEYOND: &[Beyond] = &[
         missing: "DeepSeek-V3's router (sigmoid scores with a learned score-correction bias, `noaux_tc` group routing, normalised top-k weights); DeepSeek-V2's latent attention and experts are read",
     },
     Beyond {
-        hf_types: &["qwen3_next", "qwen3_5", "qwen3_5_moe"],
+        hf_types: &["qwen3_5", "qwen3_5_moe"],
         gguf_archs: &["qwen3next", "qwen35", "qwen35moe"],
-        missing: "Gated DeltaNet linear-attention layers (a recurrent state beside the KV cache, which no eviction policy touches), a sigmoid output gate on every attention head, partial RoPE and zero-centred RMSNorm",
+        missing: "Qwen3.5's layout, and llama.cpp's GGUF layout of these hybrids (attn_qkv / attn_gate / ssm_* tensors); Qwen3-Next's HF checkpoint (Gated DeltaNet and gated attention) is read",
     },
     Beyond {
         hf_types: &["gemma3n", "gemma3n_text", "gemma4", "gemma4_text"],

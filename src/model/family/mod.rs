@@ -26,6 +26,7 @@ mod qwen2;
 mod qwen2_moe;
 mod qwen3;
 mod qwen3_moe;
+mod qwen3_next;
 mod smollm3;
 mod spec;
 mod stablelm;
@@ -60,6 +61,7 @@ pub const FAMILIES: &[&FamilySpec] = &[
     &gpt_oss::SPEC,
     &gpt2::SPEC,
     &deepseek_v2::SPEC,
+    &qwen3_next::SPEC,
 ];
 
 /// One model family (see [`FamilySpec`] for what it carries).
@@ -154,7 +156,7 @@ mod tests {
     fn supported_lists_come_from_the_families() {
         assert_eq!(
             Family::hf_supported(),
-            "cohere, deepseek_v2, falcon, gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, granite, llama, mistral, mixtral, olmo2, olmo3, olmoe, phi, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm, smollm3, stablelm, starcoder2"
+            "cohere, deepseek_v2, falcon, gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, granite, llama, mistral, mixtral, olmo2, olmo3, olmoe, phi, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, qwen3_next, smollm, smollm3, stablelm, starcoder2"
         );
         assert_eq!(
             Family::gguf_supported(),

@@ -7,7 +7,7 @@ use candle_core::Tensor;
 use serde_json::{Map, Value as Json};
 
 use crate::error::Result;
-use crate::model::decoder::config::{ArchSwitches, LLAMA, MAX_SIZE};
+use crate::model::decoder::config::{ArchSwitches, DeltaNetShape, LLAMA, MAX_SIZE};
 use crate::model::rope::RopeLayout;
 
 /// Everything that sets one family apart from Llama, in one value.
@@ -87,6 +87,8 @@ impl Multipliers {
 pub struct TensorContext {
     pub n_heads: usize,
     pub n_kv_heads: usize,
+    /// The shape of the model's Gated DeltaNet layers, if it has them.
+    pub delta_net: Option<DeltaNetShape>,
 }
 
 /// Llama's spec, the base every family starts from (`FamilySpec { name: …, ..BASE }`): a family

@@ -1,0 +1,93 @@
+//! Qwen3-Next: a hybrid of Gated DeltaNet layers (linear attention with a recurrent state, no KV
+//! cache) and gated attention layers (Qwen3's per-head q/k norms, partial RoPE, each head's output
+//! × σ(gate) with the gate computed beside its query), three linear layers per attention layer
+//! (`layer_types`, or every `full_attention_interval`-th layer attending); every RMSNorm but the
+//! DeltaNet's gated one multiplies by 1 + w; Qwen2-MoE's experts (normalised top-k, gated shared
+//! expert).
+
+use std::path::Path;
+
+use candle_core::{DType, Tensor};
+use serde_json::{Map, Value as Json};
+
+use super::qwen2_moe::qwen_moe_config;
+use super::spec::{FamilySpec, HfNames, TensorContext, BASE, LLAMA_FIXED, LLAMA_MODULES, QWEN_MOE_EXPERTS, QWEN_MOE_MODULES};
+use crate::error::{Error, Result};
+use crate::model::decoder::config::{ArchSwitches, DeltaNetShape, ExpertAct, MlpKind, Moe, QkNorm, LLAMA};
+use crate::model::rope::RopeLayout;
+
+pub const SPEC: FamilySpec = FamilySpec {
+    name: "qwen3_next",
+    hf_types: &["qwen3_next"],
+    // llama.cpp's `qwen3next` files (attn_qkv / attn_gate / ssm_*) are not read yet.
+    gguf_archs: &[],
+    gguf_rope: RopeLayout::HalfSplit,
+    // The linear layers' shape and the experts' counts come from the file.
+    switches: ArchSwitches {
+        qk_norm: QkNorm::PerHead,
+        mlp: MlpKind::Moe(Moe::plain(0, 0, true, ExpertAct::SwiGlu)),
+        gated_attention: true,
+        delta_net: Some(DeltaNetShape { k_heads: 0, v_heads: 0, k_dim: 0, v_dim: 0, conv_kernel: 0 }),
+        ..LLAMA
+    },
+    hf_names: HfNames {
+        fixed: LLAMA_FIXED,
+        layer_prefix: "model.layers.",
+        tails: &[&[("ssm_dt.bias", "linear_attn.dt_bias"), ("ssm_a", "linear_attn.A_log")]],
+        modules: &[DELTA_NET_MODULES, QWEN_MOE_MODULES, LLAMA_MODULES],
+        experts: QWEN_MOE_EXPERTS,
+    },
+    hf_config: qwen3_next_config,
+    hf_tensor: qwen3_next_tensor,
+    ..BASE
+};
+
+/// The Gated DeltaNet's modules under llama.cpp's names: q|k|v and z both come out of
+/// `in_proj_qkvz` (split by [`qwen3_next_tensor`]).
+const DELTA_NET_MODULES: &[(&str, &str)] = &[
+    ("attn_qkv", "linear_attn.in_proj_qkvz"),
+    ("attn_gate", "linear_attn.in_proj_qkvz"),
+    ("ssm_ba", "linear_attn.in_proj_ba"),
+    ("ssm_conv1d", "linear_attn.conv1d"),
+    ("ssm_norm", "linear_attn.norm"),
+    ("ssm_out", "linear_attn.out_proj"),
+];
+
+/// Qwen-MoE's dense-layer refusals; `layer_types` spelled out from `full_attention_interval`
+/// where a config gives only that (as transformers does).
+fn qwen3_next_config(json: &mut Map<String, Json>, path: &Path) -> Result<()> {
+    let interval = json.remove("full_attention_interval").map(|v| v.as_u64().filter(|&n| n > 0)).unwrap_or(Some(4));
+    if json.get("layer_types").is_none_or(Json::is_null) {
+        let interval =
+            interval.ok_or_else(|| Error::file(path, "has a full_attention_interval that is not a positive integer; config.json is corrupt"))?;
+        let layers = json.get("num_hidden_layers").and_then(Json::as_u64).unwrap_or(0).min(crate::model::decoder::config::MAX_SIZE as u64);
+        let types = (0..layers).map(|l| Json::from(if (l + 1) % interval == 0 { "full_attention" } else { "linear_attention" })).collect();
+        json.insert("layer_types".into(), Json::Array(types));
+    }
+    qwen_moe_config(json, path)
+}
+
+/// transformers' layout → the decoder's (llama.cpp's converter makes the same changes): norms
+/// stored as w for 1 + w (all but the DeltaNet's gated norm), `A_log` → −exp(A_log), the
+/// convolution's (channels, 1, kernel) → (channels, kernel), and `in_proj_qkvz`'s rows per key
+/// head [q | k | v | z] → all q, all k, all v (`attn_qkv`) and all z (`attn_gate`).
+fn qwen3_next_tensor(canonical: &str, t: Tensor, cx: &TensorContext) -> Result<Tensor> {
+    let kind = canonical.rsplit_once('.').map_or(canonical, |(head, last)| if last == "weight" || last == "bias" { head } else { canonical });
+    let kind = kind.rsplit('.').next().unwrap_or(kind);
+    Ok(match kind {
+        "ssm_norm" => t,
+        k if k.ends_with("norm") => (t.to_dtype(DType::F32)? + 1.0)?,
+        "ssm_a" => t.to_dtype(DType::F32)?.exp()?.neg()?,
+        "ssm_conv1d" => t.squeeze(1)?,
+        "attn_qkv" | "attn_gate" => {
+            let s = cx.delta_net.ok_or_else(|| Error::Internal("a DeltaNet tensor without the layers' shape".into()))?;
+            let (dk, rv) = (s.k_dim, s.v_heads / s.k_heads * s.v_dim);
+            let group = 2 * dk + 2 * rv;
+            let parts: &[(usize, usize)] = if kind == "attn_qkv" { &[(0, dk), (dk, dk), (2 * dk, rv)] } else { &[(2 * dk + rv, rv)] };
+            let rows: Vec<u32> =
+                parts.iter().flat_map(|&(at, len)| (0..s.k_heads).flat_map(move |g| (0..len).map(move |i| (g * group + at + i) as u32))).collect();
+            t.index_select(&Tensor::new(rows.as_slice(), t.device())?, 0)?.contiguous()?
+        }
+        _ => t,
+    })
+}
