@@ -274,3 +274,51 @@ fn a_tokenizer_without_bos_leaves_out_the_flipped_bos_probe_and_says_so() {
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["skipped_probes"][0]["name"], "story_flipped_bos");
 }
+
+/// A hybrid (Qwen3-Next's tiny fixture: Gated DeltaNet layers 0 and 2, gated attention layers 1
+/// and 3) is analysed over the layers that attend: its heads, α, sink rates and causal sweep
+/// come from layers 1 and 3 only, each head's output gate is measured beside α_0 (how far it
+/// opens, how often it closes), and the census reads "2 RoPE + 2 linear" with the gates'
+/// numbers; a capture records no attention on position 0 for a linear layer rather than 0.
+#[test]
+fn a_hybrid_is_analysed_over_the_layers_that_attend_with_their_gates() {
+    use sinkscope::analysis::census::Census;
+    use sinkscope::analysis::AnalysisReport;
+    let model = common::fixture("arch/qwen3_next");
+    let dir = common::temp_dir("analysis-hybrid");
+    let out = common::sinkscope(&["analyze", "-m", model.to_str().unwrap(), "-o", dir.join("a").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("L1H") && !stdout.contains("L0H") && !stdout.contains("L2H"), "{stdout}");
+    let report: AnalysisReport = serde_json::from_slice(&std::fs::read(dir.join("a/report.json")).unwrap()).unwrap();
+    assert_eq!(report.heads.len(), 8);
+    for h in &report.heads {
+        assert!(h.layer == 1 || h.layer == 3, "head of layer {}", h.layer);
+        let (open, closed) = (h.gate_mean.unwrap(), h.gate_closed.unwrap());
+        assert!(open > 0.0 && open < 1.0 && (0.0..=1.0).contains(&closed), "L{}H{}: gate {open}, closed {closed}", h.layer, h.head);
+    }
+    for p in &report.probes {
+        assert_eq!(p.alpha.iter().map(Vec::len).collect::<Vec<_>>(), [0, 4, 0, 4], "{}", p.name);
+        assert_eq!(p.gate_mean.iter().map(Vec::len).collect::<Vec<_>>(), [0, 4, 0, 4], "{}", p.name);
+    }
+    let census = Census::of(&report);
+    assert_eq!((census.positions().as_str(), census.linear_layers), ("2 RoPE + 2 linear", 2));
+    let (open, closed) = (census.gate_mean.unwrap(), census.gate_closed.unwrap());
+    assert!(open > 0.0 && open < 1.0 && (0.0..=1.0).contains(&closed));
+    // Sink rates count (probe, attending layer, head): multiples of 100 / (8 · probes).
+    let unit = 100.0 / (8 * report.probes.len()) as f64;
+    assert!(census.sink_rate.iter().all(|r| ((r.percent / unit) - (r.percent / unit).round()).abs() < 1e-9));
+    let out = common::sinkscope(&[
+        "capture",
+        "-m",
+        model.to_str().unwrap(),
+        "-p",
+        "Once upon a time there was a dog",
+        "-o",
+        dir.join("c").to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let capture: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("c/capture.json")).unwrap()).unwrap();
+    let layers = &capture["summary"]["layers"];
+    assert!(layers[0]["mean_attention_pos0"].is_null() && layers[1]["mean_attention_pos0"].is_f64(), "{layers}");
+}

@@ -1,8 +1,9 @@
 //! The census across attention designs: per model, the numbers that say where its heads put the
 //! attention they do not want to spend — the sink rate at several ε (Gu et al.; Barbero et al.),
 //! the first-token mass, the largest activation and the kurtosis of the layer output holding it,
-//! the share of attention weights that are zero to f32 precision, the learned-sink mass — beside how its layers are
-//! positioned (RoPE, NoPE, learned) and windowed, read from one analysis so that every family
+//! the share of attention weights that are zero to f32 precision, the learned-sink mass, how far
+//! output gates open and how often they close — beside how its layers are positioned (RoPE, NoPE,
+//! learned), windowed or linear (no attention), read from one analysis so that every family
 //! reads the same way.
 
 use serde::{Deserialize, Serialize};
@@ -41,6 +42,15 @@ pub struct Census {
     /// Mean softmax mass of the learned sink logits over probes, layers and heads (gpt-oss;
     /// `None` for a model without them).
     pub learned_sink_mass: Option<f64>,
+    /// Mean σ(gate) of the output gates over probes, layers and heads, and the mean share of
+    /// query rows whose gate closed (gated attention; `None` for a model without gates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate_mean: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate_closed: Option<f64>,
+    /// Layers that do not attend (a hybrid's linear-attention layers): no α, no position.
+    #[serde(default)]
+    pub linear_layers: usize,
     /// Layers by how they position: rotated (RoPE), not rotated (NoPE), or none rotated because
     /// the model adds learned absolute positions.
     pub rope_layers: usize,
@@ -71,8 +81,11 @@ impl Census {
         let zeros: Vec<f64> = a.probes.iter().filter_map(|p| p.zero_share).collect();
         let sink_mass: Vec<f64> = a.probes.iter().flat_map(|p| p.sink_mass.iter().flatten().copied()).collect();
         let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+        let gates =
+            |of: fn(&super::ProbeReport) -> &Vec<Vec<f64>>| -> Vec<f64> { a.probes.iter().flat_map(|p| of(p).iter().flatten().copied()).collect() };
         let learned_positions = cfg.arch.learned_positions;
-        let nope_layers = if learned_positions { cfg.n_layers } else { cfg.layers.iter().filter(|l| l.nope).count() };
+        let attending = cfg.attention_layers().len();
+        let nope_layers = if learned_positions { attending } else { cfg.layers.iter().filter(|l| l.nope && !l.linear).count() };
         Census {
             probes: a.probes.len(),
             mean_tokens: mean(&a.probes.iter().map(|p| p.n_tokens as f64).collect::<Vec<_>>()).unwrap_or(0.0),
@@ -83,19 +96,27 @@ impl Census {
             kurtosis,
             zero_share: (zeros.len() == a.probes.len()).then(|| mean(&zeros)).flatten(),
             learned_sink_mass: if cfg.arch.learned_sinks { mean(&sink_mass) } else { None },
-            rope_layers: cfg.n_layers - nope_layers,
+            gate_mean: mean(&gates(|p| &p.gate_mean)),
+            gate_closed: mean(&gates(|p| &p.gate_closed)),
+            linear_layers: cfg.n_layers - attending,
+            rope_layers: attending - nope_layers,
             nope_layers,
             learned_positions,
             windowed_layers: cfg.windowed_layers().len(),
         }
     }
 
-    /// How the layers position, in a few words ("30 RoPE", "27 RoPE + 9 NoPE", "learned").
+    /// How the layers position, in a few words ("30 RoPE", "27 RoPE + 9 NoPE", "learned",
+    /// "12 RoPE + 36 linear").
     pub fn positions(&self) -> String {
-        match (self.learned_positions, self.nope_layers) {
+        let attending = match (self.learned_positions, self.nope_layers) {
             (true, _) => "learned absolute".into(),
             (false, 0) => format!("{} RoPE", self.rope_layers),
             (false, n) => format!("{} RoPE + {n} NoPE", self.rope_layers),
+        };
+        match self.linear_layers {
+            0 => attending,
+            n => format!("{attending} + {n} linear"),
         }
     }
 }

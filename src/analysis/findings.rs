@@ -75,9 +75,11 @@ impl CaptureFindings {
     pub fn of(model: &ModelInfo, c: &CaptureSummary) -> CaptureFindings {
         let ls = &c.layers;
         let alpha0 = c.heads.iter().filter_map(|h| Some((h.layer, *h.alpha.first()?)));
-        let first_token = ls.iter().max_by(|a, b| a.mean_attention_pos0.total_cmp(&b.mean_attention_pos0)).map(|peak| {
-            let mean = ls.iter().map(|l| l.mean_attention_pos0).sum::<f64>() / ls.len().max(1) as f64;
-            (mean, peak.layer, peak.mean_attention_pos0)
+        // Over the layers that attend (a hybrid's linear layers have no α_0).
+        let attending: Vec<(usize, f64)> = ls.iter().filter_map(|l| Some((l.layer, l.mean_attention_pos0?))).collect();
+        let first_token = attending.iter().max_by(|a, b| a.1.total_cmp(&b.1)).map(|&(layer, peak)| {
+            let mean = attending.iter().map(|a| a.1).sum::<f64>() / attending.len() as f64;
+            (mean, layer, peak)
         });
         CaptureFindings {
             alpha0_by_kind: ByLayerKind::of(model, alpha0),

@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::capture::ablation::AblationResult;
+use crate::capture::reducers::AttentionStats;
 use crate::capture::summary::StandardReducers;
 use crate::metrics::quant::QuantRisk;
 use crate::model::info::{ModelInfo, NllSummary, TokenInfo};
@@ -87,6 +88,13 @@ pub struct ProbeReport {
     /// learned sinks; empty otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sink_mass: Vec<Vec<f64>>,
+    /// Mean σ(gate) of each head's output gate, and the share of its query rows whose gate
+    /// closed, per [layer][head] (gated attention; a layer without a gate has no heads; empty for
+    /// a model without gates).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gate_mean: Vec<Vec<f64>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gate_closed: Vec<Vec<f64>>,
     /// Share of the attention entries queries may see that are zero to f32 precision (below
     /// `capture::reducers::ZERO_ATTENTION`), over every layer and head (`None` in runs from
     /// before it was measured).
@@ -108,6 +116,12 @@ pub struct HeadReport {
     /// sinks): beside α_0, where the head's "attend to nothing" mass goes instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sink_mass: Option<f64>,
+    /// Mean σ(gate) of the head's output gate over all probes, and the share of query rows whose
+    /// gate closed (gated attention): a closed gate is where this design's "attend to nothing" goes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate_mean: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate_closed: Option<f64>,
 }
 
 /// Massive activations over all probes.
@@ -228,6 +242,19 @@ pub fn analyze_probe(c: &ProbeCapture<'_>, settings: &AnalysisSettings) -> Probe
             .map(|l| (0..att.heads[l].len()).filter_map(|h| c.reducers.sink_mass.mean(l, h)).collect::<Vec<f64>>())
             .filter(|v| !v.is_empty())
             .collect(),
+        gate_mean: per_gated_head(att, |l, h| c.reducers.gate.mean(l, h)),
+        gate_closed: per_gated_head(att, |l, h| c.reducers.gate.closed_share(l, h)),
+    }
+}
+
+/// `of(layer, head)` per [layer][head] of the attending heads, a layer without a gate holding
+/// none; empty when no layer delivered one.
+fn per_gated_head(att: &AttentionStats, of: impl Fn(usize, usize) -> Option<f64>) -> Vec<Vec<f64>> {
+    let per: Vec<Vec<f64>> = att.heads.iter().enumerate().map(|(l, heads)| (0..heads.len()).filter_map(|h| of(l, h)).collect()).collect();
+    if per.iter().all(Vec::is_empty) {
+        Vec::new()
+    } else {
+        per
     }
 }
 
@@ -261,7 +288,8 @@ pub fn aggregate(
     wall_seconds: f64,
 ) -> AnalysisReport {
     let samples: Vec<&Alphas> = probes.iter().map(|p| &p.alpha).collect();
-    let k_max = probes.iter().map(|p| p.alpha.first().and_then(|l| l.first()).map_or(0, Vec::len)).max().unwrap_or(0);
+    // The first head of any layer (a hybrid's linear layers have none).
+    let k_max = probes.iter().map(|p| p.alpha.iter().flatten().next().map_or(0, Vec::len)).max().unwrap_or(0);
     let sink_score = (0..k_max).map(|k| (k, sink_score(&samples, k, settings.epsilon))).collect();
     let mut positions: Vec<usize> = probes.iter().flat_map(|p| p.sink_positions.iter().map(|s| s.pos)).collect();
     positions.sort_unstable();
@@ -295,7 +323,12 @@ pub fn aggregate(
                 };
                 let masses: Vec<f64> = probes.iter().filter_map(|p| p.sink_mass.get(l)?.get(h).copied()).collect();
                 let sink_mass = (!masses.is_empty()).then(|| masses.iter().sum::<f64>() / masses.len() as f64);
-                heads.push(HeadReport { layer: l, head: h, alpha, class: classify(&evidence), evidence, sink_mass });
+                let over_probes = |of: fn(&ProbeReport) -> &Vec<Vec<f64>>| {
+                    let v: Vec<f64> = probes.iter().filter_map(|p| of(p).get(l)?.get(h).copied()).collect();
+                    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+                };
+                let (gate_mean, gate_closed) = (over_probes(|p| &p.gate_mean), over_probes(|p| &p.gate_closed));
+                heads.push(HeadReport { layer: l, head: h, alpha, class: classify(&evidence), evidence, sink_mass, gate_mean, gate_closed });
             }
         }
     }

@@ -48,7 +48,8 @@ pub fn run_ablation(model: &Decoder, ids: &[u32], plan: &AblationPlan, progress:
     // Each mask with the head it reports (None: the whole layer).
     let mut groups: Vec<Vec<(KeyMask, Option<usize>)>> = Vec::new();
     for &key in &plan.keys {
-        for layer in 0..cfg.n_layers {
+        // A linear-attention layer has no keys to hide.
+        for layer in cfg.attention_layers() {
             let mut group = Vec::new();
             if plan.per_head {
                 group.extend((0..cfg.n_heads).map(|h| (KeyMask::key(layer, vec![h], key), Some(h))));
@@ -148,7 +149,9 @@ pub fn streaming_head_ablation(
 ) -> Result<Vec<Vec<f64>>> {
     let cfg = &model.cfg;
     let group = cfg.n_heads / cfg.n_kv_heads;
-    let groups: Vec<Vec<(KeyMask, Option<usize>)>> = (0..cfg.n_layers)
+    let groups: Vec<Vec<(KeyMask, Option<usize>)>> = cfg
+        .attention_layers()
+        .into_iter()
         .map(|layer| {
             (0..cfg.n_kv_heads).map(|kv| (KeyMask::streaming(layer, (kv * group..(kv + 1) * group).collect(), sinks, recent), Some(kv))).collect()
         })

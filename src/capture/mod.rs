@@ -5,6 +5,7 @@
 
 pub mod ablation;
 pub mod collector;
+pub mod gate;
 pub mod heatmap;
 pub mod heatmaps;
 pub mod memory;

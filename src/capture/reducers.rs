@@ -69,6 +69,13 @@ impl AttentionStats {
         }
     }
 
+    /// The same, with no heads in `layers` (a hybrid's linear-attention layers, which have no
+    /// attention pattern to reduce).
+    pub fn without_heads_in(mut self, layers: impl Iterator<Item = usize>) -> Self {
+        layers.for_each(|l| self.heads[l].clear());
+        self
+    }
+
     /// The same, with each layer's own sliding window (`windows[l]`).
     pub fn with_windows(mut self, windows: Vec<Option<usize>>) -> Self {
         self.windows = windows;

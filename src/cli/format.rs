@@ -232,8 +232,13 @@ pub fn format_table(r: &CaptureReport) -> String {
         };
         let ratio = if l.median_abs > 0.0 { l.max_abs / l.median_abs } else { f32::INFINITY };
         s.push_str(&format!(
-            "{:>5}  {:>9.3}  {:>7.1}  {:<14}  {:>9.4}  {:>11.0}\n",
-            l.layer, l.mean_attention_pos0, l.max_abs, at, l.median_abs, ratio
+            "{:>5}  {:>9}  {:>7.1}  {:<14}  {:>9.4}  {:>11.0}\n",
+            l.layer,
+            l.mean_attention_pos0.map_or("linear".into(), |a| format!("{a:.3}")),
+            l.max_abs,
+            at,
+            l.median_abs,
+            ratio
         ));
     }
     s.push_str("\nattn→pos0: mean over heads of α₀, the average attention queries pay to position 0.\n");

@@ -239,4 +239,30 @@ mod tests {
         assert!(check_fits(&lite, 1000, "x", Some(simulated)).is_ok());
         assert!(check_fits(&lite, 1000, "x", Some(simulated - 1)).is_err());
     }
+
+    /// Qwen3-Next-80B-A3B's shapes: 48 layers, every 4th attending (16 heads, 2 KV heads of 256),
+    /// the rest Gated DeltaNet (16 key heads and 32 value heads of 128, a 4-tap convolution).
+    #[test]
+    fn a_hybrid_pays_for_its_attention_layers_per_token_and_a_fixed_state_besides() {
+        use crate::model::decoder::config::DeltaNetShape;
+        let layers = (0..48).map(|l| if (l + 1) % 4 == 0 { LayerAttn::global(1e7) } else { LayerAttn::linear(1e7) }).collect();
+        let mut hybrid = DecoderConfig::tiny(1e7, layers);
+        (hybrid.n_heads, hybrid.n_kv_heads, hybrid.d_head) = (16, 2, 256);
+        hybrid.arch.delta_net = Some(DeltaNetShape { k_heads: 16, v_heads: 32, k_dim: 128, v_dim: 128, conv_kernel: 4 });
+        let mut dense = DecoderConfig::tiny(1e7, vec![LayerAttn::global(1e7); 48]);
+        (dense.n_heads, dense.n_kv_heads, dense.d_head) = (16, 2, 256);
+        // f16 K and V: 2 · 2 · 256 · 2 = 2,048 bytes per token and attending layer.
+        // The state, f32: per linear layer 32 · 128 · 128 + 3 · (2 · 16 · 128 + 32 · 128) elements.
+        let state = 36 * (32 * 128 * 128 + 3 * 8192) * 4;
+        assert_eq!(state, 79_036_416);
+        let (h1, d1) = (kv_memory(&hybrid, 1), kv_memory(&dense, 1));
+        assert_eq!((h1.bytes, h1.recurrent_bytes, h1.global_layers), (12 * 2048 + state, state, 12));
+        assert_eq!(d1.bytes, 48 * 2048);
+        // Per token the hybrid pays a quarter; its state is worth exactly 1,072 tokens of the
+        // difference (36 · 2,048 bytes a token).
+        let at = |n: usize| (kv_memory(&hybrid, n).bytes, kv_memory(&dense, n).bytes);
+        assert!(at(1071).0 > at(1071).1 && at(1072).0 == at(1072).1 && at(1073).0 < at(1073).1);
+        assert_eq!(at(32768), (12 * 2048 * 32768 + state, 48 * 2048 * 32768));
+        assert!(h1.describe().contains("linear-attention state"), "{}", h1.describe());
+    }
 }

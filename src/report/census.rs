@@ -7,6 +7,7 @@ use std::fmt::Write;
 use super::charts::LineChart;
 use super::tables::{Builder, Table};
 use crate::analysis::census::{Census, CENSUS_EPSILONS};
+use crate::capture::gate::GATE_CLOSED;
 
 /// One model's census with the names it goes by.
 pub struct CensusEntry<'a> {
@@ -25,16 +26,16 @@ fn percent_at(c: &Census, epsilon: f64) -> f64 {
 pub fn markdown(entries: &[CensusEntry]) -> String {
     let eps: Vec<String> = CENSUS_EPSILONS.iter().map(|e| format!("Sink_0^{e}")).collect();
     let mut out = format!(
-        "| model | family | parameters | positions | windowed layers | {} | first-token mass | largest \\|h\\| (layer) | kurtosis there | attention weights ≈ 0 | learned-sink mass |\n",
+        "| model | family | parameters | positions | windowed layers | {} | first-token mass | largest \\|h\\| (layer) | kurtosis there | attention weights ≈ 0 | learned-sink mass | gate σ (rows closed) |\n",
         eps.join(" | ")
     );
-    out += &format!("|---|---|---:|---|---:|{}---:|---:|---:|---:|---:|\n", "---:|".repeat(eps.len()));
+    out += &format!("|---|---|---:|---|---:|{}---:|---:|---:|---:|---:|---:|\n", "---:|".repeat(eps.len()));
     for e in entries {
         let c = e.census;
         let rates: Vec<String> = CENSUS_EPSILONS.iter().map(|&x| format!("{:.1}%", percent_at(c, x))).collect();
         let _ = writeln!(
             out,
-            "| {} | {} | {:.1} M | {} | {} of {} | {} | {:.3} | {:.1} ({}) | {} | {} | {} |",
+            "| {} | {} | {:.1} M | {} | {} of {} | {} | {:.3} | {:.1} ({}) | {} | {} | {} | {} |",
             e.model,
             e.family,
             e.n_params as f64 / 1e6,
@@ -48,9 +49,13 @@ pub fn markdown(entries: &[CensusEntry]) -> String {
             c.kurtosis.map_or("-".into(), |k| format!("{k:.0}")),
             c.zero_share.map_or("-".into(), |z| format!("{:.3}%", 100.0 * z)),
             c.learned_sink_mass.map_or("none".into(), |m| format!("{m:.3}")),
+            match (c.gate_mean, c.gate_closed) {
+                (Some(m), Some(closed)) => format!("{m:.3} ({:.1}%)", 100.0 * closed),
+                _ => "none".into(),
+            },
         );
     }
-    out += "\nSink_0^ε: percent of (probe, layer, head) whose α_0 (the mean attention later queries pay position 0) exceeds ε; first-token mass: mean α_0 (F-Attn); largest |h|: over every layer output of every probe, with Pearson's kurtosis of that layer output (3 for a Gaussian); attention weights ≈ 0: share of the weights a query may see that are below 1e-30 (a rectified design's exact zeros, a softmax's underflow); learned-sink mass: the mean softmax share of a learned sink logit (gpt-oss).\n";
+    out += &format!("\nSink_0^ε: percent of (probe, layer, head) whose α_0 (the mean attention later queries pay position 0) exceeds ε; first-token mass: mean α_0 (F-Attn); largest |h|: over every layer output of every probe, with Pearson's kurtosis of that layer output (3 for a Gaussian); attention weights ≈ 0: share of the weights a query may see that are below 1e-30 (a rectified design's exact zeros, a softmax's underflow); learned-sink mass: the mean softmax share of a learned sink logit (gpt-oss); gate σ: the mean output gate of a gated-attention model's heads (Qwen3-Next), with the share of query rows whose head gate is below {GATE_CLOSED} — its way of attending to nothing. Sink rates and first-token mass are over the layers that attend (a hybrid's linear layers have no α).\n");
     out
 }
 
@@ -81,6 +86,9 @@ pub fn table(entries: &[CensusEntry]) -> Table {
         .opt_f64("kurtosis", |e| e.census.kurtosis)
         .opt_f64("zero_share", |e| e.census.zero_share)
         .opt_f64("learned_sink_mass", |e| e.census.learned_sink_mass)
+        .opt_f64("gate_mean", |e| e.census.gate_mean)
+        .opt_f64("gate_closed", |e| e.census.gate_closed)
+        .u32("linear_layers", |e| e.census.linear_layers)
         .build("census")
 }
 

@@ -347,7 +347,7 @@ fn head_sinks(run: &Run, m: &Meta) -> Table {
 struct LayerRow<'a> {
     probe: &'a str,
     layer: usize,
-    attention_pos0: f64,
+    attention_pos0: Option<f64>,
     max_abs: f64,
     max_abs_pos: Option<usize>,
     max_abs_dim: Option<usize>,
@@ -377,10 +377,12 @@ fn layers(run: &Run, m: &Meta) -> Table {
     if let Some(a) = &run.analysis {
         for p in &a.probes {
             for lm in &p.massive.layers {
+                // None on a linear-attention layer (no heads attend there).
                 let alpha0 = p
                     .alpha
                     .get(lm.layer)
-                    .map_or(0.0, |heads| heads.iter().map(|h| h.first().copied().unwrap_or(0.0)).sum::<f64>() / heads.len().max(1) as f64);
+                    .filter(|heads| !heads.is_empty())
+                    .map(|heads| heads.iter().map(|h| h.first().copied().unwrap_or(0.0)).sum::<f64>() / heads.len() as f64);
                 rows.push(LayerRow {
                     probe: &p.name,
                     layer: lm.layer,
@@ -398,7 +400,7 @@ fn layers(run: &Run, m: &Meta) -> Table {
     Builder::new(&rows, m)
         .str("probe", |r| r.probe.to_string())
         .u32("layer", |r| r.layer)
-        .f64("attention_pos0", |r| r.attention_pos0)
+        .opt_f64("attention_pos0", |r| r.attention_pos0)
         .f64("max_abs", |r| r.max_abs)
         .opt_u32("max_abs_pos", |r| r.max_abs_pos)
         .opt_u32("max_abs_dim", |r| r.max_abs_dim)
