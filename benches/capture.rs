@@ -67,7 +67,7 @@ fn main() {
             let out = capture(&lm.model, &ids, &opts(without == 0)).unwrap();
             walls[without].push(t.elapsed().as_secs_f64());
             let s = out.reducers.summarize();
-            sink_mean = s.layers.iter().map(|l| l.mean_attention_pos0).sum::<f64>() / s.layers.len() as f64;
+            sink_mean = s.layers.iter().filter_map(|l| l.mean_attention_pos0).sum::<f64>() / s.layers.len() as f64;
         }
     }
     let stats = |w: &mut Vec<f64>| {
