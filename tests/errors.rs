@@ -487,3 +487,38 @@ fn impossible_sizes_are_refused_before_allocating() {
     let e = fails(&["canary", "-m", s(&model), "-p", "Once", "-n", "99999999999"]);
     assert!(e.contains("-n 99999999999 is more steps than a canary takes"), "{e}");
 }
+
+/// A hybrid (Qwen3-Next's tiny fixture, linear-attention layers 0 and 2) under what does not
+/// handle its linear layers yet is refused by name, writing nothing: classifying KV heads, a
+/// one-shot compression, a canary watching a linear layer.
+#[test]
+fn a_hybrid_is_refused_where_its_linear_layers_are_not_computed() {
+    let model = common::fixture("arch/qwen3_next");
+    let dir = common::temp_dir("errors-hybrid");
+    let text = write(&dir, "t.txt", &std::fs::read(common::fixture("texts/tinystories.txt")).unwrap()[..400]);
+    let out = dir.join("out");
+    let e = fails(&["heads", "-m", s(&model), "-f", s(&text), "--recent", "28", "-o", s(&out)]);
+    assert!(e.contains("layers [0, 2]") && e.contains("linear attention"), "{e}");
+    let e = fails(&[
+        "press",
+        "-m",
+        s(&model),
+        "-f",
+        s(&text),
+        "--press",
+        "snapkv",
+        "--ratio",
+        "0.5",
+        "--question",
+        "Who?",
+        "--answer",
+        "Tim",
+        "-o",
+        s(&out),
+    ]);
+    assert!(e.contains("compressing a prompt once") && e.contains("Gated DeltaNet"), "{e}");
+    let e =
+        fails(&["canary", "-m", s(&model), "-p", "Once upon a time", "-n", "8", "--policy", "sink", "--cache", "8", "--layer", "2", "-o", s(&out)]);
+    assert!(e.contains("layer 2 is linear attention") && e.contains("[1, 3]"), "{e}");
+    assert!(!out.exists(), "a refused run wrote {}", out.display());
+}

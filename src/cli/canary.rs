@@ -107,7 +107,7 @@ pub fn run(args: CanaryArgs, s: &mut Session) -> Result<()> {
     let every = (run.steps.len() / 24).max(1);
     let landmarks = [run.first_eviction, run.sink_evicted, run.collapse_at];
     for (_, s) in run.steps.iter().enumerate().filter(|(i, _)| i % every == 0 || landmarks.contains(&Some(*i))) {
-        let all = s.first_slot_mass.iter().sum::<f64>() / s.first_slot_mass.len().max(1) as f64;
+        let all = s.mean_mass();
         let mark = if s.flagged { " !" } else { "" };
         println!(
             "{:>7} {:>6} {:>9.3} {:>9.3} {:>10.3}  {:?}{mark}",

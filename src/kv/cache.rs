@@ -1,12 +1,13 @@
 //! A policy-managed KV cache for one stream: keys kept before RoPE (and, for `delta`, also after
-//! it), values, and each slot's stream index; exact memory accounting is its length.
+//! it), values, and each slot's stream index; exact memory accounting is its length. A hybrid's
+//! linear-attention state rides along whole: no policy evicts or rounds it.
 
 use candle_core::Tensor;
 
 use super::policy::{Eviction, Policy, PositionMode};
 use crate::error::Result;
 use crate::model::cache_rounding::CacheRounding;
-use crate::model::decoder::{Decoder, KvStore};
+use crate::model::decoder::{Decoder, KvStore, RecurrentStates};
 use crate::model::receiver::NoCapture;
 use crate::model::rope::{Rope, RopeTables};
 
@@ -33,7 +34,10 @@ pub fn prefill_windows(model: &Decoder, windows: &[&[u32]], rounding: CacheRound
 #[derive(Clone)]
 pub struct PolicyCache {
     pub policy: Policy,
-    /// Per layer (KVH, n, dh): keys before RoPE.
+    /// The model layer each stored layer is, in the order they first appended (every layer of
+    /// a plain model; a hybrid's attention layers only).
+    layers: Vec<usize>,
+    /// Per stored layer (KVH, n, dh): keys before RoPE.
     k_pre: Vec<Tensor>,
     /// Per layer (KVH, n, dh): keys rotated at their current slot, shifted on eviction (`delta`).
     k_rot: Vec<Tensor>,
@@ -50,12 +54,15 @@ pub struct PolicyCache {
     keep_rotated: bool,
     /// What the cache's format does to the keys and values it stores and to the queries.
     rounding: CacheRounding,
+    /// A hybrid's linear-attention state, carried whole.
+    recurrent: RecurrentStates,
 }
 
 impl PolicyCache {
     pub fn new(policy: Policy, d_head: usize) -> Result<Self> {
         Ok(PolicyCache {
             policy,
+            layers: Vec::new(),
             k_pre: Vec::new(),
             k_rot: Vec::new(),
             v: Vec::new(),
@@ -65,6 +72,7 @@ impl PolicyCache {
             tables: RopeTables::new(d_head),
             keep_rotated: policy.positions == PositionMode::Delta,
             rounding: CacheRounding::default(),
+            recurrent: RecurrentStates::default(),
         })
     }
 
@@ -124,6 +132,7 @@ impl PolicyCache {
             Ok(Tensor::cat(&parts, 1)?)
         };
         for l in 0..self.k_pre.len() {
+            let layer = self.layers[l];
             self.k_pre[l] = cut(&self.k_pre[l])?;
             self.v[l] = cut(&self.v[l])?;
             if !self.keep_rotated {
@@ -136,7 +145,7 @@ impl PolicyCache {
                 let delta = (b - a) as i64;
                 let head = rot.narrow(1, 0, a)?;
                 let tail = rot.narrow(1, a, n - b)?;
-                let shifted = rope_of(l).rotate_by(&tail, &vec![-delta; n - b])?;
+                let shifted = rope_of(layer).rotate_by(&tail, &vec![-delta; n - b])?;
                 // A quantized cache stores the shifted key again (llama.cpp: dequantize, rotate,
                 // quantize back).
                 let shifted = self.rounding.keys(&shifted, &self.stream_pos[b..])?;
@@ -163,7 +172,14 @@ impl KvStore for PolicyCache {
         }
     }
 
-    fn append(&mut self, layer: usize, k_pre: &Tensor, v: &Tensor, rope: &Rope, positions: &[usize]) -> Result<(Tensor, Tensor)> {
+    fn append(&mut self, model_layer: usize, k_pre: &Tensor, v: &Tensor, rope: &Rope, positions: &[usize]) -> Result<(Tensor, Tensor)> {
+        let layer = match self.layers.iter().position(|&l| l == model_layer) {
+            Some(slot) => slot,
+            None => {
+                self.layers.push(model_layer);
+                self.layers.len() - 1
+            }
+        };
         let stream: Vec<usize> = (self.next_stream..self.next_stream + positions.len()).collect();
         let v = &self.rounding.values(v, &stream)?;
         let k_pre = &match self.rounding.before_rope {
@@ -220,5 +236,9 @@ impl KvStore for PolicyCache {
     fn commit(&mut self, t: usize) {
         self.stream_pos.extend(self.next_stream..self.next_stream + t);
         self.next_stream += t;
+    }
+
+    fn recurrent(&mut self) -> Option<&mut RecurrentStates> {
+        Some(&mut self.recurrent)
     }
 }

@@ -60,7 +60,9 @@ pub struct CanaryStep {
     pub evicted: usize,
     /// Keys the query saw (its own included).
     pub keys: usize,
-    /// Per layer: the query's attention on cache slots 0..4, averaged over heads.
+    /// Per layer: the query's attention on cache slots 0..4, averaged over heads (NaN, `null` in
+    /// the JSON, on a hybrid's linear-attention layer, which attends to nothing).
+    #[serde(serialize_with = "crate::io::serde_nan::nans_as_null", deserialize_with = "crate::io::serde_nan::nans_if_null")]
     pub first_slot_mass: Vec<f64>,
     /// Sequence indices of the tokens in those slots.
     pub first_slots: Vec<usize>,
@@ -87,6 +89,14 @@ pub struct CanaryRun {
     /// The cache's storage formats when they round (absent: exact).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_rounding: Option<CacheRounding>,
+}
+
+impl CanaryStep {
+    /// The mass on the first slots averaged over the layers that attend.
+    pub fn mean_mass(&self) -> f64 {
+        let attending: Vec<f64> = self.first_slot_mass.iter().copied().filter(|m| m.is_finite()).collect();
+        attending.iter().sum::<f64>() / attending.len().max(1) as f64
+    }
 }
 
 /// Mean attention on the first cache slots per layer for a one-query step.
@@ -127,6 +137,13 @@ pub fn run_canary(model: &Decoder, opts: &CanaryOptions, progress: &mut dyn FnMu
     if opts.layer >= model.cfg.n_layers {
         return Err(Error::input(format!("the canary's layer {} is past the model's {} layers", opts.layer, model.cfg.n_layers)));
     }
+    if model.cfg.is_linear(opts.layer) {
+        return Err(Error::input(format!(
+            "the canary's layer {} is linear attention (Gated DeltaNet), which attends to no cache slot; watch one of the layers {:?}",
+            opts.layer,
+            model.cfg.attention_layers()
+        )));
+    }
     let steps = opts.forced.as_ref().map_or(opts.steps, Vec::len).max(opts.steps);
     if steps > MAX_CANARY_STEPS {
         return Err(Error::input(format!(
@@ -150,7 +167,8 @@ pub fn run_canary(model: &Decoder, opts: &CanaryOptions, progress: &mut dyn FnMu
     let mut i = 0;
     while i + 1 < total {
         let evicted = cache.evict(&rope_of)?;
-        let mut sink = SlotMass { mass: vec![0.0; model.cfg.n_layers] };
+        // A linear-attention layer records no pattern: its mass stays undefined.
+        let mut sink = SlotMass { mass: (0..model.cfg.n_layers).map(|l| if model.cfg.is_linear(l) { f64::NAN } else { 0.0 }).collect() };
         let hidden = model.forward_with(&tokens[i..=i], Some(&mut cache), &mut sink)?;
         let logits: Vec<f32> = model.logits(&hidden)?.flatten_all()?.to_vec1()?;
         let prompt = i + 1 < opts.prompt.len();

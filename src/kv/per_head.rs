@@ -148,6 +148,7 @@ pub struct HeadEvidence {
 /// Measures every KV head's outside mass and α_0 on `ids` (one forward, within the model's context).
 pub fn measure(model: &Decoder, ids: &[u32], sinks: usize, recent: usize) -> Result<HeadEvidence> {
     let cfg = &model.cfg;
+    cfg.refuse_linear_layers("classifying KV heads (heads, a needle's retrieval heads)")?;
     if ids.len() <= sinks + recent {
         return Err(Error::input(format!("{} tokens leave no query with keys beyond {sinks} sinks + {recent} recent; use a longer text", ids.len())));
     }

@@ -62,9 +62,10 @@ impl LayerCapture<'_> {
 
 impl PrefillCapture {
     /// A capture of a prompt of `n` tokens summing the attention of its queries from `from` on.
-    pub fn new(cfg: &DecoderConfig, n: usize, from: Option<usize>) -> Self {
+    pub fn new(cfg: &DecoderConfig, n: usize, from: Option<usize>) -> Result<Self> {
+        cfg.refuse_linear_layers("compressing a prompt once (press, tasks, a needle's compressed prompt)")?;
         let sums = if from.is_some() { vec![vec![0.0; cfg.n_heads * n]; cfg.n_layers] } else { vec![Vec::new(); cfg.n_layers] };
-        PrefillCapture {
+        Ok(PrefillCapture {
             n,
             kv_heads: cfg.n_kv_heads,
             d_head: cfg.d_head,
@@ -73,7 +74,7 @@ impl PrefillCapture {
             v: vec![Vec::new(); cfg.n_layers],
             sums,
             q: None,
-        }
+        })
     }
 
     /// The same capture keeping every query too.

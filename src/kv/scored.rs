@@ -12,7 +12,7 @@ use super::head_set::{evict_layer_if_full, HeadSet};
 use super::policy::{Policy, PositionMode, Scorer};
 use crate::error::{Error, Result};
 use crate::model::cache_rounding::CacheRounding;
-use crate::model::decoder::KvStore;
+use crate::model::decoder::{KvStore, RecurrentStates};
 use crate::model::head_tally::HeadTally;
 use crate::model::hook::HookPoint;
 use crate::model::receiver::HookReceiver;
@@ -93,6 +93,8 @@ pub struct ScoredCache {
     /// A windowed layer's window counts stream positions at original positions (a cache that
     /// never evicts: a press's); streaming policies count it in slots.
     pub(super) windows_by_position: bool,
+    /// A hybrid's linear-attention state, carried whole (no score evicts it).
+    pub(super) recurrent: RecurrentStates,
 }
 
 impl ScoredCache {
@@ -115,6 +117,7 @@ impl ScoredCache {
             scratch: (Vec::new(), Vec::new()),
             head_tally: None,
             windows_by_position: false,
+            recurrent: RecurrentStates::default(),
         })
     }
 
@@ -195,7 +198,9 @@ impl ScoredCache {
 
     /// Keys held per (layer, KV head) — the most any set holds, under a per-head policy.
     pub fn len(&self) -> usize {
-        self.sets.first().map_or(0, |l| l.iter().map(|h| h.pos.len()).max().unwrap_or(0))
+        // The first layer holding keys (a hybrid's first layers may be linear: they hold none).
+        let layer = self.sets.iter().find(|l| l.iter().any(|h| !h.pos.is_empty()));
+        layer.map_or(0, |l| l.iter().map(|h| h.pos.len()).max().unwrap_or(0))
     }
 
     /// Keys held over every (layer, KV head): the cache's size in entries of one head.
@@ -269,7 +274,8 @@ impl ScoredCache {
 
     /// The share of the stream positions in `span` held now, over every (layer, KV head) set.
     pub fn held_share(&self, span: std::ops::Range<usize>) -> f64 {
-        let sets: Vec<&HeadSet> = self.sets.iter().flatten().collect();
+        // The layers holding keys (not a hybrid's linear layers).
+        let sets: Vec<&HeadSet> = self.sets.iter().filter(|l| l.iter().any(|h| !h.pos.is_empty())).flatten().collect();
         let held: usize = sets.iter().map(|s| span.clone().filter(|p| s.pos.contains(p)).count()).sum();
         held as f64 / (sets.len() * span.len()).max(1) as f64
     }
@@ -287,6 +293,10 @@ impl ScoredCache {
         let (group, dh, policy, scorer) = (self.group, self.d_head, self.policy, self.scorer);
         let step = self.next_stream.saturating_sub(1);
         for (l, layer) in self.sets.iter_mut().enumerate() {
+            if layer.iter().all(|h| h.pos.is_empty()) {
+                // A hybrid's linear-attention layer: no keys, no attention.
+                continue;
+            }
             let a = attention
                 .get(l)
                 .filter(|a| a.len() == layer.len() * group * n)
@@ -369,6 +379,10 @@ impl KvStore for ScoredCache {
 
     fn commit(&mut self, t: usize) {
         self.next_stream += t;
+    }
+
+    fn recurrent(&mut self) -> Option<&mut RecurrentStates> {
+        Some(&mut self.recurrent)
     }
 }
 

@@ -11,7 +11,7 @@ use super::policy::PositionMode;
 use super::scored::ScoredCache;
 use crate::error::{Error, Result};
 use crate::model::decoder::attention::{capped, Attend, LayerAttention};
-use crate::model::decoder::Decoder;
+use crate::model::decoder::{Decoder, GatedDeltaNet};
 use crate::model::receiver::{HookReceiver, NoCapture};
 use crate::model::rope::Rope;
 use crate::numerics::tensor::with_f32;
@@ -48,7 +48,9 @@ impl ScoredCache {
         let tables = model.ropes().iter().map(table).collect::<Result<Vec<_>>>()?;
         let x = model.embed_tokens(tokens, &positions)?;
         let mut lens = Vec::with_capacity(b);
-        let mut attend = BlockAttention { cache: self, start, b, tables, lens: &mut lens };
+        // A hybrid's first layers may be linear (no keys): the first attending layer counts.
+        let first = model.cfg.attention_layers().first().copied().unwrap_or(0);
+        let mut attend = BlockAttention { cache: self, start, b, tables, lens: &mut lens, first };
         let hidden = model.run_blocks(x, 0, &mut attend, &mut NoCapture)?;
         Ok((hidden, lens))
     }
@@ -62,13 +64,20 @@ struct BlockAttention<'a> {
     /// cos/sin rows for positions 0.., rot_dims/2 wide, per RoPE of the model (Gemma 3's
     /// windowed layers have their own).
     tables: Vec<(Vec<f32>, Vec<f32>)>,
-    /// Keys each token's query saw (filled by layer 0).
+    /// Keys each token's query saw (filled by layer `first`).
     lens: &'a mut Vec<usize>,
+    /// The first layer that attends.
+    first: usize,
 }
 
 impl Attend for BlockAttention<'_> {
     fn rows(&self) -> std::ops::Range<usize> {
         self.start..self.start + self.b
+    }
+
+    fn recurrent(&mut self, layer: usize, net: &GatedDeltaNet, qkv: &Tensor, ba: &Tensor) -> Result<Tensor> {
+        // The block's rows continue the stream: the cache's state moves on past them, whole.
+        net.mix(qkv, ba, self.cache.recurrent.layer(layer, net.shape()))
     }
 
     fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _hooks: &mut dyn HookReceiver) -> Result<Tensor> {
@@ -98,8 +107,8 @@ impl Attend for BlockAttention<'_> {
                             let rotation = (rope, &cos[step * half..], &sin[step * half..]);
                             self.cache.store((l, kv, step), &k[at_kv..at_kv + dh], &v[at_kv..at_kv + dh], Some(rotation))?;
                         }
-                        if l == 0 {
-                            self.lens.push(self.cache.sets[0].iter().map(|s| s.pos.len()).max().unwrap_or(0));
+                        if l == self.first {
+                            self.lens.push(self.cache.sets[l].iter().map(|s| s.pos.len()).max().unwrap_or(0));
                         }
                         let tallied = sinks_at.filter(|&n| step >= n);
                         counted += usize::from(tallied.is_some());

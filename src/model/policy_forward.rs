@@ -17,7 +17,7 @@ use rayon::prelude::*;
 
 use super::cache_rounding::CacheRounding;
 use super::decoder::attention::{soft_cap, Attend, LayerAttention};
-use super::decoder::Decoder;
+use super::decoder::{Decoder, DeltaState, GatedDeltaNet, RecurrentStates};
 use super::head_tally::{add_errors, HeadTally};
 use super::kivi_stream::{self, Kivi, Layout};
 use super::receiver::{HookReceiver, NoCapture};
@@ -57,7 +57,10 @@ pub struct StreamKv {
     base: usize,
     /// Tokens run so far (stream index of the next one).
     len: usize,
-    /// Per layer (KVH, len − base, dh).
+    /// The model layer each stored layer is, in the order they first stored (a hybrid's linear
+    /// layers store nothing).
+    layers: Vec<usize>,
+    /// Per stored layer (KVH, len − base, dh).
     k: Vec<Tensor>,
     v: Vec<Tensor>,
     /// Per layer (KVH, pin, dh), saved when the window first moves past them.
@@ -65,6 +68,8 @@ pub struct StreamKv {
     pin_v: Vec<Tensor>,
     /// What the cache's format does to keys, values and queries (exact by default).
     rounding: CacheRounding,
+    /// A hybrid's linear-attention state, carried whole whatever the window keeps.
+    recurrent: RecurrentStates,
 }
 
 impl StreamKv {
@@ -139,6 +144,22 @@ impl StreamKv {
     }
 
     /// The first `n` pinned keys and values of `layer`.
+    /// The stored layer of model layer `layer`, a new one after the others on its first block.
+    fn slot(&mut self, layer: usize) -> usize {
+        match self.layers.iter().position(|&l| l == layer) {
+            Some(slot) => slot,
+            None => {
+                self.layers.push(layer);
+                self.layers.len() - 1
+            }
+        }
+    }
+
+    /// The stored layer of model layer `layer`, once it has stored a block.
+    fn stored_slot(&self, layer: usize) -> Result<usize> {
+        self.layers.iter().position(|&l| l == layer).ok_or_else(|| Error::Internal("branches need a stream that has run".into()))
+    }
+
     fn pinned(&self, layer: usize, n: usize) -> Result<(Tensor, Tensor)> {
         if self.base == 0 {
             Ok((self.k[layer].narrow(1, 0, n)?, self.v[layer].narrow(1, 0, n)?))
@@ -304,11 +325,11 @@ fn store_kivi(
     positions: &[usize],
     (kivi, (heads, kv_heads)): (&Kivi, (usize, usize)),
 ) -> Result<()> {
-    let layer = at.index;
+    let layer = kv.slot(at.index);
     let (keys, rows) = kivi_stream::append_keys(kv.k.get(layer), kv.base, k, start, kivi)?;
     let (values, rounded_values) = kivi_stream::paired_values(v, positions, kivi)?;
     if let Some(tally) = tally {
-        let layer = tally.layer(layer, heads, kv_heads);
+        let layer = tally.layer(at.index, heads, kv_heads);
         let (sinks, dh) = (layer.sink_positions, k.dim(2)?);
         add_errors(layer.key_error, &rows.exact, &rows.rounded, &rows.positions, dh, sinks);
         add_errors(layer.value_error, &v.flatten_all()?.to_vec1::<f32>()?, &rounded_values, positions, dh, sinks);
@@ -335,7 +356,7 @@ impl Attend for ViewAttention<'_> {
     }
 
     fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _hooks: &mut dyn HookReceiver) -> Result<Tensor> {
-        let (rope, layer, rounding) = (at.rope, at.index, self.kv.rounding);
+        let (rope, layer, rounding) = (at.rope, self.kv.slot(at.index), self.kv.rounding);
         let positions: Vec<usize> = self.rows().collect();
         let block = heads_first(at, &self.tables, &rounding, &positions, (q, k, v))?;
         let (b, h, dh, kvh, group, at_pinned) = (block.rows, block.heads, block.d_head, block.kv_heads, block.group(), block.at_pinned);
@@ -396,6 +417,11 @@ impl Attend for ViewAttention<'_> {
         Ok(out.transpose(0, 1)?.contiguous()?.reshape((b, h * dh))?)
     }
 
+    fn recurrent(&mut self, layer: usize, net: &GatedDeltaNet, qkv: &Tensor, ba: &Tensor) -> Result<Tensor> {
+        // The block's rows continue the stream in order: its state moves on past them.
+        net.mix(qkv, ba, self.kv.recurrent.layer(layer, net.shape()))
+    }
+
     fn finish(&mut self) {
         self.kv.len += self.views.len();
     }
@@ -416,8 +442,20 @@ impl Attend for BranchAttention<'_> {
         self.kv.len..self.kv.len + self.views.len()
     }
 
+    fn recurrent(&mut self, layer: usize, net: &GatedDeltaNet, qkv: &Tensor, ba: &Tensor) -> Result<Tensor> {
+        // Each branch continues the stream's state in a copy of its own (the stream is left as it was).
+        let len = self.views.len() / self.branches.max(1);
+        let outs = (0..self.branches.max(1))
+            .map(|b| {
+                let mut own = self.kv.recurrent.get(layer).cloned().unwrap_or_else(|| DeltaState::new(net.shape()));
+                net.mix(&qkv.narrow(0, b * len, len)?, &ba.narrow(0, b * len, len)?, &mut own)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Tensor::cat(&outs, 0)?)
+    }
+
     fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _hooks: &mut dyn HookReceiver) -> Result<Tensor> {
-        let (rope, layer, rounding) = (at.rope, at.index, self.kv.rounding);
+        let (rope, layer, rounding) = (at.rope, self.kv.stored_slot(at.index)?, self.kv.rounding);
         let len = self.views.len() / self.branches.max(1);
         let positions: Vec<usize> = (0..self.views.len()).map(|r| self.kv.len + r % len.max(1)).collect();
         let block = heads_first(at, &self.tables, &rounding, &positions, (q, k, v))?;

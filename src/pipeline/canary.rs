@@ -94,7 +94,9 @@ pub fn canary_into(lm: &mut LoadedModel, job: &CanaryJob, out: Option<&Path>, pr
     for w in job.policy.validate(prompt.len() + job.steps, lm.model.cfg.context_len)? {
         progress.warning(&w);
     }
-    let layer = job.layer.unwrap_or(lm.model.cfg.n_layers / 2);
+    // Mid-depth among the layers that attend (every layer but a hybrid's linear ones).
+    let attending = lm.model.cfg.attention_layers();
+    let layer = job.layer.unwrap_or_else(|| attending.get(attending.len() / 2).copied().unwrap_or(0));
     let opts = CanaryOptions {
         policy: job.policy,
         prompt: prompt.clone(),

@@ -61,13 +61,7 @@ pub fn heads_into(
     if !(0.0..=1.0).contains(&opts.share) {
         return Err(Error::input(format!("--retrieval-share {} must lie between 0 and 1", opts.share)));
     }
-    let cfg = &lm.model.cfg;
-    let linear: Vec<usize> = (0..cfg.n_layers).filter(|&l| cfg.is_linear(l)).collect();
-    if !linear.is_empty() {
-        return Err(Error::input(format!(
-            "heads classifies the KV heads of every layer, and layers {linear:?} of this model are linear attention (Gated DeltaNet), which have none; hybrids are not supported by heads yet"
-        )));
-    }
+    lm.model.cfg.refuse_linear_layers("classifying KV heads (heads, a needle's retrieval heads)")?;
     super::claim_out(lm, out)?;
     let ids = stream_tokens(lm, opts.calibration.as_ref().unwrap_or(source), progress)?;
     let gates = measure_gates(lm, &ids, opts, progress)?;

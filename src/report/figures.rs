@@ -521,9 +521,11 @@ pub fn canary_mass(model: &str, run: &CanaryRun) -> LineChart {
     let layer = |l: usize| move |m: &[f64]| m.get(l).copied().unwrap_or(0.0);
     let mut series = vec![
         (format!("layer {} (watched)", run.layer), of(&layer(run.layer))),
-        ("mean over layers".to_string(), of(&|m: &[f64]| m.iter().sum::<f64>() / m.len().max(1) as f64)),
+        ("mean over layers".to_string(), run.steps.iter().map(|s| (s.index as f64, s.mean_mass())).collect()),
     ];
-    for l in [0, layers.saturating_sub(1)] {
+    // The first and last layers that attend (a hybrid's linear layers hold NaN).
+    let attending: Vec<usize> = (0..layers).filter(|&l| run.steps.first().is_some_and(|s| s.first_slot_mass[l].is_finite())).collect();
+    for l in [attending.first().copied().unwrap_or(0), attending.last().copied().unwrap_or(0)] {
         if l != run.layer && layers > 0 && !series.iter().any(|s| s.0 == format!("layer {l}")) {
             series.push((format!("layer {l}"), of(&layer(l))));
         }

@@ -221,7 +221,7 @@ impl Prefill {
         let n = prefix.len();
         let key = kind.capture_key(n);
         let (from, queries) = key;
-        let capture = PrefillCapture::new(&model.cfg, n, from);
+        let capture = PrefillCapture::new(&model.cfg, n, from)?;
         let mut capture = if queries { capture.with_queries() } else { capture };
         let hidden = model.forward(prefix, None, &mut capture)?;
         let last = hidden.narrow(0, n - 1, 1)?;
@@ -300,7 +300,7 @@ pub fn answer_with_kept(model: &Decoder, tokens: PressTokens, kept: &[Vec<Vec<us
             prefix.len()
         )));
     }
-    let mut capture = PrefillCapture::new(cfg, prefix.len(), None);
+    let mut capture = PrefillCapture::new(cfg, prefix.len(), None)?;
     let hidden = model.forward(&prefix, None, &mut capture)?;
     let last = hidden.narrow(0, prefix.len() - 1, 1)?;
     answer_after(model, &capture, kept, (tokens, rerotate), &last)
@@ -349,7 +349,7 @@ pub fn answer_uncompressed(model: &Decoder, tokens: PressTokens) -> Result<Uncom
     let all = [tokens.context, tokens.question, tokens.answer].concat();
     let run = &all[..all.len() - 1];
     let prefix = tokens.prefix_len();
-    let mut capture = PrefillCapture::new(&model.cfg, run.len(), Some(prefix.min(run.len() - 1)));
+    let mut capture = PrefillCapture::new(&model.cfg, run.len(), Some(prefix.min(run.len() - 1)))?;
     let hidden = model.forward(run, None, &mut capture)?;
     let from = tokens.context.len() + tokens.question.len() - 1;
     let answer_nll = model.next_token_nll(&hidden.narrow(0, from, tokens.answer.len())?, tokens.answer)?;

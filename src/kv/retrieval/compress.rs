@@ -33,7 +33,7 @@ pub fn compress_prefilled(model: &Decoder, (policy, rounding): (Policy, CacheRou
         Scorer::Tova => n - 1,
         Scorer::SnapKv { .. } => n.saturating_sub(policy.score_window()),
     };
-    let mut rec = PrefillCapture::new(cfg, n, Some(from));
+    let mut rec = PrefillCapture::new(cfg, n, Some(from))?;
     // Under a rounding cache the prompt's own attention reads the keys and values as stored (an
     // engine writes each batch to its cache and attends over it), and so scores them.
     let hidden = match rounding.is_exact() {

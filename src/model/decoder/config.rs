@@ -304,6 +304,18 @@ impl DecoderConfig {
         self.layers.get(l).is_some_and(|a| a.linear)
     }
 
+    /// Refuses a hybrid (linear-attention layers) for `what`, a computation that reads every
+    /// layer's keys and values.
+    pub fn refuse_linear_layers(&self, what: &str) -> Result<()> {
+        let linear: Vec<usize> = (0..self.n_layers).filter(|&l| self.is_linear(l)).collect();
+        match linear.is_empty() {
+            true => Ok(()),
+            false => Err(Error::input(format!(
+                "{what} reads every layer's keys and values, and layers {linear:?} of this model are linear attention (Gated DeltaNet), which have none; not supported for hybrids yet"
+            ))),
+        }
+    }
+
     /// Elements of the recurrent state one sequence carries through all linear-attention layers
     /// (the convolution windows included); 0 without such layers.
     pub fn recurrent_elements(&self) -> usize {

@@ -31,6 +31,7 @@ use attention::{Attend, LayerAttention, Seq, SeqAttention, ATTENTION_BLOCK_BYTES
 use block::{Block, Norm, Qkv, QkvSource};
 use config::{take_opt, take_opt_vector, take_req};
 pub use config::{ArchSwitches, DecoderConfig, LayerAttn, MlpKind, Moe, NormKind, NormPlacement, Param, ParamSource, QkNorm, WeightDtype, LLAMA};
+pub(crate) use delta_net::GatedDeltaNet;
 pub use delta_net::{DeltaState, RecurrentStates};
 use finite::{refuse_non_finite, refuse_non_finite_nll};
 pub use kv::{Hidden, KeyMask, KvCache, KvStore, PrefixView};
