@@ -568,3 +568,25 @@ fn llama_cpp_refuses_a_quantized_v_without_flash_attention_and_blocks_wider_than
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.code() == Some(2) && err.contains("a q4_0 key cache stores blocks of 32 values, and this model's heads hold 8"), "{err}");
 }
+
+/// Qwen3-Next's hybrid through llama.cpp's own converter and engine: the GGUF of a seeded tiny
+/// Qwen3-Next (Gated DeltaNet layers with value heads as wide as key heads, as llama.cpp reads
+/// them; gated attention layers; normalised experts with a gated shared expert), per-token
+/// log-probabilities from llama.cpp (f32 cache, its recurrent state) against sinkscope's run of
+/// the same file.
+#[test]
+fn qwen3_next_gguf_agrees_with_llama_cpp() {
+    let _turn = one_test_at_a_time();
+    let Some(cache) = common::llama_cpp() else { return };
+    let dir = common::temp_dir("llama-cpp-qwen3-next");
+    let model = common::fixture("arch/qwen3_next_llama/model.gguf");
+    let fx = common::Fixture::open(&common::fixture("arch/qwen3_next_llama/reference.safetensors"));
+    let tokens: Vec<u32> = fx.i64("tokens").iter().map(|&t| t as u32).collect();
+    let ids = dir.join("ids.json");
+    std::fs::write(&ids, serde_json::to_vec(&tokens).unwrap()).unwrap();
+    let engine = logprobs(&run_engine_with(&cache, &model, &ids, 64, None, "none", &dir, &["--kv-type", "f32"]).trace);
+    let gap = worst_logprob_gap("qwen3_next GGUF", &engine, &sinkscope_logprobs(&model, &tokens));
+    eprintln!("| qwen3_next_llama | {} | {gap:.2e} |", tokens.len());
+    assert!(gap <= LLAMA_CPP_TOL, "qwen3_next: llama.cpp differs from sinkscope's GGUF run by {gap} > {LLAMA_CPP_TOL}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

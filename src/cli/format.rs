@@ -48,6 +48,16 @@ fn describe_switches(cfg: &DecoderConfig) -> String {
         QkNorm::PerHead => parts.push("q/k RMSNorm per head".into()),
         QkNorm::AcrossHeads => parts.push("q/k RMSNorm across heads".into()),
     }
+    if let Some(s) = a.delta_net {
+        let linear: Vec<usize> = (0..cfg.n_layers).filter(|&l| cfg.is_linear(l)).collect();
+        parts.push(format!(
+            "Gated DeltaNet (linear attention, a recurrent state instead of a KV cache) in layers {linear:?}: {} key heads of {} shared by {} value heads of {}, a {}-tap convolution",
+            s.k_heads, s.k_dim, s.v_heads, s.v_dim, s.conv_kernel
+        ));
+    }
+    if a.gated_attention {
+        parts.push("each head's output × σ(gate), the gate computed beside its query".into());
+    }
     if let Some(m) = a.mla {
         let q = if m.q_lora_rank > 0 { format!(", queries through rank {}", m.q_lora_rank) } else { String::new() };
         parts.push(format!(

@@ -2,7 +2,7 @@
 //! family fixes for the architecture instead of storing it (window layout, NoPE layers, Gemma's
 //! 27B query scale), and every value sinkscope does not compute refused by name.
 
-use super::decoder::config::{ArchSwitches, Mla, MAX_SIZE};
+use super::decoder::config::{ArchSwitches, DeltaNetShape, Mla, MAX_SIZE};
 use super::decoder::{DecoderConfig, LayerAttn, MlpKind};
 use super::family::{beyond, Family, Multipliers};
 use super::gguf::{self, GgufFile};
@@ -118,10 +118,15 @@ pub fn read_config(file: &GgufFile) -> Result<GgufModel> {
     let (arch, family, experts) = family_of(file)?;
     check_keys(file, &arch)?;
     let key = |k: &str| format!("{arch}.{k}");
+    let family_keys = match (family.switches.mla, family.switches.delta_net) {
+        (Some(_), _) => unread::GGUF_LATENT_KEYS,
+        (_, Some(_)) => unread::GGUF_LINEAR_KEYS,
+        _ => &[],
+    };
     let unread = unread::gguf_keys(
         &arch,
         family.is_moe(),
-        family.switches.mla.is_some(),
+        family_keys,
         family.multipliers,
         file.metadata.keys().map(String::as_str),
         |k| file.get(k).and_then(gguf::Value::as_u64),
@@ -141,6 +146,9 @@ pub fn read_config(file: &GgufFile) -> Result<GgufModel> {
     let d_ff = experts_of(file, &arch, experts, &mut switches)?.unwrap_or(dense_ff);
     if switches.mla.is_some() {
         latent_of(file, &arch, &shape, dense_ff, &mut switches)?;
+    }
+    if switches.delta_net.is_some() {
+        switches.delta_net = Some(linear_of(file, &arch, &mut layers)?);
     }
     let cfg = DecoderConfig {
         n_layers: shape.n_layers,
@@ -369,6 +377,54 @@ fn gguf_layers(file: &GgufFile, arch: &str, family: Family, n_layers: usize, the
         None => (0..n_layers).map(|l| layout.global_every == 0 || (l + 1) % layout.global_every != 0).collect(),
     };
     Ok(windowed.into_iter().map(|w| if w { local } else { LayerAttn::global(theta) }).collect())
+}
+
+/// Gated DeltaNet's shape as a `qwen3next` file states it (llama.cpp's converter: `ssm.group_count`
+/// key heads of `ssm.state_size`, `ssm.time_step_rank` value heads sharing `ssm.inner_size`, a
+/// `ssm.conv_kernel`-tap convolution), marking the linear layers (`attention.recurrent_layers`,
+/// else all but every `full_attention_interval`-th, 4 unless stated, as llama.cpp reads it).
+fn linear_of(file: &GgufFile, arch: &str, layers: &mut [LayerAttn]) -> Result<DeltaNetShape> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let count = |k: &str| -> Result<usize> { Ok(file.req_u64(&key(k))? as usize) };
+    if let Some(n) = file.get(&key("nextn_predict_layers")).and_then(gguf::Value::as_u64).filter(|&n| n > 0) {
+        return Err(Error::file(
+            &file.path,
+            format!(
+                "holds {n} multi-token-prediction layer(s) ({}), which sinkscope does not lay out yet; convert with --no-mtp",
+                key("nextn_predict_layers")
+            ),
+        ));
+    }
+    let (v_heads, inner) = (count("ssm.time_step_rank")?, count("ssm.inner_size")?);
+    let shape = DeltaNetShape {
+        k_heads: count("ssm.group_count")?,
+        v_heads,
+        k_dim: count("ssm.state_size")?,
+        v_dim: inner / v_heads.max(1),
+        conv_kernel: count("ssm.conv_kernel")?,
+    };
+    if v_heads == 0 || !inner.is_multiple_of(v_heads) {
+        return Err(Error::file(
+            &file.path,
+            format!("{} = {inner} is not a multiple of {v_heads} value heads; the file is inconsistent", key("ssm.inner_size")),
+        ));
+    }
+    let n = layers.len();
+    let linear: Vec<bool> = match file.get(&key("attention.recurrent_layers")) {
+        Some(gguf::Value::Array(flags)) => {
+            flags.iter().map(gguf::Value::as_bool).collect::<Option<Vec<bool>>>().filter(|f| f.len() == n).ok_or_else(|| {
+                Error::file(&file.path, format!("{} is not one flag per layer ({n}); the file is corrupt", key("attention.recurrent_layers")))
+            })?
+        }
+        _ => {
+            let every = file.get(&key("full_attention_interval")).and_then(gguf::Value::as_u64).unwrap_or(4).max(1) as usize;
+            (0..n).map(|l| (l + 1) % every != 0).collect()
+        }
+    };
+    for (layer, linear) in layers.iter_mut().zip(linear) {
+        layer.linear = linear;
+    }
+    Ok(shape)
 }
 
 /// YaRN as a GGUF file states it (`rope.scaling.type` yarn): `rope.scaling.factor`, the

@@ -11,7 +11,7 @@ use candle_core::DType;
 use super::decoder::config::ParamSource;
 use super::decoder::finite::scan_param;
 use super::decoder::{Decoder, DecoderConfig, Param, WeightDtype};
-use super::family::TensorContext;
+use super::family::{Family, TensorContext};
 use super::fit;
 use super::gguf;
 use super::gguf_config::{self, GgufModel};
@@ -138,7 +138,10 @@ fn load_gguf(path: &std::path::Path, opts: &LoadOptions) -> Result<(Decoder, Opt
     // The RoPE factors were read with the configuration; every other tensor is read by the
     // decoder or unread.
     let mut read: BTreeSet<String> = ["rope_freqs.weight".to_owned()].into();
-    let model = load_decoder(cfg, path, opts, &mut info, &mut |name| {
+    // The family is known: `read_config` found it.
+    let family = Family::from_gguf(&info.architecture);
+    let model = load_decoder(cfg, path, opts, &mut info, &mut |canonical| {
+        let name = &family.map_or_else(|| canonical.to_owned(), |f| f.gguf_name(canonical));
         if !file.has_tensor(name) {
             return Ok(None);
         }

@@ -149,15 +149,27 @@ pub const GGUF_LATENT_KEYS: &[&str] = &[
     "expert_gating_func",
 ];
 
+/// The `{arch}.*` keys of Gated DeltaNet layers, read for a `qwen3next` file.
+pub const GGUF_LINEAR_KEYS: &[&str] = &[
+    "ssm.conv_kernel",
+    "ssm.state_size",
+    "ssm.group_count",
+    "ssm.time_step_rank",
+    "ssm.inner_size",
+    "attention.recurrent_layers",
+    "full_attention_interval",
+];
+
 /// The `{arch}.*` keys of a GGUF file the loader neither reads nor knows to be inert, and inert
 /// keys whose value would change the arithmetic (`moe`: the family reads [`GGUF_MOE_KEYS`];
-/// `latent`: [`GGUF_LATENT_KEYS`]; `multipliers`: the family reads their keys). `get_u64`/`get_bool`
+/// `family_keys`: the family's own, [`GGUF_LATENT_KEYS`] or [`GGUF_LINEAR_KEYS`]; `multipliers`:
+/// the family reads their keys). `get_u64`/`get_bool`
 /// read a key's value.
 #[allow(clippy::too_many_arguments)]
 pub fn gguf_keys<'a>(
     arch: &str,
     moe: bool,
-    latent: bool,
+    family_keys: &[&str],
     multipliers: Option<Multipliers>,
     keys: impl Iterator<Item = &'a str>,
     value_u64: impl Fn(&str) -> Option<u64>,
@@ -167,7 +179,7 @@ pub fn gguf_keys<'a>(
     let mut unread = Vec::new();
     for key in keys {
         let Some(local) = key.strip_prefix(&prefix) else { continue };
-        let family_reads = (moe && GGUF_MOE_KEYS.contains(&local)) || (latent && GGUF_LATENT_KEYS.contains(&local));
+        let family_reads = (moe && GGUF_MOE_KEYS.contains(&local)) || family_keys.contains(&local);
         if GGUF_READ_KEYS.contains(&local) || family_reads || multipliers.is_some_and(|m| m.gguf_keys().contains(&local)) {
             continue;
         }
@@ -406,9 +418,9 @@ mod tests {
     fn gguf_keys_are_read_inert_or_refused() {
         let keys = ["llama.block_count", "llama.expert_count", "llama.attention.causal", "llama.ssm.conv_kernel", "general.name"];
         let zero = |_: &str| Some(0);
-        let unread = gguf_keys("llama", false, false, None, keys.into_iter(), zero, |_| Some(true));
+        let unread = gguf_keys("llama", false, &[], None, keys.into_iter(), zero, |_| Some(true));
         assert_eq!(unread.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(), ["llama.ssm.conv_kernel"]);
-        let experts = gguf_keys("llama", false, false, None, keys.into_iter(), |_| Some(8), |_| Some(false));
+        let experts = gguf_keys("llama", false, &[], None, keys.into_iter(), |_| Some(8), |_| Some(false));
         assert_eq!(
             experts.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(),
             ["llama.expert_count", "llama.attention.causal", "llama.ssm.conv_kernel"]

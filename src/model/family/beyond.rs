@@ -19,8 +19,8 @@ pub const BEYOND: &[Beyond] = &[
     },
     Beyond {
         hf_types: &["qwen3_5", "qwen3_5_moe"],
-        gguf_archs: &["qwen3next", "qwen35", "qwen35moe"],
-        missing: "Qwen3.5's layout, and llama.cpp's GGUF layout of these hybrids (attn_qkv / attn_gate / ssm_* tensors); Qwen3-Next's HF checkpoint (Gated DeltaNet and gated attention) is read",
+        gguf_archs: &["qwen35", "qwen35moe"],
+        missing: "Qwen3.5's layout (its value heads reordered for llama.cpp, its own config); Qwen3-Next's Gated DeltaNet and gated attention are read",
     },
     Beyond {
         hf_types: &["gemma3n", "gemma3n_text", "gemma4", "gemma4_text"],
@@ -56,7 +56,7 @@ mod tests {
             assert!(b.gguf_archs.iter().all(|a| Family::from_gguf(a).is_none()), "{:?}", b.gguf_archs);
         }
         assert!(hf("deepseek_v3").is_some_and(|m| m.contains("latent attention")));
-        assert!(gguf("qwen3next").is_some_and(|m| m.contains("Gated DeltaNet")));
+        assert!(gguf("qwen35").is_some_and(|m| m.contains("Gated DeltaNet")));
         assert_eq!(hf("llama"), None);
     }
 }

@@ -160,7 +160,7 @@ mod tests {
         );
         assert_eq!(
             Family::gguf_supported(),
-            "llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, olmo2, olmoe, smollm3, granite, stablelm, starcoder2, command-r, falcon, gptneox, gemma2, gemma3, phi2, phi3, gpt2 and deepseek2"
+            "llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, olmo2, olmoe, smollm3, granite, stablelm, starcoder2, command-r, falcon, gptneox, gemma2, gemma3, phi2, phi3, gpt2, deepseek2 and qwen3next"
         );
         assert_eq!(Family::gguf_windowed_supported(), "olmo2, gemma2, gemma3 and phi3");
     }

@@ -19,8 +19,7 @@ use crate::model::rope::RopeLayout;
 pub const SPEC: FamilySpec = FamilySpec {
     name: "qwen3_next",
     hf_types: &["qwen3_next"],
-    // llama.cpp's `qwen3next` files (attn_qkv / attn_gate / ssm_*) are not read yet.
-    gguf_archs: &[],
+    gguf_archs: &["qwen3next"],
     gguf_rope: RopeLayout::HalfSplit,
     // The linear layers' shape and the experts' counts come from the file.
     switches: ArchSwitches {
@@ -39,6 +38,7 @@ pub const SPEC: FamilySpec = FamilySpec {
     },
     hf_config: qwen3_next_config,
     hf_tensor: qwen3_next_tensor,
+    gguf_renames: &[("ffn_norm", "post_attention_norm")],
     ..BASE
 };
 

@@ -51,6 +51,23 @@ pub struct FamilySpec {
     /// The scalings the family reads and computes ([`Multipliers`]); in any other family their
     /// fields and keys are refused. `None`: none.
     pub multipliers: Option<Multipliers>,
+    /// Block tensors a GGUF file of this family stores under another name than the canonical
+    /// one, (canonical, the file's): llama.cpp's converter writes Qwen3-Next's MLP norm as
+    /// `post_attention_norm`.
+    pub gguf_renames: &'static [(&'static str, &'static str)],
+}
+
+impl FamilySpec {
+    /// The name a GGUF file of this family stores the canonical tensor `name` under.
+    pub fn gguf_name(&self, name: &str) -> String {
+        let renamed = name.strip_prefix("blk.").and_then(|rest| {
+            let (layer, tail) = rest.split_once('.')?;
+            let (module, kind) = tail.split_once('.')?;
+            let (_, theirs) = self.gguf_renames.iter().find(|(ours, _)| *ours == module)?;
+            Some(format!("blk.{layer}.{theirs}.{kind}"))
+        });
+        renamed.unwrap_or_else(|| name.to_owned())
+    }
 }
 
 /// Scalings a family's config states that others' do not.
@@ -110,6 +127,7 @@ pub const BASE: FamilySpec = FamilySpec {
     gguf_experts: None,
     gguf_nope_every: 0,
     multipliers: None,
+    gguf_renames: &[],
 };
 
 /// Keeps an HF tensor as it is.
