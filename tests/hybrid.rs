@@ -50,4 +50,3 @@ fn qwen3_next_hybrid_matches_transformers() {
         assert!(replay.cache_len.iter().max() == Some(&40), "{}: {:?}", replay.label, replay.cache_len);
     }
 }
-

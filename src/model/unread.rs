@@ -34,6 +34,12 @@ impl Unread {
     }
 }
 
+/// HF tensors (by the start of their name) that hold nothing next-token logits read, and why.
+const INERT_HF_PREFIXES: &[(&str, &str)] = &[(
+    "mtp.",
+    "Qwen3-Next's multi-token-prediction head, for speculative drafts: transformers does not load it, and next-token logits never read it",
+)];
+
 /// HF tensors (by the end of their name) that hold nothing the model computes, and why.
 const INERT_HF_TENSORS: &[(&str, &str)] = &[
     ("rotary_emb.inv_freq", "RoPE frequencies saved as a buffer: recomputed from the config, as transformers does"),
@@ -50,6 +56,7 @@ pub fn hf_tensors<'a>(names: impl Iterator<Item = &'a str>, read: &BTreeSet<Stri
         .filter(|n| !read.contains(*n))
         .filter(|n| !(tied && *n == "lm_head.weight"))
         .filter(|n| !INERT_HF_TENSORS.iter().any(|(tail, _)| n.ends_with(tail)))
+        .filter(|n| !INERT_HF_PREFIXES.iter().any(|(head, _)| n.starts_with(head)))
         .map(|n| Unread { name: n.to_owned(), suggests: suggestion(n).to_owned() })
         .collect();
     unread.sort_by(|a, b| a.name.cmp(&b.name));
@@ -409,7 +416,8 @@ mod tests {
     #[test]
     fn inert_hf_buffers_and_a_tied_head_pass() {
         let read = BTreeSet::new();
-        let names = ["model.layers.0.self_attn.rotary_emb.inv_freq", "h.0.attn.bias", "lm_head.weight"];
+        let names =
+            ["model.layers.0.self_attn.rotary_emb.inv_freq", "h.0.attn.bias", "mtp.fc.weight", "mtp.layers.0.mlp.gate.weight", "lm_head.weight"];
         assert!(hf_tensors(names.into_iter(), &read, true).is_empty());
         assert_eq!(hf_tensors(names.into_iter(), &read, false).len(), 1);
     }

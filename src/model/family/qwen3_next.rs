@@ -91,3 +91,33 @@ fn qwen3_next_tensor(canonical: &str, t: Tensor, cx: &TensorContext) -> Result<T
         _ => t,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layer_types_are_spelled_out_from_the_attention_interval_as_transformers_does() {
+        let path = Path::new("config.json");
+        let types = |json: &str| -> Result<Json> {
+            let Json::Object(mut map) = serde_json::from_str(json).unwrap() else { unreachable!() };
+            qwen3_next_config(&mut map, path)?;
+            assert!(!map.contains_key("full_attention_interval"));
+            Ok(map["layer_types"].clone())
+        };
+        let full = |l: &[usize], n: usize| -> Json {
+            (0..n).map(|i| Json::from(if l.contains(&i) { "full_attention" } else { "linear_attention" })).collect()
+        };
+        assert_eq!(types(r#"{"num_hidden_layers": 8}"#).unwrap(), full(&[3, 7], 8));
+        assert_eq!(types(r#"{"num_hidden_layers": 4, "full_attention_interval": 2}"#).unwrap(), full(&[1, 3], 4));
+        // A config's own list wins.
+        assert_eq!(
+            types(r#"{"num_hidden_layers": 2, "full_attention_interval": 2, "layer_types": ["full_attention", "linear_attention"]}"#).unwrap(),
+            full(&[0], 2)
+        );
+        let e = types(r#"{"num_hidden_layers": 4, "full_attention_interval": 0}"#).unwrap_err().to_string();
+        assert!(e.contains("full_attention_interval"), "{e}");
+        // Dense layers among the experts stay refused.
+        assert!(types(r#"{"num_hidden_layers": 4, "mlp_only_layers": [0]}"#).is_err());
+    }
+}
