@@ -158,7 +158,9 @@ fn mixtures_of_experts_match_transformers() {
 /// two engines route alike.
 #[test]
 fn deepseek_v2_latent_attention_matches_transformers() {
-    for family in ["deepseek_v2", "deepseek_v2_lite"] {
+    // deepseek_v2_yarn: its YaRN on the RoPE key as transformers computes it (cos/sin × the mscale
+    // ratio, the softmax scale plain); its GGUF runs llama.cpp's rule (tests/llama_cpp.rs).
+    for family in ["deepseek_v2", "deepseek_v2_lite", "deepseek_v2_yarn"] {
         matches_transformers(family, common::fixture(&format!("arch/{family}")).to_str().unwrap());
     }
     // A deepseek2 GGUF routes as llama.cpp does, which ranks expert groups otherwise than

@@ -183,7 +183,8 @@ fn deepseek_settings_not_computed_are_refused_by_name() {
     let cfg_path = dir.join("config.json");
     let original: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
     for (key, value, named) in [
-        ("rope_scaling", serde_json::json!({"type": "yarn", "factor": 40.0, "mscale": 0.707}), "rope_scaling"),
+        // YaRN is read (tests/architectures.rs, tests/llama_cpp.rs); another scaling is not.
+        ("rope_scaling", serde_json::json!({"type": "linear", "factor": 2.0}), "rope_scaling"),
         ("topk_method", "noaux_tc".into(), "topk_method 'noaux_tc'"),
         ("scoring_func", "sigmoid".into(), "'sigmoid'"),
         ("norm_topk_prob", true.into(), "norm_topk_prob"),

@@ -590,3 +590,27 @@ fn qwen3_next_gguf_agrees_with_llama_cpp() {
     assert!(gap <= LLAMA_CPP_TOL, "qwen3_next: llama.cpp differs from sinkscope's GGUF run by {gap} > {LLAMA_CPP_TOL}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// DeepSeek-V2's YaRN (mscale = mscale_all_dim = 0.707, factor 4 from an original context of 16)
+/// through llama.cpp's converter and engine: its scores × mscale², mscale = 1 + 0.1 ·
+/// mscale_all_dim · ln(factor), the RoPE key's cos/sin unscaled. sinkscope's run of the GGUF
+/// agrees with llama.cpp; its run of the HF checkpoint follows transformers' DeepSeek-V2, which
+/// leaves the softmax scale plain, and so is far from llama.cpp (the references disagree).
+#[test]
+fn deepseek_v2_yarn_gguf_agrees_with_llama_cpp() {
+    let _turn = one_test_at_a_time();
+    let Some(cache) = common::llama_cpp() else { return };
+    let dir = common::temp_dir("llama-cpp-deepseek-yarn");
+    let model = common::fixture("arch/deepseek_v2_yarn/model.gguf");
+    let fx = common::Fixture::open(&common::fixture("arch/deepseek_v2_yarn/reference.safetensors"));
+    let tokens: Vec<u32> = fx.i64("tokens").iter().map(|&t| t as u32).collect();
+    let ids = dir.join("ids.json");
+    std::fs::write(&ids, serde_json::to_vec(&tokens).unwrap()).unwrap();
+    let engine = logprobs(&run_engine_with(&cache, &model, &ids, 64, None, "none", &dir, &["--kv-type", "f32"]).trace);
+    let gguf = worst_logprob_gap("deepseek_v2_yarn GGUF", &engine, &sinkscope_logprobs(&model, &tokens));
+    let hf = worst_logprob_gap("deepseek_v2_yarn HF", &engine, &sinkscope_logprobs(&common::fixture("arch/deepseek_v2_yarn"), &tokens));
+    eprintln!("| deepseek_v2_yarn | {} | {gguf:.2e} (scores × mscale², as llama.cpp) | {hf:.2e} (plain scale, as transformers' V2) |", tokens.len());
+    assert!(gguf <= LLAMA_CPP_TOL, "deepseek_v2_yarn: llama.cpp differs from sinkscope's GGUF run by {gguf} > {LLAMA_CPP_TOL}");
+    assert!(hf > 10.0 * LLAMA_CPP_TOL, "deepseek_v2_yarn: the two softmax scales give the same numbers on this fixture ({hf}): the test cannot tell");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

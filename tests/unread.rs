@@ -485,3 +485,32 @@ fn a_llama_gguf_with_experts_is_mixtral() {
     assert!(err.contains("ffn_gate_inp.weight is missing"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The GGUF settings of the newer designs that sinkscope does not compute are refused by name:
+/// DeepSeek's YaRN without its log multiplier (mscale_all_dim) or beside an attention factor of
+/// its own, a Qwen3-Next file with multi-token-prediction layers or a recurrent-layer list that
+/// is not one flag per layer.
+#[test]
+fn latent_and_hybrid_gguf_settings_not_computed_are_refused_by_name() {
+    let dir = common::temp_dir("unread-designs");
+    let dst = dir.join("edited.gguf");
+    let yarn = common::fixture("arch/deepseek_v2_yarn/model.gguf");
+    let mut file = GgufFile::open(&yarn).unwrap();
+    file.metadata.remove("deepseek2.rope.scaling.yarn_log_multiplier");
+    rewrite_gguf_from(&file, &yarn, &dst, &Edit::default());
+    let err = load_err(&dst);
+    assert!(err.contains("deepseek2.rope.scaling.yarn_log_multiplier") && err.contains("mscale_all_dim"), "{err}");
+    rewrite_gguf(&yarn, &dst, &Edit { keys: vec![("deepseek2.rope.scaling.yarn_attn_factor".into(), Value::F32(1.2))], ..Edit::default() });
+    assert!(load_err(&dst).contains("yarn_attn_factor"));
+    let hybrid = common::fixture("arch/qwen3_next/model.gguf");
+    rewrite_gguf(&hybrid, &dst, &Edit { keys: vec![("qwen3next.nextn_predict_layers".into(), Value::U32(1))], ..Edit::default() });
+    let err = load_err(&dst);
+    assert!(err.contains("nextn_predict_layers") && err.contains("--no-mtp"), "{err}");
+    rewrite_gguf(
+        &hybrid,
+        &dst,
+        &Edit { keys: vec![("qwen3next.attention.recurrent_layers".into(), Value::Array(vec![Value::Bool(true)]))], ..Edit::default() },
+    );
+    assert!(load_err(&dst).contains("not one flag per layer"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -291,7 +291,8 @@ fn experts_of(file: &GgufFile, arch: &str, experts: u64, switches: &mut ArchSwit
 
 /// Latent attention's shape and DeepSeek's mixture as a `deepseek2` file states them (llama.cpp's
 /// converter: key_length = the cached row, value_length = the latent, `*_mla` the expanded
-/// widths), refusing what is not computed: YaRN on the RoPE key, a sigmoid router.
+/// widths), refusing what is not computed: a RoPE scaling other than YaRN with its log multiplier,
+/// a sigmoid router.
 fn latent_of(file: &GgufFile, arch: &str, shape: &Shape, dense_ff: usize, switches: &mut ArchSwitches) -> Result<()> {
     let key = |k: &str| format!("{arch}.{k}");
     let count = |k: &str| file.get(&key(k)).and_then(gguf::Value::as_u64).map(|v| v as usize);
@@ -310,14 +311,28 @@ fn latent_of(file: &GgufFile, arch: &str, shape: &Shape, dense_ff: usize, switch
             ),
         ));
     }
-    if let Some(kind) = file.get(&key("rope.scaling.type")).and_then(gguf::Value::as_str).filter(|&k| k != "none") {
-        return Err(refuse(format!("{} = {kind} (YaRN with DeepSeek's mscale on the RoPE key)", key("rope.scaling.type"))));
+    if let Some(kind) = file.get(&key("rope.scaling.type")).and_then(gguf::Value::as_str).filter(|&k| k != "none" && k != "yarn") {
+        return Err(refuse(format!("{} = {kind} (a RoPE scaling other than YaRN)", key("rope.scaling.type"))));
     }
     if let Some(g) = count("expert_gating_func").filter(|&g| g != 1) {
         return Err(refuse(format!("{} = {g} (a router other than a softmax)", key("expert_gating_func"))));
     }
     let mla = Mla { q_lora_rank: count("attention.q_lora_rank").unwrap_or(0), kv_lora_rank, qk_nope: key_mla - qk_rope, qk_rope, v_head };
     switches.set_latent(mla);
+    if let Some(yarn) = switches.rope_yarn.as_mut() {
+        // llama.cpp's deepseek2 YaRN: the RoPE key's cos/sin unscaled (its attention factor
+        // cancels ggml's), the scores × mscale² with mscale = 1 + 0.1 · mscale_all_dim · ln(factor)
+        // (the converter stores 0.1 · mscale_all_dim as the log multiplier).
+        let log_mul = file
+            .opt_f64(&key("rope.scaling.yarn_log_multiplier"))
+            .ok_or_else(|| refuse(format!("YaRN without {} (DeepSeek's mscale_all_dim)", key("rope.scaling.yarn_log_multiplier"))))?;
+        if file.get(&key("rope.scaling.yarn_attn_factor")).is_some() {
+            return Err(refuse(format!("{} beside DeepSeek's YaRN", key("rope.scaling.yarn_attn_factor"))));
+        }
+        let mscale = 1.0 + log_mul * yarn.factor.ln();
+        yarn.attention_factor = 1.0;
+        switches.attn_scale = switches.attn_scale.map(|s| s * mscale * mscale);
+    }
     if let MlpKind::Moe(moe) = &mut switches.mlp {
         let expert_ff = count("expert_feed_forward_length").unwrap_or(0);
         moe.shared_ff = count("expert_shared_count").unwrap_or(0) * expert_ff;

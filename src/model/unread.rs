@@ -153,6 +153,7 @@ pub const GGUF_LATENT_KEYS: &[&str] = &[
     "expert_weights_norm",
     "expert_group_count",
     "expert_group_used_count",
+    "rope.scaling.yarn_log_multiplier",
     "expert_gating_func",
 ];
 

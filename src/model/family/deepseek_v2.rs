@@ -64,8 +64,14 @@ pub fn deepseek_config(json: &mut Map<String, Json>, path: &Path) -> Result<()> 
         Err(Error::file(path, format!("{what}, which sinkscope does not compute for DeepSeek-V2 yet; the numbers would be another model's")))
     };
     let text = |json: &Map<String, Json>, k: &str| json.get(k).and_then(Json::as_str).map(str::to_owned);
+    // YaRN on the decoupled RoPE key as transformers' DeepSeek-V2 computes it (cos/sin × the
+    // mscale ratio; the softmax scale left at (qk_nope + qk_rope)^−½, where llama.cpp and DeepSeek's
+    // own code multiply it by mscale²: a GGUF runs llama.cpp's); another scaling is refused.
     if let Some(s) = json.get("rope_scaling").filter(|v| !v.is_null()) {
-        refuse(format!("sets rope_scaling {s} (YaRN with DeepSeek's mscale on the decoupled RoPE key and the softmax scale)"))?;
+        let kind = s.get("type").or_else(|| s.get("rope_type")).and_then(Json::as_str);
+        if kind != Some("yarn") {
+            refuse(format!("sets rope_scaling {s} (a RoPE scaling other than YaRN on the decoupled RoPE key)"))?;
+        }
     }
     match text(json, "topk_method").as_deref() {
         None | Some("greedy") => ["n_group", "topk_group"].iter().for_each(|k| drop(json.remove(*k))),
