@@ -286,6 +286,10 @@ fn streaming_heads(
     progress: &mut dyn Progress,
 ) -> Result<Option<StreamingHeads>> {
     let (sinks, recent) = StreamingHeads::keys_for(cache);
+    if lm.model.cfg.attention_layers().len() < lm.model.cfg.n_layers {
+        progress.warning(&format!("{label}: streaming heads not measured: a hybrid's linear-attention layers have no KV heads to classify"));
+        return Ok(None);
+    }
     let source = StreamSource { file: text.to_path_buf(), start_char: 0, tokens, token_by_token: false, token_ids: false, inline: false };
     let mut ids = stream_tokens(lm, &source, progress)?;
     ids.truncate(lm.model.cfg.context_len);

@@ -248,6 +248,8 @@ struct AlphaSource<'a> {
     value_norm: Option<(&'a [usize], &'a [f32])>,
     /// [layer][head] mean learned-sink mass, where the model has learned sinks.
     sink_mass: Option<Vec<Vec<f64>>>,
+    /// [layer][head] mean σ(gate) and share of rows with the gate closed (gated attention).
+    gate: Option<(Vec<Vec<f64>>, Vec<Vec<f64>>)>,
 }
 
 fn alpha_sources(run: &Run) -> Vec<AlphaSource<'_>> {
@@ -263,12 +265,26 @@ fn alpha_sources(run: &Run) -> Vec<AlphaSource<'_>> {
             .filter(|v| !v.is_empty())
             .collect();
         let sink_mass = (!mass.is_empty()).then_some(mass);
-        sources.push(AlphaSource { probe: CAPTURE_PROBE.into(), tokens: &c.tokens, alpha, value_norm, sink_mass });
+        // By each head's own layer (a hybrid's linear layers have no heads).
+        let by_layer = |of: fn(&crate::capture::summary::HeadSummary) -> Option<f64>| -> Vec<Vec<f64>> {
+            let mut per: Vec<Vec<f64>> = Vec::new();
+            for h in &c.summary.heads {
+                if let Some(v) = of(h) {
+                    per.resize(per.len().max(h.layer + 1), Vec::new());
+                    per[h.layer].push(v);
+                }
+            }
+            per
+        };
+        let (open, closed) = (by_layer(|h| h.gate_mean), by_layer(|h| h.gate_closed));
+        let gate = (!open.is_empty()).then_some((open, closed));
+        sources.push(AlphaSource { probe: CAPTURE_PROBE.into(), tokens: &c.tokens, alpha, value_norm, sink_mass, gate });
     }
     if let Some(a) = &run.analysis {
         for p in &a.probes {
             let sink_mass = (!p.sink_mass.is_empty()).then(|| p.sink_mass.clone());
-            sources.push(AlphaSource { probe: p.name.clone(), tokens: &p.tokens, alpha: p.alpha.clone(), value_norm: None, sink_mass });
+            let gate = (!p.gate_mean.is_empty()).then(|| (p.gate_mean.clone(), p.gate_closed.clone()));
+            sources.push(AlphaSource { probe: p.name.clone(), tokens: &p.tokens, alpha: p.alpha.clone(), value_norm: None, sink_mass, gate });
         }
     }
     sources
@@ -288,6 +304,9 @@ struct HeadSinkRow<'a> {
     window: Option<usize>,
     /// The head's mean learned-sink mass (models with learned sinks).
     sink_mass: Option<f64>,
+    /// The head's mean σ(gate) and share of rows with the gate closed (gated attention).
+    gate_mean: Option<f64>,
+    gate_closed: Option<f64>,
 }
 
 /// `head_sinks`: per (probe, layer, head, key position k < K), α_k and friends.
@@ -320,6 +339,8 @@ fn head_sinks(run: &Run, m: &Meta) -> Table {
                         class: classes.get(&(layer, head)).cloned(),
                         window: run.model().config.layer_window(layer),
                         sink_mass: s.sink_mass.as_ref().and_then(|m| m.get(layer)?.get(head).copied()),
+                        gate_mean: s.gate.as_ref().and_then(|(g, _)| g.get(layer)?.get(head).copied()),
+                        gate_closed: s.gate.as_ref().and_then(|(_, g)| g.get(layer)?.get(head).copied()),
                     });
                 }
             }
@@ -337,6 +358,8 @@ fn head_sinks(run: &Run, m: &Meta) -> Table {
         .f64("mass_mean", |r| r.alpha * seeing(r.n_tokens, r.key_pos, r.window) as f64 / r.n_tokens.max(1) as f64)
         .opt_u32("window", |r| r.window)
         .opt_f64("sink_mass", |r| r.sink_mass)
+        .opt_f64("gate_mean", |r| r.gate_mean)
+        .opt_f64("gate_closed", |r| r.gate_closed)
         .bool("is_sink", |r| r.alpha > epsilon)
         .f64("epsilon", |_| epsilon)
         .opt_f64("value_norm", |r| r.value_norm)

@@ -42,7 +42,13 @@ pub fn matches_transformers(family: &str, model_path: &str) {
         worst_sink = worst_sink.max(super::max_abs_diff(&format!("{family} learned-sink mass {l}"), ours, &reference) as f32);
     }
     assert!(worst_sink <= SINK_TOL, "{family}: learned-sink mass differs from transformers by {worst_sink} > {SINK_TOL}");
-    eprintln!("{family} ({model_path}): T={t} max |Δlogit| {worst_logit:.2e}, max |Δpattern| {worst_pattern:.2e}, max |Δsink mass| {worst_sink:.2e}");
+    // Perplexity of the tokens after the first, from either side's logits.
+    let (ppl, ppl_ref) = (perplexity(&logits, &tokens, cfg.vocab_size), perplexity(&reference, &tokens, cfg.vocab_size));
+    let ppl_gap = (ppl - ppl_ref).abs() / ppl_ref;
+    assert!(ppl.is_finite() && ppl_gap <= 1e-4, "{family}: perplexity {ppl} against transformers' {ppl_ref}");
+    eprintln!(
+        "{family} ({model_path}): T={t} max |Δlogit| {worst_logit:.2e}, max |Δpattern| {worst_pattern:.2e}, max |Δsink mass| {worst_sink:.2e}, perplexity {ppl:.4} vs {ppl_ref:.4}"
+    );
     assert!(worst_logit <= LOGIT_TOL, "{family}: logits differ from transformers by {worst_logit} > {LOGIT_TOL}");
     assert!(worst_pattern <= PATTERN_TOL, "{family}: patterns differ from transformers by {worst_pattern} > {PATTERN_TOL}");
 }
@@ -103,4 +109,19 @@ pub fn hybrid_matches_transformers(family: &str, model_path: &str) -> [f32; 4] {
         assert!(w <= tol, "{family}: {what} differ from transformers by {w} > {tol}");
     }
     worst
+}
+
+/// exp of the mean NLL of `tokens[1..]` under logits rows `0..T−1` (row-major, `vocab` wide).
+fn perplexity(logits: &[f32], tokens: &[u32], vocab: usize) -> f64 {
+    let nll: Vec<f64> = tokens[1..]
+        .iter()
+        .enumerate()
+        .map(|(r, &next)| {
+            let row = &logits[r * vocab..][..vocab];
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
+            let sum: f64 = row.iter().map(|&x| (x as f64 - max).exp()).sum();
+            max + sum.ln() - row[next as usize] as f64
+        })
+        .collect();
+    (nll.iter().sum::<f64>() / nll.len() as f64).exp()
 }
