@@ -238,6 +238,9 @@ fn per_head_frontier(f: &Frontier, m: &Meta) -> Table {
         .build("per_head_frontier")
 }
 
+/// A value per [layer][head].
+type PerHead = Vec<Vec<f64>>;
+
 /// A probe's per-head α_k (k < K) with its tokens, T, and the kv-head value norms if known.
 struct AlphaSource<'a> {
     probe: String,
@@ -249,7 +252,7 @@ struct AlphaSource<'a> {
     /// [layer][head] mean learned-sink mass, where the model has learned sinks.
     sink_mass: Option<Vec<Vec<f64>>>,
     /// [layer][head] mean σ(gate) and share of rows with the gate closed (gated attention).
-    gate: Option<(Vec<Vec<f64>>, Vec<Vec<f64>>)>,
+    gate: Option<(PerHead, PerHead)>,
 }
 
 fn alpha_sources(run: &Run) -> Vec<AlphaSource<'_>> {
