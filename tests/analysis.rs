@@ -321,4 +321,16 @@ fn a_hybrid_is_analysed_over_the_layers_that_attend_with_their_gates() {
     let capture: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("c/capture.json")).unwrap()).unwrap();
     let layers = &capture["summary"]["layers"];
     assert!(layers[0]["mean_attention_pos0"].is_null() && layers[1]["mean_attention_pos0"].is_f64(), "{layers}");
+    // The head_sinks table carries each head's gate on every row of the attending layers.
+    use sinkscope::report::tables::{tables, ColumnData};
+    for run in ["a", "c"] {
+        let run = sinkscope::report::run::Run::open(&dir.join(run)).unwrap();
+        let all = tables(&run);
+        let hs = all.iter().find(|t| t.name == "head_sinks").unwrap();
+        let (ColumnData::U32(layer), ColumnData::OptF64(gate)) = (hs.column("layer").unwrap(), hs.column("gate_mean").unwrap()) else {
+            panic!("column types")
+        };
+        assert!(hs.n_rows() > 0 && layer.iter().all(|&l| l == 1 || l == 3));
+        assert!(gate.iter().all(|g| g.is_some_and(|g| g > 0.0 && g < 1.0)), "{gate:?}");
+    }
 }

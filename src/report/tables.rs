@@ -269,18 +269,12 @@ fn alpha_sources(run: &Run) -> Vec<AlphaSource<'_>> {
             .collect();
         let sink_mass = (!mass.is_empty()).then_some(mass);
         // By each head's own layer (a hybrid's linear layers have no heads).
-        let by_layer = |of: fn(&crate::capture::summary::HeadSummary) -> Option<f64>| -> Vec<Vec<f64>> {
-            let mut per: Vec<Vec<f64>> = Vec::new();
-            for h in &c.summary.heads {
-                if let Some(v) = of(h) {
-                    per.resize(per.len().max(h.layer + 1), Vec::new());
-                    per[h.layer].push(v);
-                }
-            }
-            per
+        let by_layer = |of: fn(&crate::capture::summary::HeadSummary) -> Option<f64>| -> PerHead {
+            let layers = c.summary.heads.iter().map(|h| h.layer + 1).max().unwrap_or(0);
+            (0..layers).map(|l| c.summary.heads.iter().filter(|h| h.layer == l).filter_map(of).collect()).collect()
         };
         let (open, closed) = (by_layer(|h| h.gate_mean), by_layer(|h| h.gate_closed));
-        let gate = (!open.is_empty()).then_some((open, closed));
+        let gate = open.iter().any(|l| !l.is_empty()).then_some((open, closed));
         sources.push(AlphaSource { probe: CAPTURE_PROBE.into(), tokens: &c.tokens, alpha, value_norm, sink_mass, gate });
     }
     if let Some(a) = &run.analysis {
