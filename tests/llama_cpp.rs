@@ -18,7 +18,9 @@ const TOKENS_AT_256: usize = 512;
 use std::path::Path;
 use std::process::Command;
 
-use common::engine::{book_ids, driver, logprobs, mapping, one_test_at_a_time, run_engine, run_engine_with, verify};
+use common::engine::{
+    book_ids, driver, logprobs, mapping, one_test_at_a_time, run_engine, run_engine_with, sinkscope_logprobs, verify, worst_logprob_gap,
+};
 use serde_json::Value;
 
 fn agreement(model_file: &str) {
@@ -263,29 +265,6 @@ fn copy_safetensors_without(src: &Path, dst: &Path, drop_tensor: fn(&str) -> boo
         .collect();
     let views: Vec<(String, &[usize], &[f32])> = kept.iter().map(|(n, s, d)| (n.clone(), s.as_slice(), d.as_slice())).collect();
     sinkscope::io::arrays::write_safetensors_f32(dst, &views, Default::default()).unwrap();
-}
-
-/// Each token's log-probability under the model at `path` (the first token's is `None`).
-fn sinkscope_logprobs(path: &Path, tokens: &[u32]) -> Vec<Option<f64>> {
-    use sinkscope::model::receiver::NoCapture;
-    let lm = sinkscope::model::load(path.to_str().unwrap(), &sinkscope::model::LoadOptions::default()).unwrap();
-    let hidden = lm.model.forward(tokens, None, &mut NoCapture).unwrap();
-    let logits: Vec<Vec<f32>> = lm.model.logits(&hidden).unwrap().to_vec2().unwrap();
-    let mut out = vec![None];
-    for (row, &next) in logits.iter().zip(&tokens[1..]) {
-        let max = common::finite_max("logits", row);
-        let lse = max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
-        out.push(Some(row[next as usize] as f64 - lse));
-    }
-    out
-}
-
-/// The largest |a − b| over the scored tokens (failing on a length mismatch or a non-finite value).
-fn worst_logprob_gap(what: &str, a: &[Option<f64>], b: &[Option<f64>]) -> f64 {
-    assert_eq!(a.len(), b.len(), "{what}: lengths differ");
-    let gaps: Vec<f64> = a.iter().zip(b).filter_map(|(x, y)| Some((x.as_ref()? - y.as_ref()?).abs())).collect();
-    assert_eq!(gaps.len(), a.len() - 1, "{what}: a token is missing its log-probability");
-    common::finite_max(what, &gaps)
 }
 
 /// Two references, not one: llama.cpp computes each converted fixture's GGUF (read as llama.cpp

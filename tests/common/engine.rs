@@ -108,3 +108,26 @@ pub fn logprobs(trace: &Path) -> Vec<Option<f64>> {
 pub fn mapping(summary: &Value) -> (usize, usize) {
     (summary["n_ctx"].as_u64().unwrap() as usize - 1, summary["n_keep"].as_u64().unwrap() as usize)
 }
+
+/// Each token's log-probability under the model at `path` (the first token's is `None`).
+pub fn sinkscope_logprobs(path: &Path, tokens: &[u32]) -> Vec<Option<f64>> {
+    use sinkscope::model::receiver::NoCapture;
+    let lm = sinkscope::model::load(path.to_str().unwrap(), &sinkscope::model::LoadOptions::default()).unwrap();
+    let hidden = lm.model.forward(tokens, None, &mut NoCapture).unwrap();
+    let logits: Vec<Vec<f32>> = lm.model.logits(&hidden).unwrap().to_vec2().unwrap();
+    let mut out = vec![None];
+    for (row, &next) in logits.iter().zip(&tokens[1..]) {
+        let max = super::finite_max("logits", row);
+        let lse = max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
+        out.push(Some(row[next as usize] as f64 - lse));
+    }
+    out
+}
+
+/// The largest |a − b| over the scored tokens (failing on a length mismatch or a non-finite value).
+pub fn worst_logprob_gap(what: &str, a: &[Option<f64>], b: &[Option<f64>]) -> f64 {
+    assert_eq!(a.len(), b.len(), "{what}: lengths differ");
+    let gaps: Vec<f64> = a.iter().zip(b).filter_map(|(x, y)| Some((x.as_ref()? - y.as_ref()?).abs())).collect();
+    assert_eq!(gaps.len(), a.len() - 1, "{what}: a token is missing its log-probability");
+    super::finite_max(what, &gaps)
+}
