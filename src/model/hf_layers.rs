@@ -32,33 +32,37 @@ pub(crate) fn layer_attention(json: &Json, n_layers: usize, rope_theta: f64, lin
     let own_rope = json.pointer("/rope_parameters/sliding_attention").is_some_and(Json::is_object) || json.get("rope_local_base_freq").is_some();
     let windowed = LayerAttn { window: Some(w as usize), rope_theta: local_theta, nope: false, unscaled: own_rope, linear: false };
     let Some(types) = json.get("layer_types").filter(|v| !v.is_null()) else { return Ok(vec![windowed; n_layers]) };
-    let types = types.as_array().ok_or_else(|| Error::file(path, "has layer_types that is not a list; config.json is corrupt"))?;
-    if types.len() != n_layers {
-        return Err(Error::file(path, format!("lists {} layer_types for {n_layers} layers; config.json is inconsistent", types.len())));
-    }
-    types
-        .iter()
-        .map(|t| match t.as_str() {
-            Some("full_attention") => Ok(LayerAttn::global(rope_theta)),
-            Some("sliding_attention") => Ok(windowed),
-            other => Err(Error::file(path, format!("has a layer of type {other:?}, which sinkscope does not compute (it knows full_attention and sliding_attention); the numbers would be another model's"))),
-        })
-        .collect()
+    typed_layers(types, n_layers, &[("full_attention", LayerAttn::global(rope_theta)), ("sliding_attention", windowed)], path)
 }
 
 /// A hybrid's layers from `layer_types`: `linear_attention` (Gated DeltaNet) or `full_attention`.
 fn linear_layer_types(json: &Json, n_layers: usize, rope_theta: f64, path: &Path) -> Result<Vec<LayerAttn>> {
     let types =
-        json.get("layer_types").and_then(Json::as_array).ok_or_else(|| Error::file(path, "has no layer_types list; config.json is incomplete"))?;
+        json.get("layer_types").filter(|v| !v.is_null()).ok_or_else(|| Error::file(path, "has no layer_types list; config.json is incomplete"))?;
+    typed_layers(types, n_layers, &[("full_attention", LayerAttn::global(rope_theta)), ("linear_attention", LayerAttn::linear(rope_theta))], path)
+}
+
+/// `layer_types`, one of `kinds` (its name, how such a layer attends) per layer; any other kind is
+/// refused.
+fn typed_layers(types: &Json, n_layers: usize, kinds: &[(&str, LayerAttn)], path: &Path) -> Result<Vec<LayerAttn>> {
+    let types = types.as_array().ok_or_else(|| Error::file(path, "has layer_types that is not a list; config.json is corrupt"))?;
     if types.len() != n_layers {
         return Err(Error::file(path, format!("lists {} layer_types for {n_layers} layers; config.json is inconsistent", types.len())));
     }
+    let known = kinds.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(" and ");
     types
         .iter()
-        .map(|t| match t.as_str() {
-            Some("full_attention") => Ok(LayerAttn::global(rope_theta)),
-            Some("linear_attention") => Ok(LayerAttn::linear(rope_theta)),
-            other => Err(Error::file(path, format!("has a layer of type {other:?}, which sinkscope does not compute in this family (it knows full_attention and linear_attention); the numbers would be another model's"))),
+        .map(|t| {
+            let kind = kinds.iter().find(|(name, _)| Some(*name) == t.as_str());
+            kind.map(|(_, layer)| *layer).ok_or_else(|| {
+                Error::file(
+                    path,
+                    format!(
+                        "has a layer of type {:?}, which sinkscope does not compute here (it knows {known}); the numbers would be another model's",
+                        t.as_str()
+                    ),
+                )
+            })
         })
         .collect()
 }
