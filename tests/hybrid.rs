@@ -50,3 +50,28 @@ fn qwen3_next_hybrid_matches_transformers() {
         assert!(replay.cache_len.iter().max() == Some(&40), "{}: {:?}", replay.label, replay.cache_len);
     }
 }
+
+/// The KL divergence from the exact cache on a hybrid (an fp8 cache, a positional and a scored
+/// policy): its per-head report names the attending layers' heads only, each with the queries
+/// they averaged over and its sink mass where it was measured (not under another layer's index).
+#[test]
+fn a_hybrids_cache_error_is_reported_for_the_heads_that_attend() {
+    use sinkscope::kv::divergence::divergence_from_exact;
+    use sinkscope::kv::{Eviction, Policy, PolicyKind, PositionMode};
+    use sinkscope::model::cache_rounding::CacheRounding;
+    use sinkscope::numerics::cache_formats::CacheFormat;
+    let lm = load(common::fixture("arch/qwen3_next").to_str().unwrap(), &LoadOptions::default()).unwrap();
+    let text = std::fs::read_to_string(common::fixture("texts/tinystories.txt")).unwrap();
+    let ids: Vec<u32> = lm.tokenizer.encode(&text).unwrap().into_iter().take(120).collect();
+    let fp8 = CacheRounding { keys: CacheFormat::Fp8E4m3, values: CacheFormat::Fp8E4m3, ..CacheRounding::default() };
+    for kind in [PolicyKind::Sink, PolicyKind::H2o] {
+        let policy = Policy::new(Eviction::of_kind(kind, 4, None), 40, PositionMode::Slot);
+        let d = divergence_from_exact(&lm.model, &ids, (policy, fp8), 4, &mut |_, _| {}).unwrap();
+        let layers: std::collections::BTreeSet<usize> = d.by_head.heads.iter().map(|h| h.layer).collect();
+        assert_eq!(layers.into_iter().collect::<Vec<_>>(), [1, 3], "{}", policy.label());
+        assert_eq!(d.by_head.heads.len(), 8, "{}", policy.label());
+        assert!(d.by_head.queries > 0 && d.kl.iter().all(|k| k.is_finite() && *k >= -1e-9), "{}", policy.label());
+        // Each attending head attends: some of its mass lies on the first tokens.
+        assert!(d.by_head.heads.iter().all(|h| h.sink_mass_exact > 0.0 && h.sink_mass_exact <= 1.0 + 1e-9), "{}", policy.label());
+    }
+}

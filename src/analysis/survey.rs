@@ -136,7 +136,9 @@ pub struct SurveyRow {
     #[serde(serialize_with = "crate::io::serde_nan::nan_as_null", deserialize_with = "crate::io::serde_nan::inf_if_null")]
     pub max_to_median: f64,
     pub first_massive_layer: Option<usize>,
-    /// Mean α_0 over heads, per layer.
+    /// Mean α_0 over heads, per layer (NaN, `null` in the JSON, on a hybrid's linear-attention
+    /// layer, which has no heads).
+    #[serde(serialize_with = "crate::io::serde_nan::nans_as_null", deserialize_with = "crate::io::serde_nan::nans_if_null")]
     pub alpha0_by_layer: Vec<f64>,
     pub sweeps: Vec<SurveySweep>,
     /// The model's census row (`None` in surveys from before it).
@@ -180,7 +182,7 @@ impl SurveyRow {
             max_activation,
             max_to_median,
             first_massive_layer: a.massive.first_layer,
-            alpha0_by_layer: alpha0_by_layer.into_iter().map(|(s, n)| if n == 0 { 0.0 } else { s / n as f64 }).collect(),
+            alpha0_by_layer: alpha0_by_layer.into_iter().map(|(s, n)| if n == 0 { f64::NAN } else { s / n as f64 }).collect(),
             sweeps,
             census: Some(Census::of(a)),
         }

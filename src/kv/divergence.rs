@@ -185,10 +185,12 @@ fn log_probs(model: &Decoder, hidden: &candle_core::Tensor) -> Result<(Vec<f32>,
 
 /// Each query head's row from the two streams' tallies.
 fn by_head(exact: &HeadTally, rounded: &HeadTally) -> CacheErrorByHead {
-    let queries = rounded.queries.first().copied().unwrap_or(0);
+    // Every attending layer counts the same queries; a hybrid's linear layers count none and
+    // have no heads to report.
+    let queries = rounded.queries.iter().copied().max().unwrap_or(0);
     let mean = |sum: f64, n: usize| if n > 0 { sum / n as f64 } else { 0.0 };
     let mut heads = Vec::new();
-    for (layer, masses) in rounded.sink_mass.iter().enumerate() {
+    for (layer, masses) in rounded.sink_mass.iter().enumerate().filter(|&(l, _)| queries == 0 || rounded.queries[l] > 0) {
         let (n, kv_heads) = (rounded.queries[layer], rounded.key_error[layer].len().max(1));
         let group = (masses.len() / kv_heads).max(1);
         for (head, &mass) in masses.iter().enumerate() {

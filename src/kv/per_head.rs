@@ -145,10 +145,13 @@ pub struct HeadEvidence {
     pub alpha0: Vec<Vec<f64>>,
 }
 
+/// What classifying KV heads is called where a hybrid is refused it.
+pub const HEAD_CLASSIFICATION: &str = "classifying KV heads (heads, a needle's retrieval heads)";
+
 /// Measures every KV head's outside mass and α_0 on `ids` (one forward, within the model's context).
 pub fn measure(model: &Decoder, ids: &[u32], sinks: usize, recent: usize) -> Result<HeadEvidence> {
     let cfg = &model.cfg;
-    cfg.refuse_linear_layers("classifying KV heads (heads, a needle's retrieval heads)")?;
+    cfg.refuse_linear_layers(HEAD_CLASSIFICATION)?;
     if ids.len() <= sinks + recent {
         return Err(Error::input(format!("{} tokens leave no query with keys beyond {sinks} sinks + {recent} recent; use a longer text", ids.len())));
     }

@@ -143,7 +143,6 @@ impl StreamKv {
         Ok(())
     }
 
-    /// The first `n` pinned keys and values of `layer`.
     /// The stored layer of model layer `layer`, a new one after the others on its first block.
     fn slot(&mut self, layer: usize) -> usize {
         match self.layers.iter().position(|&l| l == layer) {
@@ -160,6 +159,7 @@ impl StreamKv {
         self.layers.iter().position(|&l| l == layer).ok_or_else(|| Error::Internal("branches need a stream that has run".into()))
     }
 
+    /// The first `n` pinned keys and values of stored layer `layer`.
     fn pinned(&self, layer: usize, n: usize) -> Result<(Tensor, Tensor)> {
         if self.base == 0 {
             Ok((self.k[layer].narrow(1, 0, n)?, self.v[layer].narrow(1, 0, n)?))
@@ -408,7 +408,8 @@ impl Attend for ViewAttention<'_> {
             // Row (kv head, member, r) belongs to head row / b.
             softmax_row(s, &segments, scale, at.softcap, sinks.map(|logits| logits[row / b]));
         });
-        self.tally_sink_mass(layer, &a, (h, kvh), (pinned, base));
+        // The tallies are by model layer (the stored slot is `layer`).
+        self.tally_sink_mass(at.index, &a, (h, kvh), (pinned, base));
         let out = match &kivi {
             Some(kivi) => kivi_stream::chosen_values(&a, &values, layout, &kivi.window)?,
             None => Tensor::from_vec(a, (kvh, group * b, cols), &Device::Cpu)?.matmul(&values)?,

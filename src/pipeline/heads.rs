@@ -61,7 +61,7 @@ pub fn heads_into(
     if !(0.0..=1.0).contains(&opts.share) {
         return Err(Error::input(format!("--retrieval-share {} must lie between 0 and 1", opts.share)));
     }
-    lm.model.cfg.refuse_linear_layers("classifying KV heads (heads, a needle's retrieval heads)")?;
+    lm.model.cfg.refuse_linear_layers(crate::kv::per_head::HEAD_CLASSIFICATION)?;
     super::claim_out(lm, out)?;
     let ids = stream_tokens(lm, opts.calibration.as_ref().unwrap_or(source), progress)?;
     let gates = measure_gates(lm, &ids, opts, progress)?;

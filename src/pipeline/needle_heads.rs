@@ -75,6 +75,8 @@ pub fn measure_heads(
     parts_dir: &Path,
     progress: &mut dyn Progress,
 ) -> Result<NeedleHeads> {
+    // Before any calibration pass: measure_heads ends with `per_head::measure`, which refuses it.
+    lm.model.cfg.refuse_linear_layers(crate::kv::per_head::HEAD_CLASSIFICATION)?;
     if !(opts.share > 0.0 && opts.share < 1.0) || opts.trials == 0 || opts.sinks >= opts.cache {
         return Err(Error::input(format!(
             "finding retrieval heads needs a share of KV heads kept whole between 0 and 1 (got {}), at least one calibration trial, and fewer pinned tokens S than the budget W",

@@ -128,7 +128,11 @@ pub fn figures(s: &Survey) -> Vec<(&'static str, LineChart)> {
         series: s
             .rows
             .iter()
-            .map(|r| (r.model.clone(), r.alpha0_by_layer.iter().enumerate().map(|(l, &a)| (l as f64 / (r.n_layers.max(2) - 1) as f64, a)).collect()))
+            .map(|r| {
+                // A hybrid's linear layers (NaN) have no point.
+                let points = r.alpha0_by_layer.iter().enumerate().filter(|(_, a)| a.is_finite());
+                (r.model.clone(), points.map(|(l, &a)| (l as f64 / (r.n_layers.max(2) - 1) as f64, a)).collect())
+            })
             .collect(),
         log_y: false,
         markers: Vec::new(),

@@ -22,9 +22,16 @@ pub struct ColMass {
     pub values: Vec<f32>,
     /// Where the numbers came from, for titles.
     pub source: &'static str,
+    /// Per layer, whether it attends (a hybrid's linear-attention layers hold NaN or zeros).
+    pub attends: Vec<bool>,
 }
 
 impl ColMass {
+    /// Whether layer `layer` attends (has heads whose mass means anything).
+    pub fn attends(&self, layer: usize) -> bool {
+        self.attends.get(layer).copied().unwrap_or(true)
+    }
+
     pub fn head(&self, layer: usize, head: usize) -> &[f32] {
         let at = (layer * self.n_heads + head) * self.n_tokens;
         &self.values[at..at + self.n_tokens]
@@ -135,8 +142,10 @@ impl Data {
         let epsilon = run.analysis.as_ref().map_or(DEFAULT_EPSILON, |a| a.settings.epsilon);
         let text_sinks = match &col_mass {
             Some(cm) => {
+                // A linear-attention layer has no heads (as in the analysis).
+                let heads = |l: usize| if cm.attends(l) { cm.n_heads } else { 0 };
                 let nested: Vec<Vec<Vec<f64>>> =
-                    (0..cm.n_layers).map(|l| (0..cm.n_heads).map(|h| cm.head(l, h).iter().map(|&v| v as f64).collect()).collect()).collect();
+                    (0..cm.n_layers).map(|l| (0..heads(l)).map(|h| cm.head(l, h).iter().map(|&v| v as f64).collect()).collect()).collect();
                 let t = cm.n_tokens;
                 let min_queries = ((t as f64 * MIN_QUERY_SHARE).ceil() as usize).max(2);
                 let pieces: Vec<String> = tokens.iter().map(|t| t.piece.clone()).collect();
@@ -205,9 +214,12 @@ fn alpha_table(run: &Run, n_layers: usize, n_heads: usize) -> (Vec<Vec<Vec<f64>>
 /// Per-position column mass: the capture's reductions, else the heatmaps when they are exact
 /// (one bin per token, so a column sum is the mass).
 fn col_mass(run: &Run, n_tokens: usize) -> Option<ColMass> {
+    let cfg = &run.model().config;
+    let attends = (0..cfg.n_layers).map(|l| !cfg.is_linear(l)).collect::<Vec<bool>>();
     if let Some((shape, values)) = run.reductions.as_ref().and_then(|r| r.get("attn_col_mass", 3)) {
         if shape[2] == n_tokens && values.len() == shape.iter().product::<usize>() {
-            return Some(ColMass { n_layers: shape[0], n_heads: shape[1], n_tokens, values: values.to_vec(), source: "reductions.safetensors" });
+            let (n_layers, n_heads, values) = (shape[0], shape[1], values.to_vec());
+            return Some(ColMass { n_layers, n_heads, n_tokens, values, source: "reductions.safetensors", attends });
         }
     }
     let maps = run.heatmaps.as_ref().filter(|m| m.exact() && m.n_tokens == n_tokens)?;
@@ -224,7 +236,7 @@ fn col_mass(run: &Run, n_tokens: usize) -> Option<ColMass> {
             }
         }
     }
-    Some(ColMass { n_layers: maps.n_layers, n_heads: maps.n_heads, n_tokens: t, values, source: "heatmaps.safetensors" })
+    Some(ColMass { n_layers: maps.n_layers, n_heads: maps.n_heads, n_tokens: t, values, source: "heatmaps.safetensors", attends })
 }
 
 fn layer_rows(run: &Run) -> Vec<LayerRow> {

@@ -96,7 +96,7 @@ fn weights(cm: &ColMass, scope: TokenScope, measure: TokenMeasure, (layer, head)
         TokenScope::Layer => (0..cm.n_heads).map(|h| (layer, h)).collect(),
         TokenScope::All => (0..cm.n_layers).flat_map(|l| (0..cm.n_heads).map(move |h| (l, h))).collect(),
     };
-    let heads: Vec<(usize, usize)> = heads.into_iter().filter(|&(l, h)| l < cm.n_layers && h < cm.n_heads).collect();
+    let heads: Vec<(usize, usize)> = heads.into_iter().filter(|&(l, h)| l < cm.n_layers && h < cm.n_heads && cm.attends(l)).collect();
     let mut sum = vec![0f64; t];
     for &(l, h) in &heads {
         for (s, &v) in sum.iter_mut().zip(cm.head(l, h)) {

@@ -92,7 +92,14 @@ fn depth_chart(f: &mut Frame, area: Rect, survey: &Survey) {
     let lines: Vec<Vec<(f64, f64)>> = survey
         .rows
         .iter()
-        .map(|r| r.alpha0_by_layer.iter().enumerate().map(|(l, &a)| (l as f64 / (r.n_layers.max(2) - 1) as f64, a)).collect())
+        .map(|r| {
+            r.alpha0_by_layer
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| a.is_finite())
+                .map(|(l, &a)| (l as f64 / (r.n_layers.max(2) - 1) as f64, a))
+                .collect()
+        })
         .collect();
     let top = lines.iter().flatten().map(|p| p.1).fold(0.05, f64::max) * 1.05;
     let datasets: Vec<Dataset> = survey
