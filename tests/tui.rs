@@ -522,3 +522,32 @@ fn the_committed_examples_open_in_the_dashboard() {
         }
     }
 }
+
+/// A hybrid's capture (Qwen3-Next's tiny fixture: linear-attention layers 0 and 2) in every view
+/// and token scope: nothing panics and no NaN reaches the screen (a linear layer's column mass is
+/// left out, not averaged in).
+#[test]
+fn a_hybrids_run_renders_in_every_view_without_nan() {
+    let dir = common::temp_dir("tui-hybrid");
+    let model = common::fixture("arch/qwen3_next");
+    let run_dir = dir.join("run");
+    let out = common::sinkscope(&[
+        "capture",
+        "-m",
+        model.to_str().unwrap(),
+        "-p",
+        "Once upon a time there was a little dog who liked the sun",
+        "-o",
+        run_dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut app = App::new(Run::open(&run_dir).unwrap());
+    for tab in Tab::ALL {
+        let s = screen(&mut app, &[Action::GoTab(tab)]);
+        assert!(!s.contains("NaN"), "{tab:?} shows NaN:\n{s}");
+    }
+    for _ in 0..3 {
+        let s = screen(&mut app, &[Action::GoTab(Tab::Tokens), Action::CycleScope]);
+        assert!(!s.contains("NaN"), "tokens shows NaN:\n{s}");
+    }
+}
