@@ -113,24 +113,22 @@ impl KvMemory {
             b if b < 1 << 30 => format!("{:.1} MiB", b as f64 / (1 << 20) as f64),
             b => format!("{:.2} GiB", b as f64 / (1 << 30) as f64),
         };
+        // "1 windowed layer holds", "3 windowed layers hold".
+        let layers = |n: usize, kind: &str| if n == 1 { format!("1 {kind} layer holds") } else { format!("{n} {kind} layers hold") };
         match self.windowed_entries {
             Some(w) if self.bytes < self.bytes_without_windows => format!(
-                "{} ({format}; {} windowed layer{} hold{} up to {w} entries, {} global layer{} {}: {} if every layer held them)",
+                "{} ({format}; {} up to {w} entries, {} global layer{} {}: {} if every layer held them)",
                 mib(self.bytes),
-                self.windowed_layers,
-                if self.windowed_layers == 1 { "" } else { "s" },
-                if self.windowed_layers == 1 { "s" } else { "" },
+                layers(self.windowed_layers, "windowed"),
                 self.global_layers,
                 if self.global_layers == 1 { "" } else { "s" },
                 self.global_entries,
                 mib(self.bytes_without_windows)
             ),
             _ if self.recurrent_bytes > 0 => format!(
-                "{} ({format}; {} attention layer{} hold{} {} entries, plus {} of linear-attention state that no length changes)",
+                "{} ({format}; {} {} entries, plus {} of linear-attention state that no length changes)",
                 mib(self.bytes),
-                self.global_layers,
-                if self.global_layers == 1 { "" } else { "s" },
-                if self.global_layers == 1 { "s" } else { "" },
+                layers(self.global_layers, "attention"),
                 self.global_entries,
                 mib(self.recurrent_bytes)
             ),
