@@ -39,7 +39,7 @@ impl StandardReducers {
         StandardReducers {
             attention: AttentionStats::new(cfg.n_layers, cfg.n_heads, n_positions)
                 .with_windows((0..cfg.n_layers).map(|l| cfg.layer_window(l)).collect())
-                .without_heads_in((0..cfg.n_layers).filter(|&l| cfg.is_linear(l))),
+                .without_heads_in(cfg.linear_layers().into_iter()),
             resid: ResidNorms::new(cfg.n_layers),
             top: TopActivations::new(cfg.n_layers, top_k),
             kv: KvNorms::new(cfg.n_layers, cfg.n_kv_heads),

@@ -49,7 +49,7 @@ fn describe_switches(cfg: &DecoderConfig) -> String {
         QkNorm::AcrossHeads => parts.push("q/k RMSNorm across heads".into()),
     }
     if let Some(s) = a.delta_net {
-        let linear: Vec<usize> = (0..cfg.n_layers).filter(|&l| cfg.is_linear(l)).collect();
+        let linear = cfg.linear_layers();
         parts.push(format!(
             "Gated DeltaNet (linear attention, a recurrent state instead of a KV cache) in layers {linear:?}: {} key heads of {} shared by {} value heads of {}, a {}-tap convolution",
             s.k_heads, s.k_dim, s.v_heads, s.v_dim, s.conv_kernel

@@ -7,7 +7,7 @@ use candle_core::Tensor;
 use super::policy::{Eviction, Policy, PositionMode};
 use crate::error::Result;
 use crate::model::cache_rounding::CacheRounding;
-use crate::model::decoder::{Decoder, KvStore, RecurrentStates};
+use crate::model::decoder::{Decoder, KvStore, LayerSlots, RecurrentStates};
 use crate::model::receiver::NoCapture;
 use crate::model::rope::{Rope, RopeTables};
 
@@ -34,9 +34,8 @@ pub fn prefill_windows(model: &Decoder, windows: &[&[u32]], rounding: CacheRound
 #[derive(Clone)]
 pub struct PolicyCache {
     pub policy: Policy,
-    /// The model layer each stored layer is, in the order they first appended (every layer of
-    /// a plain model; a hybrid's attention layers only).
-    layers: Vec<usize>,
+    /// The model layer each stored layer is.
+    layers: LayerSlots,
     /// Per stored layer (KVH, n, dh): keys before RoPE.
     k_pre: Vec<Tensor>,
     /// Per layer (KVH, n, dh): keys rotated at their current slot, shifted on eviction (`delta`).
@@ -62,7 +61,7 @@ impl PolicyCache {
     pub fn new(policy: Policy, d_head: usize) -> Result<Self> {
         Ok(PolicyCache {
             policy,
-            layers: Vec::new(),
+            layers: LayerSlots::default(),
             k_pre: Vec::new(),
             k_rot: Vec::new(),
             v: Vec::new(),
@@ -132,7 +131,7 @@ impl PolicyCache {
             Ok(Tensor::cat(&parts, 1)?)
         };
         for l in 0..self.k_pre.len() {
-            let layer = self.layers[l];
+            let layer = self.layers.layer(l).ok_or_else(|| crate::error::Error::Internal("a stored layer without its model layer".into()))?;
             self.k_pre[l] = cut(&self.k_pre[l])?;
             self.v[l] = cut(&self.v[l])?;
             if !self.keep_rotated {
@@ -173,13 +172,7 @@ impl KvStore for PolicyCache {
     }
 
     fn append(&mut self, model_layer: usize, k_pre: &Tensor, v: &Tensor, rope: &Rope, positions: &[usize]) -> Result<(Tensor, Tensor)> {
-        let layer = match self.layers.iter().position(|&l| l == model_layer) {
-            Some(slot) => slot,
-            None => {
-                self.layers.push(model_layer);
-                self.layers.len() - 1
-            }
-        };
+        let layer = self.layers.slot(model_layer);
         let stream: Vec<usize> = (self.next_stream..self.next_stream + positions.len()).collect();
         let v = &self.rounding.values(v, &stream)?;
         let k_pre = &match self.rounding.before_rope {

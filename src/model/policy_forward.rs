@@ -17,7 +17,7 @@ use rayon::prelude::*;
 
 use super::cache_rounding::CacheRounding;
 use super::decoder::attention::{soft_cap, Attend, LayerAttention};
-use super::decoder::{Decoder, DeltaState, GatedDeltaNet, RecurrentStates};
+use super::decoder::{Decoder, DeltaState, GatedDeltaNet, LayerSlots, RecurrentStates};
 use super::head_tally::{add_errors, HeadTally};
 use super::kivi_stream::{self, Kivi, Layout};
 use super::receiver::{HookReceiver, NoCapture};
@@ -57,9 +57,8 @@ pub struct StreamKv {
     base: usize,
     /// Tokens run so far (stream index of the next one).
     len: usize,
-    /// The model layer each stored layer is, in the order they first stored (a hybrid's linear
-    /// layers store nothing).
-    layers: Vec<usize>,
+    /// The model layer each stored layer is.
+    layers: LayerSlots,
     /// Per stored layer (KVH, len − base, dh).
     k: Vec<Tensor>,
     v: Vec<Tensor>,
@@ -141,22 +140,6 @@ impl StreamKv {
             self.v[layer] = Tensor::cat(&[&self.v[layer], &v], 1)?;
         }
         Ok(())
-    }
-
-    /// The stored layer of model layer `layer`, a new one after the others on its first block.
-    fn slot(&mut self, layer: usize) -> usize {
-        match self.layers.iter().position(|&l| l == layer) {
-            Some(slot) => slot,
-            None => {
-                self.layers.push(layer);
-                self.layers.len() - 1
-            }
-        }
-    }
-
-    /// The stored layer of model layer `layer`, once it has stored a block.
-    fn stored_slot(&self, layer: usize) -> Result<usize> {
-        self.layers.iter().position(|&l| l == layer).ok_or_else(|| Error::Internal("branches need a stream that has run".into()))
     }
 
     /// The first `n` pinned keys and values of stored layer `layer`.
@@ -325,7 +308,7 @@ fn store_kivi(
     positions: &[usize],
     (kivi, (heads, kv_heads)): (&Kivi, (usize, usize)),
 ) -> Result<()> {
-    let layer = kv.slot(at.index);
+    let layer = kv.layers.slot(at.index);
     let (keys, rows) = kivi_stream::append_keys(kv.k.get(layer), kv.base, k, start, kivi)?;
     let (values, rounded_values) = kivi_stream::paired_values(v, positions, kivi)?;
     if let Some(tally) = tally {
@@ -356,7 +339,7 @@ impl Attend for ViewAttention<'_> {
     }
 
     fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _hooks: &mut dyn HookReceiver) -> Result<Tensor> {
-        let (rope, layer, rounding) = (at.rope, self.kv.slot(at.index), self.kv.rounding);
+        let (rope, layer, rounding) = (at.rope, self.kv.layers.slot(at.index), self.kv.rounding);
         let positions: Vec<usize> = self.rows().collect();
         let block = heads_first(at, &self.tables, &rounding, &positions, (q, k, v))?;
         let (b, h, dh, kvh, group, at_pinned) = (block.rows, block.heads, block.d_head, block.kv_heads, block.group(), block.at_pinned);
@@ -456,7 +439,8 @@ impl Attend for BranchAttention<'_> {
     }
 
     fn attend(&mut self, at: &LayerAttention, q: &Tensor, k: &Tensor, v: &Tensor, _hooks: &mut dyn HookReceiver) -> Result<Tensor> {
-        let (rope, layer, rounding) = (at.rope, self.kv.stored_slot(at.index)?, self.kv.rounding);
+        let layer = self.kv.layers.stored(at.index).ok_or_else(|| Error::Internal("branches need a stream that has run".into()))?;
+        let (rope, rounding) = (at.rope, self.kv.rounding);
         let len = self.views.len() / self.branches.max(1);
         let positions: Vec<usize> = (0..self.views.len()).map(|r| self.kv.len + r % len.max(1)).collect();
         let block = heads_first(at, &self.tables, &rounding, &positions, (q, k, v))?;

@@ -299,6 +299,11 @@ impl DecoderConfig {
         (0..self.n_layers).filter(|&l| !self.is_linear(l)).collect()
     }
 
+    /// The linear-attention layers (a hybrid's Gated DeltaNet ones; none in other models).
+    pub fn linear_layers(&self) -> Vec<usize> {
+        (0..self.n_layers).filter(|&l| self.is_linear(l)).collect()
+    }
+
     /// Whether layer `l` is linear attention (a recurrent state, no KV cache).
     pub fn is_linear(&self, l: usize) -> bool {
         self.layers.get(l).is_some_and(|a| a.linear)
@@ -307,7 +312,7 @@ impl DecoderConfig {
     /// Refuses a hybrid (linear-attention layers) for `what`, a computation that reads every
     /// layer's keys and values.
     pub fn refuse_linear_layers(&self, what: &str) -> Result<()> {
-        let linear: Vec<usize> = (0..self.n_layers).filter(|&l| self.is_linear(l)).collect();
+        let linear = self.linear_layers();
         match linear.is_empty() {
             true => Ok(()),
             false => Err(Error::input(format!(
@@ -319,8 +324,7 @@ impl DecoderConfig {
     /// Elements of the recurrent state one sequence carries through all linear-attention layers
     /// (the convolution windows included); 0 without such layers.
     pub fn recurrent_elements(&self) -> usize {
-        let linear = (0..self.n_layers).filter(|&l| self.is_linear(l)).count();
-        self.arch.delta_net.map_or(0, |s| linear * s.carried_elements())
+        self.arch.delta_net.map_or(0, |s| self.linear_layers().len() * s.carried_elements())
     }
 
     /// Layer `l`'s own sliding window, if it attends through one.

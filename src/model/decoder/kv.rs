@@ -92,6 +92,34 @@ pub trait KvStore {
     }
 }
 
+/// Which model layer each stored layer of a cache is, in the order they first stored: every
+/// layer of a plain model, a hybrid's attention layers only (its linear layers store nothing).
+#[derive(Clone, Debug, Default)]
+pub struct LayerSlots(Vec<usize>);
+
+impl LayerSlots {
+    /// The stored layer of model layer `layer`, a new one after the others on its first store.
+    pub fn slot(&mut self, layer: usize) -> usize {
+        match self.stored(layer) {
+            Some(slot) => slot,
+            None => {
+                self.0.push(layer);
+                self.0.len() - 1
+            }
+        }
+    }
+
+    /// The stored layer of model layer `layer`, once it has stored something.
+    pub fn stored(&self, layer: usize) -> Option<usize> {
+        self.0.iter().position(|&l| l == layer)
+    }
+
+    /// The model layer stored at `slot`.
+    pub fn layer(&self, slot: usize) -> Option<usize> {
+        self.0.get(slot).copied()
+    }
+}
+
 /// The ordinary cache: keys rotated at their absolute positions, nothing ever evicted.
 #[derive(Default)]
 pub struct KvCache {

@@ -34,7 +34,7 @@ pub use config::{ArchSwitches, DecoderConfig, LayerAttn, MlpKind, Moe, NormKind,
 pub(crate) use delta_net::GatedDeltaNet;
 pub use delta_net::{DeltaState, RecurrentStates};
 use finite::{refuse_non_finite, refuse_non_finite_nll};
-pub use kv::{Hidden, KeyMask, KvCache, KvStore, PrefixView};
+pub use kv::{Hidden, KeyMask, KvCache, KvStore, LayerSlots, PrefixView};
 use linear::{Linear, LinearWeight};
 
 /// Logit rows materialised at once when a quantized head cannot be streamed.
